@@ -1,0 +1,328 @@
+//! The CPU backend: f32 everywhere, plain loops parallelised with rayon. It is the reference the
+//! GPU backends are tested against, so clarity wins over speed except in `matmul`, which uses the
+//! `gemm` crate (runtime-dispatched SIMD) because prefill is GEMM-bound and the test suite runs the
+//! real model.
+//!
+//! Every op checks the lengths of its buffers against its params before touching them, so a
+//! wrong call is an error, not an out-of-bounds panic. Ops run synchronously; `sync` is a no-op.
+
+mod attention;
+mod ops;
+
+use crate::backend::*;
+use crate::error::{Error, Result};
+
+/// A host buffer.
+#[derive(Clone, Debug)]
+pub enum CpuBuffer {
+    F32(Vec<f32>),
+    U32(Vec<u32>),
+}
+
+pub struct CpuBackend {
+    caps: Caps,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CpuBackend {
+    pub fn new() -> Self {
+        let threads = rayon::current_num_threads();
+        CpuBackend {
+            caps: Caps {
+                name: "cpu",
+                device: format!("host CPU, {threads} threads"),
+                weight_dtypes: vec![DType::F32],
+                kv_dtypes: vec![DType::F32],
+                max_buffer_bytes: u64::MAX,
+            },
+        }
+    }
+}
+
+pub(crate) fn err(msg: impl Into<String>) -> Error {
+    Error::Backend {
+        backend: "cpu",
+        msg: msg.into(),
+    }
+}
+
+pub(crate) fn f32s<'a>(b: &'a CpuBuffer, need: usize, what: &str) -> Result<&'a [f32]> {
+    match b {
+        CpuBuffer::F32(v) if v.len() >= need => Ok(&v[..need]),
+        CpuBuffer::F32(v) => Err(err(format!(
+            "{what}: {} f32 elements, op needs {need}",
+            v.len()
+        ))),
+        CpuBuffer::U32(_) => Err(err(format!("{what}: expected an f32 buffer, got u32"))),
+    }
+}
+
+pub(crate) fn f32s_mut<'a>(b: &'a mut CpuBuffer, need: usize, what: &str) -> Result<&'a mut [f32]> {
+    match b {
+        CpuBuffer::F32(v) => {
+            let have = v.len();
+            v.get_mut(..need)
+                .ok_or_else(|| err(format!("{what}: {have} f32 elements, op needs {need}")))
+        }
+        CpuBuffer::U32(_) => Err(err(format!("{what}: expected an f32 buffer, got u32"))),
+    }
+}
+
+pub(crate) fn u32s<'a>(b: &'a CpuBuffer, need: usize, what: &str) -> Result<&'a [u32]> {
+    match b {
+        CpuBuffer::U32(v) if v.len() >= need => Ok(&v[..need]),
+        CpuBuffer::U32(v) => Err(err(format!(
+            "{what}: {} u32 elements, op needs {need}",
+            v.len()
+        ))),
+        CpuBuffer::F32(_) => Err(err(format!("{what}: expected a u32 buffer, got f32"))),
+    }
+}
+
+fn u(x: u32) -> usize {
+    x as usize
+}
+
+impl Backend for CpuBackend {
+    type Buffer = CpuBuffer;
+
+    fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    fn alloc(&self, dtype: DType, len: usize) -> Result<CpuBuffer> {
+        match dtype {
+            DType::F32 => Ok(CpuBuffer::F32(vec![0.0; len])),
+            DType::U32 => Ok(CpuBuffer::U32(vec![0; len])),
+            d => Err(err(format!(
+                "{d:?} buffers are not supported on the CPU backend"
+            ))),
+        }
+    }
+
+    fn upload_f32(&self, dtype: DType, data: Vec<f32>) -> Result<CpuBuffer> {
+        match dtype {
+            DType::F32 => Ok(CpuBuffer::F32(data)),
+            d => Err(err(format!(
+                "{d:?} weights are not supported on the CPU backend"
+            ))),
+        }
+    }
+
+    fn upload_u32(&self, data: &[u32]) -> Result<CpuBuffer> {
+        Ok(CpuBuffer::U32(data.to_vec()))
+    }
+
+    fn write_u32(&self, dst: &mut CpuBuffer, data: &[u32]) -> Result<()> {
+        match dst {
+            CpuBuffer::U32(v) if v.len() >= data.len() => {
+                v[..data.len()].copy_from_slice(data);
+                Ok(())
+            }
+            _ => Err(err(
+                "write_u32: destination is not a large enough u32 buffer",
+            )),
+        }
+    }
+
+    fn write_f32(&self, dst: &mut CpuBuffer, data: &[f32]) -> Result<()> {
+        f32s_mut(dst, data.len(), "write_f32")?.copy_from_slice(data);
+        Ok(())
+    }
+
+    fn download_f32(&self, src: &CpuBuffer, offset: usize, len: usize) -> Result<Vec<f32>> {
+        Ok(f32s(src, offset + len, "download_f32")?[offset..].to_vec())
+    }
+
+    fn download_u32(&self, src: &CpuBuffer, offset: usize, len: usize) -> Result<Vec<u32>> {
+        Ok(u32s(src, offset + len, "download_u32")?[offset..].to_vec())
+    }
+
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn len(&self, b: &CpuBuffer) -> usize {
+        match b {
+            CpuBuffer::F32(v) => v.len(),
+            CpuBuffer::U32(v) => v.len(),
+        }
+    }
+
+    fn dtype(&self, b: &CpuBuffer) -> DType {
+        match b {
+            CpuBuffer::F32(_) => DType::F32,
+            CpuBuffer::U32(_) => DType::U32,
+        }
+    }
+
+    fn embed(
+        &self,
+        p: &EmbedParams,
+        table: &CpuBuffer,
+        ids: &CpuBuffer,
+        out: &mut CpuBuffer,
+    ) -> Result<()> {
+        let (n, d) = (u(p.n_tokens), u(p.dim));
+        let table = f32s(table, u(p.vocab) * d, "embed table")?;
+        let ids = u32s(ids, n, "embed ids")?;
+        if let Some(bad) = ids.iter().find(|&&i| i >= p.vocab) {
+            return Err(err(format!(
+                "embed: token id {bad} is outside the vocabulary ({})",
+                p.vocab
+            )));
+        }
+        let out = f32s_mut(out, n * d, "embed out")?;
+        for (row, &id) in out.chunks_exact_mut(d).zip(ids) {
+            row.copy_from_slice(&table[u(id) * d..(u(id) + 1) * d]);
+        }
+        Ok(())
+    }
+
+    fn matmul(
+        &self,
+        p: &MatmulParams,
+        x: &CpuBuffer,
+        w: &CpuBuffer,
+        bias: Option<&CpuBuffer>,
+        out: &mut CpuBuffer,
+    ) -> Result<()> {
+        let (m, n, k) = (u(p.m), u(p.n), u(p.k));
+        let x = f32s(x, m * k, "matmul x")?;
+        let w = f32s(w, n * k, "matmul w")?;
+        let bias = match (p.has_bias, bias) {
+            (0, _) => None,
+            (_, Some(b)) => Some(f32s(b, n, "matmul bias")?),
+            (_, None) => return Err(err("matmul: has_bias set but no bias buffer given")),
+        };
+        let out = f32s_mut(out, m * n, "matmul out")?;
+        ops::matmul(x, w, bias, out, m, n, k);
+        Ok(())
+    }
+
+    fn rmsnorm(
+        &self,
+        p: &RmsnormParams,
+        x: &CpuBuffer,
+        w: &CpuBuffer,
+        out: &mut CpuBuffer,
+    ) -> Result<()> {
+        let (r, d) = (u(p.rows), u(p.dim));
+        let x = f32s(x, r * d, "rmsnorm x")?;
+        let w = f32s(w, d, "rmsnorm w")?;
+        ops::rmsnorm(x, w, f32s_mut(out, r * d, "rmsnorm out")?, d, p.eps);
+        Ok(())
+    }
+
+    fn add_rmsnorm(
+        &self,
+        p: &RmsnormParams,
+        residual: &mut CpuBuffer,
+        x: &CpuBuffer,
+        w: &CpuBuffer,
+        out: &mut CpuBuffer,
+    ) -> Result<()> {
+        let (r, d) = (u(p.rows), u(p.dim));
+        let x = f32s(x, r * d, "add_rmsnorm x")?;
+        let w = f32s(w, d, "add_rmsnorm w")?;
+        let res = f32s_mut(residual, r * d, "add_rmsnorm residual")?;
+        res.iter_mut().zip(x).for_each(|(a, b)| *a += b);
+        ops::rmsnorm(res, w, f32s_mut(out, r * d, "add_rmsnorm out")?, d, p.eps);
+        Ok(())
+    }
+
+    fn add(&self, p: &AddParams, a: &mut CpuBuffer, b: &CpuBuffer) -> Result<()> {
+        let b = f32s(b, u(p.n), "add b")?;
+        f32s_mut(a, u(p.n), "add a")?
+            .iter_mut()
+            .zip(b)
+            .for_each(|(a, b)| *a += b);
+        Ok(())
+    }
+
+    fn silu_mul(&self, p: &SiluMulParams, gate_up: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
+        let (r, d) = (u(p.rows), u(p.dim));
+        let gu = f32s(gate_up, r * 2 * d, "silu_mul gate_up")?;
+        let out = f32s_mut(out, r * d, "silu_mul out")?;
+        for (o, row) in out.chunks_exact_mut(d).zip(gu.chunks_exact(2 * d)) {
+            let (g, up) = row.split_at(d);
+            for ((o, &g), &up) in o.iter_mut().zip(g).zip(up) {
+                *o = g / (1.0 + (-g).exp()) * up;
+            }
+        }
+        Ok(())
+    }
+
+    fn gather_rows(
+        &self,
+        p: &GatherRowsParams,
+        src: &CpuBuffer,
+        rows: &CpuBuffer,
+        out: &mut CpuBuffer,
+    ) -> Result<()> {
+        let (n, d) = (u(p.n_out), u(p.dim));
+        let src = f32s(src, u(p.n_src) * d, "gather_rows src")?;
+        let rows = u32s(rows, n, "gather_rows rows")?;
+        if rows.iter().any(|&r| r >= p.n_src) {
+            return Err(err("gather_rows: row index out of range"));
+        }
+        let out = f32s_mut(out, n * d, "gather_rows out")?;
+        for (o, &r) in out.chunks_exact_mut(d).zip(rows) {
+            o.copy_from_slice(&src[u(r) * d..(u(r) + 1) * d]);
+        }
+        Ok(())
+    }
+
+    fn rope_append_kv(
+        &self,
+        p: &RopeAppendKvParams,
+        qkv: &CpuBuffer,
+        meta: &RopeAppendMeta<Self>,
+        q: &mut CpuBuffer,
+        kv: KvPoolsMut<Self>,
+    ) -> Result<()> {
+        attention::rope_append_kv(p, qkv, meta, q, kv)
+    }
+
+    fn prefill_attention(
+        &self,
+        p: &AttentionParams,
+        q: &CpuBuffer,
+        q_indptr: &CpuBuffer,
+        kv: KvPools<Self>,
+        meta: &PagedMeta<Self>,
+        out: &mut CpuBuffer,
+    ) -> Result<()> {
+        attention::prefill_attention(p, q, q_indptr, kv, meta, out)
+    }
+
+    fn sparse_decode_attention(
+        &self,
+        p: &AttentionParams,
+        q: &CpuBuffer,
+        kv: KvPools<Self>,
+        meta: &PagedMeta<Self>,
+        pages: &HeadPages<Self>,
+        out: &mut CpuBuffer,
+    ) -> Result<()> {
+        attention::sparse_decode_attention(p, q, kv, meta, pages, out)
+    }
+
+    fn argmax(&self, p: &ArgmaxParams, x: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
+        let (r, n) = (u(p.rows), u(p.n));
+        let x = f32s(x, r * n, "argmax x")?;
+        let out = match out {
+            CpuBuffer::U32(v) if v.len() >= r => &mut v[..r],
+            _ => return Err(err("argmax: out must be a u32 buffer of `rows` elements")),
+        };
+        for (o, row) in out.iter_mut().zip(x.chunks_exact(n.max(1))) {
+            *o = crate::sampling::argmax(row);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,86 @@
+//! `lserve devices`: which backends this binary was built with and which adapters/GPUs each one
+//! can see. Probing never panics: a missing Vulkan loader or CUDA driver is reported as such.
+
+/// One line per backend: its name and what it found (or why it found nothing).
+pub fn probe_all() -> Vec<(String, Vec<String>)> {
+    let mut out = vec![(
+        "cpu".to_string(),
+        vec![super::cpu::CpuBackend::new().caps_device()],
+    )];
+    #[cfg(feature = "wgpu")]
+    out.push(("wgpu".into(), probe_wgpu()));
+    #[cfg(not(feature = "wgpu"))]
+    out.push((
+        "wgpu".into(),
+        vec!["not compiled in (build with --features wgpu)".into()],
+    ));
+    #[cfg(feature = "cuda")]
+    out.push(("cuda".into(), probe_cuda()));
+    #[cfg(not(feature = "cuda"))]
+    out.push((
+        "cuda".into(),
+        vec!["not compiled in (build with --features cuda)".into()],
+    ));
+    out
+}
+
+impl super::cpu::CpuBackend {
+    fn caps_device(&self) -> String {
+        use super::Backend;
+        self.caps().device.clone()
+    }
+}
+
+#[cfg(feature = "wgpu")]
+fn probe_wgpu() -> Vec<String> {
+    let desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    let instance = wgpu::Instance::new(desc);
+    let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+    if adapters.is_empty() {
+        return vec!["no adapter found (is a Vulkan/Metal/DX12 driver installed?)".into()];
+    }
+    adapters
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let info = a.get_info();
+            let lim = a.limits();
+            format!(
+                "wgpu:{i}  {} ({:?}, {:?}, driver {} {}), max storage binding {} MiB",
+                info.name,
+                info.backend,
+                info.device_type,
+                info.driver,
+                info.driver_info,
+                lim.max_storage_buffer_binding_size >> 20
+            )
+        })
+        .collect()
+}
+
+#[cfg(feature = "cuda")]
+fn probe_cuda() -> Vec<String> {
+    use cudarc::driver::{CudaContext, sys};
+    // SAFETY: only checks whether the shared library can be loaded.
+    if !unsafe { sys::is_culib_present() } {
+        return vec!["no CUDA driver library (libcuda.so) found".into()];
+    }
+    let count = match CudaContext::device_count() {
+        Ok(n) => n,
+        Err(e) => return vec![format!("CUDA driver present but unusable: {e}")],
+    };
+    if count == 0 {
+        return vec!["CUDA driver present, no GPU".into()];
+    }
+    (0..count as usize)
+        .map(|i| match CudaContext::new(i) {
+            Ok(ctx) => {
+                let name = ctx.name().unwrap_or_default();
+                let (ma, mi) = ctx.compute_capability().unwrap_or((0, 0));
+                let mem = ctx.total_mem().unwrap_or(0) >> 20;
+                format!("cuda:{i}  {name} (sm_{ma}{mi}, {mem} MiB) — kernels land with the CUDA backend issue")
+            }
+            Err(e) => format!("cuda:{i}  error: {e}"),
+        })
+        .collect()
+}

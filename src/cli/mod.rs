@@ -1,0 +1,127 @@
+//! Argument parsing and the sub-commands. The library does the work; this module turns flags
+//! into library calls, prints results, and maps errors to exit codes.
+
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(
+    name = "lserve",
+    version,
+    about = "Long-context LLM inference with unified sparse attention"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Generate text from a prompt, streaming tokens as they are produced.
+    Generate(GenerateArgs),
+    /// Per-token negative log-likelihood and perplexity of a text file.
+    Score(ScoreArgs),
+    /// List the backends compiled in and the adapters/GPUs they find.
+    Devices,
+}
+
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    /// A .gguf file, a Hugging Face model folder, or the alias `smollm2-135m` (fetched once).
+    #[arg(long, short = 'm')]
+    pub model: Option<String>,
+    /// auto | cpu | wgpu[:N] | cuda[:N]
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt text.
+    #[arg(
+        long,
+        short = 'p',
+        conflicts_with = "prompt_file",
+        required_unless_present = "prompt_file"
+    )]
+    pub prompt: Option<String>,
+    /// Read the prompt from a file.
+    #[arg(long)]
+    pub prompt_file: Option<PathBuf>,
+    /// Wrap the prompt in the model's chat template as a user message.
+    #[arg(long)]
+    pub chat: bool,
+    /// System message for --chat (otherwise the template's default, if it has one).
+    #[arg(long, requires = "chat")]
+    pub system: Option<String>,
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: usize,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Keep the K most likely tokens (0 = off).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Nucleus sampling mass (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// RNG seed for sampling (random when omitted; reported in json output).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Keep generating past end-of-sequence tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: Output,
+}
+
+#[derive(Args)]
+pub struct ScoreArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The text file to score.
+    #[arg(long, short = 'f')]
+    pub file: PathBuf,
+    /// Window size in tokens (default: the model's context length).
+    #[arg(long)]
+    pub window: Option<usize>,
+    /// Advance between windows (default: half the window).
+    #[arg(long)]
+    pub stride: Option<usize>,
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: Output,
+}
+
+pub fn main() -> ExitCode {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("LSERVE_LOG").unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Generate(a) => run::generate(a),
+        Cmd::Score(a) => run::score(a),
+        Cmd::Devices => run::devices(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

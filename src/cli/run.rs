@@ -1,0 +1,247 @@
+//! The sub-commands' bodies.
+
+use std::io::Write;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use lserve::backend::Backend;
+use lserve::backend::cpu::CpuBackend;
+use lserve::chat::ChatMessage;
+use lserve::engine::{DEFAULT_PAGE_SIZE, Engine, GenerateRequest};
+use lserve::loader::{self, LoadedModel};
+use lserve::model::llama::Llama;
+use lserve::sampling::SamplingParams;
+use lserve::tokenizer::StreamDecoder;
+use serde_json::json;
+
+use super::{GenerateArgs, ModelArgs, Output, ScoreArgs};
+
+/// The backend a `--device` value names. Only the CPU backend exists so far; asking for another
+/// is refused up front rather than silently falling back.
+enum Device {
+    Cpu,
+}
+
+fn parse_device(s: &str) -> Result<Device> {
+    let (kind, index) = s.split_once(':').map_or((s, None), |(k, i)| (k, Some(i)));
+    if let Some(i) = index {
+        i.parse::<usize>()
+            .with_context(|| format!("--device {s}: `{i}` is not an adapter number"))?;
+    }
+    match kind {
+        "auto" | "cpu" if index.is_none() => Ok(Device::Cpu),
+        "wgpu" | "cuda" => bail!(
+            "--device {s}: the {kind} backend's kernels are not part of this build yet (run `lserve devices` to see \
+             the adapters found); use --device cpu"
+        ),
+        _ => bail!("--device {s}: expected auto, cpu, wgpu[:N] or cuda[:N]"),
+    }
+}
+
+fn open_model(args: &ModelArgs) -> Result<LoadedModel> {
+    let path = lserve::fetch::resolve_model(args.model.as_deref())?;
+    Ok(loader::open(&path)?)
+}
+
+fn load_weights<B: Backend>(be: &B, m: &LoadedModel) -> Result<Llama<B>> {
+    let bar = ProgressBar::new(m.config.num_layers as u64);
+    bar.set_style(
+        ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} layers")
+            .expect("valid template"),
+    );
+    bar.set_message(
+        m.path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    );
+    let model = Llama::load(be, &m.config, m.weights.as_ref(), |i, _| {
+        bar.set_position(i as u64)
+    });
+    bar.finish_and_clear();
+    Ok(model?)
+}
+
+fn prompt_text(a: &GenerateArgs, m: &LoadedModel) -> Result<String> {
+    let raw = match (&a.prompt, &a.prompt_file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("reading --prompt-file {}", f.display()))?,
+        (None, None) => bail!("give --prompt or --prompt-file"),
+    };
+    if !a.chat {
+        return Ok(raw);
+    }
+    let mut msgs = Vec::new();
+    if let Some(s) = &a.system {
+        msgs.push(ChatMessage {
+            role: "system".into(),
+            content: s.clone(),
+        });
+    }
+    msgs.push(ChatMessage {
+        role: "user".into(),
+        content: raw,
+    });
+    Ok(m.template
+        .render(&msgs, true)
+        .map_err(|e| lserve::Error::Template(e.0))?)
+}
+
+fn stop_ids(m: &LoadedModel) -> Vec<u32> {
+    let mut ids = m.tokenizer.stop_ids().to_vec();
+    ids.extend(&m.config.eos_token_ids);
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+pub fn generate(a: GenerateArgs) -> Result<()> {
+    let Device::Cpu = parse_device(&a.model.device)?;
+    let seed = a.seed.unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    let sampling = SamplingParams {
+        temperature: a.temperature,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        seed,
+    };
+    sampling
+        .validate()
+        .map_err(|e| anyhow::anyhow!("bad sampling flags: {e}"))?;
+    let m = open_model(&a.model)?;
+    let text = prompt_text(&a, &m)?;
+    let prompt = m
+        .tokenizer
+        .encode(&text)
+        .map_err(|e| lserve::Error::Tokenizer(e.0))?;
+    let ctx = m.config.context_len();
+    if prompt.len() > ctx {
+        return Err(lserve::Error::PromptTooLong {
+            tokens: prompt.len(),
+            context: ctx,
+        }
+        .into());
+    }
+    let be = CpuBackend::new();
+    let device = be.caps().device.clone();
+    let model = load_weights(&be, &m)?;
+    let cap = (prompt.len() + a.max_tokens).min(ctx);
+    let mut engine = Engine::new(be, model, cap, DEFAULT_PAGE_SIZE)?;
+    let req = GenerateRequest {
+        prompt: prompt.clone(),
+        max_tokens: a.max_tokens,
+        sampling,
+        stop_ids: stop_ids(&m),
+        ignore_eos: a.ignore_eos,
+    };
+    let mut dec = StreamDecoder::new(&m.tokenizer);
+    let mut stdout = std::io::stdout().lock();
+    let stream = a.output == Output::Text;
+    let out = engine.generate(&req, &mut |id| {
+        if stream {
+            let piece = dec.push(id).map_err(|e| lserve::Error::Tokenizer(e.0))?;
+            write!(stdout, "{piece}")
+                .and_then(|_| stdout.flush())
+                .map_err(|e| lserve::Error::io("<stdout>", e))?;
+        }
+        Ok(())
+    })?;
+    let text = m
+        .tokenizer
+        .decode(&out.tokens, false)
+        .map_err(|e| lserve::Error::Tokenizer(e.0))?;
+    let decode_steps = out.tokens.len().saturating_sub(1);
+    let tps = if out.decode_ms > 0.0 {
+        decode_steps as f64 / (out.decode_ms / 1e3)
+    } else {
+        0.0
+    };
+    if stream {
+        writeln!(
+            stdout,
+            "{}",
+            dec.finish().map_err(|e| lserve::Error::Tokenizer(e.0))?
+        )?;
+        eprintln!(
+            "[{} prompt tokens, prefill {:.0} ms; {} tokens at {:.1} tok/s; {}]",
+            prompt.len(),
+            out.prefill_ms,
+            out.tokens.len(),
+            tps,
+            device
+        );
+    } else {
+        let v = json!({
+            "model": m.path.display().to_string(), "device": device, "seed": seed,
+            "prompt_token_ids": prompt, "token_ids": out.tokens, "text": text,
+            "finish_reason": match out.finish { lserve::engine::FinishReason::Stop => "stop", _ => "length" },
+            "prompt_tokens": prompt.len(), "completion_tokens": out.tokens.len(),
+            "prefill_ms": out.prefill_ms, "decode_ms": out.decode_ms, "decode_tokens_per_s": tps,
+        });
+        writeln!(stdout, "{v}")?;
+    }
+    Ok(())
+}
+
+pub fn score(a: ScoreArgs) -> Result<()> {
+    let Device::Cpu = parse_device(&a.model.device)?;
+    let bytes =
+        std::fs::read(&a.file).with_context(|| format!("reading --file {}", a.file.display()))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| anyhow::anyhow!("{}: not UTF-8 text ({e})", a.file.display()))?;
+    let m = open_model(&a.model)?;
+    let ids = m
+        .tokenizer
+        .encode(&text)
+        .map_err(|e| lserve::Error::Tokenizer(e.0))?;
+    if ids.len() < 2 {
+        bail!(
+            "{}: needs at least two tokens to score, has {}",
+            a.file.display(),
+            ids.len()
+        );
+    }
+    let ctx = m.config.context_len();
+    let window = a.window.unwrap_or(ctx);
+    if window < 2 || window > ctx {
+        bail!("--window {window}: must be between 2 and the context length {ctx}");
+    }
+    let stride = a.stride.unwrap_or(window / 2);
+    if stride == 0 || stride > window {
+        bail!("--stride {stride}: must be between 1 and the window {window}");
+    }
+    let be = CpuBackend::new();
+    let model = load_weights(&be, &m)?;
+    let mut engine = Engine::new(be, model, window.min(ids.len()), DEFAULT_PAGE_SIZE)?;
+    let s = engine.score(&ids, window, stride)?;
+    match a.output {
+        Output::Text => println!(
+            "tokens: {}\nscored: {}\nmean_nll: {:.6}\nperplexity: {:.4}",
+            s.tokens,
+            s.scored,
+            s.mean_nll(),
+            s.perplexity()
+        ),
+        Output::Json => println!(
+            "{}",
+            json!({"tokens": s.tokens, "scored": s.scored, "mean_nll": s.mean_nll(), "perplexity": s.perplexity(),
+                   "window": window, "stride": stride})
+        ),
+    }
+    Ok(())
+}
+
+pub fn devices() -> Result<()> {
+    for (name, lines) in lserve::backend::probe::probe_all() {
+        println!("{name}:");
+        for l in lines {
+            println!("  {l}");
+        }
+    }
+    Ok(())
+}

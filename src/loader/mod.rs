@@ -1,0 +1,252 @@
+//! Model loading: a GGUF file or a Hugging Face folder becomes a [`ModelConfig`], a tokenizer, a
+//! chat template and a [`WeightSource`] that yields f32 tensors under Hugging Face names
+//! (`model.layers.3.self_attn.q_proj.weight`), row-major in HF layout. The model code sees one
+//! naming and one RoPE convention (rotate-half) whatever the file format.
+
+pub mod dequant;
+pub mod gguf;
+pub mod safetensors;
+
+use std::path::{Path, PathBuf};
+
+use crate::chat::{CHATML_TEMPLATE, ChatTemplate, load_hf_chat_template};
+use crate::error::{Error, Result};
+use crate::model::config::ModelConfig;
+use crate::model::rope::try_inverse_permute_gguf_rows;
+use crate::tokenizer::{GgufVocab, TextTokenizer};
+use gguf::{GgufFile, GgufValue};
+
+/// f32 tensors by Hugging Face name.
+pub trait WeightSource: Send + Sync {
+    /// The tensor and its row-major shape, or Ok(None) if the file does not have it.
+    fn get(&self, name: &str) -> Result<Option<(Vec<f32>, Vec<usize>)>>;
+    /// Llama 3.1 GGUF `rope_freqs.weight`: per-pair divisors of the inverse frequencies.
+    fn rope_freq_factors(&self) -> Result<Option<Vec<f32>>> {
+        Ok(None)
+    }
+}
+
+/// Everything loaded from a model path except the weights themselves.
+pub struct LoadedModel {
+    pub path: PathBuf,
+    pub config: ModelConfig,
+    pub tokenizer: TextTokenizer,
+    pub template: ChatTemplate,
+    pub weights: Box<dyn WeightSource>,
+}
+
+/// Open a `.gguf` file or a Hugging Face model folder.
+pub fn open(path: &Path) -> Result<LoadedModel> {
+    if path.is_dir() {
+        open_hf_dir(path)
+    } else if path.exists() {
+        open_gguf(path)
+    } else {
+        Err(Error::io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder"),
+        ))
+    }
+}
+
+fn open_gguf(path: &Path) -> Result<LoadedModel> {
+    let g = GgufFile::open(path)?;
+    let config = ModelConfig::from_gguf(&g)?;
+    let vocab = gguf_vocab(&g)?;
+    let tokenizer = TextTokenizer::from_gguf(&vocab).map_err(|e| Error::Tokenizer(e.0))?;
+    let source = g
+        .get("tokenizer.chat_template")
+        .and_then(GgufValue::as_str)
+        .unwrap_or(CHATML_TEMPLATE);
+    let template = make_template(source, &tokenizer)?;
+    Ok(LoadedModel {
+        path: path.to_path_buf(),
+        config,
+        tokenizer,
+        template,
+        weights: Box::new(GgufWeights { g }),
+    })
+}
+
+fn open_hf_dir(dir: &Path) -> Result<LoadedModel> {
+    let cfg_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::Config(format!("{}: {e}", cfg_path.display())))?;
+    let config = ModelConfig::from_hf_json(&json)?;
+    let tokenizer = TextTokenizer::from_hf_dir(dir).map_err(|e| Error::Tokenizer(e.0))?;
+    let source = load_hf_chat_template(dir).map_err(|e| Error::Template(e.0))?;
+    let template = make_template(source.as_deref().unwrap_or(CHATML_TEMPLATE), &tokenizer)?;
+    let weights = safetensors::SafetensorsWeights::open(dir)?;
+    Ok(LoadedModel {
+        path: dir.to_path_buf(),
+        config,
+        tokenizer,
+        template,
+        weights: Box::new(weights),
+    })
+}
+
+fn make_template(source: &str, tok: &TextTokenizer) -> Result<ChatTemplate> {
+    let bos = tok.bos_token().map(|(_, s)| s);
+    let eos = tok.eos_token().map(|(_, s)| s);
+    ChatTemplate::new(source, bos, eos).map_err(|e| Error::Template(e.0))
+}
+
+/// The `tokenizer.ggml.*` metadata of a GGUF file.
+pub fn gguf_vocab(g: &GgufFile) -> Result<GgufVocab> {
+    let get = |k: &str| g.get(&format!("tokenizer.ggml.{k}"));
+    let strings = |k: &str| -> Vec<String> {
+        get(k)
+            .and_then(GgufValue::as_array)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect()
+    };
+    let id = |k: &str| get(k).and_then(GgufValue::as_u64).map(|x| x as u32);
+    let flag = |k: &str| get(k).and_then(GgufValue::as_bool);
+    let model = get("model")
+        .and_then(GgufValue::as_str)
+        .ok_or_else(|| Error::Tokenizer("GGUF has no tokenizer".into()))?;
+    Ok(GgufVocab {
+        model: model.to_string(),
+        pre: get("pre").and_then(GgufValue::as_str).map(String::from),
+        tokens: strings("tokens"),
+        token_types: get("token_type")
+            .and_then(GgufValue::as_array)
+            .unwrap_or(&[])
+            .iter()
+            .map(|v| v.as_i64().unwrap_or(1) as i32)
+            .collect(),
+        scores: get("scores")
+            .and_then(GgufValue::as_array)
+            .unwrap_or(&[])
+            .iter()
+            .map(|v| v.as_f64().unwrap_or(0.0) as f32)
+            .collect(),
+        merges: strings("merges"),
+        bos: id("bos_token_id"),
+        eos: id("eos_token_id"),
+        eot: id("eot_token_id"),
+        unk: id("unknown_token_id"),
+        pad: id("padding_token_id"),
+        add_bos: flag("add_bos_token"),
+        add_eos: flag("add_eos_token"),
+        add_space_prefix: flag("add_space_prefix"),
+    })
+}
+
+/// GGUF tensors under HF names. llama.cpp's converter permutes the rows of llama/mistral q and k
+/// projections for interleaved-pair RoPE; they are permuted back here so every format uses HF's
+/// rotate-half convention (qwen2 GGUFs are not permuted).
+struct GgufWeights {
+    g: GgufFile,
+}
+
+fn gguf_name(hf: &str) -> Option<String> {
+    let fixed = match hf {
+        "model.embed_tokens.weight" => Some("token_embd.weight"),
+        "model.norm.weight" => Some("output_norm.weight"),
+        "lm_head.weight" => Some("output.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_string());
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, what) = rest.split_once('.')?;
+    let mapped = match what {
+        "input_layernorm.weight" => "attn_norm.weight",
+        "post_attention_layernorm.weight" => "ffn_norm.weight",
+        "self_attn.q_proj.weight" => "attn_q.weight",
+        "self_attn.k_proj.weight" => "attn_k.weight",
+        "self_attn.v_proj.weight" => "attn_v.weight",
+        "self_attn.q_proj.bias" => "attn_q.bias",
+        "self_attn.k_proj.bias" => "attn_k.bias",
+        "self_attn.v_proj.bias" => "attn_v.bias",
+        "self_attn.o_proj.weight" => "attn_output.weight",
+        "mlp.gate_proj.weight" => "ffn_gate.weight",
+        "mlp.up_proj.weight" => "ffn_up.weight",
+        "mlp.down_proj.weight" => "ffn_down.weight",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{mapped}"))
+}
+
+impl WeightSource for GgufWeights {
+    fn get(&self, name: &str) -> Result<Option<(Vec<f32>, Vec<usize>)>> {
+        let Some(gname) = gguf_name(name) else {
+            return Ok(None);
+        };
+        if self.g.tensor(&gname).is_none() {
+            return Ok(None);
+        }
+        let (data, shape) = self.g.tensor_f32(&gname)?;
+        let arch = self
+            .g
+            .get("general.architecture")
+            .and_then(GgufValue::as_str)
+            .unwrap_or("");
+        let heads_key = if gname.contains("attn_q") {
+            Some("attention.head_count")
+        } else if gname.contains("attn_k") {
+            Some("attention.head_count_kv")
+        } else {
+            None
+        };
+        match heads_key {
+            Some(k) if arch == "llama" || arch == "mistral" => {
+                let key = format!("{arch}.{k}");
+                let heads = self
+                    .g
+                    .get(&key)
+                    .and_then(GgufValue::as_u64)
+                    .map(|x| x as usize);
+                let heads = heads.or_else(|| {
+                    self.g
+                        .get(&format!("{arch}.attention.head_count"))
+                        .and_then(GgufValue::as_u64)
+                        .map(|x| x as usize)
+                });
+                let heads = heads.ok_or_else(|| Error::Config(format!("GGUF lacks `{key}`")))?;
+                let (rows, cols) = (shape[0], shape.get(1).copied().unwrap_or(1));
+                if heads == 0 || rows % (2 * heads) != 0 {
+                    return Err(Error::Format(format!(
+                        "`{gname}` has {rows} rows, not divisible over {heads} heads"
+                    )));
+                }
+                let data = try_inverse_permute_gguf_rows(&data, rows, cols, heads)
+                    .map_err(|e| Error::Format(format!("`{gname}`: {e}")))?;
+                Ok(Some((data, shape)))
+            }
+            _ => Ok(Some((data, shape))),
+        }
+    }
+
+    fn rope_freq_factors(&self) -> Result<Option<Vec<f32>>> {
+        if self.g.tensor("rope_freqs.weight").is_none() {
+            return Ok(None);
+        }
+        Ok(Some(self.g.tensor_f32("rope_freqs.weight")?.0))
+    }
+}
+
+/// Weights held in memory under HF names: tests and synthetic benchmarks build models with it.
+#[derive(Clone, Debug, Default)]
+pub struct MemWeights {
+    pub tensors: std::collections::HashMap<String, (Vec<f32>, Vec<usize>)>,
+}
+
+impl MemWeights {
+    pub fn insert(&mut self, name: &str, shape: &[usize], data: Vec<f32>) {
+        self.tensors
+            .insert(name.to_string(), (data, shape.to_vec()));
+    }
+}
+
+impl WeightSource for MemWeights {
+    fn get(&self, name: &str) -> Result<Option<(Vec<f32>, Vec<usize>)>> {
+        Ok(self.tensors.get(name).cloned())
+    }
+}

@@ -1,0 +1,4 @@
+//! Llama-family models: configuration, RoPE variants, and the backend-agnostic forward pass.
+pub mod config;
+pub mod llama;
+pub mod rope;

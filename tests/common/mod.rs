@@ -1,0 +1,64 @@
+//! Shared test helpers: the default model (fetched on first use, as the CLI does), the committed
+//! `transformers` reference outputs, and a .npy reader.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+pub fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+/// The SmolLM2-135M GGUF: `$LSERVE_TEST_MODEL`, else the cached alias (fetched if missing).
+pub fn model_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("LSERVE_TEST_MODEL") {
+        return PathBuf::from(p);
+    }
+    lserve::fetch::resolve_model(None)
+        .expect("the default model could not be fetched (see .ci/run)")
+}
+
+pub fn reference() -> serde_json::Value {
+    let text = std::fs::read_to_string(data("smollm2_ref.json")).expect("reference json");
+    serde_json::from_str(&text).expect("reference json parses")
+}
+
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("id array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+/// A float32 little-endian 1-D .npy file (format version 1.0).
+pub fn read_npy_f32(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).expect("npy file");
+    assert_eq!(&bytes[..6], b"\x93NUMPY", "not a .npy file");
+    assert_eq!(bytes[6], 1, "npy version 1 expected");
+    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = std::str::from_utf8(&bytes[10..10 + header_len]).expect("ascii header");
+    assert!(
+        header.contains("'<f4'") && header.contains("False"),
+        "float32 C-order expected: {header}"
+    );
+    bytes[10 + header_len..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// A seed fresh each run, printed so a failure can be replayed with LSERVE_TEST_SEED.
+pub fn seed() -> u64 {
+    let s = std::env::var("LSERVE_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    eprintln!("test seed: {s} (replay with LSERVE_TEST_SEED={s})");
+    s
+}
