@@ -121,7 +121,8 @@ fn hf_folder_loads_like_memory_weights() {
 
     let mut rng = Rng(common::seed() | 1);
     let mut mem = MemWeights::default();
-    let mut shards: [Vec<(String, Dtype, Vec<u8>, Vec<usize>)>; 2] = [vec![], vec![]];
+    type Shard = Vec<(String, Dtype, Vec<u8>, Vec<usize>)>;
+    let mut shards: [Shard; 2] = [vec![], vec![]];
     let dtypes = [Dtype::F32, Dtype::BF16, Dtype::F16];
     for (i, (name, shape)) in shapes(&cfg).into_iter().enumerate() {
         let n: usize = shape.iter().product();
