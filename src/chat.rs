@@ -70,11 +70,7 @@ impl fmt::Debug for ChatTemplate {
 
 impl ChatTemplate {
     /// Compile a HF Jinja chat template.
-    pub fn new(
-        source: &str,
-        bos_token: Option<String>,
-        eos_token: Option<String>,
-    ) -> Result<Self, TemplateError> {
+    pub fn new(source: &str, bos_token: Option<String>, eos_token: Option<String>) -> Result<Self, TemplateError> {
         let mut env = Environment::new();
         let syntax = minijinja::syntax::SyntaxConfig::builder()
             .trim_blocks(true)
@@ -90,38 +86,20 @@ impl ChatTemplate {
         env.add_filter("tojson", tojson);
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| TemplateError(format!("compile: {e}")))?;
-        Ok(Self {
-            env,
-            bos_token: bos_token.unwrap_or_default(),
-            eos_token: eos_token.unwrap_or_default(),
-        })
+        Ok(Self { env, bos_token: bos_token.unwrap_or_default(), eos_token: eos_token.unwrap_or_default() })
     }
 
     /// Render `messages`; with `add_generation_prompt` the template appends the assistant
     /// header so the model continues as the assistant.
-    pub fn render(
-        &self,
-        messages: &[ChatMessage],
-        add_generation_prompt: bool,
-    ) -> Result<String, TemplateError> {
-        let msgs: Vec<Value> = messages
-            .iter()
-            .map(|m| Value::from_object(MessageObj(m.clone())))
-            .collect();
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, TemplateError> {
+        let msgs: Vec<Value> = messages.iter().map(|m| Value::from_object(MessageObj(m.clone()))).collect();
         let mut ctx: BTreeMap<String, Value> = BTreeMap::new();
         ctx.insert("messages".into(), Value::from(msgs));
-        ctx.insert(
-            "add_generation_prompt".into(),
-            Value::from(add_generation_prompt),
-        );
+        ctx.insert("add_generation_prompt".into(), Value::from(add_generation_prompt));
         ctx.insert("bos_token".into(), Value::from(self.bos_token.as_str()));
         ctx.insert("eos_token".into(), Value::from(self.eos_token.as_str()));
-        let tmpl = self
-            .env
-            .get_template(TEMPLATE_NAME)
-            .map_err(|e| TemplateError(e.to_string()))?;
-        tmpl.render(Value::from(ctx))
-            .map_err(|e| TemplateError(format!("render: {e}")))
+        let tmpl = self.env.get_template(TEMPLATE_NAME).map_err(|e| TemplateError(e.to_string()))?;
+        tmpl.render(Value::from(ctx)).map_err(|e| TemplateError(format!("render: {e}")))
     }
 }
 
@@ -154,29 +132,23 @@ pub fn load_hf_chat_template(dir: &Path) -> Result<Option<String>, TemplateError
         if !path.is_file() {
             return Ok(None);
         }
-        std::fs::read_to_string(&path)
-            .map(Some)
-            .map_err(|e| TemplateError(format!("{}: {e}", path.display())))
+        std::fs::read_to_string(&path).map(Some).map_err(|e| TemplateError(format!("{}: {e}", path.display())))
     };
     if let Some(src) = read("chat_template.jinja")? {
         return Ok(Some(src));
     }
     for file in ["chat_template.json", "tokenizer_config.json"] {
         let Some(text) = read(file)? else { continue };
-        let json: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| TemplateError(format!("{file}: {e}")))?;
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| TemplateError(format!("{file}: {e}")))?;
         match json.get("chat_template") {
             None | Some(serde_json::Value::Null) => continue,
             Some(serde_json::Value::String(s)) => return Ok(Some(s.clone())),
             Some(serde_json::Value::Array(list)) => {
-                let default = list
-                    .iter()
-                    .find(|t| t.get("name").and_then(serde_json::Value::as_str) == Some("default"));
+                let default =
+                    list.iter().find(|t| t.get("name").and_then(serde_json::Value::as_str) == Some("default"));
                 return match default.and_then(|t| t.get("template")?.as_str()) {
                     Some(s) => Ok(Some(s.to_string())),
-                    None => Err(TemplateError(format!(
-                        "{file}: no \"default\" chat template"
-                    ))),
+                    None => Err(TemplateError(format!("{file}: no \"default\" chat template"))),
                 };
             }
             Some(_) => return Err(TemplateError(format!("{file}: bad chat_template value"))),
@@ -193,10 +165,7 @@ fn raise_exception(msg: String) -> Result<Value, Error> {
 }
 
 fn strftime_now(fmt: String) -> Result<String, Error> {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
     Ok(strftime(&fmt, secs))
 }
 
@@ -214,15 +183,7 @@ const MONTHS: [&str; 12] = [
     "November",
     "December",
 ];
-const WEEKDAYS: [&str; 7] = [
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-    "Sunday",
-];
+const WEEKDAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
 
 /// (year, month 1-12, day 1-31) from days since 1970-01-01 (H. Hinnant's algorithm).
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
@@ -301,11 +262,7 @@ fn tojson(value: &Value, indent: Option<usize>, kwargs: Kwargs) -> Result<Value,
     let indent: Option<usize> = indent.or(kwargs.get("indent")?);
     let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
     let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
-    let opts = JsonOpts {
-        indent,
-        sort_keys: sort_keys.unwrap_or(false),
-        ensure_ascii: ensure_ascii.unwrap_or(false),
-    };
+    let opts = JsonOpts { indent, sort_keys: sort_keys.unwrap_or(false), ensure_ascii: ensure_ascii.unwrap_or(false) };
     let mut out = String::new();
     write_json(&mut out, value, &opts, 0)?;
     Ok(Value::from_safe_string(out))
@@ -418,10 +375,7 @@ mod tests {
     const LLAMA3: &str = "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
 
     fn msg(role: &str, content: &str) -> ChatMessage {
-        ChatMessage {
-            role: role.into(),
-            content: content.into(),
-        }
+        ChatMessage { role: role.into(), content: content.into() }
     }
 
     fn render(src: &str, msgs: &[ChatMessage], add_gen: bool) -> Result<String, TemplateError> {
@@ -445,9 +399,7 @@ mod tests {
     #[test]
     fn llama3_template() {
         let t = ChatTemplate::new(LLAMA3, Some("<|begin_of_text|>".into()), None).unwrap();
-        let out = t
-            .render(&[msg("system", " Be brief. "), msg("user", "Hi\n")], true)
-            .unwrap();
+        let out = t.render(&[msg("system", " Be brief. "), msg("user", "Hi\n")], true).unwrap();
         assert_eq!(
             out,
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
@@ -457,10 +409,7 @@ mod tests {
     #[test]
     fn chatml_fallback() {
         let out = render(CHATML_TEMPLATE, &[msg("user", "hi")], true).unwrap();
-        assert_eq!(
-            out,
-            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
-        );
+        assert_eq!(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
         let out = render(CHATML_TEMPLATE, &[msg("user", "hi")], false).unwrap();
         assert_eq!(out, "<|im_start|>user\nhi<|im_end|>\n");
     }
@@ -469,10 +418,7 @@ mod tests {
     fn raise_exception_becomes_error() {
         let src = "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}[{{ m['content'] }}]{% endfor %}";
         let err = render(src, &[msg("system", "x")], false).unwrap_err();
-        assert!(
-            err.to_string().contains("System role not supported"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("System role not supported"), "{err}");
         assert_eq!(render(src, &[msg("user", "x")], false).unwrap(), "[x]");
     }
 
@@ -485,53 +431,28 @@ mod tests {
 
     #[test]
     fn whitespace_control_and_lenient_undefined() {
-        let src =
-            "{% for m in messages %}\n  {% if true %}\n{{ m.role }}\n  {% endif %}\n{% endfor %}\n";
+        let src = "{% for m in messages %}\n  {% if true %}\n{{ m.role }}\n  {% endif %}\n{% endfor %}\n";
         assert_eq!(render(src, &[msg("user", "x")], false).unwrap(), "user\n");
         let src = "{{ foo }}|{% if foo %}x{% endif %}{% if messages[0].tool_calls is defined %}y{% endif %}|{{ bos_token }}{{ eos_token }}";
-        assert_eq!(
-            render(src, &[msg("user", "x")], false).unwrap(),
-            "||<s></s>"
-        );
+        assert_eq!(render(src, &[msg("user", "x")], false).unwrap(), "||<s></s>");
         assert!(ChatTemplate::new("{% if %}", None, None).is_err());
     }
 
     #[test]
     fn tojson_like_python() {
-        let out = render(
-            "{{ messages[0] | tojson }}",
-            &[msg("user", "hé \"q\"\n")],
-            false,
-        );
+        let out = render("{{ messages[0] | tojson }}", &[msg("user", "hé \"q\"\n")], false);
         assert_eq!(out.unwrap(), r#"{"role": "user", "content": "hé \"q\"\n"}"#);
-        let out = render(
-            "{{ {'a': [1, 2], 'b': none} | tojson(indent=2) }}",
-            &[],
-            false,
-        );
-        assert_eq!(
-            out.unwrap(),
-            "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": null\n}"
-        );
-        let out = render(
-            "{{ ['é', {}] | tojson(ensure_ascii=true, separators=none) }}",
-            &[],
-            false,
-        );
+        let out = render("{{ {'a': [1, 2], 'b': none} | tojson(indent=2) }}", &[], false);
+        assert_eq!(out.unwrap(), "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": null\n}");
+        let out = render("{{ ['é', {}] | tojson(ensure_ascii=true, separators=none) }}", &[], false);
         assert_eq!(out.unwrap(), r#"["\u00e9", {}]"#);
     }
 
     #[test]
     fn strftime_formats() {
+        assert_eq!(strftime("%Y-%m-%d %H:%M:%S %a %b %j", 0), "1970-01-01 00:00:00 Thu Jan 001");
         assert_eq!(
-            strftime("%Y-%m-%d %H:%M:%S %a %b %j", 0),
-            "1970-01-01 00:00:00 Thu Jan 001"
-        );
-        assert_eq!(
-            strftime(
-                "%Y-%m-%d %H:%M:%S %a %A %b %B %j %I %p %y %e %F %T %D %%",
-                1_709_298_309
-            ),
+            strftime("%Y-%m-%d %H:%M:%S %a %A %b %B %j %I %p %y %e %F %T %D %%", 1_709_298_309),
             "2024-03-01 13:05:09 Fri Friday Mar March 061 01 PM 24  1 2024-03-01 13:05:09 03/01/24 %"
         );
         assert_eq!(strftime("%j %a", 1_704_063_600), "365 Sun");
@@ -547,24 +468,15 @@ mod tests {
         assert_eq!(load_hf_chat_template(&dir).unwrap(), None);
         let cfg = dir.join("tokenizer_config.json");
         std::fs::write(&cfg, r#"{"chat_template": "plain"}"#).unwrap();
-        assert_eq!(
-            load_hf_chat_template(&dir).unwrap().as_deref(),
-            Some("plain")
-        );
-        let list = r#"{"chat_template": [{"name": "tool_use", "template": "t"}, {"name": "default", "template": "d"}]}"#;
+        assert_eq!(load_hf_chat_template(&dir).unwrap().as_deref(), Some("plain"));
+        let list =
+            r#"{"chat_template": [{"name": "tool_use", "template": "t"}, {"name": "default", "template": "d"}]}"#;
         std::fs::write(&cfg, list).unwrap();
         assert_eq!(load_hf_chat_template(&dir).unwrap().as_deref(), Some("d"));
-        std::fs::write(
-            &cfg,
-            r#"{"chat_template": [{"name": "x", "template": "t"}]}"#,
-        )
-        .unwrap();
+        std::fs::write(&cfg, r#"{"chat_template": [{"name": "x", "template": "t"}]}"#).unwrap();
         assert!(load_hf_chat_template(&dir).is_err());
         std::fs::write(dir.join("chat_template.jinja"), "from file").unwrap();
-        assert_eq!(
-            load_hf_chat_template(&dir).unwrap().as_deref(),
-            Some("from file")
-        );
+        assert_eq!(load_hf_chat_template(&dir).unwrap().as_deref(), Some("from file"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

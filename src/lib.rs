@@ -11,6 +11,7 @@ pub mod kv;
 pub mod loader;
 pub mod model;
 pub mod sampling;
+pub mod sparse;
 pub mod tokenizer;
 
 pub use error::{Error, Result};

@@ -43,21 +43,13 @@ pub struct SamplingParams {
 impl SamplingParams {
     /// Argmax decoding: temperature 0, no top-k/top-p, seed 0.
     pub fn greedy() -> Self {
-        SamplingParams {
-            temperature: 0.0,
-            top_k: 0,
-            top_p: 1.0,
-            seed: 0,
-        }
+        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 }
     }
 
     /// temperature >= 0 finite, 0 < top_p <= 1.
     pub fn validate(&self) -> Result<(), String> {
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return Err(format!(
-                "temperature must be finite and >= 0, got {}",
-                self.temperature
-            ));
+            return Err(format!("temperature must be finite and >= 0, got {}", self.temperature));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return Err(format!("top_p must be in (0, 1], got {}", self.top_p));
@@ -75,9 +67,7 @@ struct Cand {
 
 /// Descending weight, then ascending id: a total order for finite weights.
 fn by_weight_desc(a: &Cand, b: &Cand) -> Ordering {
-    b.w.partial_cmp(&a.w)
-        .unwrap_or(Ordering::Equal)
-        .then(a.id.cmp(&b.id))
+    b.w.partial_cmp(&a.w).unwrap_or(Ordering::Equal).then(a.id.cmp(&b.id))
 }
 
 pub struct Sampler {
@@ -90,11 +80,7 @@ pub struct Sampler {
 impl Sampler {
     pub fn new(p: SamplingParams) -> Self {
         let rng = StdRng::seed_from_u64(p.seed);
-        Sampler {
-            params: p,
-            rng,
-            cands: Vec::new(),
-        }
+        Sampler { params: p, rng, cands: Vec::new() }
     }
 
     /// The parameters this sampler was built with.
@@ -106,10 +92,7 @@ impl Sampler {
     pub fn sample(&mut self, logits: &[f32]) -> Result<u32, String> {
         self.params.validate()?;
         if u32::try_from(logits.len()).is_err() {
-            return Err(format!(
-                "vocabulary of {} tokens does not fit token ids (u32)",
-                logits.len()
-            ));
+            return Err(format!("vocabulary of {} tokens does not fit token ids (u32)", logits.len()));
         }
         let max = max_logit(logits).ok_or("no finite logit to sample from (all NaN or -inf)")?;
         if self.params.temperature == 0.0 {
@@ -141,9 +124,7 @@ impl Sampler {
             }
         }
         // Rounding left r at the very top: the last kept token.
-        kept.last()
-            .map(|c| c.id)
-            .ok_or_else(|| "no candidate token".to_string())
+        kept.last().map(|c| c.id).ok_or_else(|| "no candidate token".to_string())
     }
 
     /// Fills `self.cands` with every token of non-zero probability at the current
@@ -172,11 +153,7 @@ impl Sampler {
 
 /// Largest non-NaN logit, `None` when there is none above `-inf`.
 fn max_logit(logits: &[f32]) -> Option<f32> {
-    let m = logits
-        .iter()
-        .copied()
-        .filter(|x| !x.is_nan())
-        .fold(f32::NEG_INFINITY, f32::max);
+    let m = logits.iter().copied().filter(|x| !x.is_nan()).fold(f32::NEG_INFINITY, f32::max);
     (m > f32::NEG_INFINITY).then_some(m)
 }
 
@@ -235,25 +212,13 @@ pub fn log_prob(logits: &[f32], target: u32) -> f64 {
     let Some(max) = max_logit(logits) else {
         return f64::NAN;
     };
-    let t = if t.is_nan() {
-        f64::NEG_INFINITY
-    } else {
-        t as f64
-    };
+    let t = if t.is_nan() { f64::NEG_INFINITY } else { t as f64 };
     let max = max as f64;
     if max.is_infinite() {
         let n_inf = logits.iter().filter(|&&x| x as f64 == max).count() as f64;
-        return if t == max {
-            -n_inf.ln()
-        } else {
-            f64::NEG_INFINITY
-        };
+        return if t == max { -n_inf.ln() } else { f64::NEG_INFINITY };
     }
-    let sum: f64 = logits
-        .iter()
-        .filter(|x| !x.is_nan())
-        .map(|&x| (x as f64 - max).exp())
-        .sum();
+    let sum: f64 = logits.iter().filter(|x| !x.is_nan()).map(|&x| (x as f64 - max).exp()).sum();
     (t - max) - sum.ln()
 }
 
@@ -262,12 +227,7 @@ mod tests {
     use super::*;
 
     fn params(temperature: f32, top_k: usize, top_p: f32, seed: u64) -> SamplingParams {
-        SamplingParams {
-            temperature,
-            top_k,
-            top_p,
-            seed,
-        }
+        SamplingParams { temperature, top_k, top_p, seed }
     }
 
     /// Exact softmax(logits / t) in f64.
@@ -286,10 +246,7 @@ mod tests {
     }
 
     fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
-        a.iter()
-            .zip(b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0, f64::max)
+        a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
     }
 
     #[test]
@@ -300,11 +257,7 @@ mod tests {
         assert_eq!(argmax(&[0.0, f32::INFINITY, f32::INFINITY]), 1);
         assert_eq!(argmax(&[]), 0);
         let mut s = Sampler::new(SamplingParams::greedy());
-        for logits in [
-            vec![1.0, 3.0, 3.0, 2.0],
-            vec![f32::NAN, -5.0, -4.0, f32::NEG_INFINITY],
-            vec![7.0],
-        ] {
+        for logits in [vec![1.0, 3.0, 3.0, 2.0], vec![f32::NAN, -5.0, -4.0, f32::NEG_INFINITY], vec![7.0]] {
             assert_eq!(s.sample(&logits).unwrap(), argmax(&logits));
         }
         assert_eq!(s.sample(&[1.0, 3.0, 3.0, 2.0]).unwrap(), 1);
@@ -312,9 +265,7 @@ mod tests {
 
     #[test]
     fn top_k_one_is_greedy_at_any_temperature() {
-        let logits: Vec<f32> = (0..1000)
-            .map(|i| ((i * 7919) % 1009) as f32 * 0.01)
-            .collect();
+        let logits: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 1009) as f32 * 0.01).collect();
         let mut tied = logits.clone();
         tied[3] = 100.0;
         tied[500] = 100.0;
@@ -332,18 +283,11 @@ mod tests {
 
     #[test]
     fn seeded_reproducibility_and_seed_sensitivity() {
-        let rows: Vec<Vec<f32>> = (0..200)
-            .map(|r| {
-                (0..50)
-                    .map(|i| ((i * 31 + r * 17) % 23) as f32 * 0.2)
-                    .collect()
-            })
-            .collect();
+        let rows: Vec<Vec<f32>> =
+            (0..200).map(|r| (0..50).map(|i| ((i * 31 + r * 17) % 23) as f32 * 0.2).collect()).collect();
         let run = |seed| {
             let mut s = Sampler::new(params(1.0, 20, 0.95, seed));
-            rows.iter()
-                .map(|row| s.sample(row).unwrap())
-                .collect::<Vec<u32>>()
+            rows.iter().map(|row| s.sample(row).unwrap()).collect::<Vec<u32>>()
         };
         assert_eq!(run(1234), run(1234));
         assert_ne!(run(1234), run(1235));
@@ -357,11 +301,7 @@ mod tests {
         let exact = softmax(&logits, 1.0);
         assert!(max_abs_diff(&emp, &exact) < 0.02, "{emp:?} vs {exact:?}");
         // Chi-square with 4 degrees of freedom; 18.47 is the 0.999 quantile.
-        let chi2: f64 = emp
-            .iter()
-            .zip(&exact)
-            .map(|(o, e)| 20_000.0 * (o - e).powi(2) / e)
-            .sum();
+        let chi2: f64 = emp.iter().zip(&exact).map(|(o, e)| 20_000.0 * (o - e).powi(2) / e).sum();
         assert!(chi2 < 18.47, "chi2 {chi2}");
     }
 
@@ -373,10 +313,7 @@ mod tests {
             let mut s = Sampler::new(params(t, 0, 1.0, 5));
             let emp = histogram(&mut s, &logits, 20_000);
             let exact = softmax(&logits, t as f64);
-            assert!(
-                max_abs_diff(&emp, &exact) < 0.02,
-                "T={t}: {emp:?} vs {exact:?}"
-            );
+            assert!(max_abs_diff(&emp, &exact) < 0.02, "T={t}: {emp:?} vs {exact:?}");
             top.push(emp[1]);
         }
         assert!(top[0] > top[1] + 0.05 && top[1] > top[2] + 0.05, "{top:?}");
@@ -408,10 +345,7 @@ mod tests {
         let emp = histogram(&mut s, &logits, 10_000);
         assert_eq!(emp[0], 0.0);
         assert_eq!(emp[2], 0.0);
-        assert!(
-            (emp[1] - 0.5 / 0.8).abs() < 0.03 && (emp[3] - 0.3 / 0.8).abs() < 0.03,
-            "{emp:?}"
-        );
+        assert!((emp[1] - 0.5 / 0.8).abs() < 0.03 && (emp[3] - 0.3 / 0.8).abs() < 0.03, "{emp:?}");
         // Just above 0.8 the 0.15 token joins; tiny top_p still keeps one token.
         let emp = histogram(&mut Sampler::new(params(1.0, 0, 0.81, 3)), &logits, 5000);
         assert!(emp[0] > 0.0 && emp[2] == 0.0);
@@ -433,29 +367,17 @@ mod tests {
             acc >= 0.5
         });
         let m = m.unwrap() + 1;
-        assert!(
-            m > 4 * NUCLEUS_CHUNK,
-            "nucleus {m} should span several chunks"
-        );
+        assert!(m > 4 * NUCLEUS_CHUNK, "nucleus {m} should span several chunks");
         let mut s = Sampler::new(params(1.0, 0, 0.5, 8));
         let mut worst = 0;
         for _ in 0..5000 {
             let id = s.sample(&logits).unwrap() as usize;
-            assert!(
-                rank(id) < m,
-                "token of rank {} outside nucleus of {m}",
-                rank(id)
-            );
+            assert!(rank(id) < m, "token of rank {} outside nucleus of {m}", rank(id));
             worst = worst.max(rank(id));
         }
-        assert!(
-            worst > m - 20,
-            "tail of the nucleus never drawn: {worst} / {m}"
-        );
+        assert!(worst > m - 20, "tail of the nucleus never drawn: {worst} / {m}");
         // 150k vocabulary with top-k and top-p together.
-        let big: Vec<f32> = (0..150_000)
-            .map(|i| ((i * 7919) % 150_001) as f32 * 1e-4)
-            .collect();
+        let big: Vec<f32> = (0..150_000).map(|i| ((i * 7919) % 150_001) as f32 * 1e-4).collect();
         let mut s = Sampler::new(params(0.8, 50, 0.9, 1));
         let mut best: Vec<u32> = (0..150_000u32).collect();
         best.sort_by(|&a, &b| big[b as usize].total_cmp(&big[a as usize]));
@@ -488,11 +410,7 @@ mod tests {
 
     #[test]
     fn errors_instead_of_panics() {
-        for p in [
-            SamplingParams::greedy(),
-            params(1.0, 0, 1.0, 0),
-            params(0.7, 5, 0.9, 0),
-        ] {
+        for p in [SamplingParams::greedy(), params(1.0, 0, 1.0, 0), params(0.7, 5, 0.9, 0)] {
             let mut s = Sampler::new(p);
             assert!(s.sample(&[f32::NAN; 4]).is_err());
             assert!(s.sample(&[f32::NEG_INFINITY, f32::NAN]).is_err());

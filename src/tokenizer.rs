@@ -123,9 +123,12 @@ pub struct TextTokenizer {
 
 const GPT2_RE: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
 const LLAMA3_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const QWEN2_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const SEED_CODER_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+";
-const BAILING_RE: &str = r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+";
+const QWEN2_RE: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const SEED_CODER_RE: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+";
+const BAILING_RE: &str =
+    r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+";
 const TEKKEN_RE: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const GPT4O_RE: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const PORO_RE: &str = r" ?[^(\s|.,!?\x{2026}\x{3002}\x{FF0C}\x{3001}\x{0964}\x{06D4}\x{060C})]+";
@@ -133,8 +136,7 @@ const PORO_RE: &str = r" ?[^(\s|.,!?\x{2026}\x{3002}\x{FF0C}\x{3001}\x{0964}\x{0
 const DEEPSEEK_CJK_RE: &str = r"[\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+";
 const DEEPSEEK_LLM_LETTERS_RE: &str = r"\s?[A-Za-z\x{B5}\x{C0}-\x{D6}\x{D8}-\x{F6}\x{F8}-\x{1BA}\x{1BC}-\x{1BF}\x{1C4}-\x{293}\x{295}-\x{2AF}\x{370}-\x{373}\x{376}\x{377}\x{37B}-\x{37D}\x{37F}\x{386}\x{388}-\x{38A}\x{38C}\x{38E}-\x{3A1}\x{3A3}-\x{3F5}\x{3F7}-\x{481}\x{48A}-\x{52F}\x{531}-\x{556}\x{10A0}-\x{10C5}\x{13A0}-\x{13F5}\x{13F8}-\x{13FD}\x{1C90}-\x{1CBA}\x{1CBD}-\x{1CBF}\x{1D00}-\x{1D2B}\x{1D6B}-\x{1D77}\x{1D79}-\x{1D9A}\x{1E00}-\x{1F15}\x{1F18}-\x{1F1D}\x{1F20}-\x{1F45}\x{1F48}-\x{1F4D}\x{1F50}-\x{1F57}\x{1F59}\x{1F5B}\x{1F5D}\x{1F5F}-\x{1F7D}\x{1F80}-\x{1FB4}\x{1FB6}-\x{1FBC}\x{1FBE}\x{1FC2}-\x{1FC4}\x{1FC6}-\x{1FCC}\x{1FD0}-\x{1FD3}\x{1FD6}-\x{1FDB}\x{1FE0}-\x{1FEC}\x{1FF2}-\x{1FF4}\x{1FF6}-\x{1FFC}\x{2102}\x{2107}\x{210A}-\x{2113}\x{2115}\x{2119}-\x{211D}\x{2124}\x{2126}\x{2128}\x{212A}-\x{212D}\x{212F}-\x{2134}\x{2139}\x{213C}-\x{213F}\x{2145}-\x{2149}\x{214E}\x{2183}\x{2184}\x{2C00}-\x{2C7B}\x{2C7E}-\x{2CE4}\x{2CEB}-\x{2CEE}\x{2CF2}\x{2CF3}\x{A640}-\x{A66D}\x{A680}-\x{A69B}\x{A722}-\x{A76F}\x{A771}-\x{A787}\x{A78B}-\x{A78E}\x{AB70}-\x{ABBF}\x{FB00}-\x{FB06}\x{FB13}-\x{FB17}\x{FF21}-\x{FF3A}\x{FF41}-\x{FF5A}\x{10400}-\x{1044F}\x{104B0}-\x{104D3}\x{104D8}-\x{104FB}\x{10C80}-\x{10CB2}\x{10CC0}-\x{10CF2}\x{118A0}-\x{118DF}\x{1E900}-\x{1E943}]+";
 const DEEPSEEK3_CJK_RE: &str = r"[\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+";
-const DEEPSEEK_LLM_PUNCT_RE: &str =
-    r"\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+";
+const DEEPSEEK_LLM_PUNCT_RE: &str = r"\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+";
 const DEEPSEEK3_RE: &str = r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"##;
 
 /// How a `gpt2` vocabulary splits text before BPE.
@@ -176,10 +178,7 @@ const PRE_GROUPS: &[(&str, PreSpec, bool, bool)] = &[
 
 /// Every `tokenizer.ggml.pre` value [`TextTokenizer::from_gguf`] understands.
 pub fn pre_tokenizer_names() -> Vec<&'static str> {
-    PRE_GROUPS
-        .iter()
-        .flat_map(|g| g.0.split_whitespace())
-        .collect()
+    PRE_GROUPS.iter().flat_map(|g| g.0.split_whitespace()).collect()
 }
 
 /// (pre-tokenizer, ignore_merges, add_bos default) for a known name.
@@ -194,18 +193,12 @@ fn build_pre_tokenizer(spec: &PreSpec) -> Result<PreTokenizerWrapper, TokenizerE
     let byte_level = |use_regex| ByteLevel::new(false, false, use_regex);
     Ok(match spec {
         Gpt2 => byte_level(true).into(),
-        DigitsGpt2 => {
-            PreSequence::new(vec![Digits::new(true).into(), byte_level(true).into()]).into()
-        }
+        DigitsGpt2 => PreSequence::new(vec![Digits::new(true).into(), byte_level(true).into()]).into(),
         Re(regexes) => {
             let mut steps: Vec<PreTokenizerWrapper> = Vec::with_capacity(regexes.len() + 1);
             for re in regexes.iter() {
-                let split = Split::new(
-                    SplitPattern::Regex((*re).to_string()),
-                    SplitDelimiterBehavior::Isolated,
-                    false,
-                )
-                .map_err(|e| terr(&format!("pre-tokenizer regex {re:?}"), e))?;
+                let split = Split::new(SplitPattern::Regex((*re).to_string()), SplitDelimiterBehavior::Isolated, false)
+                    .map_err(|e| terr(&format!("pre-tokenizer regex {re:?}"), e))?;
                 steps.push(split.into());
             }
             steps.push(byte_level(false).into());
@@ -283,20 +276,14 @@ fn build_gpt2(
         }
     };
     let vocab = make_vocab(tokens);
-    let in_vocab = |a: &str, b: &str| {
-        [a, b, &format!("{a}{b}")]
-            .iter()
-            .all(|t| vocab.contains_key(*t))
-    };
+    let in_vocab = |a: &str, b: &str| [a, b, &format!("{a}{b}")].iter().all(|t| vocab.contains_key(*t));
     let merges: Vec<(String, String)> = (v.merges.iter())
         .filter_map(|m| m.split_once(' ').filter(|(a, b)| in_vocab(a, b)))
         .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect();
     if merges.len() < v.merges.len() {
         let n = v.merges.len() - merges.len();
-        warnings.push(format!(
-            "skipped {n} GGUF merges not made of vocabulary tokens"
-        ));
+        warnings.push(format!("skipped {n} GGUF merges not made of vocabulary tokens"));
     }
     let bpe = BPE::builder()
         .vocab_and_merges(vocab, merges)
@@ -311,27 +298,19 @@ fn build_gpt2(
 
 fn build_spm(v: &GgufVocab, tokens: &[String]) -> Result<Tokenizer, TokenizerError> {
     let merges = spm_merges(tokens, &v.scores);
-    let mut builder = BPE::builder()
-        .vocab_and_merges(make_vocab(tokens), merges)
-        .byte_fallback(true)
-        .fuse_unk(true);
+    let mut builder = BPE::builder().vocab_and_merges(make_vocab(tokens), merges).byte_fallback(true).fuse_unk(true);
     if let Some(unk) = v.unk.and_then(|u| tokens.get(u as usize)) {
         builder = builder.unk_token(unk.clone());
     }
-    let bpe = builder
-        .build()
-        .map_err(|e| terr("building SentencePiece BPE", e))?;
+    let bpe = builder.build().map_err(|e| terr("building SentencePiece BPE", e))?;
     let add_prefix = v.add_space_prefix.unwrap_or(true);
     let mut norm: Vec<NormalizerWrapper> = Vec::new();
     if add_prefix {
         norm.push(Prepend::new("▁".into()).into());
     }
     norm.push(Replace::new(" ", "▁")?.into());
-    let mut dec: Vec<DecoderWrapper> = vec![
-        Replace::new("▁", " ")?.into(),
-        ByteFallback::new().into(),
-        Fuse::new().into(),
-    ];
+    let mut dec: Vec<DecoderWrapper> =
+        vec![Replace::new("▁", " ")?.into(), ByteFallback::new().into(), Fuse::new().into()];
     if add_prefix {
         dec.push(Strip::new(' ', 1, 0).into());
     }
@@ -366,16 +345,10 @@ fn spm_merges(tokens: &[String], scores: &[f32]) -> Vec<(String, String)> {
             }
         }
         local.sort_by_key(|&(li, ri, _, _)| (li, ri));
-        all.extend(
-            local
-                .into_iter()
-                .map(|(_, _, l, r)| (l, r, score, l.chars().count(), r.chars().count())),
-        );
+        all.extend(local.into_iter().map(|(_, _, l, r)| (l, r, score, l.chars().count(), r.chars().count())));
     }
     all.sort_by(|a, b| b.2.total_cmp(&a.2).then(b.3.cmp(&a.3)).then(b.4.cmp(&a.4)));
-    all.into_iter()
-        .map(|(l, r, ..)| (l.to_string(), r.to_string()))
-        .collect()
+    all.into_iter().map(|(l, r, ..)| (l.to_string(), r.to_string())).collect()
 }
 
 /// Control and unknown tokens become special added tokens; user-defined ones become non-special
@@ -398,9 +371,10 @@ fn add_special_tokens(tk: &mut Tokenizer, tokens: &[String], types: &[i32]) {
 fn detect_eot(tokens: &[String], types: &[i32]) -> Option<u32> {
     let names = "<|eot_id|> <|im_end|> <end_of_turn> <|end|> <|eom_id|> <EOT>";
     names.split(' ').find_map(|name| {
-        tokens.iter().enumerate().find_map(|(i, t)| {
-            (t == name && types.get(i) == Some(&TOKEN_CONTROL)).then_some(i as u32)
-        })
+        tokens
+            .iter()
+            .enumerate()
+            .find_map(|(i, t)| (t == name && types.get(i) == Some(&TOKEN_CONTROL)).then_some(i as u32))
     })
 }
 
@@ -453,10 +427,7 @@ fn json_u32(v: &Json) -> Option<u32> {
 fn template_leading_special(pp: &Json) -> Option<String> {
     match pp.get("type")?.as_str()? {
         "TemplateProcessing" => Some(pp.pointer("/single/0/SpecialToken/id")?.as_str()?.into()),
-        "Sequence" => pp["processors"]
-            .as_array()?
-            .iter()
-            .find_map(template_leading_special),
+        "Sequence" => pp["processors"].as_array()?.iter().find_map(template_leading_special),
         _ => None,
     }
 }
@@ -471,15 +442,13 @@ impl TextTokenizer {
         let gen_cfg = read_json(&dir.join("generation_config.json"))?.unwrap_or(Json::Null);
         let id_of = |s: Option<String>| s.and_then(|s| inner.token_to_id(&s));
         let gen_eos = id_list(gen_cfg.get("eos_token_id"));
-        let mut bos = id_of(token_string(cfg.get("bos_token")))
-            .or_else(|| gen_cfg.get("bos_token_id").and_then(json_u32));
+        let mut bos =
+            id_of(token_string(cfg.get("bos_token"))).or_else(|| gen_cfg.get("bos_token_id").and_then(json_u32));
         let eos = id_of(token_string(cfg.get("eos_token"))).or_else(|| gen_eos.first().copied());
         let add_bos = match cfg.get("add_bos_token").and_then(Json::as_bool) {
             Some(b) => b,
             None => {
-                let pp = inner
-                    .get_post_processor()
-                    .and_then(|p| serde_json::to_value(p).ok());
+                let pp = inner.get_post_processor().and_then(|p| serde_json::to_value(p).ok());
                 let lead = pp.as_ref().and_then(template_leading_special);
                 match lead.and_then(|t| inner.token_to_id(&t)) {
                     Some(id) if bos.is_none() || bos == Some(id) => {
@@ -491,14 +460,7 @@ impl TextTokenizer {
             }
         };
         let stop_ids = dedup(eos.into_iter().chain(gen_eos));
-        Ok(Self {
-            inner,
-            bos,
-            eos,
-            add_bos,
-            stop_ids,
-            warnings: Vec::new(),
-        })
+        Ok(Self { inner, bos, eos, add_bos, stop_ids, warnings: Vec::new() })
     }
 }
 
@@ -593,13 +555,7 @@ impl<'a> StreamDecoder<'a> {
     }
 
     pub fn with_skip_special(t: &'a TextTokenizer, skip_special: bool) -> Self {
-        Self {
-            tok: t,
-            ids: Vec::new(),
-            prefix: 0,
-            read: 0,
-            skip_special,
-        }
+        Self { tok: t, ids: Vec::new(), prefix: 0, read: 0, skip_special }
     }
 
     /// Add one id; returns the text it completes (possibly empty).
@@ -660,13 +616,7 @@ mod tests {
     fn base(model: &str) -> GgufVocab {
         let (bos, eos, unk) = (Some(1), Some(2), Some(0));
         let model = model.to_string();
-        GgufVocab {
-            model,
-            bos,
-            eos,
-            unk,
-            ..Default::default()
-        }
+        GgufVocab { model, bos, eos, unk, ..Default::default() }
     }
 
     /// Byte-level vocab: 3 control tokens, the 256 byte characters, then merged pieces.
@@ -676,12 +626,9 @@ mod tests {
         bytes.sort();
         let mut v = base("gpt2");
         v.pre = pre.map(String::from);
-        v.tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-            .map(String::from)
-            .into();
+        v.tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"].map(String::from).into();
         v.tokens.extend(bytes.iter().map(|c| c.to_string()));
-        v.tokens
-            .extend(merges.split('|').map(|m| m.replace(' ', "")));
+        v.tokens.extend(merges.split('|').map(|m| m.replace(' ', "")));
         v.token_types = vec![1; v.tokens.len()];
         v.token_types[..3].fill(3);
         v.merges = merges.split('|').map(String::from).collect();
@@ -833,10 +780,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let t = TextTokenizer::from_gguf(&gpt2_vocab(Some("smollm"))).unwrap();
         let mut json = serde_json::to_value(t.inner()).unwrap();
-        let (bos, seq) = (
-            r#"{"SpecialToken": {"id": "<|im_start|>", "type_id": 0}}"#,
-            r#"{"Sequence": {"id": "A", "type_id": 0}}"#,
-        );
+        let (bos, seq) =
+            (r#"{"SpecialToken": {"id": "<|im_start|>", "type_id": 0}}"#, r#"{"Sequence": {"id": "A", "type_id": 0}}"#);
         let pp = format!(
             r#"{{"type": "TemplateProcessing", "single": [{bos}, {seq}], "pair": [{seq}], "special_tokens": {{"<|im_start|>": {{"id": "<|im_start|>", "ids": [1], "tokens": ["<|im_start|>"]}}}}}}"#
         );

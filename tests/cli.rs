@@ -10,10 +10,7 @@ use lserve::loader::gguf::GgufValue;
 use lserve::loader::gguf::write::{TensorData, to_bytes};
 
 fn lserve(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lserve"))
-        .args(args)
-        .output()
-        .expect("lserve runs")
+    Command::new(env!("CARGO_BIN_EXE_lserve")).args(args).output().expect("lserve runs")
 }
 
 fn model() -> String {
@@ -23,21 +20,14 @@ fn model() -> String {
 /// Exits non-zero with `needle` in stderr and without a panic.
 fn assert_fails(out: &Output, needle: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "expected failure, got success; stderr: {err}"
-    );
+    assert!(!out.status.success(), "expected failure, got success; stderr: {err}");
     assert!(!err.contains("panicked"), "panic: {err}");
     assert!(err.contains(needle), "stderr lacks {needle:?}: {err}");
 }
 
 fn json_line(out: &Output) -> serde_json::Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_str(stdout.lines().last().expect("a line")).expect("json")
 }
 
@@ -61,14 +51,8 @@ fn generate_json_matches_reference_greedy() {
     ]);
     let v = json_line(&out);
     assert_eq!(common::ids(&v["prompt_token_ids"]), common::ids(&p["ids"]));
-    assert_eq!(
-        common::ids(&v["token_ids"]),
-        common::ids(&p["greedy24_ids"])
-    );
-    assert_eq!(
-        v["text"].as_str().unwrap(),
-        p["greedy24_text"].as_str().unwrap()
-    );
+    assert_eq!(common::ids(&v["token_ids"]), common::ids(&p["greedy24_ids"]));
+    assert_eq!(v["text"].as_str().unwrap(), p["greedy24_text"].as_str().unwrap());
     assert!(v["prefill_ms"].as_f64().unwrap() > 0.0);
     assert!(v["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
 }
@@ -94,10 +78,7 @@ fn chat_uses_the_template_and_stops_at_eos() {
     let tokens = common::ids(&v["token_ids"]);
     assert_eq!(tokens.last(), Some(&2), "ends with <|im_end|>");
     let text = v["text"].as_str().unwrap().to_lowercase();
-    assert!(
-        ["red", "blue", "yellow"].iter().all(|c| text.contains(c)),
-        "{text}"
-    );
+    assert!(["red", "blue", "yellow"].iter().all(|c| text.contains(c)), "{text}");
     assert_eq!(v["finish_reason"], "stop");
 }
 
@@ -154,21 +135,10 @@ fn score_matches_reference_nll() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("doc.txt");
     std::fs::write(&f, p["text"].as_str().unwrap()).unwrap();
-    let out = lserve(&[
-        "score",
-        "--model",
-        &model(),
-        "--file",
-        f.to_str().unwrap(),
-        "--output",
-        "json",
-    ]);
+    let out = lserve(&["score", "--model", &model(), "--file", f.to_str().unwrap(), "--output", "json"]);
     let v = json_line(&out);
     assert_eq!(v["tokens"].as_u64().unwrap(), p["tokens"].as_u64().unwrap());
-    let (got, want) = (
-        v["mean_nll"].as_f64().unwrap(),
-        p["mean_nll"].as_f64().unwrap(),
-    );
+    let (got, want) = (v["mean_nll"].as_f64().unwrap(), p["mean_nll"].as_f64().unwrap());
     assert!((got - want).abs() < 1e-4, "{got} vs {want}");
     assert!((v["perplexity"].as_f64().unwrap() - want.exp()).abs() < 1e-3);
 }
@@ -178,53 +148,29 @@ fn devices_lists_the_cpu() {
     let out = lserve(&["devices"]);
     assert!(out.status.success());
     let s = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        s.contains("cpu:") && s.contains("wgpu:") && s.contains("cuda:"),
-        "{s}"
-    );
+    assert!(s.contains("cpu:") && s.contains("wgpu:") && s.contains("cuda:"), "{s}");
 }
 
 #[test]
 fn missing_and_truncated_model_files() {
-    assert_fails(
-        &lserve(&["generate", "--model", "/nonexistent/x.gguf", "-p", "hi"]),
-        "no such file",
-    );
+    assert_fails(&lserve(&["generate", "--model", "/nonexistent/x.gguf", "-p", "hi"]), "no such file");
     let dir = tempfile::tempdir().unwrap();
     let cut = dir.path().join("cut.gguf");
     let bytes = std::fs::read(common::model_path()).unwrap();
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
-    assert_fails(
-        &lserve(&["generate", "--model", cut.to_str().unwrap(), "-p", "hi"]),
-        "truncated",
-    );
+    assert_fails(&lserve(&["generate", "--model", cut.to_str().unwrap(), "-p", "hi"]), "truncated");
     let junk = dir.path().join("junk.gguf");
     std::fs::write(&junk, b"not a model at all").unwrap();
-    assert_fails(
-        &lserve(&["generate", "--model", junk.to_str().unwrap(), "-p", "hi"]),
-        "bad magic",
-    );
+    assert_fails(&lserve(&["generate", "--model", junk.to_str().unwrap(), "-p", "hi"]), "bad magic");
     let empty_dir = dir.path().join("empty");
     std::fs::create_dir(&empty_dir).unwrap();
-    assert_fails(
-        &lserve(&[
-            "generate",
-            "--model",
-            empty_dir.to_str().unwrap(),
-            "-p",
-            "hi",
-        ]),
-        "config.json",
-    );
+    assert_fails(&lserve(&["generate", "--model", empty_dir.to_str().unwrap(), "-p", "hi"]), "config.json");
 }
 
 #[test]
 fn unknown_architecture_and_tensor_type() {
     let dir = tempfile::tempdir().unwrap();
-    let meta = vec![(
-        "general.architecture".to_string(),
-        GgufValue::String("gptneox".into()),
-    )];
+    let meta = vec![("general.architecture".to_string(), GgufValue::String("gptneox".into()))];
     let f = dir.path().join("neox.gguf");
     std::fs::write(&f, to_bytes(&meta, &[])).unwrap();
     assert_fails(
@@ -232,12 +178,7 @@ fn unknown_architecture_and_tensor_type() {
         "unsupported model architecture `gptneox`",
     );
     // A tensor stored as IQ2_XXS (type 16), which lserve cannot dequantize: 256 elements, 66 bytes.
-    let t = TensorData {
-        name: "token_embd.weight".into(),
-        dims: vec![256],
-        ty_id: 16,
-        bytes: vec![0; 66],
-    };
+    let t = TensorData { name: "token_embd.weight".into(), dims: vec![256], ty_id: 16, bytes: vec![0; 66] };
     let g = lserve::loader::gguf::GgufFile::open(&{
         let p = dir.path().join("iq.gguf");
         std::fs::write(&p, to_bytes(&[], &[t])).unwrap();
@@ -245,39 +186,21 @@ fn unknown_architecture_and_tensor_type() {
     })
     .unwrap();
     let e = g.tensor_f32("token_embd.weight").unwrap_err().to_string();
-    assert!(
-        e.contains("IQ2_XXS") && e.contains("cannot dequantize"),
-        "{e}"
-    );
+    assert!(e.contains("IQ2_XXS") && e.contains("cannot dequantize"), "{e}");
 }
 
 #[test]
 fn bad_flags_are_refused() {
     let m = model();
-    assert_fails(
-        &lserve(&["generate", "--model", &m, "-p", "hi", "--temperature=-1"]),
-        "temperature",
-    );
-    assert_fails(
-        &lserve(&["generate", "--model", &m, "-p", "hi", "--top-p", "0"]),
-        "top_p",
-    );
-    assert_fails(
-        &lserve(&["generate", "--model", &m, "-p", "hi", "--device", "tpu"]),
-        "--device tpu",
-    );
-    assert_fails(
-        &lserve(&["generate", "--model", &m, "-p", "hi", "--device", "cuda:x"]),
-        "not an adapter number",
-    );
+    assert_fails(&lserve(&["generate", "--model", &m, "-p", "hi", "--temperature=-1"]), "temperature");
+    assert_fails(&lserve(&["generate", "--model", &m, "-p", "hi", "--top-p", "0"]), "top_p");
+    assert_fails(&lserve(&["generate", "--model", &m, "-p", "hi", "--device", "tpu"]), "--device tpu");
+    assert_fails(&lserve(&["generate", "--model", &m, "-p", "hi", "--device", "cuda:x"]), "not an adapter number");
     let out = lserve(&["generate", "--model", &m]);
     assert_eq!(out.status.code(), Some(2), "clap usage error");
     let out = lserve(&["generate", "--model", &m, "-p", "hi", "--max-tokens", "-3"]);
     assert_eq!(out.status.code(), Some(2));
-    assert_fails(
-        &lserve(&["score", "--model", &m, "--file", "/nonexistent.txt"]),
-        "reading --file",
-    );
+    assert_fails(&lserve(&["score", "--model", &m, "--file", "/nonexistent.txt"]), "reading --file");
 }
 
 #[test]
@@ -286,49 +209,17 @@ fn prompt_longer_than_context_and_unscoreable_files() {
     let long = dir.path().join("long.txt");
     std::fs::write(&long, "word ".repeat(9000)).unwrap();
     assert_fails(
-        &lserve(&[
-            "generate",
-            "--model",
-            &model(),
-            "--prompt-file",
-            long.to_str().unwrap(),
-        ]),
+        &lserve(&["generate", "--model", &model(), "--prompt-file", long.to_str().unwrap()]),
         "context holds 8192",
     );
     let empty = dir.path().join("empty.txt");
     std::fs::write(&empty, "").unwrap();
-    assert_fails(
-        &lserve(&[
-            "score",
-            "--model",
-            &model(),
-            "--file",
-            empty.to_str().unwrap(),
-        ]),
-        "at least two tokens",
-    );
+    assert_fails(&lserve(&["score", "--model", &model(), "--file", empty.to_str().unwrap()]), "at least two tokens");
     let bin = dir.path().join("bin.txt");
     std::fs::write(&bin, [0xff, 0xfe, 0x00, 0x80]).unwrap();
+    assert_fails(&lserve(&["score", "--model", &model(), "--file", bin.to_str().unwrap()]), "not UTF-8");
     assert_fails(
-        &lserve(&[
-            "score",
-            "--model",
-            &model(),
-            "--file",
-            bin.to_str().unwrap(),
-        ]),
-        "not UTF-8",
-    );
-    assert_fails(
-        &lserve(&[
-            "score",
-            "--model",
-            &model(),
-            "--file",
-            long.to_str().unwrap(),
-            "--window",
-            "1",
-        ]),
+        &lserve(&["score", "--model", &model(), "--file", long.to_str().unwrap(), "--window", "1"]),
         "--window 1",
     );
 }

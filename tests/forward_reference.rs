@@ -6,11 +6,9 @@
 mod common;
 
 use lserve::backend::cpu::CpuBackend;
-use lserve::engine::Engine;
-use lserve::kv::SeqPages;
 use lserve::loader::MemWeights;
 use lserve::model::config::ModelConfig;
-use lserve::model::llama::{Llama, Logits, SeqStep};
+use lserve::model::llama::{Llama, Logits};
 use lserve::model::rope::RopeScaling;
 
 struct Rng(u64);
@@ -22,9 +20,7 @@ impl Rng {
         (self.0 >> 11) as f64 / (1u64 << 53) as f64
     }
     fn normal_vec(&mut self, n: usize, scale: f64) -> Vec<f32> {
-        (0..n)
-            .map(|_| ((self.next() + self.next() + self.next() - 1.5) * 2.0 * scale) as f32)
-            .collect()
+        (0..n).map(|_| ((self.next() + self.next() + self.next() - 1.5) * 2.0 * scale) as f32).collect()
     }
 }
 
@@ -54,74 +50,29 @@ fn random_weights(c: &ModelConfig, rng: &mut Rng) -> MemWeights {
     let mut w = MemWeights::default();
     let (h, hd, f) = (c.hidden_size, c.head_dim, c.intermediate_size);
     let (nq, nkv) = (c.num_heads * hd, c.num_kv_heads * hd);
-    w.insert(
-        "model.embed_tokens.weight",
-        &[c.vocab_size, h],
-        rng.normal_vec(c.vocab_size * h, 1.0),
-    );
+    w.insert("model.embed_tokens.weight", &[c.vocab_size, h], rng.normal_vec(c.vocab_size * h, 1.0));
     if !c.tie_word_embeddings {
-        w.insert(
-            "lm_head.weight",
-            &[c.vocab_size, h],
-            rng.normal_vec(c.vocab_size * h, 0.2),
-        );
+        w.insert("lm_head.weight", &[c.vocab_size, h], rng.normal_vec(c.vocab_size * h, 0.2));
     }
-    let norm = |rng: &mut Rng| {
-        rng.normal_vec(h, 0.2)
-            .iter()
-            .map(|x| 1.0 + x)
-            .collect::<Vec<f32>>()
-    };
+    let norm = |rng: &mut Rng| rng.normal_vec(h, 0.2).iter().map(|x| 1.0 + x).collect::<Vec<f32>>();
     w.insert("model.norm.weight", &[h], norm(rng));
     for i in 0..c.num_layers {
         let p = |s: &str| format!("model.layers.{i}.{s}");
         let s = 1.0 / (h as f64).sqrt();
         w.insert(&p("input_layernorm.weight"), &[h], norm(rng));
         w.insert(&p("post_attention_layernorm.weight"), &[h], norm(rng));
-        w.insert(
-            &p("self_attn.q_proj.weight"),
-            &[nq, h],
-            rng.normal_vec(nq * h, s),
-        );
-        w.insert(
-            &p("self_attn.k_proj.weight"),
-            &[nkv, h],
-            rng.normal_vec(nkv * h, s),
-        );
-        w.insert(
-            &p("self_attn.v_proj.weight"),
-            &[nkv, h],
-            rng.normal_vec(nkv * h, s),
-        );
-        w.insert(
-            &p("self_attn.o_proj.weight"),
-            &[h, nq],
-            rng.normal_vec(h * nq, s),
-        );
+        w.insert(&p("self_attn.q_proj.weight"), &[nq, h], rng.normal_vec(nq * h, s));
+        w.insert(&p("self_attn.k_proj.weight"), &[nkv, h], rng.normal_vec(nkv * h, s));
+        w.insert(&p("self_attn.v_proj.weight"), &[nkv, h], rng.normal_vec(nkv * h, s));
+        w.insert(&p("self_attn.o_proj.weight"), &[h, nq], rng.normal_vec(h * nq, s));
         if c.attention_bias {
             w.insert(&p("self_attn.q_proj.bias"), &[nq], rng.normal_vec(nq, 0.5));
-            w.insert(
-                &p("self_attn.k_proj.bias"),
-                &[nkv],
-                rng.normal_vec(nkv, 0.5),
-            );
-            w.insert(
-                &p("self_attn.v_proj.bias"),
-                &[nkv],
-                rng.normal_vec(nkv, 0.5),
-            );
+            w.insert(&p("self_attn.k_proj.bias"), &[nkv], rng.normal_vec(nkv, 0.5));
+            w.insert(&p("self_attn.v_proj.bias"), &[nkv], rng.normal_vec(nkv, 0.5));
         }
-        w.insert(
-            &p("mlp.gate_proj.weight"),
-            &[f, h],
-            rng.normal_vec(f * h, s),
-        );
+        w.insert(&p("mlp.gate_proj.weight"), &[f, h], rng.normal_vec(f * h, s));
         w.insert(&p("mlp.up_proj.weight"), &[f, h], rng.normal_vec(f * h, s));
-        w.insert(
-            &p("mlp.down_proj.weight"),
-            &[h, f],
-            rng.normal_vec(h * f, 1.0 / (f as f64).sqrt()),
-        );
+        w.insert(&p("mlp.down_proj.weight"), &[h, f], rng.normal_vec(h * f, 1.0 / (f as f64).sqrt()));
     }
     w
 }
@@ -133,19 +84,12 @@ fn get<'a>(w: &'a MemWeights, name: &str) -> &'a [f32] {
 /// y[n] = sum_k x[k] w[n][k] (+ b[n]), in f64.
 fn linear(x: &[f64], w: &[f32], b: Option<&[f32]>, n: usize) -> Vec<f64> {
     let k = x.len();
-    (0..n)
-        .map(|j| {
-            (0..k).map(|i| x[i] * w[j * k + i] as f64).sum::<f64>() + b.map_or(0.0, |b| b[j] as f64)
-        })
-        .collect()
+    (0..n).map(|j| (0..k).map(|i| x[i] * w[j * k + i] as f64).sum::<f64>() + b.map_or(0.0, |b| b[j] as f64)).collect()
 }
 
 fn rmsnorm(x: &[f64], w: &[f32], eps: f64) -> Vec<f64> {
     let ms = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
-    x.iter()
-        .zip(w)
-        .map(|(v, w)| v / (ms + eps).sqrt() * *w as f64)
-        .collect()
+    x.iter().zip(w).map(|(v, w)| v / (ms + eps).sqrt() * *w as f64).collect()
 }
 
 /// Rotate-half RoPE by the definition: pairs (i, i + d/2) rotated by pos * inv_freq[i].
@@ -166,59 +110,30 @@ fn naive_logits(c: &ModelConfig, w: &MemWeights, ids: &[u32]) -> Vec<Vec<f64>> {
     let eps = c.rms_norm_eps as f64;
     let freqs = c.rope().freqs(ids.len());
     let emb = get(w, "model.embed_tokens.weight");
-    let mut xs: Vec<Vec<f64>> = ids
-        .iter()
-        .map(|&t| {
-            emb[t as usize * h..][..h]
-                .iter()
-                .map(|&v| v as f64)
-                .collect()
-        })
-        .collect();
+    let mut xs: Vec<Vec<f64>> =
+        ids.iter().map(|&t| emb[t as usize * h..][..h].iter().map(|&v| v as f64).collect()).collect();
     for l in 0..c.num_layers {
         let p = |s: &str| format!("model.layers.{l}.{s}");
         let bias = |s: &str| c.attention_bias.then(|| get(w, &p(s)));
         let (mut qs, mut ks, mut vs) = (vec![], vec![], vec![]);
         for (pos, x) in xs.iter().enumerate() {
             let xn = rmsnorm(x, get(w, &p("input_layernorm.weight")), eps);
-            let mut q = linear(
-                &xn,
-                get(w, &p("self_attn.q_proj.weight")),
-                bias("self_attn.q_proj.bias"),
-                nh * hd,
-            );
-            let mut k = linear(
-                &xn,
-                get(w, &p("self_attn.k_proj.weight")),
-                bias("self_attn.k_proj.bias"),
-                nkv * hd,
-            );
-            q.chunks_mut(hd)
-                .for_each(|hq| rope(hq, pos, &freqs.inv_freq, freqs.attention_scaling));
-            k.chunks_mut(hd)
-                .for_each(|hk| rope(hk, pos, &freqs.inv_freq, freqs.attention_scaling));
+            let mut q = linear(&xn, get(w, &p("self_attn.q_proj.weight")), bias("self_attn.q_proj.bias"), nh * hd);
+            let mut k = linear(&xn, get(w, &p("self_attn.k_proj.weight")), bias("self_attn.k_proj.bias"), nkv * hd);
+            q.chunks_mut(hd).for_each(|hq| rope(hq, pos, &freqs.inv_freq, freqs.attention_scaling));
+            k.chunks_mut(hd).for_each(|hk| rope(hk, pos, &freqs.inv_freq, freqs.attention_scaling));
             qs.push(q);
             ks.push(k);
-            vs.push(linear(
-                &xn,
-                get(w, &p("self_attn.v_proj.weight")),
-                bias("self_attn.v_proj.bias"),
-                nkv * hd,
-            ));
+            vs.push(linear(&xn, get(w, &p("self_attn.v_proj.weight")), bias("self_attn.v_proj.bias"), nkv * hd));
         }
         for (i, x) in xs.iter_mut().enumerate() {
             let mut attn = vec![0f64; nh * hd];
             for hh in 0..nh {
                 let kvh = hh / (nh / nkv);
-                let lo = c
-                    .sliding_window
-                    .map_or(0, |wnd| (i + 1).saturating_sub(wnd));
+                let lo = c.sliding_window.map_or(0, |wnd| (i + 1).saturating_sub(wnd));
                 let scores: Vec<f64> = (lo..=i)
                     .map(|j| {
-                        (0..hd)
-                            .map(|d| qs[i][hh * hd + d] * ks[j][kvh * hd + d])
-                            .sum::<f64>()
-                            / (hd as f64).sqrt()
+                        (0..hd).map(|d| qs[i][hh * hd + d] * ks[j][kvh * hd + d]).sum::<f64>() / (hd as f64).sqrt()
                     })
                     .collect();
                 let m = scores.iter().cloned().fold(f64::MIN, f64::max);
@@ -232,49 +147,19 @@ fn naive_logits(c: &ModelConfig, w: &MemWeights, ids: &[u32]) -> Vec<Vec<f64>> {
             let o = linear(&attn, get(w, &p("self_attn.o_proj.weight")), None, h);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
             let xn = rmsnorm(x, get(w, &p("post_attention_layernorm.weight")), eps);
-            let g = linear(
-                &xn,
-                get(w, &p("mlp.gate_proj.weight")),
-                None,
-                c.intermediate_size,
-            );
-            let u = linear(
-                &xn,
-                get(w, &p("mlp.up_proj.weight")),
-                None,
-                c.intermediate_size,
-            );
-            let act: Vec<f64> = g
-                .iter()
-                .zip(&u)
-                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
-                .collect();
+            let g = linear(&xn, get(w, &p("mlp.gate_proj.weight")), None, c.intermediate_size);
+            let u = linear(&xn, get(w, &p("mlp.up_proj.weight")), None, c.intermediate_size);
+            let act: Vec<f64> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
             let d = linear(&act, get(w, &p("mlp.down_proj.weight")), None, h);
             x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
         }
     }
-    let head = if c.tie_word_embeddings {
-        emb
-    } else {
-        get(w, "lm_head.weight")
-    };
-    xs.iter()
-        .map(|x| {
-            linear(
-                &rmsnorm(x, get(w, "model.norm.weight"), eps),
-                head,
-                None,
-                c.vocab_size,
-            )
-        })
-        .collect()
+    let head = if c.tie_word_embeddings { emb } else { get(w, "lm_head.weight") };
+    xs.iter().map(|x| linear(&rmsnorm(x, get(w, "model.norm.weight"), eps), head, None, c.vocab_size)).collect()
 }
 
 fn max_diff(a: &[f32], b: &[f64]) -> f64 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (*x as f64 - y).abs())
-        .fold(0.0, f64::max)
+    a.iter().zip(b).map(|(x, y)| (*x as f64 - y).abs()).fold(0.0, f64::max)
 }
 
 /// Prefill `ids` in chunks of `chunk`, then feed the rest one token at a time; every row's
@@ -282,32 +167,18 @@ fn max_diff(a: &[f32], b: &[f64]) -> f64 {
 fn check(name: &str, c: &ModelConfig, n_tokens: usize, chunk: usize, page_size: usize) {
     let mut rng = Rng(common::seed() | 1);
     let w = random_weights(c, &mut rng);
-    let ids: Vec<u32> = (0..n_tokens)
-        .map(|_| (rng.next() * c.vocab_size as f64) as u32)
-        .collect();
+    let ids: Vec<u32> = (0..n_tokens).map(|_| (rng.next() * c.vocab_size as f64) as u32).collect();
     let want = naive_logits(c, &w, &ids);
-    let be = CpuBackend::new();
-    let model = Llama::load(&be, c, &w, |_, _| {}).unwrap();
-    let mut e = Engine::new(be, model, n_tokens, page_size).unwrap();
-    let mut seq = SeqPages::default();
+    let model = Llama::load(&CpuBackend::new(), c, &w, |_, _| {}).unwrap();
+    let mut e = common::engine(model, n_tokens, common::paged_config(page_size, page_size / 4), chunk);
+    let mut seq = e.cache.admit().unwrap();
     let prefill = n_tokens / 2;
     let mut rows: Vec<Vec<f32>> = vec![];
     let mut at = 0;
     while at < n_tokens {
-        let len = if at < prefill {
-            chunk.min(prefill - at)
-        } else {
-            1
-        };
-        e.cache.reserve(&mut seq, len).unwrap();
-        let step = [SeqStep {
-            tokens: &ids[at..at + len],
-            cache: &seq,
-            logits: Logits::All,
-        }];
-        let out = e.model.forward(&e.backend, &mut e.cache, &step).unwrap();
+        let len = if at < prefill { chunk.min(prefill - at) } else { 1 };
+        let out = e.step(&mut seq, &ids[at..at + len], Logits::All, None).unwrap();
         rows.extend(out.chunks(c.vocab_size).map(<[f32]>::to_vec));
-        seq.len += len;
         at += len;
     }
     for (i, (got, want)) in rows.iter().zip(&want).enumerate() {
@@ -320,50 +191,32 @@ fn check(name: &str, c: &ModelConfig, n_tokens: usize, chunk: usize, page_size: 
 
 #[test]
 fn llama_gqa_untied() {
-    check("llama gqa", &base_config(), 21, 4, 4);
+    check("llama gqa", &base_config(), 41, 7, 16);
 }
 
 #[test]
 fn mqa_tied_embeddings() {
-    let c = ModelConfig {
-        num_kv_heads: 1,
-        tie_word_embeddings: true,
-        ..base_config()
-    };
-    check("mqa tied", &c, 19, 5, 8);
+    let c = ModelConfig { num_kv_heads: 1, tie_word_embeddings: true, ..base_config() };
+    check("mqa tied", &c, 39, 5, 32);
 }
 
 #[test]
 fn qwen2_qkv_bias() {
-    let c = ModelConfig {
-        arch: "qwen2".into(),
-        attention_bias: true,
-        num_kv_heads: 4,
-        ..base_config()
-    };
-    check("qwen2 bias", &c, 17, 3, 4);
+    let c = ModelConfig { arch: "qwen2".into(), attention_bias: true, num_kv_heads: 4, ..base_config() };
+    check("qwen2 bias", &c, 37, 3, 16);
 }
 
 #[test]
 fn mistral_sliding_window() {
-    let c = ModelConfig {
-        arch: "mistral".into(),
-        sliding_window: Some(5),
-        ..base_config()
-    };
-    check("mistral window", &c, 23, 4, 4);
+    let c = ModelConfig { arch: "mistral".into(), sliding_window: Some(5), ..base_config() };
+    check("mistral window", &c, 43, 4, 16);
 }
 
 #[test]
 fn rope_scalings() {
     let cases = [
         RopeScaling::Linear { factor: 4.0 },
-        RopeScaling::Llama3 {
-            factor: 8.0,
-            low_freq_factor: 1.0,
-            high_freq_factor: 4.0,
-            original_max_position: 16,
-        },
+        RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 16 },
         RopeScaling::Yarn {
             factor: 4.0,
             original_max_position: 16,
@@ -376,11 +229,8 @@ fn rope_scalings() {
         },
     ];
     for s in cases {
-        let c = ModelConfig {
-            rope_scaling: s.clone(),
-            ..base_config()
-        };
-        check(&format!("{s:?}"), &c, 20, 4, 4);
+        let c = ModelConfig { rope_scaling: s.clone(), ..base_config() };
+        check(&format!("{s:?}"), &c, 40, 6, 16);
     }
 }
 
@@ -396,33 +246,16 @@ fn dynamic_ntk_one_shot_prefill() {
     assert_eq!(c.context_len(), 32);
     let mut rng = Rng(common::seed() | 1);
     let w = random_weights(&c, &mut rng);
-    let ids: Vec<u32> = (0..40)
-        .map(|_| (rng.next() * c.vocab_size as f64) as u32)
-        .collect();
-    let be = CpuBackend::new();
-    let model = Llama::load(&be, &c, &w, |_, _| {}).unwrap();
-    let mut e = Engine::new(be, model, 64, 8).unwrap();
-    let mut seq = SeqPages::default();
-    e.cache.reserve(&mut seq, ids.len()).unwrap();
-    let step = [SeqStep {
-        tokens: &ids,
-        cache: &seq,
-        logits: Logits::All,
-    }];
-    let err = e.model.forward(&e.backend, &mut e.cache, &step);
-    assert!(
-        matches!(err, Err(lserve::Error::PromptTooLong { .. })),
-        "{:?}",
-        err.err()
-    );
+    let ids: Vec<u32> = (0..40).map(|_| (rng.next() * c.vocab_size as f64) as u32).collect();
+    let model = Llama::load(&CpuBackend::new(), &c, &w, |_, _| {}).unwrap();
+    let mut e = common::engine(model, 64, common::paged_config(16, 8), 64);
+    let mut seq = e.cache.admit().unwrap();
+    let err = e.step(&mut seq, &ids, Logits::All, None);
+    assert!(matches!(err, Err(lserve::Error::PromptTooLong { .. })), "{:?}", err.err());
+    assert_eq!(seq.len, 0, "a failed step stores nothing");
     let ids = &ids[..30];
     let want = naive_logits(&c, &w, ids);
-    let step = [SeqStep {
-        tokens: ids,
-        cache: &seq,
-        logits: Logits::All,
-    }];
-    let out = e.model.forward(&e.backend, &mut e.cache, &step).unwrap();
+    let out = e.step(&mut seq, ids, Logits::All, None).unwrap();
     for (i, row) in out.chunks(c.vocab_size).enumerate() {
         assert!(max_diff(row, &want[i]) < 2e-4, "position {i}");
     }

@@ -10,10 +10,8 @@ use std::collections::HashMap;
 
 use lserve::backend::cpu::CpuBackend;
 use lserve::chat::ChatMessage;
-use lserve::engine::Engine;
-use lserve::kv::SeqPages;
 use lserve::loader::{self, MemWeights};
-use lserve::model::llama::{Llama, Logits, SeqStep};
+use lserve::model::llama::{Llama, Logits};
 use lserve::model::rope::RopeScaling;
 use safetensors::{Dtype, tensor::TensorView};
 
@@ -53,33 +51,19 @@ fn encode(dtype: Dtype, v: &[f32]) -> (Vec<u8>, Vec<f32>) {
         Dtype::F32 => (v.iter().flat_map(|x| x.to_le_bytes()).collect(), v.to_vec()),
         Dtype::BF16 => {
             let h: Vec<half::bf16> = v.iter().map(|&x| half::bf16::from_f32(x)).collect();
-            (
-                h.iter().flat_map(|x| x.to_le_bytes()).collect(),
-                h.iter().map(|x| x.to_f32()).collect(),
-            )
+            (h.iter().flat_map(|x| x.to_le_bytes()).collect(), h.iter().map(|x| x.to_f32()).collect())
         }
         _ => {
             let h: Vec<half::f16> = v.iter().map(|&x| half::f16::from_f32(x)).collect();
-            (
-                h.iter().flat_map(|x| x.to_le_bytes()).collect(),
-                h.iter().map(|x| x.to_f32()).collect(),
-            )
+            (h.iter().flat_map(|x| x.to_le_bytes()).collect(), h.iter().map(|x| x.to_f32()).collect())
         }
     }
 }
 
 fn shapes(c: &lserve::model::config::ModelConfig) -> Vec<(String, Vec<usize>)> {
-    let (h, f, nq, nkv) = (
-        c.hidden_size,
-        c.intermediate_size,
-        c.num_heads * c.head_dim,
-        c.num_kv_heads * c.head_dim,
-    );
+    let (h, f, nq, nkv) = (c.hidden_size, c.intermediate_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
     let mut v = vec![
-        (
-            "model.embed_tokens.weight".to_string(),
-            vec![c.vocab_size, h],
-        ),
+        ("model.embed_tokens.weight".to_string(), vec![c.vocab_size, h]),
         ("lm_head.weight".to_string(), vec![c.vocab_size, h]),
         ("model.norm.weight".to_string(), vec![h]),
     ];
@@ -111,9 +95,7 @@ fn hf_folder_loads_like_memory_weights() {
     std::fs::write(d.join("config.json"), CONFIG).unwrap();
     std::fs::write(d.join("tokenizer.json"), TOKENIZER).unwrap();
     std::fs::write(d.join("tokenizer_config.json"), TOKENIZER_CONFIG).unwrap();
-    let cfg =
-        lserve::model::config::ModelConfig::from_hf_json(&serde_json::from_str(CONFIG).unwrap())
-            .unwrap();
+    let cfg = lserve::model::config::ModelConfig::from_hf_json(&serde_json::from_str(CONFIG).unwrap()).unwrap();
     assert_eq!(cfg.arch, "qwen2");
     assert!(cfg.attention_bias && !cfg.tie_word_embeddings && cfg.sliding_window.is_none());
     assert_eq!(cfg.eos_token_ids, vec![1, 2]);
@@ -135,10 +117,8 @@ fn hf_folder_loads_like_memory_weights() {
     let mut weight_map = HashMap::new();
     for (k, shard) in shards.iter().enumerate() {
         let file = format!("model-{:05}-of-00002.safetensors", k + 1);
-        let views: Vec<(String, TensorView)> = shard
-            .iter()
-            .map(|(n, dt, b, s)| (n.clone(), TensorView::new(*dt, s.clone(), b).unwrap()))
-            .collect();
+        let views: Vec<(String, TensorView)> =
+            shard.iter().map(|(n, dt, b, s)| (n.clone(), TensorView::new(*dt, s.clone(), b).unwrap())).collect();
         safetensors::serialize_to_file(views, None, &d.join(&file)).unwrap();
         shard.iter().for_each(|(n, ..)| {
             weight_map.insert(n.clone(), file.clone());
@@ -149,40 +129,19 @@ fn hf_folder_loads_like_memory_weights() {
 
     let loaded = loader::open(d).unwrap();
     assert_eq!(loaded.config, cfg);
-    let ids = loaded
-        .tokenizer
-        .encode("hello the cat sat on the mat")
-        .unwrap();
-    assert_eq!(
-        ids,
-        vec![0, 3, 5, 6, 7, 8, 5, 9],
-        "BOS prepended per tokenizer_config"
-    );
-    let prompt = loaded
-        .template
-        .render(
-            &[ChatMessage {
-                role: "user".into(),
-                content: "hello world".into(),
-            }],
-            true,
-        )
-        .unwrap();
+    let ids = loaded.tokenizer.encode("hello the cat sat on the mat").unwrap();
+    assert_eq!(ids, vec![0, 3, 5, 6, 7, 8, 5, 9], "BOS prepended per tokenizer_config");
+    let prompt =
+        loaded.template.render(&[ChatMessage { role: "user".into(), content: "hello world".into() }], true).unwrap();
     assert_eq!(prompt, "<s><|user|> hello world <|assistant|>");
 
     let be = CpuBackend::new();
     let from_files = Llama::load(&be, &cfg, loaded.weights.as_ref(), |_, _| {}).unwrap();
     let from_mem = Llama::load(&be, &cfg, &mem, |_, _| {}).unwrap();
     let run = |m: Llama<CpuBackend>| {
-        let mut e = Engine::new(CpuBackend::new(), m, 64, 4).unwrap();
-        let mut seq = SeqPages::default();
-        e.cache.reserve(&mut seq, ids.len()).unwrap();
-        let step = [SeqStep {
-            tokens: &ids,
-            cache: &seq,
-            logits: Logits::All,
-        }];
-        e.model.forward(&e.backend, &mut e.cache, &step).unwrap()
+        let mut e = common::engine(m, 64, common::paged_config(16, 4), 64);
+        let mut seq = e.cache.admit().unwrap();
+        e.step(&mut seq, &ids, Logits::All, None).unwrap()
     };
     let (a, b) = (run(from_files), run(from_mem));
     assert_eq!(a.len(), ids.len() * cfg.vocab_size);
@@ -190,9 +149,6 @@ fn hf_folder_loads_like_memory_weights() {
 
     // A shard that is missing from disk is a clear error.
     std::fs::remove_file(d.join("model-00002-of-00002.safetensors")).unwrap();
-    let e = loader::open(d)
-        .err()
-        .expect("missing shard must fail")
-        .to_string();
+    let e = loader::open(d).err().expect("missing shard must fail").to_string();
     assert!(e.contains("model-00002-of-00002.safetensors"), "{e}");
 }

@@ -50,45 +50,77 @@ pub struct Caps {
     pub kv_dtypes: Vec<DType>,
     /// Largest single buffer in bytes.
     pub max_buffer_bytes: u64,
+    /// Memory the backend can allocate from (device memory; host RAM for the CPU), in bytes.
+    pub memory_bytes: u64,
 }
 
-/// The paged KV pools of one layer, `[page][kv_head][token][head_dim]` each (HND).
-pub struct KvPools<'a, B: Backend + ?Sized> {
+/// One layer's KV storage (docs/kv-cache.md).
+/// - `k`, `v`: the retrieval pool, `[page][n_ret][page_size][head_dim]` (HND).
+/// - `summary`: per logical page of the retrieval pool, channel-wise min and max of the rotated
+///   keys, `[page][n_ret][page_size / logical_page][2][head_dim]` (index 0 = min, 1 = max).
+/// - `sk`, `sv`: the streaming pool, `[str_page][n_str][page_size][head_dim]`; each sequence owns a
+///   fixed ring of its pages (sink + recent tokens).
+/// - `head_map`: `[n_kv_heads]` u32; `STREAMING_BIT | i` is streaming head i, else retrieval head i.
+pub struct LayerKv<'a, B: Backend + ?Sized> {
     pub k: &'a B::Buffer,
     pub v: &'a B::Buffer,
+    pub summary: &'a B::Buffer,
+    pub sk: &'a B::Buffer,
+    pub sv: &'a B::Buffer,
+    pub head_map: &'a B::Buffer,
 }
 
-/// Mutable view of one layer's pools for appending.
-pub struct KvPoolsMut<'a, B: Backend + ?Sized> {
+/// Mutable view of one layer's storage for appending.
+pub struct LayerKvMut<'a, B: Backend + ?Sized> {
     pub k: &'a mut B::Buffer,
     pub v: &'a mut B::Buffer,
+    pub summary: &'a mut B::Buffer,
+    pub sk: &'a mut B::Buffer,
+    pub sv: &'a mut B::Buffer,
+    pub head_map: &'a B::Buffer,
 }
 
+/// `head_map` flag of a streaming head.
+pub const STREAMING_BIT: u32 = 1 << 31;
+
 /// Per-step metadata on the device describing which pages each sequence owns.
-/// CSR: sequence `s` owns `page_table[page_indptr[s]..page_indptr[s+1]]` (physical page ids in
-/// logical order) and holds `kv_len[s]` tokens, the step's new tokens included.
+/// CSR: sequence `s` owns `page_table[page_indptr[s]..page_indptr[s+1]]` (physical retrieval pages
+/// in logical order) and holds `kv_len[s]` tokens, the step's new tokens included. Its streaming
+/// ring is `ring_table[s * ring_pages..]` (`ring_pages = ring_tokens / page_size`).
 pub struct PagedMeta<'a, B: Backend + ?Sized> {
     pub page_indptr: &'a B::Buffer,
     pub page_table: &'a B::Buffer,
     pub kv_len: &'a B::Buffer,
+    pub ring_table: &'a B::Buffer,
 }
 
 /// Inputs of `rope_append_kv` besides the activations.
 pub struct RopeAppendMeta<'a, B: Backend + ?Sized> {
     /// `[n_tokens]` u32: absolute position of each token in its sequence.
     pub positions: &'a B::Buffer,
-    /// `[n_tokens]` u32: physical slot `page * page_size + offset` the token's k/v go to.
+    /// `[n_tokens]` u32: retrieval-pool slot `page * page_size + offset` of each token.
     pub slots: &'a B::Buffer,
+    /// `[n_tokens]` u32: streaming-pool slot of each token (its place in its sequence's ring).
+    pub ring_slots: &'a B::Buffer,
     /// `[head_dim/2]` f32 inverse frequencies (all RoPE scalings fold into these).
     pub inv_freq: &'a B::Buffer,
 }
 
-/// Inputs of `sparse_decode_attention` besides q and the pools: which logical pages each
-/// (sequence, KV head) reads. Entry `head_pages[head_indptr[s*n_kv_heads+h]..]` are logical page
-/// indices into sequence `s`'s page table. Dense decode lists every page.
+/// Which retrieval pages each decode query reads. For batch row `s` in slot `seq_slot[s]` and
+/// retrieval head `r`: the selected logical pages `selected[(slot * n_ret + r) * sel_stride..]`
+/// (`counts[slot * n_ret + r]` of them, ascending, all below `tail_start[s]`), then every page from
+/// `tail_start[s]` to the sequence's last. Dense decode: counts 0 and tail_start 0.
 pub struct HeadPages<'a, B: Backend + ?Sized> {
-    pub head_indptr: &'a B::Buffer,
-    pub head_pages: &'a B::Buffer,
+    pub selected: &'a B::Buffer,
+    pub counts: &'a B::Buffer,
+    pub seq_slot: &'a B::Buffer,
+    pub tail_start: &'a B::Buffer,
+}
+
+/// Output of `page_select`: the `selected` and `counts` buffers of [`HeadPages`].
+pub struct SelectedMut<'a, B: Backend + ?Sized> {
+    pub selected: &'a mut B::Buffer,
+    pub counts: &'a mut B::Buffer,
 }
 
 pub trait Backend {
@@ -114,13 +146,7 @@ pub trait Backend {
     fn dtype(&self, b: &Self::Buffer) -> DType;
 
     /// out[i, :] = table[ids[i], :] as f32. table `[vocab][dim]`, ids `[n_tokens]` u32, out `[n_tokens][dim]`.
-    fn embed(
-        &self,
-        p: &EmbedParams,
-        table: &Self::Buffer,
-        ids: &Self::Buffer,
-        out: &mut Self::Buffer,
-    ) -> Result<()>;
+    fn embed(&self, p: &EmbedParams, table: &Self::Buffer, ids: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
     /// out[m, n] = x[m, k] . w[n, k]^T (+ bias[n]); f32 accumulation.
     fn matmul(
         &self,
@@ -131,13 +157,7 @@ pub trait Backend {
         out: &mut Self::Buffer,
     ) -> Result<()>;
     /// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w. `[rows][dim]`.
-    fn rmsnorm(
-        &self,
-        p: &RmsnormParams,
-        x: &Self::Buffer,
-        w: &Self::Buffer,
-        out: &mut Self::Buffer,
-    ) -> Result<()>;
+    fn rmsnorm(&self, p: &RmsnormParams, x: &Self::Buffer, w: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
     /// residual += x, then out = rmsnorm(residual) * w (the pre-norm block boundary, fused).
     fn add_rmsnorm(
         &self,
@@ -150,12 +170,7 @@ pub trait Backend {
     /// a[i] += b[i] for i < n.
     fn add(&self, p: &AddParams, a: &mut Self::Buffer, b: &Self::Buffer) -> Result<()>;
     /// gate_up `[rows][2*dim]` (gate | up) -> out `[rows][dim]` = silu(gate) * up.
-    fn silu_mul(
-        &self,
-        p: &SiluMulParams,
-        gate_up: &Self::Buffer,
-        out: &mut Self::Buffer,
-    ) -> Result<()>;
+    fn silu_mul(&self, p: &SiluMulParams, gate_up: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
     /// out[i, :] = src[rows[i], :]; `[n_out][dim]` f32.
     fn gather_rows(
         &self,
@@ -165,37 +180,71 @@ pub trait Backend {
         out: &mut Self::Buffer,
     ) -> Result<()>;
     /// qkv `[n_tokens][(n_heads + 2 n_kv_heads) head_dim]` -> q `[n_tokens][n_heads][head_dim]`
-    /// rotated (rotate-half RoPE at each token's position), k rotated and v written to their slots
-    /// in the pools.
+    /// rotated (rotate-half RoPE at each token's position); each KV head's rotated k and its v go
+    /// to the retrieval pool (`slots`) or the streaming ring (`ring_slots`) per `head_map`, and the
+    /// min/max summary of every touched logical page is made equal to the min/max over the tokens
+    /// it holds (positions are appended in order, so those are offsets up to the last written).
     fn rope_append_kv(
         &self,
         p: &RopeAppendKvParams,
         qkv: &Self::Buffer,
         meta: &RopeAppendMeta<Self>,
         q: &mut Self::Buffer,
-        kv: KvPoolsMut<Self>,
+        kv: LayerKvMut<Self>,
     ) -> Result<()>;
-    /// Causal attention of each sequence's new tokens over its whole cached context (prefix and
-    /// chunk, already appended). q/out `[n_tokens][n_heads][head_dim]`; sequence `s`'s queries are
-    /// rows `q_indptr[s]..q_indptr[s+1]` and sit at the last positions of its `kv_len[s]` tokens.
+    /// Causal attention of each sequence's new tokens over its cached context (prefix and chunk,
+    /// already appended). q/out `[n_tokens][n_heads][head_dim]`; sequence `s`'s queries are rows
+    /// `q_indptr[s]..q_indptr[s+1]` at the last positions of its `kv_len[s]` tokens. Retrieval heads
+    /// see every earlier token (within `window` if set); streaming heads the Lambda mask: keys
+    /// `k <= q` with `k < sink` or `q - k < local`.
     fn prefill_attention(
         &self,
         p: &AttentionParams,
         q: &Self::Buffer,
         q_indptr: &Self::Buffer,
-        kv: KvPools<Self>,
+        kv: LayerKv<Self>,
         meta: &PagedMeta<Self>,
         out: &mut Self::Buffer,
     ) -> Result<()>;
-    /// One query token per sequence (at position kv_len-1) attending only over the logical pages
-    /// listed for its KV head. q/out `[num_seqs][n_heads][head_dim]`.
+    /// One query per sequence (at position kv_len-1): retrieval heads read only the pages
+    /// [`HeadPages`] lists, streaming heads the Lambda mask over their ring. q/out
+    /// `[num_seqs][n_heads][head_dim]`.
     fn sparse_decode_attention(
         &self,
         p: &AttentionParams,
         q: &Self::Buffer,
-        kv: KvPools<Self>,
+        kv: LayerKv<Self>,
         meta: &PagedMeta<Self>,
         pages: &HeadPages<Self>,
+        out: &mut Self::Buffer,
+    ) -> Result<()>;
+    /// Quest page selection for the decode queries q `[num_seqs][n_heads][head_dim]` of the rows
+    /// with `select_mask[s] != 0`: for each retrieval head, score each logical page of pages
+    /// `0..n_pages-1` (the newest page is excluded: attention always reads it) as
+    /// `sum_c max(q_c * max_c, q_c * min_c)`, take the max over the KV head's query heads and over
+    /// a physical page's logical pages, and write the `k_pages` best physical pages (ties to the
+    /// lower index) in ascending order to the row's slot (`seq_slot`). Rows not selected keep
+    /// their previous selection.
+    #[allow(clippy::too_many_arguments)]
+    fn page_select(
+        &self,
+        p: &PageSelectParams,
+        q: &Self::Buffer,
+        kv: LayerKv<Self>,
+        meta: &PagedMeta<Self>,
+        seq_slot: &Self::Buffer,
+        select_mask: &Self::Buffer,
+        out: SelectedMut<Self>,
+    ) -> Result<()>;
+    /// Calibration: for one sequence whose `n_tokens` queries are its last positions, the softmax
+    /// mass each query head puts outside the Lambda mask (sink + local), using the retrieval pool
+    /// for every head (calibration runs dense). out `[n_tokens][n_heads]`.
+    fn lambda_mass(
+        &self,
+        p: &LambdaMassParams,
+        q: &Self::Buffer,
+        kv: LayerKv<Self>,
+        meta: &PagedMeta<Self>,
         out: &mut Self::Buffer,
     ) -> Result<()>;
     /// out[r] = index of the max of row r (lowest index on ties). `[rows][n]` -> `[rows]` u32.

@@ -3,24 +3,15 @@
 
 /// One line per backend: its name and what it found (or why it found nothing).
 pub fn probe_all() -> Vec<(String, Vec<String>)> {
-    let mut out = vec![(
-        "cpu".to_string(),
-        vec![super::cpu::CpuBackend::new().caps_device()],
-    )];
+    let mut out = vec![("cpu".to_string(), vec![super::cpu::CpuBackend::new().caps_device()])];
     #[cfg(feature = "wgpu")]
     out.push(("wgpu".into(), probe_wgpu()));
     #[cfg(not(feature = "wgpu"))]
-    out.push((
-        "wgpu".into(),
-        vec!["not compiled in (build with --features wgpu)".into()],
-    ));
+    out.push(("wgpu".into(), vec!["not compiled in (build with --features wgpu)".into()]));
     #[cfg(feature = "cuda")]
     out.push(("cuda".into(), probe_cuda()));
     #[cfg(not(feature = "cuda"))]
-    out.push((
-        "cuda".into(),
-        vec!["not compiled in (build with --features cuda)".into()],
-    ));
+    out.push(("cuda".into(), vec!["not compiled in (build with --features cuda)".into()]));
     out
 }
 

@@ -9,11 +9,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
-#[command(
-    name = "lserve",
-    version,
-    about = "Long-context LLM inference with unified sparse attention"
-)]
+#[command(name = "lserve", version, about = "Long-context LLM inference with unified sparse attention")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -40,6 +36,47 @@ pub struct ModelArgs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+/// `--config FILE` and the flags that override it (DESIGN.md §5).
+#[derive(Args, Clone, Default)]
+pub struct SparseArgs {
+    /// TOML file with [sparse] and [cache] sections.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Unified sparse attention (streaming heads + page selection).
+    #[arg(long, value_enum)]
+    pub sparse: Option<OnOff>,
+    /// Tokens each retrieval head reads per decode step.
+    #[arg(long)]
+    pub token_budget: Option<usize>,
+    /// Fraction of KV heads that are streaming heads (needs --head-pattern).
+    #[arg(long)]
+    pub streaming_ratio: Option<f32>,
+    /// Head pattern: `lserve calibrate` output (.toml) or DuoAttention full_attention_heads.tsv.
+    #[arg(long)]
+    pub head_pattern: Option<PathBuf>,
+    /// Re-run page selection every C decode steps.
+    #[arg(long)]
+    pub selector_interval: Option<usize>,
+    /// Contexts up to this many tokens skip page selection.
+    #[arg(long)]
+    pub dense_below: Option<usize>,
+    /// Tokens per physical KV page (16..=1024).
+    #[arg(long)]
+    pub physical_page: Option<usize>,
+    /// Tokens per logical page (selection unit; divides the physical page).
+    #[arg(long)]
+    pub logical_page: Option<usize>,
+    /// KV cache size: bytes (2GiB, 512MiB) or a fraction of device memory (0.5).
+    #[arg(long)]
+    pub kv_memory: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
 pub enum Output {
     Text,
     Json,
@@ -49,13 +86,10 @@ pub enum Output {
 pub struct GenerateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub sparse: SparseArgs,
     /// The prompt text.
-    #[arg(
-        long,
-        short = 'p',
-        conflicts_with = "prompt_file",
-        required_unless_present = "prompt_file"
-    )]
+    #[arg(long, short = 'p', conflicts_with = "prompt_file", required_unless_present = "prompt_file")]
     pub prompt: Option<String>,
     /// Read the prompt from a file.
     #[arg(long)]
@@ -91,6 +125,13 @@ pub struct GenerateArgs {
 pub struct ScoreArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub sparse: SparseArgs,
+    /// Within each window, prefill this many tokens and feed the rest as decode steps (so sparse
+    /// decode attention is measured). Default: the whole window by prefill when --sparse is off,
+    /// 512 tokens when it is on.
+    #[arg(long)]
+    pub decode_after: Option<usize>,
     /// The text file to score.
     #[arg(long, short = 'f')]
     pub file: PathBuf,
@@ -105,12 +146,8 @@ pub struct ScoreArgs {
 }
 
 pub fn main() -> ExitCode {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("LSERVE_LOG").unwrap_or_else(|_| "warn".into());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LSERVE_LOG").unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Generate(a) => run::generate(a),

@@ -8,14 +8,15 @@ use indicatif::{ProgressBar, ProgressStyle};
 use lserve::backend::Backend;
 use lserve::backend::cpu::CpuBackend;
 use lserve::chat::ChatMessage;
-use lserve::engine::{DEFAULT_PAGE_SIZE, Engine, GenerateRequest};
+use lserve::engine::{EngineOptions, GenerateRequest, build_engine};
 use lserve::loader::{self, LoadedModel};
 use lserve::model::llama::Llama;
 use lserve::sampling::SamplingParams;
+use lserve::sparse::Config;
 use lserve::tokenizer::StreamDecoder;
 use serde_json::json;
 
-use super::{GenerateArgs, ModelArgs, Output, ScoreArgs};
+use super::{GenerateArgs, ModelArgs, OnOff, Output, ScoreArgs, SparseArgs};
 
 /// The backend a `--device` value names. Only the CPU backend exists so far; asking for another
 /// is refused up front rather than silently falling back.
@@ -26,8 +27,7 @@ enum Device {
 fn parse_device(s: &str) -> Result<Device> {
     let (kind, index) = s.split_once(':').map_or((s, None), |(k, i)| (k, Some(i)));
     if let Some(i) = index {
-        i.parse::<usize>()
-            .with_context(|| format!("--device {s}: `{i}` is not an adapter number"))?;
+        i.parse::<usize>().with_context(|| format!("--device {s}: `{i}` is not an adapter number"))?;
     }
     match kind {
         "auto" | "cpu" if index.is_none() => Ok(Device::Cpu),
@@ -39,6 +39,32 @@ fn parse_device(s: &str) -> Result<Device> {
     }
 }
 
+/// The TOML file (if any) with the flags applied on top, validated.
+pub fn resolve_config(a: &SparseArgs) -> Result<Config> {
+    let mut c = match &a.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    let s = &mut c.sparse;
+    if let Some(v) = a.sparse {
+        s.enabled = v == OnOff::On;
+    }
+    s.token_budget = a.token_budget.unwrap_or(s.token_budget);
+    s.streaming_ratio = a.streaming_ratio.unwrap_or(s.streaming_ratio);
+    s.selector_interval = a.selector_interval.unwrap_or(s.selector_interval);
+    s.dense_below = a.dense_below.unwrap_or(s.dense_below);
+    if a.head_pattern.is_some() {
+        s.head_pattern = a.head_pattern.clone();
+    }
+    c.cache.physical_page = a.physical_page.unwrap_or(c.cache.physical_page);
+    c.cache.logical_page = a.logical_page.unwrap_or(c.cache.logical_page);
+    if a.kv_memory.is_some() {
+        c.cache.kv_memory = a.kv_memory.clone();
+    }
+    c.validate()?;
+    Ok(c)
+}
+
 fn open_model(args: &ModelArgs) -> Result<LoadedModel> {
     let path = lserve::fetch::resolve_model(args.model.as_deref())?;
     Ok(loader::open(&path)?)
@@ -46,19 +72,9 @@ fn open_model(args: &ModelArgs) -> Result<LoadedModel> {
 
 fn load_weights<B: Backend>(be: &B, m: &LoadedModel) -> Result<Llama<B>> {
     let bar = ProgressBar::new(m.config.num_layers as u64);
-    bar.set_style(
-        ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} layers")
-            .expect("valid template"),
-    );
-    bar.set_message(
-        m.path
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-    );
-    let model = Llama::load(be, &m.config, m.weights.as_ref(), |i, _| {
-        bar.set_position(i as u64)
-    });
+    bar.set_style(ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} layers").expect("valid template"));
+    bar.set_message(m.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());
+    let model = Llama::load(be, &m.config, m.weights.as_ref(), |i, _| bar.set_position(i as u64));
     bar.finish_and_clear();
     Ok(model?)
 }
@@ -66,8 +82,9 @@ fn load_weights<B: Backend>(be: &B, m: &LoadedModel) -> Result<Llama<B>> {
 fn prompt_text(a: &GenerateArgs, m: &LoadedModel) -> Result<String> {
     let raw = match (&a.prompt, &a.prompt_file) {
         (Some(p), _) => p.clone(),
-        (None, Some(f)) => std::fs::read_to_string(f)
-            .with_context(|| format!("reading --prompt-file {}", f.display()))?,
+        (None, Some(f)) => {
+            std::fs::read_to_string(f).with_context(|| format!("reading --prompt-file {}", f.display()))?
+        }
         (None, None) => bail!("give --prompt or --prompt-file"),
     };
     if !a.chat {
@@ -75,18 +92,10 @@ fn prompt_text(a: &GenerateArgs, m: &LoadedModel) -> Result<String> {
     }
     let mut msgs = Vec::new();
     if let Some(s) = &a.system {
-        msgs.push(ChatMessage {
-            role: "system".into(),
-            content: s.clone(),
-        });
+        msgs.push(ChatMessage { role: "system".into(), content: s.clone() });
     }
-    msgs.push(ChatMessage {
-        role: "user".into(),
-        content: raw,
-    });
-    Ok(m.template
-        .render(&msgs, true)
-        .map_err(|e| lserve::Error::Template(e.0))?)
+    msgs.push(ChatMessage { role: "user".into(), content: raw });
+    Ok(m.template.render(&msgs, true).map_err(|e| lserve::Error::Template(e.0))?)
 }
 
 fn stop_ids(m: &LoadedModel) -> Vec<u32> {
@@ -99,39 +108,24 @@ fn stop_ids(m: &LoadedModel) -> Vec<u32> {
 
 pub fn generate(a: GenerateArgs) -> Result<()> {
     let Device::Cpu = parse_device(&a.model.device)?;
-    let seed = a.seed.unwrap_or_else(|| {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-    });
-    let sampling = SamplingParams {
-        temperature: a.temperature,
-        top_k: a.top_k,
-        top_p: a.top_p,
-        seed,
-    };
-    sampling
-        .validate()
-        .map_err(|e| anyhow::anyhow!("bad sampling flags: {e}"))?;
+    let config = resolve_config(&a.sparse)?;
+    let seed =
+        a.seed.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64));
+    let sampling = SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed };
+    sampling.validate().map_err(|e| anyhow::anyhow!("bad sampling flags: {e}"))?;
     let m = open_model(&a.model)?;
     let text = prompt_text(&a, &m)?;
-    let prompt = m
-        .tokenizer
-        .encode(&text)
-        .map_err(|e| lserve::Error::Tokenizer(e.0))?;
+    let prompt = m.tokenizer.encode(&text).map_err(|e| lserve::Error::Tokenizer(e.0))?;
     let ctx = m.config.context_len();
     if prompt.len() > ctx {
-        return Err(lserve::Error::PromptTooLong {
-            tokens: prompt.len(),
-            context: ctx,
-        }
-        .into());
+        return Err(lserve::Error::PromptTooLong { tokens: prompt.len(), context: ctx }.into());
     }
     let be = CpuBackend::new();
     let device = be.caps().device.clone();
     let model = load_weights(&be, &m)?;
     let cap = (prompt.len() + a.max_tokens).min(ctx);
-    let mut engine = Engine::new(be, model, cap, DEFAULT_PAGE_SIZE)?;
+    let mut engine = build_engine(be, model, &EngineOptions::new(config, cap))?;
+    tracing::info!("{}", engine.kv_report());
     let req = GenerateRequest {
         prompt: prompt.clone(),
         max_tokens: a.max_tokens,
@@ -145,28 +139,15 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
     let out = engine.generate(&req, &mut |id| {
         if stream {
             let piece = dec.push(id).map_err(|e| lserve::Error::Tokenizer(e.0))?;
-            write!(stdout, "{piece}")
-                .and_then(|_| stdout.flush())
-                .map_err(|e| lserve::Error::io("<stdout>", e))?;
+            write!(stdout, "{piece}").and_then(|_| stdout.flush()).map_err(|e| lserve::Error::io("<stdout>", e))?;
         }
         Ok(())
     })?;
-    let text = m
-        .tokenizer
-        .decode(&out.tokens, false)
-        .map_err(|e| lserve::Error::Tokenizer(e.0))?;
+    let text = m.tokenizer.decode(&out.tokens, false).map_err(|e| lserve::Error::Tokenizer(e.0))?;
     let decode_steps = out.tokens.len().saturating_sub(1);
-    let tps = if out.decode_ms > 0.0 {
-        decode_steps as f64 / (out.decode_ms / 1e3)
-    } else {
-        0.0
-    };
+    let tps = if out.decode_ms > 0.0 { decode_steps as f64 / (out.decode_ms / 1e3) } else { 0.0 };
     if stream {
-        writeln!(
-            stdout,
-            "{}",
-            dec.finish().map_err(|e| lserve::Error::Tokenizer(e.0))?
-        )?;
+        writeln!(stdout, "{}", dec.finish().map_err(|e| lserve::Error::Tokenizer(e.0))?)?;
         eprintln!(
             "[{} prompt tokens, prefill {:.0} ms; {} tokens at {:.1} tok/s; {}]",
             prompt.len(),
@@ -182,6 +163,8 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
             "finish_reason": match out.finish { lserve::engine::FinishReason::Stop => "stop", _ => "length" },
             "prompt_tokens": prompt.len(), "completion_tokens": out.tokens.len(),
             "prefill_ms": out.prefill_ms, "decode_ms": out.decode_ms, "decode_tokens_per_s": tps,
+            "sparse": engine.sparse.enabled, "kv_read_fraction": out.kv_reads.fraction(),
+            "kv_cache_bytes": engine.cache.shape.total_bytes(),
         });
         writeln!(stdout, "{v}")?;
     }
@@ -190,21 +173,13 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
 
 pub fn score(a: ScoreArgs) -> Result<()> {
     let Device::Cpu = parse_device(&a.model.device)?;
-    let bytes =
-        std::fs::read(&a.file).with_context(|| format!("reading --file {}", a.file.display()))?;
-    let text = String::from_utf8(bytes)
-        .map_err(|e| anyhow::anyhow!("{}: not UTF-8 text ({e})", a.file.display()))?;
+    let config = resolve_config(&a.sparse)?;
+    let bytes = std::fs::read(&a.file).with_context(|| format!("reading --file {}", a.file.display()))?;
+    let text = String::from_utf8(bytes).map_err(|e| anyhow::anyhow!("{}: not UTF-8 text ({e})", a.file.display()))?;
     let m = open_model(&a.model)?;
-    let ids = m
-        .tokenizer
-        .encode(&text)
-        .map_err(|e| lserve::Error::Tokenizer(e.0))?;
+    let ids = m.tokenizer.encode(&text).map_err(|e| lserve::Error::Tokenizer(e.0))?;
     if ids.len() < 2 {
-        bail!(
-            "{}: needs at least two tokens to score, has {}",
-            a.file.display(),
-            ids.len()
-        );
+        bail!("{}: needs at least two tokens to score, has {}", a.file.display(), ids.len());
     }
     let ctx = m.config.context_len();
     let window = a.window.unwrap_or(ctx);
@@ -217,8 +192,10 @@ pub fn score(a: ScoreArgs) -> Result<()> {
     }
     let be = CpuBackend::new();
     let model = load_weights(&be, &m)?;
-    let mut engine = Engine::new(be, model, window.min(ids.len()), DEFAULT_PAGE_SIZE)?;
-    let s = engine.score(&ids, window, stride)?;
+    let decode_after = a.decode_after.unwrap_or(if config.sparse.enabled { 512 } else { window });
+    let mut engine = build_engine(be, model, &EngineOptions::new(config, window.min(ids.len())))?;
+    tracing::info!("{}", engine.kv_report());
+    let s = engine.score(&ids, window, stride, decode_after)?;
     match a.output {
         Output::Text => println!(
             "tokens: {}\nscored: {}\nmean_nll: {:.6}\nperplexity: {:.4}",
@@ -230,7 +207,8 @@ pub fn score(a: ScoreArgs) -> Result<()> {
         Output::Json => println!(
             "{}",
             json!({"tokens": s.tokens, "scored": s.scored, "mean_nll": s.mean_nll(), "perplexity": s.perplexity(),
-                   "window": window, "stride": stride})
+                   "window": window, "stride": stride, "decode_after": decode_after,
+                   "sparse": engine.sparse.enabled, "kv_read_fraction": s.kv_reads.fraction()})
         ),
     }
     Ok(())

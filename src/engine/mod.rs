@@ -1,26 +1,34 @@
-//! The engine: a model, its backend and its KV cache, and the two loops the CLI needs —
-//! generation (chunked prefill then token-by-token decode) and scoring (per-token log-likelihood
-//! over windows of the context size).
+//! The engine: a model, its backend, its KV cache and its attention settings, and the loops the
+//! CLI needs — generation (chunked prefill then token-by-token decode with page selection) and
+//! scoring (per-token log-likelihood over windows, optionally through decode steps so sparse
+//! decode attention is what gets measured).
 //!
-//! Invariants: a sequence's pages are reserved before each forward and released when the request
-//! ends, whether it ends well or with an error, so one failed request never leaks cache.
+//! Invariants: a sequence is admitted (slot + streaming ring) before its first forward, pages are
+//! reserved before each forward, and everything is released when the request ends, whether it
+//! ends well or with an error, so one failed request never leaks cache.
+
+mod build;
 
 use std::time::Instant;
 
+pub use build::{EngineOptions, build_engine};
+
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::kv::{CacheShape, KvCache, SeqPages};
-use crate::model::llama::{Llama, Logits, SeqStep};
+use crate::kv::{KvCache, SeqPages};
+use crate::model::llama::{AttnSettings, LayerHook, Llama, Logits, SeqStep};
 use crate::sampling::{Sampler, SamplingParams, log_prob};
+use crate::sparse::{DecodePlan, SparseConfig, plan_decode};
 
 /// Tokens per prefill chunk unless configured otherwise.
 pub const DEFAULT_PREFILL_CHUNK: usize = 512;
-pub const DEFAULT_PAGE_SIZE: usize = 64;
 
 pub struct Engine<B: Backend> {
     pub backend: B,
     pub model: Llama<B>,
     pub cache: KvCache<B>,
+    pub attn: AttnSettings,
+    pub sparse: SparseConfig,
     pub prefill_chunk: usize,
 }
 
@@ -40,12 +48,26 @@ pub enum FinishReason {
     Length,
 }
 
+/// KV tokens decode attention read, against what dense attention would have read.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct KvReads {
+    pub read: u64,
+    pub dense: u64,
+}
+
+impl KvReads {
+    pub fn fraction(&self) -> f64 {
+        if self.dense == 0 { 1.0 } else { self.read as f64 / self.dense as f64 }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct GenerateOutput {
     pub tokens: Vec<u32>,
     pub finish: FinishReason,
     pub prefill_ms: f64,
     pub decode_ms: f64,
+    pub kv_reads: KvReads,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -54,6 +76,7 @@ pub struct ScoreOutput {
     /// Tokens whose log-likelihood was summed (every token after the first).
     pub scored: usize,
     pub nll_sum: f64,
+    pub kv_reads: KvReads,
 }
 
 impl ScoreOutput {
@@ -66,67 +89,89 @@ impl ScoreOutput {
 }
 
 impl<B: Backend> Engine<B> {
-    /// A cache big enough for one sequence of `max_tokens` tokens.
-    pub fn new(backend: B, model: Llama<B>, max_tokens: usize, page_size: usize) -> Result<Self> {
-        let c = &model.cfg;
-        let shape = CacheShape {
-            num_layers: c.num_layers,
-            n_kv_heads: c.num_kv_heads,
-            head_dim: c.head_dim,
-            page_size,
-            num_pages: max_tokens.max(1).div_ceil(page_size),
-        };
-        let cache = KvCache::new(&backend, shape)?;
-        Ok(Engine {
-            backend,
-            model,
-            cache,
-            prefill_chunk: DEFAULT_PREFILL_CHUNK,
-        })
-    }
-
     pub fn context_len(&self) -> usize {
         self.model.cfg.context_len()
     }
 
-    /// Run `tokens` through the model at the end of `seq`, in chunks; returns the logits the
-    /// `want` policy asks for, concatenated over chunks.
-    fn prefill(&mut self, seq: &mut SeqPages, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
-        let mut out = Vec::new();
-        let chunk = self.prefill_chunk.max(1);
-        let n_chunks = tokens.len().div_ceil(chunk);
-        for (i, part) in tokens.chunks(chunk).enumerate() {
-            self.cache.reserve(seq, part.len())?;
-            let logits = match want {
-                Logits::Last if i + 1 < n_chunks => Logits::None,
-                w => w,
-            };
-            let step = [SeqStep {
-                tokens: part,
-                cache: seq,
-                logits,
-            }];
-            out.extend(self.model.forward(&self.backend, &mut self.cache, &step)?);
-            seq.len += part.len();
-        }
-        Ok(out)
+    /// Tokens one sequence can hold in this cache.
+    pub fn capacity(&self) -> usize {
+        self.cache.shape.num_pages * self.cache.shape.page_size
     }
 
     fn check_fits(&self, tokens: usize) -> Result<()> {
         let ctx = self.context_len();
         if tokens > ctx {
-            return Err(Error::PromptTooLong {
-                tokens,
-                context: ctx,
-            });
+            return Err(Error::PromptTooLong { tokens, context: ctx });
         }
-        let cap = self.cache.shape.num_pages * self.cache.shape.page_size;
-        if tokens > cap {
+        if tokens > self.capacity() {
             return Err(Error::OutOfPages(format!(
-                "{tokens} tokens need more than the {cap}-token cache"
+                "{tokens} tokens need more than the {}-token KV cache",
+                self.capacity()
             )));
         }
         Ok(())
+    }
+
+    /// One forward of `tokens` at the end of `seq`: reserves pages, plans decode sparsity, and
+    /// advances `seq.len`.
+    pub fn step(
+        &mut self,
+        seq: &mut SeqPages,
+        tokens: &[u32],
+        logits: Logits,
+        hook: Option<LayerHook<B>>,
+    ) -> Result<Vec<f32>> {
+        self.cache.reserve(seq, tokens.len())?;
+        let ps = self.cache.shape.page_size;
+        let plan = if tokens.len() == 1 {
+            plan_decode(&self.sparse, seq, seq.len + 1, ps)
+        } else {
+            DecodePlan { select: false, tail_start: 0 }
+        };
+        let step = [SeqStep { tokens, cache: seq, logits, plan }];
+        let out = self.model.forward(&self.backend, &mut self.cache, &self.attn, &step, hook)?;
+        seq.len += tokens.len();
+        Ok(out)
+    }
+
+    /// Chunked prefill of `tokens` at the end of `seq`; `on_logits` sees each chunk's logits.
+    fn prefill(
+        &mut self,
+        seq: &mut SeqPages,
+        tokens: &[u32],
+        want: Logits,
+        on_logits: &mut dyn FnMut(&[f32]),
+    ) -> Result<()> {
+        let chunk = self.prefill_chunk.max(1);
+        let n_chunks = tokens.len().div_ceil(chunk);
+        for (i, part) in tokens.chunks(chunk).enumerate() {
+            let logits = match want {
+                Logits::Last if i + 1 < n_chunks => Logits::None,
+                w => w,
+            };
+            let out = self.step(seq, part, logits, None)?;
+            on_logits(&out);
+        }
+        Ok(())
+    }
+
+    /// What a decode step at `seq` (after its step) read, per the plan it ran with.
+    fn count_reads(&self, seq: &SeqPages, reads: &mut KvReads) {
+        let s = &self.cache.shape;
+        let len = seq.len as u64;
+        let lambda = len.min((self.attn.sink + self.attn.local) as u64);
+        let ps = s.page_size as u64;
+        for l in 0..s.num_layers {
+            let retrieval = match seq.sel_tail {
+                Some(tail) if !self.attn.dense_layer[l] => {
+                    let selected = (self.attn.k_pages as u64).min(tail as u64);
+                    selected * ps + len - tail as u64 * ps
+                }
+                _ => len,
+            };
+            reads.read += s.layout.n_ret(l) as u64 * retrieval + s.layout.n_str(l) as u64 * lambda;
+            reads.dense += s.n_kv_heads as u64 * len;
+        }
     }
 
     /// Generate; `on_token` sees each token as it is sampled (for streaming).
@@ -141,14 +186,11 @@ impl<B: Backend> Engine<B> {
         req.sampling.validate().map_err(Error::InvalidArgument)?;
         let ctx = self.context_len();
         if req.prompt.len() > ctx {
-            return Err(Error::PromptTooLong {
-                tokens: req.prompt.len(),
-                context: ctx,
-            });
+            return Err(Error::PromptTooLong { tokens: req.prompt.len(), context: ctx });
         }
         let budget = req.max_tokens.min(ctx - req.prompt.len());
         self.check_fits(req.prompt.len() + budget)?;
-        let mut seq = SeqPages::default();
+        let mut seq = self.cache.admit()?;
         let result = self.generate_inner(req, budget, &mut seq, on_token);
         self.cache.release(&mut seq)?;
         result
@@ -163,11 +205,15 @@ impl<B: Backend> Engine<B> {
     ) -> Result<GenerateOutput> {
         let mut sampler = Sampler::new(req.sampling.clone());
         let t0 = Instant::now();
-        let mut logits = self.prefill(seq, &req.prompt, Logits::Last)?;
+        let mut logits = vec![];
+        self.prefill(seq, &req.prompt, Logits::Last, &mut |l| {
+            if !l.is_empty() {
+                logits = l.to_vec()
+            }
+        })?;
         let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
         let t1 = Instant::now();
-        let mut tokens = Vec::new();
-        let mut finish = FinishReason::Length;
+        let (mut tokens, mut finish, mut kv_reads) = (Vec::new(), FinishReason::Length, KvReads::default());
         while tokens.len() < budget {
             let next = sampler.sample(&logits).map_err(Error::InvalidArgument)?;
             tokens.push(next);
@@ -179,57 +225,74 @@ impl<B: Backend> Engine<B> {
             if tokens.len() == budget {
                 break;
             }
-            logits = self.prefill(seq, &[next], Logits::Last)?;
+            logits = self.step(seq, &[next], Logits::Last, None)?;
+            self.count_reads(seq, &mut kv_reads);
         }
         let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
-        Ok(GenerateOutput {
-            tokens,
-            finish,
-            prefill_ms,
-            decode_ms,
-        })
+        Ok(GenerateOutput { tokens, finish, prefill_ms, decode_ms, kv_reads })
     }
 
-    /// Mean negative log-likelihood of every token after the first. Texts longer than the
-    /// context are scored in windows of `window` tokens advancing by `stride`: each window after
-    /// the first scores only its last `stride` tokens, which therefore see `window - stride`
-    /// tokens of context (the Hugging Face perplexity recipe).
-    pub fn score(&mut self, ids: &[u32], window: usize, stride: usize) -> Result<ScoreOutput> {
+    /// Mean negative log-likelihood of every token after the first. Texts longer than `window`
+    /// are scored in windows advancing by `stride`: each window after the first scores only its
+    /// new tokens, which see `window - stride` tokens of context (the Hugging Face recipe). Within
+    /// a window the first `decode_after` tokens are prefilled and the rest fed one at a time as
+    /// decode steps, so that sparse decode attention (page selection, streaming heads) is what
+    /// the score measures; `decode_after >= window` scores by prefill alone.
+    pub fn score(&mut self, ids: &[u32], window: usize, stride: usize, decode_after: usize) -> Result<ScoreOutput> {
         if ids.len() < 2 {
-            return Err(Error::InvalidArgument(
-                "scoring needs at least two tokens".into(),
-            ));
+            return Err(Error::InvalidArgument("scoring needs at least two tokens".into()));
         }
         if window < 2 || stride == 0 || stride > window {
-            return Err(Error::InvalidArgument(format!(
-                "bad window {window} / stride {stride}"
-            )));
+            return Err(Error::InvalidArgument(format!("bad window {window} / stride {stride}")));
         }
         self.check_fits(window.min(ids.len()))?;
-        let vocab = self.model.cfg.vocab_size;
-        let (mut nll_sum, mut scored, mut start, mut done) = (0f64, 0usize, 0usize, 1usize);
+        let mut out = ScoreOutput { tokens: ids.len(), scored: 0, nll_sum: 0.0, kv_reads: KvReads::default() };
+        let (mut start, mut done) = (0usize, 1usize);
         loop {
             let end = (start + window).min(ids.len());
-            let mut seq = SeqPages::default();
-            let logits = self.prefill(&mut seq, &ids[start..end], Logits::All);
+            let mut seq = self.cache.admit()?;
+            let r = self.score_window(&mut seq, &ids[start..end], done.max(start + 1) - start, decode_after, &mut out);
             self.cache.release(&mut seq)?;
-            let logits = logits?;
-            // Target t is predicted by the logits of position t - 1.
-            for t in done.max(start + 1)..end {
-                let row = &logits[(t - 1 - start) * vocab..(t - start) * vocab];
-                nll_sum -= log_prob(row, ids[t]);
-                scored += 1;
-            }
+            r?;
             done = end;
             if end == ids.len() {
                 break;
             }
             start = (end + stride).min(ids.len()).saturating_sub(window);
         }
-        Ok(ScoreOutput {
-            tokens: ids.len(),
-            scored,
-            nll_sum,
-        })
+        Ok(out)
+    }
+
+    /// Score targets `first_target..` of one window (indices within `ids`).
+    fn score_window(
+        &mut self,
+        seq: &mut SeqPages,
+        ids: &[u32],
+        first_target: usize,
+        decode_after: usize,
+        out: &mut ScoreOutput,
+    ) -> Result<()> {
+        let vocab = self.model.cfg.vocab_size;
+        let split = decode_after.clamp(1, ids.len());
+        // Logits row at position p predicts ids[p + 1].
+        let add = |out: &mut ScoreOutput, p: usize, row: &[f32]| {
+            if p + 1 >= first_target && p + 1 < ids.len() {
+                out.nll_sum -= log_prob(row, ids[p + 1]);
+                out.scored += 1;
+            }
+        };
+        let mut pos = 0;
+        self.prefill(seq, &ids[..split], Logits::All, &mut |logits| {
+            for row in logits.chunks(vocab) {
+                add(out, pos, row);
+                pos += 1;
+            }
+        })?;
+        for p in split..ids.len() - 1 {
+            let row = self.step(seq, &ids[p..p + 1], Logits::Last, None)?;
+            self.count_reads(seq, &mut out.kv_reads);
+            add(out, p, &row);
+        }
+        Ok(())
     }
 }

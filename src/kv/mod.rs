@@ -1,145 +1,295 @@
-//! Paged KV cache: per-layer K and V pools of fixed-size physical pages, a free list, and
-//! per-sequence page tables.
+//! Hierarchical paged KV cache (DESIGN.md §4, docs/kv-cache.md).
 //!
-//! Layout per layer (HND, DESIGN.md §4): `[page][kv_head][token][head_dim]`, K and V in separate
-//! pools, so one head's tokens of one page are contiguous. A sequence's tokens live in its pages in
-//! logical order: position `p` is token `p % page_size` of page `table[p / page_size]`.
+//! Per layer:
+//! - retrieval pool: K and V `[page][n_ret][page_size][head_dim]` (HND) for the layer's retrieval
+//!   heads, shared by all sequences through per-sequence page tables;
+//! - summaries: `[page][n_ret][page_size / logical_page][2][head_dim]`, the channel-wise min and max
+//!   of the rotated keys of each logical page (Quest's page bound), kept by `rope_append_kv`;
+//! - streaming pool: K and V `[str_page][n_str][page_size][head_dim]` for the streaming heads. Each
+//!   sequence owns a fixed ring of `ring_tokens / page_size` of these pages: positions below `sink`
+//!   stay put, later ones cycle through the rest ([`ring_index`]), so a streaming head's memory is
+//!   constant however long the sequence grows.
+//! - selection: `[slot][n_ret][sel_stride]` selected pages and `[slot][n_ret]` counts, written on
+//!   the device by `page_select` and reused between selections.
 //!
-//! Invariants: a page is either on the free list or owned by exactly one sequence; `num_free() +
-//! pages owned = num_pages` at all times; allocation is all-or-nothing (a failed `reserve` leaves
-//! the sequence and the free list unchanged) and returns an error the scheduler can act on.
-//! The accounting here is host-side only; pools are backend buffers.
+//! Invariants: every page, streaming page and slot is owned by at most one sequence; a failed
+//! `admit`/`reserve` changes nothing; `release` returns everything a sequence held. The ring holds
+//! `sink + local + chunk` tokens at least, so a prefill chunk never overwrites a key that one of
+//! its own queries still needs.
 
-use crate::backend::{Backend, DType};
+pub mod alloc;
+
+pub use alloc::PageAllocator;
+
+use crate::backend::{Backend, DType, LayerKv, LayerKvMut, STREAMING_BIT};
 use crate::error::{Error, Result};
 
-/// The free list. Pages are handed out lowest id first, which keeps tests exact.
-#[derive(Clone, Debug)]
-pub struct PageAllocator {
-    free: Vec<u32>,
-    used: Vec<bool>,
+/// Which KV heads of each layer are streaming heads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeadLayout {
+    /// `[layer][kv_head]`: true = streaming.
+    pub streaming: Vec<Vec<bool>>,
 }
 
-impl PageAllocator {
-    pub fn new(num_pages: usize) -> Self {
-        PageAllocator {
-            free: (0..num_pages as u32).rev().collect(),
-            used: vec![false; num_pages],
-        }
+impl HeadLayout {
+    pub fn all_retrieval(num_layers: usize, n_kv: usize) -> Self {
+        HeadLayout { streaming: vec![vec![false; n_kv]; num_layers] }
     }
-    pub fn num_pages(&self) -> usize {
-        self.used.len()
+    pub fn n_str(&self, layer: usize) -> usize {
+        self.streaming[layer].iter().filter(|&&s| s).count()
     }
-    pub fn num_free(&self) -> usize {
-        self.free.len()
+    pub fn n_ret(&self, layer: usize) -> usize {
+        self.streaming[layer].len() - self.n_str(layer)
     }
-    /// `n` pages, or None (and nothing taken) if fewer are free.
-    pub fn alloc(&mut self, n: usize) -> Option<Vec<u32>> {
-        if n > self.free.len() {
-            return None;
-        }
-        let pages = self.free.split_off(self.free.len() - n);
-        let pages: Vec<u32> = pages.into_iter().rev().collect();
-        pages.iter().for_each(|&p| self.used[p as usize] = true);
-        Some(pages)
+    pub fn any_streaming(&self) -> bool {
+        self.streaming.iter().flatten().any(|&s| s)
     }
-    /// Return pages to the free list; a page that is not in use is a logic error reported as Err.
-    pub fn release(&mut self, pages: &[u32]) -> Result<()> {
-        if let Some(&p) = pages
+    /// `head_map` of a layer: `STREAMING_BIT | i` for the i-th streaming head, else `i`.
+    pub fn head_map(&self, layer: usize) -> Vec<u32> {
+        let (mut r, mut s) = (0u32, 0u32);
+        self.streaming[layer]
             .iter()
-            .find(|&&p| !self.used.get(p as usize).copied().unwrap_or(false))
-        {
-            return Err(Error::OutOfPages(format!(
-                "page {p} released twice or never allocated"
-            )));
-        }
-        pages.iter().for_each(|&p| self.used[p as usize] = false);
-        self.free.extend(pages.iter().rev());
-        self.free.sort_unstable_by(|a, b| b.cmp(a));
-        Ok(())
+            .map(|&st| {
+                let v = if st { STREAMING_BIT | s } else { r };
+                if st {
+                    s += 1
+                } else {
+                    r += 1
+                }
+                v
+            })
+            .collect()
     }
-}
-
-/// One sequence's page table and length.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SeqPages {
-    pub pages: Vec<u32>,
-    /// Tokens stored.
-    pub len: usize,
 }
 
 /// Geometry of the cache.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct CacheShape {
     pub num_layers: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
     pub page_size: usize,
+    pub logical_page: usize,
+    /// Retrieval pool pages (per layer).
     pub num_pages: usize,
+    /// Sequences that can hold cache at once (slots and rings).
+    pub max_seqs: usize,
+    /// Tokens of streaming ring per sequence; a multiple of page_size (0 without streaming heads).
+    pub ring_tokens: usize,
+    /// Streaming tokens that never leave the ring.
+    pub sink: usize,
+    /// Selected pages kept per (slot, retrieval head).
+    pub sel_stride: usize,
+    pub layout: HeadLayout,
+    pub kv_dtype: DType,
 }
 
 impl CacheShape {
-    /// Bytes of K+V for one page across all layers at `dtype`.
-    pub fn page_bytes(&self, dtype: DType) -> usize {
-        2 * self.num_layers * self.n_kv_heads * self.page_size * self.head_dim * dtype.size()
+    pub fn ring_pages(&self) -> usize {
+        self.ring_tokens / self.page_size
+    }
+    fn ret_heads(&self) -> usize {
+        (0..self.num_layers).map(|l| self.layout.n_ret(l)).sum()
+    }
+    fn str_heads(&self) -> usize {
+        (0..self.num_layers).map(|l| self.layout.n_str(l)).sum()
+    }
+    /// Bytes of one retrieval page across all layers: K+V plus its f32 summaries.
+    pub fn page_bytes(&self) -> usize {
+        let kv = 2 * self.page_size * self.head_dim * self.kv_dtype.size();
+        let summary = 2 * (self.page_size / self.logical_page) * self.head_dim * 4;
+        self.ret_heads() * (kv + summary)
+    }
+    /// Bytes of one sequence's streaming ring across all layers.
+    pub fn ring_bytes(&self) -> usize {
+        self.str_heads() * 2 * self.ring_tokens * self.head_dim * self.kv_dtype.size()
+    }
+    /// Total bytes of the cache's pools.
+    pub fn total_bytes(&self) -> usize {
+        self.num_pages * self.page_bytes() + self.max_seqs * self.ring_bytes()
+    }
+    /// KV bytes one sequence of `tokens` tokens holds (retrieval pages + its ring).
+    pub fn seq_bytes(&self, tokens: usize) -> usize {
+        tokens.div_ceil(self.page_size) * self.page_bytes() + self.ring_bytes()
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(m));
+        if !(16..=1024).contains(&self.page_size) {
+            return bad(format!("physical page {} must be between 16 and 1024 tokens", self.page_size));
+        }
+        if self.logical_page == 0 || !self.page_size.is_multiple_of(self.logical_page) {
+            return bad(format!("logical page {} must divide the physical page {}", self.logical_page, self.page_size));
+        }
+        if self.num_pages == 0 || self.max_seqs == 0 {
+            return bad("the KV cache needs at least one page and one sequence".into());
+        }
+        if (self.num_pages * self.page_size) as u64 > u32::MAX as u64 {
+            return bad(format!("{} pages of {} tokens overflow 32-bit slots", self.num_pages, self.page_size));
+        }
+        if self.layout.any_streaming()
+            && (!self.ring_tokens.is_multiple_of(self.page_size) || self.ring_tokens <= self.sink)
+        {
+            return bad(format!("ring of {} tokens cannot hold {} sink tokens", self.ring_tokens, self.sink));
+        }
+        Ok(())
+    }
+}
+
+/// Place of position `pos` in a ring of `ring_tokens` whose first `sink` tokens never move.
+pub fn ring_index(pos: usize, sink: usize, ring_tokens: usize) -> usize {
+    if pos < sink { pos } else { sink + (pos - sink) % (ring_tokens - sink) }
+}
+
+/// One sequence's hold on the cache.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SeqPages {
+    /// Retrieval pages in logical order.
+    pub pages: Vec<u32>,
+    /// Tokens stored.
+    pub len: usize,
+    /// Streaming ring pages (empty without streaming heads).
+    pub ring: Vec<u32>,
+    /// Slot of this sequence in the per-slot selection buffers.
+    pub slot: u32,
+    /// Pages from this index on are read in full by decode (the selection's tail); None until a
+    /// selection has run.
+    pub sel_tail: Option<u32>,
+    /// Decode steps since the last selection.
+    pub steps_since_select: usize,
+    /// Set by `admit`; a sequence that was never admitted (or already released) holds nothing.
+    pub admitted: bool,
+}
+
+/// One layer's buffers.
+pub struct LayerStore<B: Backend> {
+    pub k: B::Buffer,
+    pub v: B::Buffer,
+    pub summary: B::Buffer,
+    pub sk: B::Buffer,
+    pub sv: B::Buffer,
+    pub head_map: B::Buffer,
+    pub selected: B::Buffer,
+    pub counts: B::Buffer,
+}
+
+impl<B: Backend> LayerStore<B> {
+    pub fn view(&self) -> LayerKv<'_, B> {
+        LayerKv { k: &self.k, v: &self.v, summary: &self.summary, sk: &self.sk, sv: &self.sv, head_map: &self.head_map }
+    }
+    pub fn view_mut(&mut self) -> LayerKvMut<'_, B> {
+        LayerKvMut {
+            k: &mut self.k,
+            v: &mut self.v,
+            summary: &mut self.summary,
+            sk: &mut self.sk,
+            sv: &mut self.sv,
+            head_map: &self.head_map,
+        }
     }
 }
 
 pub struct KvCache<B: Backend> {
     pub shape: CacheShape,
-    /// (K pool, V pool) per layer.
-    pub layers: Vec<(B::Buffer, B::Buffer)>,
+    pub layers: Vec<LayerStore<B>>,
     pub alloc: PageAllocator,
+    pub str_alloc: PageAllocator,
+    free_slots: Vec<u32>,
 }
 
 impl<B: Backend> KvCache<B> {
-    pub fn new(backend: &B, shape: CacheShape) -> Result<Self> {
-        if shape.page_size == 0
-            || shape.num_pages == 0
-            || shape.num_pages > u32::MAX as usize / shape.page_size
-        {
+    pub fn new(be: &B, shape: CacheShape) -> Result<Self> {
+        shape.validate()?;
+        if !be.caps().kv_dtypes.contains(&shape.kv_dtype) {
             return Err(Error::InvalidArgument(format!(
-                "bad KV cache shape {shape:?}"
+                "KV dtype {:?} is not supported by the {} backend (supported: {:?})",
+                shape.kv_dtype,
+                be.caps().name,
+                be.caps().kv_dtypes
             )));
         }
-        let dtype = backend.caps().kv_dtypes[0];
-        let len = shape.num_pages * shape.n_kv_heads * shape.page_size * shape.head_dim;
-        let layers = (0..shape.num_layers)
-            .map(|_| Ok((backend.alloc(dtype, len)?, backend.alloc(dtype, len)?)))
-            .collect::<Result<Vec<_>>>()?;
+        let (ps, hd) = (shape.page_size, shape.head_dim);
+        let num_str_pages = shape.max_seqs * shape.ring_pages();
+        let mut layers = Vec::with_capacity(shape.num_layers);
+        for l in 0..shape.num_layers {
+            let (n_ret, n_str) = (shape.layout.n_ret(l), shape.layout.n_str(l));
+            let a = |dt: DType, n: usize| be.alloc(dt, n.max(1));
+            let ret = shape.num_pages * n_ret * ps * hd;
+            let strm = num_str_pages * n_str * ps * hd;
+            layers.push(LayerStore {
+                k: a(shape.kv_dtype, ret)?,
+                v: a(shape.kv_dtype, ret)?,
+                summary: a(DType::F32, shape.num_pages * n_ret * (ps / shape.logical_page) * 2 * hd)?,
+                sk: a(shape.kv_dtype, strm)?,
+                sv: a(shape.kv_dtype, strm)?,
+                head_map: be.upload_u32(&shape.layout.head_map(l))?,
+                selected: a(DType::U32, shape.max_seqs * n_ret * shape.sel_stride)?,
+                counts: be.upload_u32(&vec![0; (shape.max_seqs * n_ret).max(1)])?,
+            });
+        }
         Ok(KvCache {
-            shape,
-            layers,
             alloc: PageAllocator::new(shape.num_pages),
+            str_alloc: PageAllocator::new(num_str_pages),
+            free_slots: (0..shape.max_seqs as u32).rev().collect(),
+            layers,
+            shape,
         })
+    }
+
+    pub fn num_str_pages(&self) -> usize {
+        self.str_alloc.num_pages()
+    }
+
+    /// Take a slot and a streaming ring for a new sequence; all or nothing.
+    pub fn admit(&mut self) -> Result<SeqPages> {
+        let slot = self.free_slots.pop().ok_or_else(|| Error::OutOfPages("no free sequence slot".into()))?;
+        let ring_pages = if self.shape.layout.any_streaming() { self.shape.ring_pages() } else { 0 };
+        let Some(ring) = self.str_alloc.alloc(ring_pages) else {
+            self.free_slots.push(slot);
+            return Err(Error::OutOfPages("no free streaming ring".into()));
+        };
+        Ok(SeqPages { slot, ring, admitted: true, ..SeqPages::default() })
     }
 
     /// Make room for `n` more tokens in `seq` (allocating pages as needed); all or nothing.
     pub fn reserve(&mut self, seq: &mut SeqPages, n: usize) -> Result<()> {
-        let need = (seq.len + n)
-            .div_ceil(self.shape.page_size)
-            .saturating_sub(seq.pages.len());
-        let got = self.alloc.alloc(need).ok_or_else(|| {
-            Error::OutOfPages(format!(
-                "{need} pages needed, {} free",
-                self.alloc.num_free()
-            ))
-        })?;
+        let need = (seq.len + n).div_ceil(self.shape.page_size).saturating_sub(seq.pages.len());
+        let got = self
+            .alloc
+            .alloc(need)
+            .ok_or_else(|| Error::OutOfPages(format!("{need} pages needed, {} free", self.alloc.num_free())))?;
         seq.pages.extend(got);
         Ok(())
     }
 
-    /// Physical slots for positions `start..start+n` of `seq` (pages must be reserved).
+    /// Retrieval-pool slots for positions `start..start+n` of `seq` (pages must be reserved).
     pub fn slots(&self, seq: &SeqPages, start: usize, n: usize) -> Vec<u32> {
         let ps = self.shape.page_size;
+        (start..start + n).map(|p| seq.pages[p / ps] * ps as u32 + (p % ps) as u32).collect()
+    }
+
+    /// Streaming-pool slots for positions `start..start+n` (0 when the model has no streaming heads).
+    pub fn ring_slots(&self, seq: &SeqPages, start: usize, n: usize) -> Vec<u32> {
+        if seq.ring.is_empty() {
+            return vec![0; n];
+        }
+        let ps = self.shape.page_size;
         (start..start + n)
-            .map(|p| seq.pages[p / ps] * ps as u32 + (p % ps) as u32)
+            .map(|p| {
+                let r = ring_index(p, self.shape.sink, self.shape.ring_tokens);
+                seq.ring[r / ps] * ps as u32 + (r % ps) as u32
+            })
             .collect()
     }
 
-    /// Give a finished sequence's pages back.
+    /// Give a finished sequence's pages, ring and slot back.
     pub fn release(&mut self, seq: &mut SeqPages) -> Result<()> {
         self.alloc.release(&seq.pages)?;
+        self.str_alloc.release(&seq.ring)?;
+        if seq.admitted {
+            self.free_slots.push(seq.slot);
+            self.free_slots.sort_unstable_by(|a, b| b.cmp(a));
+        }
         *seq = SeqPages::default();
         Ok(())
     }

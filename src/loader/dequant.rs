@@ -177,11 +177,7 @@ pub enum DequantError {
 }
 
 fn bad_length(ty: GgmlType, elements: usize, bytes: usize) -> DequantError {
-    DequantError::BadLength {
-        ty,
-        elements,
-        bytes,
-    }
+    DequantError::BadLength { ty, elements, bytes }
 }
 
 impl fmt::Display for DequantError {
@@ -189,19 +185,12 @@ impl fmt::Display for DequantError {
         use DequantError::*;
         let (ty, n, got) = match *self {
             Unsupported(ty) => return write!(f, "dequantizing {ty} is not supported"),
-            BadLength {
-                ty,
-                elements,
-                bytes,
-            } => (ty, elements, bytes),
+            BadLength { ty, elements, bytes } => (ty, elements, bytes),
         };
         let bs = ty.block_size();
         match ty.bytes_for(n) {
             Ok(need) => write!(f, "{ty}: {n} elements need {need} bytes, got {got}"),
-            Err(_) => write!(
-                f,
-                "{ty}: {n} elements is not a multiple of the block size {bs}"
-            ),
+            Err(_) => write!(f, "{ty}: {n} elements is not a multiple of the block size {bs}"),
         }
     }
 }
@@ -224,11 +213,7 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), Dequ
 /// Runs `f` over each `B`-byte block of `data` and its `N` outputs.
 /// The caller has checked that the lengths are whole, matching blocks.
 #[inline]
-fn blocks<const B: usize, const N: usize>(
-    data: &[u8],
-    out: &mut [f32],
-    f: impl Fn(&[u8; B], &mut [f32; N]),
-) {
+fn blocks<const B: usize, const N: usize>(data: &[u8], out: &mut [f32], f: impl Fn(&[u8; B], &mut [f32; N])) {
     let (bs, _) = data.as_chunks::<B>();
     let (ys, _) = out.as_chunks_mut::<N>();
     debug_assert_eq!(bs.len(), ys.len());
@@ -399,10 +384,7 @@ fn get_scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        (
-            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
+        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
     }
 }
 
@@ -722,16 +704,11 @@ mod tests {
         let mut got = vec![f32::NAN; want.len()];
         dequantize(ty, bytes, &mut got).unwrap();
         for (i, (g, w)) in got.iter().zip(want).enumerate() {
-            assert!(
-                g == w || (g.is_nan() && w.is_nan()),
-                "{ty} element {i}: got {g}, want {w}"
-            );
+            assert!(g == w || (g.is_nan() && w.is_nan()), "{ty} element {i}: got {g}, want {w}");
         }
     }
 
-    const QUANTS: [GgmlType; 11] = [
-        Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K,
-    ];
+    const QUANTS: [GgmlType; 11] = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K];
 
     #[test]
     fn quants_fixed_pattern() {
@@ -790,21 +767,16 @@ mod tests {
     #[test]
     fn floats() {
         let mut rng = Rng::new("floats");
-        let halves: Vec<u16> = [
-            0x3C00, 0xC000, 0x3800, 0x7BFF, 0x0001, 0x8000, 0x7C00, 0xFC00,
-        ]
-        .into_iter()
-        .chain((0..1000).map(|_| rng.next() as u16))
-        .collect();
+        let halves: Vec<u16> = [0x3C00, 0xC000, 0x3800, 0x7BFF, 0x0001, 0x8000, 0x7C00, 0xFC00]
+            .into_iter()
+            .chain((0..1000).map(|_| rng.next() as u16))
+            .collect();
         let bytes: Vec<u8> = halves.iter().flat_map(|h| h.to_le_bytes()).collect();
         let want: Vec<f32> = halves.iter().map(|&h| f16_by_hand(h)).collect();
         assert_eq!(&want[..4], [1.0, -2.0, 0.5, 65504.0]);
         check(F16, &bytes, &want);
         check(F16, &bytes[2..], &want[1..]);
-        let want: Vec<f32> = halves
-            .iter()
-            .map(|&h| f32::from_bits(u32::from(h) << 16))
-            .collect();
+        let want: Vec<f32> = halves.iter().map(|&h| f32::from_bits(u32::from(h) << 16)).collect();
         assert_eq!(&want[..3], [2f32.powi(-7), -2.0, 2f32.powi(-15)]);
         check(BF16, &bytes, &want);
         let singles: Vec<f32> = [1.0, -2.5, 0.0, f32::MAX, f32::MIN_POSITIVE]
@@ -826,29 +798,20 @@ mod tests {
             (Q8_K, 15, 256, 292),
         ];
         for (ty, id, bs, ts) in table {
-            assert_eq!(
-                (ty.id(), ty.block_size(), ty.type_size()),
-                (id, bs, ts),
-                "{ty}"
-            );
+            assert_eq!((ty.id(), ty.block_size(), ty.type_size()), (id, bs, ts), "{ty}");
             assert_eq!(GgmlType::from_id(id), Some(ty));
             assert!(ty.can_dequantize());
         }
         assert_eq!(Q4_K.bytes_for(512), Ok(288));
         assert_eq!(F16.bytes_for(3), Ok(6));
         assert_eq!(Q6_K.bytes_for(0), Ok(0));
-        assert_eq!(
-            (Q4_K.name(), IQ2_XXS.to_string().as_str()),
-            ("Q4_K", "IQ2_XXS")
-        );
+        assert_eq!((Q4_K.name(), IQ2_XXS.to_string().as_str()), ("Q4_K", "IQ2_XXS"));
         let mut names = std::collections::HashSet::new();
         for &ty in ALL_TYPES {
             assert_eq!(GgmlType::from_id(ty.id()), Some(ty));
             assert!(names.insert(ty.name()), "duplicate name {ty}");
         }
-        let known = (0..64)
-            .filter(|&id| GgmlType::from_id(id).is_some())
-            .count();
+        let known = (0..64).filter(|&id| GgmlType::from_id(id).is_some()).count();
         assert_eq!(known, ALL_TYPES.len());
         for id in [4, 5, 31, 32, 33, 36, 37, 38, 40, 1000, u32::MAX] {
             assert_eq!(GgmlType::from_id(id), None, "id {id}");
@@ -864,15 +827,10 @@ mod tests {
         let mut out = [0f32; 64];
         assert_eq!(dequantize(Q4_0, &[0; 35], &mut out), Err(bad(Q4_0, 64, 35)));
         assert_eq!(dequantize(Q4_0, &[0; 37], &mut out), Err(bad(Q4_0, 64, 37)));
-        assert_eq!(
-            dequantize(Q4_0, &[0; 36], &mut out[..40]),
-            Err(bad(Q4_0, 40, 36))
-        );
+        assert_eq!(dequantize(Q4_0, &[0; 36], &mut out[..40]), Err(bad(Q4_0, 40, 36)));
         assert_eq!(dequantize(F32, &[0; 7], &mut out[..2]), Err(bad(F32, 2, 7)));
         assert_eq!(dequantize(Q6_K, &[], &mut []), Ok(()));
-        let msg = dequantize(Q4_0, &[0; 17], &mut out[..32])
-            .unwrap_err()
-            .to_string();
+        let msg = dequantize(Q4_0, &[0; 17], &mut out[..32]).unwrap_err().to_string();
         assert!(msg.contains("18 bytes") && msg.contains("17"), "{msg}");
         assert!(Q4_K.bytes_for(100).unwrap_err().to_string().contains("256"));
     }

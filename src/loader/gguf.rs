@@ -128,8 +128,7 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], String> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
-        let end =
-            end.ok_or_else(|| format!("truncated at byte {} (wanted {n} more bytes)", self.pos))?;
+        let end = end.ok_or_else(|| format!("truncated at byte {} (wanted {n} more bytes)", self.pos))?;
         let s = &self.buf[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -148,18 +147,14 @@ impl<'a> Reader<'a> {
         let n = self.u64()?;
         let left = (self.buf.len() - self.pos) as u64;
         if n.saturating_mul(min_item as u64) > left {
-            return Err(format!(
-                "{what} count {n} at byte {} exceeds the file size",
-                self.pos - 8
-            ));
+            return Err(format!("{what} count {n} at byte {} exceeds the file size", self.pos - 8));
         }
         Ok(n as usize)
     }
     fn string(&mut self) -> std::result::Result<String, String> {
         let n = self.count(1, "string length")?;
         let bytes = self.take(n)?;
-        String::from_utf8(bytes.to_vec())
-            .map_err(|_| format!("invalid UTF-8 string at byte {}", self.pos - n))
+        String::from_utf8(bytes.to_vec()).map_err(|_| format!("invalid UTF-8 string at byte {}", self.pos - n))
     }
 
     fn value(&mut self, ty: u32, depth: usize) -> std::result::Result<GgufValue, String> {
@@ -196,10 +191,7 @@ impl<'a> Reader<'a> {
             11 => GgufValue::I64(i64::from_le_bytes(self.arr()?)),
             12 => GgufValue::F64(f64::from_le_bytes(self.arr()?)),
             t => {
-                return Err(format!(
-                    "unknown metadata value type {t} at byte {}",
-                    self.pos - 4
-                ));
+                return Err(format!("unknown metadata value type {t} at byte {}", self.pos - 4));
             }
         })
     }
@@ -211,24 +203,10 @@ impl GgufFile {
         // SAFETY: the map is read-only; a file changed underneath us by another process is outside
         // what any loader can defend against (llama.cpp and safetensors make the same assumption).
         let mmap = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
-        let bad = |msg: String| Error::Gguf {
-            path: path.to_path_buf(),
-            msg,
-        };
+        let bad = |msg: String| Error::Gguf { path: path.to_path_buf(), msg };
         let (version, metadata, tensors) = parse(&mmap).map_err(bad)?;
-        let index = tensors
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
-        Ok(GgufFile {
-            path: path.to_path_buf(),
-            version,
-            metadata,
-            tensors,
-            index,
-            mmap,
-        })
+        let index = tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+        Ok(GgufFile { path: path.to_path_buf(), version, metadata, tensors, index, mmap })
     }
 
     pub fn get(&self, key: &str) -> Option<&GgufValue> {
@@ -246,18 +224,13 @@ impl GgufFile {
 
     /// Dequantize a tensor to f32, row-major in HF order (see [`GgufTensorInfo::shape`]).
     pub fn tensor_f32(&self, name: &str) -> Result<(Vec<f32>, Vec<usize>)> {
-        let t = self.tensor(name).ok_or_else(|| {
-            Error::Format(format!(
-                "{}: tensor `{name}` is missing",
-                self.path.display()
-            ))
-        })?;
+        let t = self
+            .tensor(name)
+            .ok_or_else(|| Error::Format(format!("{}: tensor `{name}` is missing", self.path.display())))?;
         let mut out = vec![0f32; t.n_elements() as usize];
-        dequantize(t.ty, self.tensor_bytes(t), &mut out).map_err(|e| {
-            Error::UnsupportedTensorType {
-                name: name.to_string(),
-                ty: format!("{} ({e})", t.ty.name()),
-            }
+        dequantize(t.ty, self.tensor_bytes(t), &mut out).map_err(|e| Error::UnsupportedTensorType {
+            name: name.to_string(),
+            ty: format!("{} ({e})", t.ty.name()),
         })?;
         Ok((out, t.shape()))
     }
@@ -267,17 +240,12 @@ type Parsed = (u32, BTreeMap<String, GgufValue>, Vec<GgufTensorInfo>);
 
 fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
     let mut r = Reader { buf, pos: 0 };
-    if r.take(4)
-        .map_err(|_| "file is shorter than the GGUF header".to_string())?
-        != MAGIC
-    {
+    if r.take(4).map_err(|_| "file is shorter than the GGUF header".to_string())? != MAGIC {
         return Err("bad magic (expected `GGUF`)".into());
     }
     let version = r.u32()?;
     if !(2..=3).contains(&version) {
-        return Err(format!(
-            "GGUF version {version} is not supported (2 and 3 are)"
-        ));
+        return Err(format!("GGUF version {version} is not supported (2 and 3 are)"));
     }
     let n_tensors = r.count(8, "tensor")?;
     let n_kv = r.count(8, "metadata")?;
@@ -285,9 +253,7 @@ fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
     for _ in 0..n_kv {
         let key = r.string()?;
         let ty = r.u32()?;
-        let value = r
-            .value(ty, 0)
-            .map_err(|e| format!("metadata `{key}`: {e}"))?;
+        let value = r.value(ty, 0).map_err(|e| format!("metadata `{key}`: {e}"))?;
         metadata.insert(key, value);
     }
     let mut infos = Vec::with_capacity(n_tensors);
@@ -296,17 +262,12 @@ fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
     }
     let align = match metadata.get("general.alignment") {
         None => DEFAULT_ALIGNMENT,
-        Some(v) => v
-            .as_u64()
-            .filter(|a| a.is_power_of_two())
-            .ok_or("general.alignment is not a power of two")?,
+        Some(v) => v.as_u64().filter(|a| a.is_power_of_two()).ok_or("general.alignment is not a power of two")?,
     };
     let data_start = (r.pos as u64).div_ceil(align) * align;
     let tensors = infos
         .into_iter()
-        .map(|(name, dims, ty_id, rel)| {
-            locate(name, dims, ty_id, rel, data_start, align, buf.len() as u64)
-        })
+        .map(|(name, dims, ty_id, rel)| locate(name, dims, ty_id, rel, data_start, align, buf.len() as u64))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     Ok((version, metadata, tensors))
 }
@@ -315,13 +276,9 @@ fn read_tensor_info(r: &mut Reader) -> std::result::Result<(String, Vec<u64>, u3
     let name = r.string()?;
     let n_dims = r.u32()?;
     if n_dims == 0 || n_dims > 4 {
-        return Err(format!(
-            "tensor `{name}` has {n_dims} dimensions (1..=4 allowed)"
-        ));
+        return Err(format!("tensor `{name}` has {n_dims} dimensions (1..=4 allowed)"));
     }
-    let dims = (0..n_dims)
-        .map(|_| r.u64())
-        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let dims = (0..n_dims).map(|_| r.u64()).collect::<std::result::Result<Vec<_>, _>>()?;
     let ty = r.u32()?;
     let offset = r.u64()?;
     Ok((name, dims, ty, offset))
@@ -336,20 +293,12 @@ fn locate(
     align: u64,
     file_len: u64,
 ) -> std::result::Result<GgufTensorInfo, String> {
-    let ty = GgmlType::from_id(ty_id)
-        .ok_or_else(|| format!("tensor `{name}` has unknown type id {ty_id}"))?;
-    let n = dims
-        .iter()
-        .try_fold(1u64, |a, &d| a.checked_mul(d))
-        .filter(|&n| n < (1 << 40));
+    let ty = GgmlType::from_id(ty_id).ok_or_else(|| format!("tensor `{name}` has unknown type id {ty_id}"))?;
+    let n = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).filter(|&n| n < (1 << 40));
     let n = n.ok_or_else(|| format!("tensor `{name}` has an absurd shape {dims:?}"))?;
-    let n_bytes = ty
-        .bytes_for(n as usize)
-        .map_err(|e| format!("tensor `{name}`: {e}"))? as u64;
+    let n_bytes = ty.bytes_for(n as usize).map_err(|e| format!("tensor `{name}`: {e}"))? as u64;
     if !rel.is_multiple_of(align) {
-        return Err(format!(
-            "tensor `{name}` offset {rel} is not aligned to {align}"
-        ));
+        return Err(format!("tensor `{name}` offset {rel} is not aligned to {align}"));
     }
     let offset = data_start + rel;
     if offset.checked_add(n_bytes).is_none_or(|end| end > file_len) {
@@ -357,13 +306,7 @@ fn locate(
             "tensor `{name}` ({n_bytes} bytes at {offset}) runs past the end of the file ({file_len} bytes): truncated?"
         ));
     }
-    Ok(GgufTensorInfo {
-        name,
-        dims,
-        ty,
-        offset,
-        n_bytes,
-    })
+    Ok(GgufTensorInfo { name, dims, ty, offset, n_bytes })
 }
 
 /// Writes GGUF files; used by tests to build small models and corrupt variants.
@@ -457,41 +400,22 @@ mod tests {
 
     fn sample() -> Vec<u8> {
         let meta = vec![
-            (
-                "general.architecture".to_string(),
-                GgufValue::String("llama".into()),
-            ),
+            ("general.architecture".to_string(), GgufValue::String("llama".into())),
             ("llama.block_count".to_string(), GgufValue::U32(2)),
             ("llama.rope.freq_base".to_string(), GgufValue::F32(1e4)),
             (
                 "tokenizer.ggml.tokens".to_string(),
-                GgufValue::Array(vec![
-                    GgufValue::String("a".into()),
-                    GgufValue::String("b".into()),
-                ]),
+                GgufValue::Array(vec![GgufValue::String("a".into()), GgufValue::String("b".into())]),
             ),
             ("x.i64".to_string(), GgufValue::I64(-5)),
         ];
-        let f32_bytes: Vec<u8> = [1.0f32, -2.0, 3.5, 0.25, 5.0, 6.0]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
+        let f32_bytes: Vec<u8> = [1.0f32, -2.0, 3.5, 0.25, 5.0, 6.0].iter().flat_map(|v| v.to_le_bytes()).collect();
         // One Q8_0 block: d = 0.5 (f16 0x3800), codes 0..32 minus 16.
         let mut q8 = vec![0x00, 0x38];
         q8.extend((0..32).map(|i| (i as i8 - 16) as u8));
         let tensors = vec![
-            TensorData {
-                name: "a".into(),
-                dims: vec![3, 2],
-                ty_id: 0,
-                bytes: f32_bytes,
-            },
-            TensorData {
-                name: "q".into(),
-                dims: vec![32],
-                ty_id: 8,
-                bytes: q8,
-            },
+            TensorData { name: "a".into(), dims: vec![3, 2], ty_id: 0, bytes: f32_bytes },
+            TensorData { name: "q".into(), dims: vec![32], ty_id: 8, bytes: q8 },
         ];
         to_bytes(&meta, &tensors)
     }
@@ -507,29 +431,16 @@ mod tests {
     fn parses_metadata_and_tensors() {
         let g = open_bytes(&sample()).unwrap();
         assert_eq!(g.version, 3);
-        assert_eq!(
-            g.get("general.architecture").unwrap().as_str(),
-            Some("llama")
-        );
+        assert_eq!(g.get("general.architecture").unwrap().as_str(), Some("llama"));
         assert_eq!(g.get("llama.block_count").unwrap().as_u64(), Some(2));
         assert_eq!(g.get("llama.rope.freq_base").unwrap().as_f64(), Some(1e4));
         assert_eq!(g.get("x.i64").unwrap().as_u64(), None);
-        assert_eq!(
-            g.get("tokenizer.ggml.tokens")
-                .unwrap()
-                .as_array()
-                .unwrap()
-                .len(),
-            2
-        );
+        assert_eq!(g.get("tokenizer.ggml.tokens").unwrap().as_array().unwrap().len(), 2);
         let (a, shape) = g.tensor_f32("a").unwrap();
         assert_eq!(shape, vec![2, 3]);
         assert_eq!(a, vec![1.0, -2.0, 3.5, 0.25, 5.0, 6.0]);
         let (q, _) = g.tensor_f32("q").unwrap();
-        assert_eq!(
-            q,
-            (0..32).map(|i| (i as f32 - 16.0) * 0.5).collect::<Vec<_>>()
-        );
+        assert_eq!(q, (0..32).map(|i| (i as f32 - 16.0) * 0.5).collect::<Vec<_>>());
         assert!(g.tensor_f32("missing").is_err());
     }
 
@@ -549,49 +460,24 @@ mod tests {
         assert!(open_bytes(&b).err().unwrap().to_string().contains("magic"));
         let mut b = sample();
         b[4] = 1;
-        assert!(
-            open_bytes(&b)
-                .err()
-                .unwrap()
-                .to_string()
-                .contains("version 1")
-        );
+        assert!(open_bytes(&b).err().unwrap().to_string().contains("version 1"));
         let mut b = sample();
         b[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(
-            open_bytes(&b)
-                .err()
-                .unwrap()
-                .to_string()
-                .contains("exceeds the file size")
-        );
+        assert!(open_bytes(&b).err().unwrap().to_string().contains("exceeds the file size"));
         // Unknown tensor type id: patch the type of tensor "q" (last info before data).
         let bytes = sample();
-        let pos = bytes
-            .windows(9)
-            .position(|w| w == b"\x01\0\0\0\0\0\0\0q")
-            .unwrap()
-            + 9;
+        let pos = bytes.windows(9).position(|w| w == b"\x01\0\0\0\0\0\0\0q").unwrap() + 9;
         let ty_at = pos + 4 + 8; // n_dims u32, one dim u64
         let mut b = bytes.clone();
         b[ty_at..ty_at + 4].copy_from_slice(&99u32.to_le_bytes());
-        assert!(
-            open_bytes(&b)
-                .err()
-                .unwrap()
-                .to_string()
-                .contains("unknown type id 99")
-        );
+        assert!(open_bytes(&b).err().unwrap().to_string().contains("unknown type id 99"));
     }
 
     #[test]
     fn random_byte_flips_never_panic() {
         let base = sample();
         let mut s = 0x9e3779b97f4a7c15u64
-            ^ std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64;
+            ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
         eprintln!("flip seed {s}");
         for _ in 0..2000 {
             s ^= s << 13;

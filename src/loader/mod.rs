@@ -42,10 +42,7 @@ pub fn open(path: &Path) -> Result<LoadedModel> {
     } else if path.exists() {
         open_gguf(path)
     } else {
-        Err(Error::io(
-            path,
-            std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder"),
-        ))
+        Err(Error::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder")))
     }
 }
 
@@ -54,37 +51,22 @@ fn open_gguf(path: &Path) -> Result<LoadedModel> {
     let config = ModelConfig::from_gguf(&g)?;
     let vocab = gguf_vocab(&g)?;
     let tokenizer = TextTokenizer::from_gguf(&vocab).map_err(|e| Error::Tokenizer(e.0))?;
-    let source = g
-        .get("tokenizer.chat_template")
-        .and_then(GgufValue::as_str)
-        .unwrap_or(CHATML_TEMPLATE);
+    let source = g.get("tokenizer.chat_template").and_then(GgufValue::as_str).unwrap_or(CHATML_TEMPLATE);
     let template = make_template(source, &tokenizer)?;
-    Ok(LoadedModel {
-        path: path.to_path_buf(),
-        config,
-        tokenizer,
-        template,
-        weights: Box::new(GgufWeights { g }),
-    })
+    Ok(LoadedModel { path: path.to_path_buf(), config, tokenizer, template, weights: Box::new(GgufWeights { g }) })
 }
 
 fn open_hf_dir(dir: &Path) -> Result<LoadedModel> {
     let cfg_path = dir.join("config.json");
     let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
-    let json: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| Error::Config(format!("{}: {e}", cfg_path.display())))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::Config(format!("{}: {e}", cfg_path.display())))?;
     let config = ModelConfig::from_hf_json(&json)?;
     let tokenizer = TextTokenizer::from_hf_dir(dir).map_err(|e| Error::Tokenizer(e.0))?;
     let source = load_hf_chat_template(dir).map_err(|e| Error::Template(e.0))?;
     let template = make_template(source.as_deref().unwrap_or(CHATML_TEMPLATE), &tokenizer)?;
     let weights = safetensors::SafetensorsWeights::open(dir)?;
-    Ok(LoadedModel {
-        path: dir.to_path_buf(),
-        config,
-        tokenizer,
-        template,
-        weights: Box::new(weights),
-    })
+    Ok(LoadedModel { path: dir.to_path_buf(), config, tokenizer, template, weights: Box::new(weights) })
 }
 
 fn make_template(source: &str, tok: &TextTokenizer) -> Result<ChatTemplate> {
@@ -106,9 +88,8 @@ pub fn gguf_vocab(g: &GgufFile) -> Result<GgufVocab> {
     };
     let id = |k: &str| get(k).and_then(GgufValue::as_u64).map(|x| x as u32);
     let flag = |k: &str| get(k).and_then(GgufValue::as_bool);
-    let model = get("model")
-        .and_then(GgufValue::as_str)
-        .ok_or_else(|| Error::Tokenizer("GGUF has no tokenizer".into()))?;
+    let model =
+        get("model").and_then(GgufValue::as_str).ok_or_else(|| Error::Tokenizer("GGUF has no tokenizer".into()))?;
     Ok(GgufVocab {
         model: model.to_string(),
         pre: get("pre").and_then(GgufValue::as_str).map(String::from),
@@ -183,11 +164,7 @@ impl WeightSource for GgufWeights {
             return Ok(None);
         }
         let (data, shape) = self.g.tensor_f32(&gname)?;
-        let arch = self
-            .g
-            .get("general.architecture")
-            .and_then(GgufValue::as_str)
-            .unwrap_or("");
+        let arch = self.g.get("general.architecture").and_then(GgufValue::as_str).unwrap_or("");
         let heads_key = if gname.contains("attn_q") {
             Some("attention.head_count")
         } else if gname.contains("attn_k") {
@@ -198,23 +175,14 @@ impl WeightSource for GgufWeights {
         match heads_key {
             Some(k) if arch == "llama" || arch == "mistral" => {
                 let key = format!("{arch}.{k}");
-                let heads = self
-                    .g
-                    .get(&key)
-                    .and_then(GgufValue::as_u64)
-                    .map(|x| x as usize);
+                let heads = self.g.get(&key).and_then(GgufValue::as_u64).map(|x| x as usize);
                 let heads = heads.or_else(|| {
-                    self.g
-                        .get(&format!("{arch}.attention.head_count"))
-                        .and_then(GgufValue::as_u64)
-                        .map(|x| x as usize)
+                    self.g.get(&format!("{arch}.attention.head_count")).and_then(GgufValue::as_u64).map(|x| x as usize)
                 });
                 let heads = heads.ok_or_else(|| Error::Config(format!("GGUF lacks `{key}`")))?;
                 let (rows, cols) = (shape[0], shape.get(1).copied().unwrap_or(1));
                 if heads == 0 || rows % (2 * heads) != 0 {
-                    return Err(Error::Format(format!(
-                        "`{gname}` has {rows} rows, not divisible over {heads} heads"
-                    )));
+                    return Err(Error::Format(format!("`{gname}` has {rows} rows, not divisible over {heads} heads")));
                 }
                 let data = try_inverse_permute_gguf_rows(&data, rows, cols, heads)
                     .map_err(|e| Error::Format(format!("`{gname}`: {e}")))?;
@@ -240,8 +208,7 @@ pub struct MemWeights {
 
 impl MemWeights {
     pub fn insert(&mut self, name: &str, shape: &[usize], data: Vec<f32>) {
-        self.tensors
-            .insert(name.to_string(), (data, shape.to_vec()));
+        self.tensors.insert(name.to_string(), (data, shape.to_vec()));
     }
 }
 

@@ -22,40 +22,31 @@ impl SafetensorsWeights {
         let index = dir.join("model.safetensors.index.json");
         let names: Vec<String> = if index.exists() {
             let text = std::fs::read_to_string(&index).map_err(|e| Error::io(&index, e))?;
-            let v: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| Error::Format(format!("{}: {e}", index.display())))?;
+            let v: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| Error::Format(format!("{}: {e}", index.display())))?;
             let map = v["weight_map"]
                 .as_object()
                 .ok_or_else(|| Error::Format(format!("{}: no `weight_map`", index.display())))?;
-            let mut files: Vec<String> = map
-                .values()
-                .filter_map(|f| f.as_str().map(String::from))
-                .collect();
+            let mut files: Vec<String> = map.values().filter_map(|f| f.as_str().map(String::from)).collect();
             files.sort();
             files.dedup();
             files
         } else if dir.join("model.safetensors").exists() {
             vec!["model.safetensors".into()]
         } else {
-            return Err(Error::Format(format!(
-                "{}: no model.safetensors or index file",
-                dir.display()
-            )));
+            return Err(Error::Format(format!("{}: no model.safetensors or index file", dir.display())));
         };
         let mut files = Vec::new();
         let mut where_ = HashMap::new();
         for name in names {
             if name.contains('/') || name.contains("..") {
-                return Err(Error::Format(format!(
-                    "shard name `{name}` leaves the model folder"
-                )));
+                return Err(Error::Format(format!("shard name `{name}` leaves the model folder")));
             }
             let path = dir.join(&name);
             let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
             // SAFETY: read-only map; see loader::gguf.
             let mmap = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
-            let st = SafeTensors::deserialize(&mmap)
-                .map_err(|e| Error::Format(format!("{}: {e}", path.display())))?;
+            let st = SafeTensors::deserialize(&mmap).map_err(|e| Error::Format(format!("{}: {e}", path.display())))?;
             for n in st.names() {
                 where_.insert(n.to_string(), files.len());
             }
@@ -66,20 +57,11 @@ impl SafetensorsWeights {
 }
 
 fn to_f32(dtype: Dtype, bytes: &[u8]) -> Option<Vec<f32>> {
-    let words2 = || {
-        bytes
-            .chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]))
-    };
+    let words2 = || bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
     Some(match dtype {
-        Dtype::F32 => bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
+        Dtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
         Dtype::F16 => words2().map(|w| half::f16::from_bits(w).to_f32()).collect(),
-        Dtype::BF16 => words2()
-            .map(|w| half::bf16::from_bits(w).to_f32())
-            .collect(),
+        Dtype::BF16 => words2().map(|w| half::bf16::from_bits(w).to_f32()).collect(),
         _ => return None,
     })
 }
@@ -90,15 +72,10 @@ impl WeightSource for SafetensorsWeights {
             return Ok(None);
         };
         let (path, mmap) = &self.files[i];
-        let st = SafeTensors::deserialize(mmap)
-            .map_err(|e| Error::Format(format!("{}: {e}", path.display())))?;
-        let t = st
-            .tensor(name)
-            .map_err(|e| Error::Format(format!("{}: {e}", path.display())))?;
-        let data = to_f32(t.dtype(), t.data()).ok_or_else(|| Error::UnsupportedTensorType {
-            name: name.to_string(),
-            ty: format!("{:?}", t.dtype()),
-        })?;
+        let st = SafeTensors::deserialize(mmap).map_err(|e| Error::Format(format!("{}: {e}", path.display())))?;
+        let t = st.tensor(name).map_err(|e| Error::Format(format!("{}: {e}", path.display())))?;
+        let data = to_f32(t.dtype(), t.data())
+            .ok_or_else(|| Error::UnsupportedTensorType { name: name.to_string(), ty: format!("{:?}", t.dtype()) })?;
         Ok(Some((data, t.shape().to_vec())))
     }
 }

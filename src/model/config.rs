@@ -55,11 +55,9 @@ impl ModelConfig {
             RopeScaling::Linear { factor } | RopeScaling::DynamicNtk { factor } => {
                 (m as f32 * factor.max(1.0)) as usize
             }
-            RopeScaling::Yarn {
-                factor,
-                original_max_position,
-                ..
-            } => m.max((*original_max_position as f32 * factor) as usize),
+            RopeScaling::Yarn { factor, original_max_position, .. } => {
+                m.max((*original_max_position as f32 * factor) as usize)
+            }
             _ => m,
         }
     }
@@ -84,10 +82,7 @@ impl ModelConfig {
             return bad(format!("a size is zero: {self:?}"));
         }
         if !self.num_heads.is_multiple_of(self.num_kv_heads) {
-            return bad(format!(
-                "{} heads are not a multiple of {} KV heads",
-                self.num_heads, self.num_kv_heads
-            ));
+            return bad(format!("{} heads are not a multiple of {} KV heads", self.num_heads, self.num_kv_heads));
         }
         if !self.head_dim.is_multiple_of(2) {
             return bad(format!("head_dim {} is odd", self.head_dim));
@@ -100,52 +95,31 @@ impl ModelConfig {
 
     /// Parse a Hugging Face `config.json`.
     pub fn from_hf_json(v: &Value) -> Result<ModelConfig> {
-        let archs: Vec<&str> = v["architectures"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+        let archs: Vec<&str> = v["architectures"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
         let model_type = v["model_type"].as_str().unwrap_or("");
         let arch = hf_arch(model_type, &archs)?;
         let req = |k: &str| -> Result<usize> {
-            v[k].as_u64()
-                .map(|x| x as usize)
-                .ok_or_else(|| Error::Config(format!("config.json lacks `{k}`")))
+            v[k].as_u64().map(|x| x as usize).ok_or_else(|| Error::Config(format!("config.json lacks `{k}`")))
         };
         let hidden = req("hidden_size")?;
         let heads = req("num_attention_heads")?;
         let max_pos = v["max_position_embeddings"].as_u64().unwrap_or(4096) as usize;
-        if v["partial_rotary_factor"]
-            .as_f64()
-            .is_some_and(|f| f != 1.0)
-        {
-            return Err(Error::Config(
-                "partial rotary embeddings are not supported".into(),
-            ));
+        if v["partial_rotary_factor"].as_f64().is_some_and(|f| f != 1.0) {
+            return Err(Error::Config("partial rotary embeddings are not supported".into()));
         }
         let scaling = v.get("rope_scaling").or_else(|| v.get("rope_parameters"));
         let rope_scaling = RopeScaling::from_hf_json(scaling, max_pos).map_err(Error::Config)?;
-        let theta = v["rope_theta"]
-            .as_f64()
-            .or_else(|| v["rope_parameters"]["rope_theta"].as_f64())
-            .unwrap_or(10000.0);
+        let theta = v["rope_theta"].as_f64().or_else(|| v["rope_parameters"]["rope_theta"].as_f64()).unwrap_or(10000.0);
         let sliding = v["sliding_window"].as_u64().map(|x| x as usize);
-        let use_sliding = v["use_sliding_window"]
-            .as_bool()
-            .unwrap_or(arch == "mistral");
+        let use_sliding = v["use_sliding_window"].as_bool().unwrap_or(arch == "mistral");
         let cfg = ModelConfig {
             vocab_size: req("vocab_size")?,
             hidden_size: hidden,
             intermediate_size: req("intermediate_size")?,
             num_layers: req("num_hidden_layers")?,
             num_heads: heads,
-            num_kv_heads: v["num_key_value_heads"]
-                .as_u64()
-                .map_or(heads, |x| x as usize),
-            head_dim: v["head_dim"]
-                .as_u64()
-                .map_or(hidden / heads.max(1), |x| x as usize),
+            num_kv_heads: v["num_key_value_heads"].as_u64().map_or(heads, |x| x as usize),
+            head_dim: v["head_dim"].as_u64().map_or(hidden / heads.max(1), |x| x as usize),
             rms_norm_eps: v["rms_norm_eps"].as_f64().unwrap_or(1e-6) as f32,
             rope_theta: theta as f32,
             rope_scaling,
@@ -163,10 +137,7 @@ impl ModelConfig {
 
     /// Read the config from GGUF metadata (`{arch}.*` keys).
     pub fn from_gguf(g: &GgufFile) -> Result<ModelConfig> {
-        let arch = g
-            .get("general.architecture")
-            .and_then(|v| v.as_str())
-            .unwrap_or("");
+        let arch = g.get("general.architecture").and_then(|v| v.as_str()).unwrap_or("");
         let arch = match arch {
             "llama" | "mistral" | "qwen2" => arch.to_string(),
             other => return Err(Error::UnsupportedArch(other.to_string())),
@@ -180,24 +151,15 @@ impl ModelConfig {
         };
         let hidden = req("embedding_length")?;
         let heads = req("attention.head_count")?;
-        let head_dim = key("attention.key_length")
-            .and_then(|v| v.as_u64())
-            .map_or(hidden / heads.max(1), |x| x as usize);
-        if key("rope.dimension_count")
-            .and_then(|v| v.as_u64())
-            .is_some_and(|d| d as usize != head_dim)
-        {
-            return Err(Error::Config(
-                "partial rotary embeddings are not supported".into(),
-            ));
+        let head_dim =
+            key("attention.key_length").and_then(|v| v.as_u64()).map_or(hidden / heads.max(1), |x| x as usize);
+        if key("rope.dimension_count").and_then(|v| v.as_u64()).is_some_and(|d| d as usize != head_dim) {
+            return Err(Error::Config("partial rotary embeddings are not supported".into()));
         }
         let ctx = req("context_length")?;
         let vocab = match key("vocab_size").and_then(|v| v.as_u64()) {
             Some(n) => n as usize,
-            None => g
-                .get("tokenizer.ggml.tokens")
-                .and_then(|v| v.as_array())
-                .map_or(0, |a| a.len()),
+            None => g.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()).map_or(0, |a| a.len()),
         };
         let cfg = ModelConfig {
             vocab_size: vocab,
@@ -205,25 +167,16 @@ impl ModelConfig {
             intermediate_size: req("feed_forward_length")?,
             num_layers: req("block_count")?,
             num_heads: heads,
-            num_kv_heads: key("attention.head_count_kv")
-                .and_then(|v| v.as_u64())
-                .map_or(heads, |x| x as usize),
+            num_kv_heads: key("attention.head_count_kv").and_then(|v| v.as_u64()).map_or(heads, |x| x as usize),
             head_dim,
-            rms_norm_eps: key("attention.layer_norm_rms_epsilon")
-                .and_then(|v| v.as_f64())
-                .unwrap_or(1e-5) as f32,
-            rope_theta: key("rope.freq_base")
-                .and_then(|v| v.as_f64())
-                .unwrap_or(10000.0) as f32,
+            rms_norm_eps: key("attention.layer_norm_rms_epsilon").and_then(|v| v.as_f64()).unwrap_or(1e-5) as f32,
+            rope_theta: key("rope.freq_base").and_then(|v| v.as_f64()).unwrap_or(10000.0) as f32,
             rope_scaling: gguf_rope_scaling(g, &arch, ctx)?,
             max_position_embeddings: ctx,
             tie_word_embeddings: g.tensor("output.weight").is_none(),
             attention_bias: g.tensor("blk.0.attn_q.bias").is_some(),
             sliding_window: None,
-            bos_token_id: g
-                .get("tokenizer.ggml.bos_token_id")
-                .and_then(|v| v.as_u64())
-                .map(|x| x as u32),
+            bos_token_id: g.get("tokenizer.ggml.bos_token_id").and_then(|v| v.as_u64()).map(|x| x as u32),
             eos_token_ids: g
                 .get("tokenizer.ggml.eos_token_id")
                 .and_then(|v| v.as_u64())
@@ -244,30 +197,16 @@ fn hf_arch(model_type: &str, archs: &[&str]) -> Result<String> {
         "qwen2" | "Qwen2ForCausalLM" => Some("qwen2"),
         _ => None,
     };
-    archs
-        .iter()
-        .copied()
-        .chain(std::iter::once(model_type))
-        .find_map(family)
-        .map(str::to_string)
-        .ok_or_else(|| {
-            let what = archs.first().copied().unwrap_or(model_type);
-            Error::UnsupportedArch(if what.is_empty() {
-                "<none given>".into()
-            } else {
-                what.into()
-            })
-        })
+    archs.iter().copied().chain(std::iter::once(model_type)).find_map(family).map(str::to_string).ok_or_else(|| {
+        let what = archs.first().copied().unwrap_or(model_type);
+        Error::UnsupportedArch(if what.is_empty() { "<none given>".into() } else { what.into() })
+    })
 }
 
 fn id_list(v: &Value) -> Vec<u32> {
     match v {
         Value::Number(n) => n.as_u64().map(|x| x as u32).into_iter().collect(),
-        Value::Array(a) => a
-            .iter()
-            .filter_map(Value::as_u64)
-            .map(|x| x as u32)
-            .collect(),
+        Value::Array(a) => a.iter().filter_map(Value::as_u64).map(|x| x as u32).collect(),
         _ => vec![],
     }
 }
@@ -278,33 +217,23 @@ fn id_list(v: &Value) -> Vec<u32> {
 fn gguf_rope_scaling(g: &GgufFile, arch: &str, ctx: usize) -> Result<RopeScaling> {
     let key = |k: &str| g.get(&format!("{arch}.rope.scaling.{k}"));
     let factor = key("factor").and_then(|v| v.as_f64()).unwrap_or(1.0) as f32;
-    let orig = key("original_context_length")
-        .and_then(|v| v.as_u64())
-        .map_or(ctx, |x| x as usize);
-    Ok(
-        match key("type").and_then(|v| v.as_str()).unwrap_or("none") {
-            "none" => RopeScaling::None,
-            _ if factor == 1.0 => RopeScaling::None,
-            "linear" => RopeScaling::Linear { factor },
-            "yarn" => RopeScaling::Yarn {
-                factor,
-                original_max_position: orig,
-                beta_fast: key("yarn_beta_fast")
-                    .and_then(|v| v.as_f64())
-                    .unwrap_or(32.0) as f32,
-                beta_slow: key("yarn_beta_slow")
-                    .and_then(|v| v.as_f64())
-                    .unwrap_or(1.0) as f32,
-                mscale: None,
-                mscale_all_dim: None,
-                attention_factor: None,
-                truncate: true,
-            },
-            other => {
-                return Err(Error::Config(format!(
-                    "GGUF rope scaling type `{other}` is not supported"
-                )));
-            }
+    let orig = key("original_context_length").and_then(|v| v.as_u64()).map_or(ctx, |x| x as usize);
+    Ok(match key("type").and_then(|v| v.as_str()).unwrap_or("none") {
+        "none" => RopeScaling::None,
+        _ if factor == 1.0 => RopeScaling::None,
+        "linear" => RopeScaling::Linear { factor },
+        "yarn" => RopeScaling::Yarn {
+            factor,
+            original_max_position: orig,
+            beta_fast: key("yarn_beta_fast").and_then(|v| v.as_f64()).unwrap_or(32.0) as f32,
+            beta_slow: key("yarn_beta_slow").and_then(|v| v.as_f64()).unwrap_or(1.0) as f32,
+            mscale: None,
+            mscale_all_dim: None,
+            attention_factor: None,
+            truncate: true,
         },
-    )
+        other => {
+            return Err(Error::Config(format!("GGUF rope scaling type `{other}` is not supported")));
+        }
+    })
 }

@@ -8,12 +8,14 @@
 //! sequences, each contributing a chunk of new tokens at the end of its cached context; a step
 //! where every sequence brings exactly one token runs the decode attention op.
 
+use super::step::StepMeta;
 use crate::backend::*;
 use crate::error::{Error, Result};
 use crate::kv::{KvCache, SeqPages};
 use crate::loader::WeightSource;
 use crate::model::config::ModelConfig;
 use crate::model::rope::RopeConfig;
+use crate::sparse::DecodePlan;
 
 struct Layer<B: Backend> {
     attn_norm: B::Buffer,
@@ -44,7 +46,40 @@ pub struct SeqStep<'a> {
     pub cache: &'a SeqPages,
     /// Which of this chunk's rows need logits.
     pub logits: Logits,
+    /// Decode only: whether to re-select pages and where the read-in-full tail starts.
+    pub plan: DecodePlan,
 }
+
+/// Static attention settings of an engine (the sparse config resolved against the model).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttnSettings {
+    /// Lambda mask of streaming heads.
+    pub sink: usize,
+    pub local: usize,
+    /// Pages `page_select` keeps per retrieval head (the newest excluded).
+    pub k_pages: usize,
+    /// `[layer]`: never select pages in this layer.
+    pub dense_layer: Vec<bool>,
+    /// Model sliding window in tokens (Mistral v0.1); 0 = none.
+    pub window: usize,
+}
+
+impl AttnSettings {
+    /// Dense attention for `cfg` (no streaming heads, no selection).
+    pub fn dense(cfg: &ModelConfig) -> Self {
+        AttnSettings {
+            sink: 0,
+            local: 1,
+            k_pages: 0,
+            dense_layer: vec![true; cfg.num_layers],
+            window: cfg.sliding_window.unwrap_or(0),
+        }
+    }
+}
+
+/// Called after each layer's attention with (layer, rotated q, the layer's KV, the step's page
+/// metadata); calibration measures attention mass through it.
+pub type LayerHook<'a, B> = &'a mut dyn FnMut(usize, &<B as Backend>::Buffer, LayerKv<B>, &PagedMeta<B>) -> Result<()>;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Logits {
@@ -54,14 +89,10 @@ pub enum Logits {
 }
 
 fn take<S: WeightSource + ?Sized>(src: &S, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-    let (data, got) = src
-        .get(name)?
-        .ok_or_else(|| Error::Format(format!("weight `{name}` is missing")))?;
+    let (data, got) = src.get(name)?.ok_or_else(|| Error::Format(format!("weight `{name}` is missing")))?;
     let want: usize = shape.iter().product();
     if data.len() != want || got.iter().product::<usize>() != want {
-        return Err(Error::Format(format!(
-            "weight `{name}` has shape {got:?}, expected {shape:?}"
-        )));
+        return Err(Error::Format(format!("weight `{name}` has shape {got:?}, expected {shape:?}")));
     }
     Ok(data)
 }
@@ -80,9 +111,7 @@ impl<B: Backend> Llama<B> {
         let upf = |v: Vec<f32>| be.upload_f32(DType::F32, v);
         let embed_data = take(src, "model.embed_tokens.weight", &[cfg.vocab_size, h])?;
         let lm_head = match src.get("lm_head.weight")? {
-            Some(_) if !cfg.tie_word_embeddings => {
-                Some(up(take(src, "lm_head.weight", &[cfg.vocab_size, h])?)?)
-            }
+            Some(_) if !cfg.tie_word_embeddings => Some(up(take(src, "lm_head.weight", &[cfg.vocab_size, h])?)?),
             None if !cfg.tie_word_embeddings => {
                 return Err(Error::Format("weight `lm_head.weight` is missing".into()));
             }
@@ -118,9 +147,7 @@ impl<B: Backend> Llama<B> {
         }
         let freq_factors = src.rope_freq_factors()?;
         if freq_factors.as_ref().is_some_and(|f| f.len() != hd / 2) {
-            return Err(Error::Format(
-                "rope_freqs.weight has the wrong length".into(),
-            ));
+            return Err(Error::Format("rope_freqs.weight has the wrong length".into()));
         }
         Ok(Llama {
             cfg: cfg.clone(),
@@ -143,194 +170,82 @@ impl<B: Backend> Llama<B> {
     }
 }
 
-/// Per-step device metadata, built on the host from the page tables.
-struct StepMeta<B: Backend> {
-    ids: B::Buffer,
-    positions: B::Buffer,
-    slots: B::Buffer,
-    inv_freq: B::Buffer,
-    q_indptr: B::Buffer,
-    page_indptr: B::Buffer,
-    page_table: B::Buffer,
-    kv_len: B::Buffer,
-    head_indptr: B::Buffer,
-    head_pages: B::Buffer,
-    logit_rows: B::Buffer,
-    n_tokens: usize,
-    n_logits: usize,
-    attention_scaling: f32,
-    decode: bool,
-}
-
 impl<B: Backend> Llama<B> {
-    fn step_meta(&self, be: &B, cache: &KvCache<B>, seqs: &[SeqStep]) -> Result<StepMeta<B>> {
-        let ps = cache.shape.page_size;
-        let (mut ids, mut positions, mut slots, mut logit_rows) = (vec![], vec![], vec![], vec![]);
-        let (mut q_indptr, mut page_indptr, mut page_table, mut kv_len) =
-            (vec![0u32], vec![0u32], vec![], vec![]);
-        let (mut head_indptr, mut head_pages) = (vec![0u32], vec![]);
-        let mut max_len = 0;
-        for s in seqs {
-            let (start, n) = (s.cache.len, s.tokens.len());
-            if n == 0 || (start + n).div_ceil(ps) > s.cache.pages.len() {
-                return Err(Error::InvalidArgument(
-                    "a step sequence is empty or lacks reserved pages".into(),
-                ));
-            }
-            if start + n > self.cfg.context_len() {
-                return Err(Error::PromptTooLong {
-                    tokens: start + n,
-                    context: self.cfg.context_len(),
-                });
-            }
-            let row0 = ids.len() as u32;
-            ids.extend_from_slice(s.tokens);
-            positions.extend((start..start + n).map(|p| p as u32));
-            slots.extend(cache.slots(s.cache, start, n));
-            match s.logits {
-                Logits::None => {}
-                Logits::Last => logit_rows.push(row0 + n as u32 - 1),
-                Logits::All => logit_rows.extend(row0..row0 + n as u32),
-            }
-            q_indptr.push(ids.len() as u32);
-            let n_pages = (start + n).div_ceil(ps);
-            page_table.extend_from_slice(&s.cache.pages[..n_pages]);
-            page_indptr.push(page_table.len() as u32);
-            kv_len.push((start + n) as u32);
-            for _ in 0..self.cfg.num_kv_heads {
-                head_pages.extend(0..n_pages as u32);
-                head_indptr.push(head_pages.len() as u32);
-            }
-            max_len = max_len.max(start + n);
-        }
-        if let Some(bad) = ids.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
-            return Err(Error::InvalidArgument(format!(
-                "token id {bad} is outside the vocabulary"
-            )));
-        }
-        let (inv, attention_scaling) = self.inv_freq(max_len);
-        let up = |v: &[u32]| be.upload_u32(if v.is_empty() { &[0] } else { v });
-        Ok(StepMeta {
-            n_tokens: ids.len(),
-            n_logits: logit_rows.len(),
-            decode: seqs.iter().all(|s| s.tokens.len() == 1),
-            ids: up(&ids)?,
-            positions: up(&positions)?,
-            slots: up(&slots)?,
-            inv_freq: be.upload_f32(DType::F32, inv)?,
-            q_indptr: up(&q_indptr)?,
-            page_indptr: up(&page_indptr)?,
-            page_table: up(&page_table)?,
-            kv_len: up(&kv_len)?,
-            head_indptr: up(&head_indptr)?,
-            head_pages: up(&head_pages)?,
-            logit_rows: up(&logit_rows)?,
-            attention_scaling,
-        })
-    }
-
     /// Run one step: append the new tokens of every sequence to the cache and return the logits
     /// of the requested rows, `[rows][vocab]` in step order. The caller then advances each
     /// sequence's `len` by its token count.
-    pub fn forward(&self, be: &B, cache: &mut KvCache<B>, seqs: &[SeqStep]) -> Result<Vec<f32>> {
+    pub fn forward(
+        &self,
+        be: &B,
+        cache: &mut KvCache<B>,
+        attn: &AttnSettings,
+        seqs: &[SeqStep],
+        mut hook: Option<LayerHook<B>>,
+    ) -> Result<Vec<f32>> {
         let c = &self.cfg;
-        let m = self.step_meta(be, cache, seqs)?;
+        let (inv, attention_scaling) =
+            self.inv_freq(seqs.iter().map(|s| s.cache.len + s.tokens.len()).max().unwrap_or(0));
+        let m = StepMeta::build(be, cache, seqs, c, inv)?;
         let (n, h, hd) = (m.n_tokens, c.hidden_size, c.head_dim);
         let (nq, ffn) = (c.num_heads * hd, c.intermediate_size);
         let a = |len: usize| be.alloc(DType::F32, len.max(1));
-        let (mut x, mut xn, mut qkv, mut q) =
-            (a(n * h)?, a(n * h)?, a(n * c.qkv_dim())?, a(n * nq)?);
-        let (mut attn, mut o, mut gu, mut act) =
-            (a(n * nq)?, a(n * h)?, a(n * 2 * ffn)?, a(n * ffn)?);
-        let norm = RmsnormParams {
-            rows: n as u32,
-            dim: h as u32,
-            eps: c.rms_norm_eps,
-            _pad: 0,
-        };
+        let (mut x, mut xn, mut qkv, mut q) = (a(n * h)?, a(n * h)?, a(n * c.qkv_dim())?, a(n * nq)?);
+        let (mut attn_out, mut o, mut gu, mut act) = (a(n * nq)?, a(n * h)?, a(n * 2 * ffn)?, a(n * ffn)?);
+        let norm = RmsnormParams { rows: n as u32, dim: h as u32, eps: c.rms_norm_eps, _pad: 0 };
         let mm = |m: usize, n: usize, k: usize, bias: bool| MatmulParams {
             m: m as u32,
             n: n as u32,
             k: k as u32,
             has_bias: bias as u32,
         };
-        let ep = EmbedParams {
-            n_tokens: n as u32,
-            dim: h as u32,
-            vocab: c.vocab_size as u32,
-            _pad: 0,
-        };
+        let ep = EmbedParams { n_tokens: n as u32, dim: h as u32, vocab: c.vocab_size as u32, _pad: 0 };
         be.embed(&ep, &self.embed, &m.ids, &mut x)?;
-        let shape = cache.shape;
-        let rp = RopeAppendKvParams {
-            n_tokens: n as u32,
-            n_heads: c.num_heads as u32,
-            n_kv_heads: c.num_kv_heads as u32,
-            head_dim: hd as u32,
-            page_size: shape.page_size as u32,
-            num_pages: shape.num_pages as u32,
-            attention_scaling: m.attention_scaling,
-            _pad: 0,
-        };
-        let ap = AttentionParams {
-            num_seqs: seqs.len() as u32,
-            n_tokens: n as u32,
-            n_heads: c.num_heads as u32,
-            n_kv_heads: c.num_kv_heads as u32,
-            head_dim: hd as u32,
-            page_size: shape.page_size as u32,
-            num_pages: shape.num_pages as u32,
-            scale: 1.0 / (hd as f32).sqrt(),
-            window: c.sliding_window.unwrap_or(0) as u32,
-            ..Default::default()
-        };
-        let paged = PagedMeta {
-            page_indptr: &m.page_indptr,
-            page_table: &m.page_table,
-            kv_len: &m.kv_len,
-        };
-        let rmeta = RopeAppendMeta {
-            positions: &m.positions,
-            slots: &m.slots,
-            inv_freq: &m.inv_freq,
-        };
+        let paged = m.paged();
+        let rmeta = m.rope_meta();
         for (i, l) in self.layers.iter().enumerate() {
             if i == 0 {
                 be.rmsnorm(&norm, &x, &l.attn_norm, &mut xn)?;
             } else {
                 be.add_rmsnorm(&norm, &mut x, &o, &l.attn_norm, &mut xn)?;
             }
-            be.matmul(
-                &mm(n, c.qkv_dim(), h, l.b_qkv.is_some()),
-                &xn,
-                &l.w_qkv,
-                l.b_qkv.as_ref(),
-                &mut qkv,
-            )?;
-            let (kp, vp) = &mut cache.layers[i];
-            be.rope_append_kv(&rp, &qkv, &rmeta, &mut q, KvPoolsMut { k: kp, v: vp })?;
-            let pools = KvPools { k: &*kp, v: &*vp };
+            be.matmul(&mm(n, c.qkv_dim(), h, l.b_qkv.is_some()), &xn, &l.w_qkv, l.b_qkv.as_ref(), &mut qkv)?;
+            let rp = m.rope_params(cache, i, attention_scaling);
+            be.rope_append_kv(&rp, &qkv, &rmeta, &mut q, cache.layers[i].view_mut())?;
+            let ap = m.attention_params(cache, i, attn);
+            let sp = m.select_params(cache, &ap, attn.k_pages);
+            let store = &mut cache.layers[i];
             if m.decode {
+                let select = !attn.dense_layer[i] && m.any_select && ap.n_ret > 0;
+                if select {
+                    let kv = LayerKv {
+                        k: &store.k,
+                        v: &store.v,
+                        summary: &store.summary,
+                        sk: &store.sk,
+                        sv: &store.sv,
+                        head_map: &store.head_map,
+                    };
+                    let out = SelectedMut { selected: &mut store.selected, counts: &mut store.counts };
+                    be.page_select(&sp, &q, kv, &paged, &m.seq_slot, &m.select_mask, out)?;
+                }
+                let tail = if attn.dense_layer[i] { &m.zeros } else { &m.tail_start };
                 let hp = HeadPages {
-                    head_indptr: &m.head_indptr,
-                    head_pages: &m.head_pages,
+                    selected: &store.selected,
+                    counts: &store.counts,
+                    seq_slot: &m.seq_slot,
+                    tail_start: tail,
                 };
-                be.sparse_decode_attention(&ap, &q, pools, &paged, &hp, &mut attn)?;
+                be.sparse_decode_attention(&ap, &q, store.view(), &paged, &hp, &mut attn_out)?;
             } else {
-                be.prefill_attention(&ap, &q, &m.q_indptr, pools, &paged, &mut attn)?;
+                be.prefill_attention(&ap, &q, &m.q_indptr, store.view(), &paged, &mut attn_out)?;
             }
-            be.matmul(&mm(n, h, nq, false), &attn, &l.w_o, None, &mut o)?;
+            if let Some(hook) = hook.as_mut() {
+                hook(i, &q, store.view(), &paged)?;
+            }
+            be.matmul(&mm(n, h, nq, false), &attn_out, &l.w_o, None, &mut o)?;
             be.add_rmsnorm(&norm, &mut x, &o, &l.ffn_norm, &mut xn)?;
             be.matmul(&mm(n, 2 * ffn, h, false), &xn, &l.w_gate_up, None, &mut gu)?;
-            be.silu_mul(
-                &SiluMulParams {
-                    rows: n as u32,
-                    dim: ffn as u32,
-                    ..Default::default()
-                },
-                &gu,
-                &mut act,
-            )?;
+            be.silu_mul(&SiluMulParams { rows: n as u32, dim: ffn as u32, ..Default::default() }, &gu, &mut act)?;
             be.matmul(&mm(n, h, ffn, false), &act, &l.w_down, None, &mut o)?;
         }
         if m.n_logits == 0 {
@@ -339,22 +254,11 @@ impl<B: Backend> Llama<B> {
         be.add_rmsnorm(&norm, &mut x, &o, &self.norm, &mut xn)?;
         let nl = m.n_logits;
         let mut sel = a(nl * h)?;
-        let gp = GatherRowsParams {
-            n_out: nl as u32,
-            dim: h as u32,
-            n_src: n as u32,
-            _pad: 0,
-        };
+        let gp = GatherRowsParams { n_out: nl as u32, dim: h as u32, n_src: n as u32, _pad: 0 };
         be.gather_rows(&gp, &xn, &m.logit_rows, &mut sel)?;
         let mut logits = a(nl * c.vocab_size)?;
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        be.matmul(
-            &mm(nl, c.vocab_size, h, false),
-            &sel,
-            head,
-            None,
-            &mut logits,
-        )?;
+        be.matmul(&mm(nl, c.vocab_size, h, false), &sel, head, None, &mut logits)?;
         be.download_f32(&logits, 0, nl * c.vocab_size)
     }
 }

@@ -2,3 +2,4 @@
 pub mod config;
 pub mod llama;
 pub mod rope;
+pub mod step;

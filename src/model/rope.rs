@@ -71,9 +71,7 @@ fn opt_f32(o: &JsonObj, key: &str) -> Result<Option<f32>, String> {
         None => Ok(None),
         Some(v) => match v.as_f64() {
             Some(x) if (x as f32).is_finite() => Ok(Some(x as f32)),
-            _ => Err(format!(
-                "rope_scaling.{key} must be a finite number, got {v}"
-            )),
+            _ => Err(format!("rope_scaling.{key} must be a finite number, got {v}")),
         },
     }
 }
@@ -89,15 +87,11 @@ fn opt_usize(o: &JsonObj, key: &str) -> Result<Option<usize>, String> {
         return Ok(None);
     };
     if let Some(n) = v.as_u64() {
-        return usize::try_from(n)
-            .map(Some)
-            .map_err(|_| format!("rope_scaling.{key} too large: {n}"));
+        return usize::try_from(n).map(Some).map_err(|_| format!("rope_scaling.{key} too large: {n}"));
     }
     match v.as_f64() {
         Some(x) if x >= 0.0 && x.fract() == 0.0 && x < usize::MAX as f64 => Ok(Some(x as usize)),
-        _ => Err(format!(
-            "rope_scaling.{key} must be a non-negative integer, got {v}"
-        )),
+        _ => Err(format!("rope_scaling.{key} must be a non-negative integer, got {v}")),
     }
 }
 
@@ -106,25 +100,18 @@ fn check_factor(factor: f32, ty: &str) -> Result<f32, String> {
     if factor.is_finite() && factor > 0.0 {
         Ok(factor)
     } else {
-        Err(format!(
-            "rope_scaling of type `{ty}` needs factor > 0, got {factor}"
-        ))
+        Err(format!("rope_scaling of type `{ty}` needs factor > 0, got {factor}"))
     }
 }
 
 impl RopeScaling {
     /// Parse the HF config.json `rope_scaling` object (keys `type` or `rope_type`: "linear", "dynamic", "yarn", "llama3", "default"; missing/null => None). `max_position_embeddings` is the config's value (used as original_max_position fallback for yarn). Unknown type => Err(String) naming it.
-    pub fn from_hf_json(
-        v: Option<&Value>,
-        max_position_embeddings: usize,
-    ) -> Result<RopeScaling, String> {
+    pub fn from_hf_json(v: Option<&Value>, max_position_embeddings: usize) -> Result<RopeScaling, String> {
         let obj = match v {
             None | Some(Value::Null) => return Ok(RopeScaling::None),
             Some(Value::Object(o)) => o,
             Some(other) => {
-                return Err(format!(
-                    "rope_scaling must be an object or null, got {other}"
-                ));
+                return Err(format!("rope_scaling must be an object or null, got {other}"));
             }
         };
         // HF: rope_scaling.get("rope_type", rope_scaling.get("type")).
@@ -135,12 +122,8 @@ impl RopeScaling {
         };
         match ty {
             "default" => Ok(RopeScaling::None),
-            "linear" => Ok(RopeScaling::Linear {
-                factor: check_factor(req_f32(obj, "factor", ty)?, ty)?,
-            }),
-            "dynamic" => Ok(RopeScaling::DynamicNtk {
-                factor: check_factor(req_f32(obj, "factor", ty)?, ty)?,
-            }),
+            "linear" => Ok(RopeScaling::Linear { factor: check_factor(req_f32(obj, "factor", ty)?, ty)? }),
+            "dynamic" => Ok(RopeScaling::DynamicNtk { factor: check_factor(req_f32(obj, "factor", ty)?, ty)? }),
             "yarn" => parse_yarn(obj, max_position_embeddings),
             "llama3" => parse_llama3(obj),
             other => Err(format!(
@@ -156,9 +139,7 @@ impl RopeScaling {
 /// and follows Python truthiness (`null` => false).
 fn parse_yarn(obj: &JsonObj, max_position_embeddings: usize) -> Result<RopeScaling, String> {
     let original = opt_usize(obj, "original_max_position_embeddings")?;
-    let original_max_position = original
-        .filter(|&n| n > 0)
-        .unwrap_or(max_position_embeddings);
+    let original_max_position = original.filter(|&n| n > 0).unwrap_or(max_position_embeddings);
     let factor = match (opt_f32(obj, "factor")?, original) {
         (Some(f), _) => f,
         (None, Some(orig)) if orig > 0 => (max_position_embeddings as f64 / orig as f64) as f32,
@@ -199,12 +180,7 @@ fn parse_llama3(obj: &JsonObj) -> Result<RopeScaling, String> {
     if original_max_position == 0 {
         return Err("llama3 rope_scaling needs original_max_position_embeddings > 0".to_string());
     }
-    Ok(RopeScaling::Llama3 {
-        factor,
-        low_freq_factor,
-        high_freq_factor,
-        original_max_position,
-    })
+    Ok(RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position })
 }
 
 #[derive(Clone, Debug)]
@@ -227,51 +203,29 @@ pub struct RopeFreqs {
 
 /// HF `_compute_default_rope_parameters`: `base^(-2i/dim)` for `i < dim/2`.
 fn default_inv_freq(base: f64, dim: usize) -> Vec<f64> {
-    (0..dim / 2)
-        .map(|i| 1.0 / base.powf((2 * i) as f64 / dim as f64))
-        .collect()
+    (0..dim / 2).map(|i| 1.0 / base.powf((2 * i) as f64 / dim as f64)).collect()
 }
 
 /// YaRN `get_mscale`.
 fn yarn_get_mscale(scale: f64, mscale: f64) -> f64 {
-    if scale <= 1.0 {
-        1.0
-    } else {
-        0.1 * mscale * scale.ln() + 1.0
-    }
+    if scale <= 1.0 { 1.0 } else { 0.1 * mscale * scale.ln() + 1.0 }
 }
 
 impl RopeConfig {
     /// Checks the configuration produces finite, positive frequencies.
     pub fn validate(&self) -> Result<(), String> {
         if self.head_dim < 2 || !self.head_dim.is_multiple_of(2) {
-            return Err(format!(
-                "rope head_dim must be even and >= 2, got {}",
-                self.head_dim
-            ));
+            return Err(format!("rope head_dim must be even and >= 2, got {}", self.head_dim));
         }
         if !(self.theta.is_finite() && self.theta > 1.0) {
-            return Err(format!(
-                "rope_theta must be finite and > 1, got {}",
-                self.theta
-            ));
+            return Err(format!("rope_theta must be finite and > 1, got {}", self.theta));
         }
-        if matches!(self.scaling, RopeScaling::DynamicNtk { .. })
-            && (self.head_dim < 4 || self.max_position == 0)
-        {
+        if matches!(self.scaling, RopeScaling::DynamicNtk { .. }) && (self.head_dim < 4 || self.max_position == 0) {
             return Err("dynamic NTK rope needs head_dim >= 4 and max_position > 0".to_string());
         }
         let f = self.freqs(self.max_position.max(1));
-        let ok =
-            f.inv_freq.iter().all(|x| x.is_finite() && *x > 0.0) && f.attention_scaling.is_finite();
-        if ok {
-            Ok(())
-        } else {
-            Err(format!(
-                "rope configuration yields non-finite frequencies: {:?}",
-                self.scaling
-            ))
-        }
+        let ok = f.inv_freq.iter().all(|x| x.is_finite() && *x > 0.0) && f.attention_scaling.is_finite();
+        if ok { Ok(()) } else { Err(format!("rope configuration yields non-finite frequencies: {:?}", self.scaling)) }
     }
 
     /// `seq_len` = the number of positions the current forward covers (max position + 1); only DynamicNtk depends on it (HF: base is rescaled when seq_len > max_position).
@@ -282,33 +236,16 @@ impl RopeConfig {
             RopeScaling::None => (default_inv_freq(base, dim), 1.0),
             RopeScaling::Linear { factor } => {
                 let f = *factor as f64;
-                (
-                    default_inv_freq(base, dim)
-                        .into_iter()
-                        .map(|x| x / f)
-                        .collect(),
-                    1.0,
-                )
+                (default_inv_freq(base, dim).into_iter().map(|x| x / f).collect(), 1.0)
             }
             RopeScaling::DynamicNtk { factor } => (self.dynamic_ntk(*factor as f64, seq_len), 1.0),
-            RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max_position,
-            } => {
+            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {
                 let p = [*factor, *low_freq_factor, *high_freq_factor].map(f64::from);
-                (
-                    llama3_inv_freq(base, dim, p, *original_max_position as f64),
-                    1.0,
-                )
+                (llama3_inv_freq(base, dim, p, *original_max_position as f64), 1.0)
             }
             RopeScaling::Yarn { .. } => self.yarn(),
         };
-        RopeFreqs {
-            inv_freq: inv.into_iter().map(|x| x as f32).collect(),
-            attention_scaling: attention_scaling as f32,
-        }
+        RopeFreqs { inv_freq: inv.into_iter().map(|x| x as f32).collect(), attention_scaling: attention_scaling as f32 }
     }
 
     /// HF `_compute_dynamic_ntk_parameters`: for `seq_len > max_position`,
@@ -343,18 +280,13 @@ impl RopeConfig {
         let truthy = |x: &Option<f32>| x.filter(|&v| v != 0.0).map(f64::from);
         let attention = match (attention_factor, truthy(mscale), truthy(mscale_all_dim)) {
             (Some(a), _, _) => *a as f64,
-            (None, Some(m), Some(m_all)) => {
-                yarn_get_mscale(factor, m) / yarn_get_mscale(factor, m_all)
-            }
+            (None, Some(m), Some(m_all)) => yarn_get_mscale(factor, m) / yarn_get_mscale(factor, m_all),
             (None, _, _) => yarn_get_mscale(factor, 1.0),
         };
         let (base, dim) = (self.theta as f64, self.head_dim as f64);
         let orig = *original_max_position as f64;
         let correction_dim = |rot: f64| dim * (orig / (rot * 2.0 * PI)).ln() / (2.0 * base.ln());
-        let (mut low, mut high) = (
-            correction_dim(*beta_fast as f64),
-            correction_dim(*beta_slow as f64),
-        );
+        let (mut low, mut high) = (correction_dim(*beta_fast as f64), correction_dim(*beta_slow as f64));
         if *truncate {
             low = low.floor();
             high = high.ceil();
@@ -392,8 +324,7 @@ fn llama3_inv_freq(base: f64, dim: usize, p: [f64; 3], old_context_len: f64) -> 
             } else if wavelen > low_freq_wavelen {
                 inv / factor
             } else {
-                let smooth = (old_context_len / wavelen - low_freq_factor)
-                    / (high_freq_factor - low_freq_factor);
+                let smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
                 (1.0 - smooth) * inv / factor + smooth * inv
             }
         })
@@ -429,12 +360,7 @@ pub fn rotate_half_in_place(x: &mut [f32], pos: u32, f: &RopeFreqs) {
 /// of heads of this tensor (the KV head count for `attn_k`).  Returns the HF
 /// rotate-half row order, or an empty vector when the shape is inconsistent
 /// (see [`try_inverse_permute_gguf_rows`] for the reason).
-pub fn inverse_permute_gguf_rows(
-    w: &[f32],
-    n_rows: usize,
-    n_cols: usize,
-    n_head: usize,
-) -> Vec<f32> {
+pub fn inverse_permute_gguf_rows(w: &[f32], n_rows: usize, n_cols: usize, n_head: usize) -> Vec<f32> {
     try_inverse_permute_gguf_rows(w, n_rows, n_cols, n_head).unwrap_or_default()
 }
 
@@ -446,18 +372,11 @@ pub fn try_inverse_permute_gguf_rows(
     n_head: usize,
 ) -> Result<Vec<f32>, String> {
     if n_rows.checked_mul(n_cols) != Some(w.len()) {
-        return Err(format!(
-            "weight has {} values, expected {n_rows} x {n_cols}",
-            w.len()
-        ));
+        return Err(format!("weight has {} values, expected {n_rows} x {n_cols}", w.len()));
     }
-    let heads_even = n_head
-        .checked_mul(2)
-        .is_some_and(|h2| h2 > 0 && n_rows.is_multiple_of(h2));
+    let heads_even = n_head.checked_mul(2).is_some_and(|h2| h2 > 0 && n_rows.is_multiple_of(h2));
     if !heads_even {
-        return Err(format!(
-            "{n_rows} rows cannot be split into {n_head} heads of an even size"
-        ));
+        return Err(format!("{n_rows} rows cannot be split into {n_head} heads of an even size"));
     }
     let rows_per_head = n_rows / n_head;
     let half = rows_per_head / 2;
@@ -491,21 +410,14 @@ mod tests {
     }
 
     fn cfg(head_dim: usize, theta: f32, scaling: RopeScaling, max_position: usize) -> RopeConfig {
-        RopeConfig {
-            head_dim,
-            theta,
-            scaling,
-            max_position,
-        }
+        RopeConfig { head_dim, theta, scaling, max_position }
     }
 
     #[test]
     fn default_is_theta_pow_minus_2i_over_d() {
         let c = cfg(128, 10000.0, RopeScaling::None, 4096);
         let f = c.freqs(10);
-        let want: Vec<f64> = (0..64)
-            .map(|i| 10000f64.powf(-(2.0 * i as f64) / 128.0))
-            .collect();
+        let want: Vec<f64> = (0..64).map(|i| 10000f64.powf(-(2.0 * i as f64) / 128.0)).collect();
         assert_all_close(&f.inv_freq, &want, 1e-6);
         assert_eq!(f.attention_scaling, 1.0);
         assert_eq!(f.inv_freq[0], 1.0);
@@ -515,9 +427,7 @@ mod tests {
     #[test]
     fn linear_divides_by_factor() {
         let c = cfg(64, 500000.0, RopeScaling::Linear { factor: 4.0 }, 4096);
-        let want: Vec<f64> = (0..32)
-            .map(|i| 500000f64.powf(-(2.0 * i as f64) / 64.0) / 4.0)
-            .collect();
+        let want: Vec<f64> = (0..32).map(|i| 500000f64.powf(-(2.0 * i as f64) / 64.0) / 4.0).collect();
         let f = c.freqs(1_000_000);
         assert_all_close(&f.inv_freq, &want, 1e-6);
         assert_eq!(f.attention_scaling, 1.0);
@@ -526,26 +436,15 @@ mod tests {
     #[test]
     fn dynamic_ntk_below_and_above_max_position() {
         let (d, theta, factor, max_pos) = (128usize, 10000.0f64, 2.0f64, 2048usize);
-        let c = cfg(
-            d,
-            theta as f32,
-            RopeScaling::DynamicNtk {
-                factor: factor as f32,
-            },
-            max_pos,
-        );
-        let plain: Vec<f64> = (0..d / 2)
-            .map(|i| theta.powf(-(2.0 * i as f64) / d as f64))
-            .collect();
+        let c = cfg(d, theta as f32, RopeScaling::DynamicNtk { factor: factor as f32 }, max_pos);
+        let plain: Vec<f64> = (0..d / 2).map(|i| theta.powf(-(2.0 * i as f64) / d as f64)).collect();
         for seq_len in [1, 100, 2047, 2048] {
             assert_all_close(&c.freqs(seq_len).inv_freq, &plain, 1e-6);
         }
         for seq_len in [2049usize, 8192, 100_000] {
             let ratio = factor * seq_len as f64 / max_pos as f64 - (factor - 1.0);
             let base2 = theta * ratio.powf(d as f64 / (d as f64 - 2.0));
-            let want: Vec<f64> = (0..d / 2)
-                .map(|i| base2.powf(-(2.0 * i as f64) / d as f64))
-                .collect();
+            let want: Vec<f64> = (0..d / 2).map(|i| base2.powf(-(2.0 * i as f64) / d as f64)).collect();
             let f = c.freqs(seq_len);
             assert_all_close(&f.inv_freq, &want, 1e-6);
             assert_eq!(f.attention_scaling, 1.0);
@@ -582,32 +481,17 @@ mod tests {
                 assert!((0.0..=1.0).contains(&s));
                 (1.0 - s) * inv / factor + s * inv
             };
-            assert!(
-                close(f.inv_freq[i], want, 1e-6),
-                "pair {i}: {} vs {want}",
-                f.inv_freq[i]
-            );
+            assert!(close(f.inv_freq[i], want, 1e-6), "pair {i}: {} vs {want}", f.inv_freq[i]);
         }
         // The wavelengths cross both band edges.
-        assert!(
-            n_high > 0 && n_mid > 0 && n_low > 0,
-            "{n_high} {n_mid} {n_low}"
-        );
+        assert!(n_high > 0 && n_mid > 0 && n_low > 0, "{n_high} {n_mid} {n_low}");
         assert_eq!(f.attention_scaling, 1.0);
     }
 
     /// YaRN reference written out from the paper/HF formulas in f64.
-    fn yarn_reference(
-        d: usize,
-        base: f64,
-        factor: f64,
-        orig: f64,
-        betas: (f64, f64),
-        truncate: bool,
-    ) -> Vec<f64> {
+    fn yarn_reference(d: usize, base: f64, factor: f64, orig: f64, betas: (f64, f64), truncate: bool) -> Vec<f64> {
         let dim = d as f64;
-        let cd =
-            |rot: f64| dim * (orig / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln());
+        let cd = |rot: f64| dim * (orig / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln());
         let (mut lo, mut hi) = (cd(betas.0), cd(betas.1));
         if truncate {
             lo = lo.floor();
@@ -679,22 +563,10 @@ mod tests {
         let m = |s: f64, ms: f64| 0.1 * ms * s.ln() + 1.0;
         // DeepSeek-V3 style: mscale == mscale_all_dim => 1.
         assert!(close(with(Some(1.0), Some(1.0), None, 40.0), 1.0, 1e-6));
-        assert!(close(
-            with(Some(0.707), Some(1.0), None, 40.0),
-            m(40.0, 0.707) / m(40.0, 1.0),
-            1e-6
-        ));
+        assert!(close(with(Some(0.707), Some(1.0), None, 40.0), m(40.0, 0.707) / m(40.0, 1.0), 1e-6));
         // Only one of them (or a zero) => plain 0.1 ln(s) + 1.
-        assert!(close(
-            with(Some(0.707), None, None, 40.0),
-            m(40.0, 1.0),
-            1e-6
-        ));
-        assert!(close(
-            with(Some(0.0), Some(1.0), None, 40.0),
-            m(40.0, 1.0),
-            1e-6
-        ));
+        assert!(close(with(Some(0.707), None, None, 40.0), m(40.0, 1.0), 1e-6));
+        assert!(close(with(Some(0.0), Some(1.0), None, 40.0), m(40.0, 1.0), 1e-6));
         // Explicit attention_factor wins; factor <= 1 => 1.
         assert_eq!(with(Some(0.707), Some(1.0), Some(0.5), 40.0), 0.5);
         assert_eq!(with(None, None, None, 1.0), 1.0);
@@ -713,19 +585,14 @@ mod tests {
     fn rotate_half_is_complex_multiplication_on_pairs() {
         let f = cfg(64, 10000.0, yarn(4.0, 4096, true), 16384).freqs(1);
         assert!(f.attention_scaling > 1.0);
-        let x0: Vec<f32> = (0..64)
-            .map(|i| ((i * 37 % 17) as f32 - 8.0) * 0.25)
-            .collect();
+        let x0: Vec<f32> = (0..64).map(|i| ((i * 37 % 17) as f32 - 8.0) * 0.25).collect();
         for pos in [0u32, 1, 7, 4095, 131071] {
             let mut x = x0.clone();
             rotate_half_in_place(&mut x, pos, &f);
             for i in 0..32 {
                 let angle = (pos as f32 * f.inv_freq[i]) as f64; // the product is taken in f32, as in HF
                 let sc = f.attention_scaling as f64;
-                let (re, im) = cmul(
-                    (x0[i] as f64, x0[i + 32] as f64),
-                    (angle.cos() * sc, angle.sin() * sc),
-                );
+                let (re, im) = cmul((x0[i] as f64, x0[i + 32] as f64), (angle.cos() * sc, angle.sin() * sc));
                 assert!((x[i] as f64 - re).abs() < 1e-5, "pos {pos} pair {i}");
                 assert!((x[i + 32] as f64 - im).abs() < 1e-5, "pos {pos} pair {i}");
             }
@@ -759,9 +626,7 @@ mod tests {
 
     #[test]
     fn permute_round_trips() {
-        for (n_head, rows_per_head, cols) in
-            [(4usize, 8usize, 3usize), (2, 64, 5), (8, 16, 1), (1, 2, 2)]
-        {
+        for (n_head, rows_per_head, cols) in [(4usize, 8usize, 3usize), (2, 64, 5), (8, 16, 1), (1, 2, 2)] {
             let rows = n_head * rows_per_head;
             let w: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
             let p = gguf_permute(&w, rows, cols, n_head);
@@ -769,21 +634,10 @@ mod tests {
                 assert_ne!(p, w, "permutation must not be the identity here");
             }
             assert_eq!(inverse_permute_gguf_rows(&p, rows, cols, n_head), w);
-            assert_eq!(
-                gguf_permute(
-                    &inverse_permute_gguf_rows(&w, rows, cols, n_head),
-                    rows,
-                    cols,
-                    n_head
-                ),
-                w
-            );
+            assert_eq!(gguf_permute(&inverse_permute_gguf_rows(&w, rows, cols, n_head), rows, cols, n_head), w);
         }
         // Rows of a single element where the permutation is the identity.
-        assert_eq!(
-            inverse_permute_gguf_rows(&[1.0, 2.0], 2, 1, 1),
-            vec![1.0, 2.0]
-        );
+        assert_eq!(inverse_permute_gguf_rows(&[1.0, 2.0], 2, 1, 1), vec![1.0, 2.0]);
     }
 
     #[test]
@@ -800,15 +654,10 @@ mod tests {
     fn interleaved_rope_on_gguf_rows_equals_rotate_half_on_hf_rows() {
         let (n_head, hd, cols) = (3usize, 16usize, 5usize);
         let rows = n_head * hd;
-        let w: Vec<f32> = (0..rows * cols)
-            .map(|i| ((i * 7919 % 23) as f32 - 11.0) / 7.0)
-            .collect();
+        let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919 % 23) as f32 - 11.0) / 7.0).collect();
         let x: Vec<f32> = (0..cols).map(|i| (i as f32 - 2.0) / 3.0).collect();
-        let matvec = |m: &[f32]| -> Vec<f32> {
-            (0..rows)
-                .map(|r| (0..cols).map(|c| m[r * cols + c] * x[c]).sum())
-                .collect()
-        };
+        let matvec =
+            |m: &[f32]| -> Vec<f32> { (0..rows).map(|r| (0..cols).map(|c| m[r * cols + c] * x[c]).sum()).collect() };
         let f = cfg(hd, 10000.0, RopeScaling::Linear { factor: 2.0 }, 4096).freqs(1);
         let pos = 123u32;
         // HF path: rotate-half per head on q = W x.
@@ -833,8 +682,7 @@ mod tests {
             assert!((a - b).abs() < 1e-5, "{a} vs {b}");
         }
         // And rotate-half on the inverse-permuted weights' output equals the same thing.
-        let w_back =
-            inverse_permute_gguf_rows(&gguf_permute(&w, rows, cols, n_head), rows, cols, n_head);
+        let w_back = inverse_permute_gguf_rows(&gguf_permute(&w, rows, cols, n_head), rows, cols, n_head);
         let mut q2 = matvec(&w_back);
         for head in q2.chunks_mut(hd) {
             rotate_half_in_place(head, pos, &f);
@@ -847,18 +695,9 @@ mod tests {
         let parse = |v: Value| RopeScaling::from_hf_json(Some(&v), 131072);
         assert_eq!(RopeScaling::from_hf_json(None, 4096), Ok(RopeScaling::None));
         assert_eq!(parse(Value::Null), Ok(RopeScaling::None));
-        assert_eq!(
-            parse(json!({"rope_type": "default", "rope_theta": 10000.0})),
-            Ok(RopeScaling::None)
-        );
-        assert_eq!(
-            parse(json!({"type": "linear", "factor": 2.0})),
-            Ok(RopeScaling::Linear { factor: 2.0 })
-        );
-        assert_eq!(
-            parse(json!({"type": "dynamic", "factor": 2})),
-            Ok(RopeScaling::DynamicNtk { factor: 2.0 })
-        );
+        assert_eq!(parse(json!({"rope_type": "default", "rope_theta": 10000.0})), Ok(RopeScaling::None));
+        assert_eq!(parse(json!({"type": "linear", "factor": 2.0})), Ok(RopeScaling::Linear { factor: 2.0 }));
+        assert_eq!(parse(json!({"type": "dynamic", "factor": 2})), Ok(RopeScaling::DynamicNtk { factor: 2.0 }));
         // Llama-3.1-8B config.json.
         let llama31 = json!({"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                              "original_max_position_embeddings": 8192, "rope_type": "llama3"});
@@ -870,16 +709,12 @@ mod tests {
         };
         assert_eq!(parse(llama31), Ok(want));
         // Qwen2.5 yarn snippet (max_position_embeddings 32768 in that config).
-        let qwen =
-            json!({"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"});
+        let qwen = json!({"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"});
         let want = yarn(4.0, 32768, true);
         assert_eq!(RopeScaling::from_hf_json(Some(&qwen), 32768), Ok(want));
         // No original_max_position_embeddings => config value; rope_type wins over type.
         let v = json!({"factor": 2.0, "rope_type": "yarn", "type": "linear"});
-        assert_eq!(
-            RopeScaling::from_hf_json(Some(&v), 4096),
-            Ok(yarn(2.0, 4096, true))
-        );
+        assert_eq!(RopeScaling::from_hf_json(Some(&v), 4096), Ok(yarn(2.0, 4096, true)));
         // DeepSeek-V3 style, with betas/mscale/truncate.
         let ds = json!({"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
                         "original_max_position_embeddings": 4096, "type": "yarn", "truncate": false});
@@ -895,40 +730,23 @@ mod tests {
         };
         assert_eq!(RopeScaling::from_hf_json(Some(&ds), 163840), Ok(want));
         // Missing yarn factor => max_position_embeddings / original.
-        let v =
-            json!({"rope_type": "yarn", "original_max_position_embeddings": 4096, "beta_fast": 0});
-        assert_eq!(
-            RopeScaling::from_hf_json(Some(&v), 16384),
-            Ok(yarn(4.0, 4096, true))
-        );
+        let v = json!({"rope_type": "yarn", "original_max_position_embeddings": 4096, "beta_fast": 0});
+        assert_eq!(RopeScaling::from_hf_json(Some(&v), 16384), Ok(yarn(4.0, 4096, true)));
     }
 
     #[test]
     fn from_hf_json_errors() {
         let parse = |v: Value| RopeScaling::from_hf_json(Some(&v), 4096);
-        let e = parse(json!({"type": "longrope", "long_factor": [1.0], "short_factor": [1.0]}))
-            .unwrap_err();
+        let e = parse(json!({"type": "longrope", "long_factor": [1.0], "short_factor": [1.0]})).unwrap_err();
         assert!(e.contains("longrope"), "{e}");
-        assert!(
-            parse(json!({"rope_type": "mystery"}))
-                .unwrap_err()
-                .contains("mystery")
-        );
+        assert!(parse(json!({"rope_type": "mystery"})).unwrap_err().contains("mystery"));
         assert!(parse(json!({"factor": 2.0})).is_err());
-        assert!(
-            parse(json!({"type": "linear"}))
-                .unwrap_err()
-                .contains("factor")
-        );
+        assert!(parse(json!({"type": "linear"})).unwrap_err().contains("factor"));
         assert!(parse(json!({"type": "linear", "factor": "2"})).is_err());
         assert!(parse(json!({"type": "linear", "factor": 0.0})).is_err());
         assert!(parse(json!({"type": "yarn"})).is_err());
         let no_orig = json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0});
-        assert!(
-            parse(no_orig)
-                .unwrap_err()
-                .contains("original_max_position_embeddings")
-        );
+        assert!(parse(no_orig).unwrap_err().contains("original_max_position_embeddings"));
         let bad = json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 4.0,
                          "original_max_position_embeddings": 8192});
         assert!(parse(bad).is_err());
@@ -938,8 +756,7 @@ mod tests {
 
     #[test]
     fn parsed_configs_give_reference_tables_and_serde_round_trips() {
-        let qwen =
-            json!({"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"});
+        let qwen = json!({"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"});
         let scaling = RopeScaling::from_hf_json(Some(&qwen), 32768).unwrap();
         let s = serde_json::to_string(&scaling).unwrap();
         assert_eq!(serde_json::from_str::<RopeScaling>(&s).unwrap(), scaling);
@@ -953,33 +770,12 @@ mod tests {
     fn validate_rejects_degenerate_configs() {
         assert!(cfg(0, 10000.0, RopeScaling::None, 4096).validate().is_err());
         assert!(cfg(7, 10000.0, RopeScaling::None, 4096).validate().is_err());
-        assert!(
-            cfg(64, f32::NAN, RopeScaling::None, 4096)
-                .validate()
-                .is_err()
-        );
-        assert!(
-            cfg(2, 10000.0, RopeScaling::DynamicNtk { factor: 2.0 }, 4096)
-                .validate()
-                .is_err()
-        );
-        assert!(
-            cfg(64, 10000.0, RopeScaling::Linear { factor: 0.0 }, 4096)
-                .validate()
-                .is_err()
-        );
+        assert!(cfg(64, f32::NAN, RopeScaling::None, 4096).validate().is_err());
+        assert!(cfg(2, 10000.0, RopeScaling::DynamicNtk { factor: 2.0 }, 4096).validate().is_err());
+        assert!(cfg(64, 10000.0, RopeScaling::Linear { factor: 0.0 }, 4096).validate().is_err());
         // Degenerate inputs never panic.
-        assert!(
-            cfg(0, 10000.0, RopeScaling::None, 0)
-                .freqs(0)
-                .inv_freq
-                .is_empty()
-        );
+        assert!(cfg(0, 10000.0, RopeScaling::None, 0).freqs(0).inv_freq.is_empty());
         let mut short = [1.0f32; 3];
-        rotate_half_in_place(
-            &mut short,
-            5,
-            &cfg(64, 10000.0, RopeScaling::None, 1).freqs(1),
-        );
+        rotate_half_in_place(&mut short, 5, &cfg(64, 10000.0, RopeScaling::None, 1).freqs(1));
     }
 }

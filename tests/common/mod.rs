@@ -5,9 +5,7 @@
 use std::path::{Path, PathBuf};
 
 pub fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
 }
 
 /// The SmolLM2-135M GGUF: `$LSERVE_TEST_MODEL`, else the cached alias (fetched if missing).
@@ -15,8 +13,7 @@ pub fn model_path() -> PathBuf {
     if let Some(p) = std::env::var_os("LSERVE_TEST_MODEL") {
         return PathBuf::from(p);
     }
-    lserve::fetch::resolve_model(None)
-        .expect("the default model could not be fetched (see .ci/run)")
+    lserve::fetch::resolve_model(None).expect("the default model could not be fetched (see .ci/run)")
 }
 
 pub fn reference() -> serde_json::Value {
@@ -25,11 +22,7 @@ pub fn reference() -> serde_json::Value {
 }
 
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .expect("id array")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
+    v.as_array().expect("id array").iter().map(|x| x.as_u64().expect("id") as u32).collect()
 }
 
 /// A float32 little-endian 1-D .npy file (format version 1.0).
@@ -39,26 +32,34 @@ pub fn read_npy_f32(path: &Path) -> Vec<f32> {
     assert_eq!(bytes[6], 1, "npy version 1 expected");
     let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
     let header = std::str::from_utf8(&bytes[10..10 + header_len]).expect("ascii header");
-    assert!(
-        header.contains("'<f4'") && header.contains("False"),
-        "float32 C-order expected: {header}"
-    );
-    bytes[10 + header_len..]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+    assert!(header.contains("'<f4'") && header.contains("False"), "float32 C-order expected: {header}");
+    bytes[10 + header_len..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 /// A seed fresh each run, printed so a failure can be replayed with LSERVE_TEST_SEED.
 pub fn seed() -> u64 {
-    let s = std::env::var("LSERVE_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
+    let s = std::env::var("LSERVE_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    });
     eprintln!("test seed: {s} (replay with LSERVE_TEST_SEED={s})");
     s
+}
+
+/// An engine for `model` with the given config, sized for `max_tokens`.
+pub fn engine(
+    model: lserve::model::llama::Llama<lserve::backend::cpu::CpuBackend>,
+    max_tokens: usize,
+    config: lserve::sparse::Config,
+    prefill_chunk: usize,
+) -> lserve::engine::Engine<lserve::backend::cpu::CpuBackend> {
+    let opts = lserve::engine::EngineOptions { config, max_tokens, max_seqs: 1, prefill_chunk };
+    lserve::engine::build_engine(lserve::backend::cpu::CpuBackend::new(), model, &opts).expect("engine builds")
+}
+
+/// The default config with a given page geometry.
+pub fn paged_config(physical: usize, logical: usize) -> lserve::sparse::Config {
+    let mut c = lserve::sparse::Config::default();
+    c.cache.physical_page = physical;
+    c.cache.logical_page = logical;
+    c
 }

@@ -7,6 +7,7 @@
 //! wrong call is an error, not an out-of-bounds panic. Ops run synchronously; `sync` is a no-op.
 
 mod attention;
+mod kvops;
 mod ops;
 
 use crate::backend::*;
@@ -39,25 +40,28 @@ impl CpuBackend {
                 weight_dtypes: vec![DType::F32],
                 kv_dtypes: vec![DType::F32],
                 max_buffer_bytes: u64::MAX,
+                memory_bytes: host_memory_bytes(),
             },
         }
     }
 }
 
+/// MemAvailable from /proc/meminfo (Linux), else 8 GiB as a conservative guess.
+fn host_memory_bytes() -> u64 {
+    let kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines().find(|l| l.starts_with("MemAvailable:"))?.split_whitespace().nth(1)?.parse::<u64>().ok()
+    });
+    kib.map_or(8 << 30, |k| k * 1024)
+}
+
 pub(crate) fn err(msg: impl Into<String>) -> Error {
-    Error::Backend {
-        backend: "cpu",
-        msg: msg.into(),
-    }
+    Error::Backend { backend: "cpu", msg: msg.into() }
 }
 
 pub(crate) fn f32s<'a>(b: &'a CpuBuffer, need: usize, what: &str) -> Result<&'a [f32]> {
     match b {
         CpuBuffer::F32(v) if v.len() >= need => Ok(&v[..need]),
-        CpuBuffer::F32(v) => Err(err(format!(
-            "{what}: {} f32 elements, op needs {need}",
-            v.len()
-        ))),
+        CpuBuffer::F32(v) => Err(err(format!("{what}: {} f32 elements, op needs {need}", v.len()))),
         CpuBuffer::U32(_) => Err(err(format!("{what}: expected an f32 buffer, got u32"))),
     }
 }
@@ -66,8 +70,7 @@ pub(crate) fn f32s_mut<'a>(b: &'a mut CpuBuffer, need: usize, what: &str) -> Res
     match b {
         CpuBuffer::F32(v) => {
             let have = v.len();
-            v.get_mut(..need)
-                .ok_or_else(|| err(format!("{what}: {have} f32 elements, op needs {need}")))
+            v.get_mut(..need).ok_or_else(|| err(format!("{what}: {have} f32 elements, op needs {need}")))
         }
         CpuBuffer::U32(_) => Err(err(format!("{what}: expected an f32 buffer, got u32"))),
     }
@@ -76,10 +79,7 @@ pub(crate) fn f32s_mut<'a>(b: &'a mut CpuBuffer, need: usize, what: &str) -> Res
 pub(crate) fn u32s<'a>(b: &'a CpuBuffer, need: usize, what: &str) -> Result<&'a [u32]> {
     match b {
         CpuBuffer::U32(v) if v.len() >= need => Ok(&v[..need]),
-        CpuBuffer::U32(v) => Err(err(format!(
-            "{what}: {} u32 elements, op needs {need}",
-            v.len()
-        ))),
+        CpuBuffer::U32(v) => Err(err(format!("{what}: {} u32 elements, op needs {need}", v.len()))),
         CpuBuffer::F32(_) => Err(err(format!("{what}: expected a u32 buffer, got f32"))),
     }
 }
@@ -99,18 +99,14 @@ impl Backend for CpuBackend {
         match dtype {
             DType::F32 => Ok(CpuBuffer::F32(vec![0.0; len])),
             DType::U32 => Ok(CpuBuffer::U32(vec![0; len])),
-            d => Err(err(format!(
-                "{d:?} buffers are not supported on the CPU backend"
-            ))),
+            d => Err(err(format!("{d:?} buffers are not supported on the CPU backend"))),
         }
     }
 
     fn upload_f32(&self, dtype: DType, data: Vec<f32>) -> Result<CpuBuffer> {
         match dtype {
             DType::F32 => Ok(CpuBuffer::F32(data)),
-            d => Err(err(format!(
-                "{d:?} weights are not supported on the CPU backend"
-            ))),
+            d => Err(err(format!("{d:?} weights are not supported on the CPU backend"))),
         }
     }
 
@@ -124,9 +120,7 @@ impl Backend for CpuBackend {
                 v[..data.len()].copy_from_slice(data);
                 Ok(())
             }
-            _ => Err(err(
-                "write_u32: destination is not a large enough u32 buffer",
-            )),
+            _ => Err(err("write_u32: destination is not a large enough u32 buffer")),
         }
     }
 
@@ -161,21 +155,12 @@ impl Backend for CpuBackend {
         }
     }
 
-    fn embed(
-        &self,
-        p: &EmbedParams,
-        table: &CpuBuffer,
-        ids: &CpuBuffer,
-        out: &mut CpuBuffer,
-    ) -> Result<()> {
+    fn embed(&self, p: &EmbedParams, table: &CpuBuffer, ids: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
         let (n, d) = (u(p.n_tokens), u(p.dim));
         let table = f32s(table, u(p.vocab) * d, "embed table")?;
         let ids = u32s(ids, n, "embed ids")?;
         if let Some(bad) = ids.iter().find(|&&i| i >= p.vocab) {
-            return Err(err(format!(
-                "embed: token id {bad} is outside the vocabulary ({})",
-                p.vocab
-            )));
+            return Err(err(format!("embed: token id {bad} is outside the vocabulary ({})", p.vocab)));
         }
         let out = f32s_mut(out, n * d, "embed out")?;
         for (row, &id) in out.chunks_exact_mut(d).zip(ids) {
@@ -205,13 +190,7 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn rmsnorm(
-        &self,
-        p: &RmsnormParams,
-        x: &CpuBuffer,
-        w: &CpuBuffer,
-        out: &mut CpuBuffer,
-    ) -> Result<()> {
+    fn rmsnorm(&self, p: &RmsnormParams, x: &CpuBuffer, w: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
         let (r, d) = (u(p.rows), u(p.dim));
         let x = f32s(x, r * d, "rmsnorm x")?;
         let w = f32s(w, d, "rmsnorm w")?;
@@ -238,10 +217,7 @@ impl Backend for CpuBackend {
 
     fn add(&self, p: &AddParams, a: &mut CpuBuffer, b: &CpuBuffer) -> Result<()> {
         let b = f32s(b, u(p.n), "add b")?;
-        f32s_mut(a, u(p.n), "add a")?
-            .iter_mut()
-            .zip(b)
-            .for_each(|(a, b)| *a += b);
+        f32s_mut(a, u(p.n), "add a")?.iter_mut().zip(b).for_each(|(a, b)| *a += b);
         Ok(())
     }
 
@@ -258,13 +234,7 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn gather_rows(
-        &self,
-        p: &GatherRowsParams,
-        src: &CpuBuffer,
-        rows: &CpuBuffer,
-        out: &mut CpuBuffer,
-    ) -> Result<()> {
+    fn gather_rows(&self, p: &GatherRowsParams, src: &CpuBuffer, rows: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
         let (n, d) = (u(p.n_out), u(p.dim));
         let src = f32s(src, u(p.n_src) * d, "gather_rows src")?;
         let rows = u32s(rows, n, "gather_rows rows")?;
@@ -284,9 +254,9 @@ impl Backend for CpuBackend {
         qkv: &CpuBuffer,
         meta: &RopeAppendMeta<Self>,
         q: &mut CpuBuffer,
-        kv: KvPoolsMut<Self>,
+        kv: LayerKvMut<Self>,
     ) -> Result<()> {
-        attention::rope_append_kv(p, qkv, meta, q, kv)
+        kvops::rope_append_kv(p, qkv, meta, q, kv)
     }
 
     fn prefill_attention(
@@ -294,7 +264,7 @@ impl Backend for CpuBackend {
         p: &AttentionParams,
         q: &CpuBuffer,
         q_indptr: &CpuBuffer,
-        kv: KvPools<Self>,
+        kv: LayerKv<Self>,
         meta: &PagedMeta<Self>,
         out: &mut CpuBuffer,
     ) -> Result<()> {
@@ -305,12 +275,36 @@ impl Backend for CpuBackend {
         &self,
         p: &AttentionParams,
         q: &CpuBuffer,
-        kv: KvPools<Self>,
+        kv: LayerKv<Self>,
         meta: &PagedMeta<Self>,
         pages: &HeadPages<Self>,
         out: &mut CpuBuffer,
     ) -> Result<()> {
         attention::sparse_decode_attention(p, q, kv, meta, pages, out)
+    }
+
+    fn page_select(
+        &self,
+        p: &PageSelectParams,
+        q: &CpuBuffer,
+        kv: LayerKv<Self>,
+        meta: &PagedMeta<Self>,
+        seq_slot: &CpuBuffer,
+        select_mask: &CpuBuffer,
+        out: SelectedMut<Self>,
+    ) -> Result<()> {
+        kvops::page_select(p, q, kv, meta, seq_slot, select_mask, out)
+    }
+
+    fn lambda_mass(
+        &self,
+        p: &LambdaMassParams,
+        q: &CpuBuffer,
+        kv: LayerKv<Self>,
+        meta: &PagedMeta<Self>,
+        out: &mut CpuBuffer,
+    ) -> Result<()> {
+        attention::lambda_mass(p, q, kv, meta, out)
     }
 
     fn argmax(&self, p: &ArgmaxParams, x: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {

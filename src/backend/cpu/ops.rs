@@ -7,12 +7,7 @@ use rayon::prelude::*;
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
     for (x, y) in ca.zip(cb) {
         for i in 0..8 {
             acc[i] += x[i] * y[i];
@@ -22,15 +17,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// out[m][n] = x[m][k] . w[n][k]^T + bias[n].
-pub fn matmul(
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    out: &mut [f32],
-    m: usize,
-    n: usize,
-    k: usize,
-) {
+pub fn matmul(x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32], m: usize, n: usize, k: usize) {
     if m < 4 {
         gemv(x, w, out, m, n, k);
     } else {
@@ -63,8 +50,7 @@ pub fn matmul(
         }
     }
     if let Some(b) = bias {
-        out.chunks_exact_mut(n)
-            .for_each(|row| row.iter_mut().zip(b).for_each(|(o, b)| *o += b));
+        out.chunks_exact_mut(n).for_each(|row| row.iter_mut().zip(b).for_each(|(o, b)| *o += b));
     }
 }
 
@@ -72,17 +58,15 @@ pub fn matmul(
 fn gemv(x: &[f32], w: &[f32], out: &mut [f32], m: usize, n: usize, k: usize) {
     const COLS: usize = 64;
     let mut tmp = vec![0f32; m * n];
-    tmp.par_chunks_mut(COLS * m)
-        .enumerate()
-        .for_each(|(blk, chunk)| {
-            // chunk holds [cols_in_block][m] results, column-major within the block.
-            for (j, col) in chunk.chunks_exact_mut(m).enumerate() {
-                let row = &w[(blk * COLS + j) * k..(blk * COLS + j + 1) * k];
-                for (i, o) in col.iter_mut().enumerate() {
-                    *o = dot(&x[i * k..(i + 1) * k], row);
-                }
+    tmp.par_chunks_mut(COLS * m).enumerate().for_each(|(blk, chunk)| {
+        // chunk holds [cols_in_block][m] results, column-major within the block.
+        for (j, col) in chunk.chunks_exact_mut(m).enumerate() {
+            let row = &w[(blk * COLS + j) * k..(blk * COLS + j + 1) * k];
+            for (i, o) in col.iter_mut().enumerate() {
+                *o = dot(&x[i * k..(i + 1) * k], row);
             }
-        });
+        }
+    });
     for (j, col) in tmp.chunks_exact(m).enumerate() {
         for (i, &v) in col.iter().enumerate() {
             out[i * n + j] = v;

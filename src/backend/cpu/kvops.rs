@@ -1,0 +1,181 @@
+//! CPU reference for the KV-side ops: `rope_append_kv` (rotate, write to the retrieval pool or the
+//! streaming ring, refresh page summaries) and `page_select` (Quest scores, top-k).
+//!
+//! Pool addressing (HND): token `t` of head `h` in page `p` of a pool holding `nh` heads starts at
+//! `((p * nh + h) * page_size + t) * head_dim`. Summaries: logical page `l` of retrieval head `r` in
+//! page `p` keeps min at `(((p * n_ret + r) * lpp + l) * 2) * head_dim` and max `head_dim` later.
+
+use std::collections::BTreeMap;
+
+use super::{CpuBackend, CpuBuffer, err, f32s, f32s_mut, u32s};
+use crate::backend::*;
+use crate::error::Result;
+use crate::model::rope::{RopeFreqs, rotate_half_in_place};
+
+fn u(x: u32) -> usize {
+    x as usize
+}
+
+/// Where each KV head of a layer lives: (streaming?, index within its kind).
+pub fn head_kinds(head_map: &CpuBuffer, n_kv: usize, n_ret: usize, n_str: usize) -> Result<Vec<(bool, usize)>> {
+    let map = u32s(head_map, n_kv, "head_map")?;
+    let kinds: Vec<(bool, usize)> = map.iter().map(|&m| (m & STREAMING_BIT != 0, u(m & !STREAMING_BIT))).collect();
+    let ok = kinds.iter().all(|&(s, i)| if s { i < n_str } else { i < n_ret });
+    if !ok || kinds.iter().filter(|k| k.0).count() != n_str {
+        return Err(err("head_map disagrees with n_ret/n_str"));
+    }
+    Ok(kinds)
+}
+
+pub fn rope_append_kv(
+    p: &RopeAppendKvParams,
+    qkv: &CpuBuffer,
+    meta: &RopeAppendMeta<CpuBackend>,
+    q: &mut CpuBuffer,
+    kv: LayerKvMut<CpuBackend>,
+) -> Result<()> {
+    let (n, nh, nkv, hd, ps) = (u(p.n_tokens), u(p.n_heads), u(p.n_kv_heads), u(p.head_dim), u(p.page_size));
+    let (n_ret, n_str, lp) = (u(p.n_ret), u(p.n_str), u(p.logical_page));
+    if n_ret + n_str != nkv || lp == 0 || ps % lp != 0 {
+        return Err(err("rope_append_kv: bad head split or logical page"));
+    }
+    let kinds = head_kinds(kv.head_map, nkv, n_ret, n_str)?;
+    let width = (nh + 2 * nkv) * hd;
+    let qkv = f32s(qkv, n * width, "rope_append_kv qkv")?;
+    let positions = u32s(meta.positions, n, "rope_append_kv positions")?;
+    let slots = u32s(meta.slots, n, "rope_append_kv slots")?;
+    let ring_slots = u32s(meta.ring_slots, n, "rope_append_kv ring_slots")?;
+    if n_ret > 0 && slots.iter().any(|&s| u(s) >= u(p.num_pages) * ps) {
+        return Err(err("rope_append_kv: a slot lies outside the retrieval pool"));
+    }
+    if n_str > 0 && ring_slots.iter().any(|&s| u(s) >= u(p.num_str_pages) * ps) {
+        return Err(err("rope_append_kv: a ring slot lies outside the streaming pool"));
+    }
+    let freqs = RopeFreqs {
+        inv_freq: f32s(meta.inv_freq, hd / 2, "rope_append_kv inv_freq")?.to_vec(),
+        attention_scaling: p.attention_scaling,
+    };
+    let q = f32s_mut(q, n * nh * hd, "rope_append_kv q")?;
+    let (rlen, slen) = (u(p.num_pages) * n_ret * ps * hd, u(p.num_str_pages) * n_str * ps * hd);
+    let (k, v) = (f32s_mut(kv.k, rlen, "k pool")?, f32s_mut(kv.v, rlen, "v pool")?);
+    let (sk, sv) = (f32s_mut(kv.sk, slen, "streaming k pool")?, f32s_mut(kv.sv, slen, "streaming v pool")?);
+    // (page, logical page) -> last offset written in it by this call.
+    let mut touched: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+    for t in 0..n {
+        let row = &qkv[t * width..(t + 1) * width];
+        for h in 0..nh {
+            let dst = &mut q[(t * nh + h) * hd..(t * nh + h + 1) * hd];
+            dst.copy_from_slice(&row[h * hd..(h + 1) * hd]);
+            rotate_half_in_place(dst, positions[t], &freqs);
+        }
+        for (h, &(streaming, i)) in kinds.iter().enumerate() {
+            let (slot, heads, kd, vd) = if streaming {
+                (u(ring_slots[t]), n_str, &mut *sk, &mut *sv)
+            } else {
+                (u(slots[t]), n_ret, &mut *k, &mut *v)
+            };
+            let at = (((slot / ps) * heads + i) * ps + slot % ps) * hd;
+            kd[at..at + hd].copy_from_slice(&row[(nh + h) * hd..(nh + h + 1) * hd]);
+            rotate_half_in_place(&mut kd[at..at + hd], positions[t], &freqs);
+            vd[at..at + hd].copy_from_slice(&row[(nh + nkv + h) * hd..(nh + nkv + h + 1) * hd]);
+        }
+        if n_ret > 0 {
+            let (page, off) = (u(slots[t]) / ps, u(slots[t]) % ps);
+            let e = touched.entry((page, off / lp)).or_insert(off);
+            *e = (*e).max(off);
+        }
+    }
+    let summary = f32s_mut(kv.summary, u(p.num_pages) * n_ret * (ps / lp) * 2 * hd, "summary")?;
+    for (&(page, l), &last) in &touched {
+        for r in 0..n_ret {
+            let s_at = (((page * n_ret + r) * (ps / lp) + l) * 2) * hd;
+            let (mins, maxs) = summary[s_at..s_at + 2 * hd].split_at_mut(hd);
+            mins.fill(f32::INFINITY);
+            maxs.fill(f32::NEG_INFINITY);
+            for off in l * lp..=last {
+                let at = ((page * n_ret + r) * ps + off) * hd;
+                for c in 0..hd {
+                    mins[c] = mins[c].min(k[at + c]);
+                    maxs[c] = maxs[c].max(k[at + c]);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Quest upper bound of q.k over a logical page: sum_c max(q_c * max_c, q_c * min_c).
+pub fn quest_score(q: &[f32], min: &[f32], max: &[f32]) -> f32 {
+    q.iter().zip(min.iter().zip(max)).map(|(&q, (&lo, &hi))| (q * hi).max(q * lo)).sum()
+}
+
+pub fn page_select(
+    p: &PageSelectParams,
+    q: &CpuBuffer,
+    kv: LayerKv<CpuBackend>,
+    meta: &PagedMeta<CpuBackend>,
+    seq_slot: &CpuBuffer,
+    select_mask: &CpuBuffer,
+    out: SelectedMut<CpuBackend>,
+) -> Result<()> {
+    let (ns, nh, nkv, hd, ps, lp) =
+        (u(p.num_seqs), u(p.n_heads), u(p.n_kv_heads), u(p.head_dim), u(p.page_size), u(p.logical_page));
+    let (n_ret, k_sel, stride) = (u(p.n_ret), u(p.k_pages), u(p.sel_stride));
+    if lp == 0 || ps % lp != 0 || k_sel > stride {
+        return Err(err("page_select: bad logical page or k_pages > sel_stride"));
+    }
+    let lpp = ps / lp;
+    let kinds = head_kinds(kv.head_map, nkv, n_ret, nkv - n_ret.min(nkv))?;
+    let q = f32s(q, ns * nh * hd, "page_select q")?;
+    let page_indptr = u32s(meta.page_indptr, ns + 1, "page_select page_indptr")?;
+    let page_table = u32s(meta.page_table, u(page_indptr[ns]), "page_select page_table")?;
+    let slots = u32s(seq_slot, ns, "page_select seq_slot")?;
+    let mask = u32s(select_mask, ns, "page_select select_mask")?;
+    let summary = f32s(kv.summary, u(p.num_pages) * n_ret * lpp * 2 * hd, "page_select summary")?;
+    if page_table.iter().any(|&pg| pg >= p.num_pages) {
+        return Err(err("page_select: a page id lies outside the pool"));
+    }
+    let max_slot = slots.iter().map(|&s| u(s) + 1).max().unwrap_or(0);
+    let selected = match out.selected {
+        CpuBuffer::U32(v) if v.len() >= max_slot * n_ret * stride => v,
+        _ => return Err(err("page_select: selected buffer too small")),
+    };
+    let counts = match out.counts {
+        CpuBuffer::U32(v) if v.len() >= max_slot * n_ret => v,
+        _ => return Err(err("page_select: counts buffer too small")),
+    };
+    let group = nh / nkv;
+    for s in (0..ns).filter(|&s| mask[s] != 0) {
+        let pages = &page_table[u(page_indptr[s])..u(page_indptr[s + 1])];
+        let candidates = pages.len().saturating_sub(1);
+        for (h, &(streaming, r)) in kinds.iter().enumerate() {
+            if streaming {
+                continue;
+            }
+            let mut scored: Vec<(f32, u32)> = (0..candidates)
+                .map(|j| {
+                    let page = u(pages[j]);
+                    let best = (0..lpp)
+                        .flat_map(|l| (h * group..(h + 1) * group).map(move |qh| (l, qh)))
+                        .map(|(l, qh)| {
+                            let at = (((page * n_ret + r) * lpp + l) * 2) * hd;
+                            quest_score(
+                                &q[(s * nh + qh) * hd..(s * nh + qh + 1) * hd],
+                                &summary[at..at + hd],
+                                &summary[at + hd..at + 2 * hd],
+                            )
+                        })
+                        .fold(f32::NEG_INFINITY, f32::max);
+                    (best, j as u32)
+                })
+                .collect();
+            scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            let mut keep: Vec<u32> = scored.iter().take(k_sel).map(|&(_, j)| j).collect();
+            keep.sort_unstable();
+            let base = (u(slots[s]) * n_ret + r) * stride;
+            selected[base..base + keep.len()].copy_from_slice(&keep);
+            counts[u(slots[s]) * n_ret + r] = keep.len() as u32;
+        }
+    }
+    Ok(())
+}
