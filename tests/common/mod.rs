@@ -2,6 +2,8 @@
 //! `transformers` reference outputs, and a .npy reader.
 #![allow(dead_code)]
 
+pub mod naive;
+
 use std::path::{Path, PathBuf};
 
 pub fn data(name: &str) -> PathBuf {

@@ -1,0 +1,397 @@
+//! Unified sparse attention on the CPU backend, against independent references:
+//! - with a token budget covering the context, sparse decode (page selection running every step)
+//!   equals dense decode bit for bit;
+//! - streaming heads equal a naive float64 model with the Lambda mask (sink + local window), through
+//!   chunked prefill and decode, with the streaming ring wrapping several times;
+//! - `page_select` returns what a brute-force Quest selector computed from the raw keys returns;
+//! - page summaries equal min/max recomputed from the raw keys after random appends;
+//! - a row not flagged for selection keeps its previous selection;
+//! each over several (physical, logical) page sizes. Random inputs, fresh seed each run.
+
+mod common;
+
+use common::naive::*;
+use lserve::backend::cpu::{CpuBackend, CpuBuffer};
+use lserve::backend::*;
+use lserve::kv::{CacheShape, HeadLayout, KvCache, SeqPages};
+use lserve::model::llama::{Llama, Logits};
+use lserve::sparse::{Config, HeadPattern};
+
+const PAGE_SIZES: [(usize, usize); 4] = [(16, 4), (16, 16), (32, 8), (64, 16)];
+
+fn sparse_config(physical: usize, logical: usize) -> Config {
+    let mut c = common::paged_config(physical, logical);
+    c.sparse.enabled = true;
+    c.sparse.streaming_ratio = 0.0;
+    c.sparse.dense_below = 0;
+    c.sparse.selector_interval = 1;
+    c
+}
+
+/// Prefill `prefill` tokens in chunks of `chunk`, then decode the rest; logits of every row.
+fn run(e: &mut lserve::engine::Engine<CpuBackend>, ids: &[u32], prefill: usize, chunk: usize) -> Vec<Vec<f32>> {
+    let vocab = e.model.cfg.vocab_size;
+    let mut seq = e.cache.admit().unwrap();
+    let mut rows = vec![];
+    let mut at = 0;
+    while at < ids.len() {
+        let len = if at < prefill { chunk.min(prefill - at) } else { 1 };
+        let out = e.step(&mut seq, &ids[at..at + len], Logits::All, None).unwrap();
+        rows.extend(out.chunks(vocab).map(<[f32]>::to_vec));
+        at += len;
+    }
+    e.cache.release(&mut seq).unwrap();
+    rows
+}
+
+#[test]
+fn budget_covering_the_context_equals_dense() {
+    let mut rng = Rng(common::seed() | 1);
+    let c = lserve::model::config::ModelConfig { max_position_embeddings: 256, ..base_config() };
+    let w = random_weights(&c, &mut rng);
+    let ids: Vec<u32> = (0..150).map(|_| (rng.next() * c.vocab_size as f64) as u32).collect();
+    for (ps, lp) in PAGE_SIZES {
+        let load = || Llama::load(&CpuBackend::new(), &c, &w, |_, _| {}).unwrap();
+        let mut dense = common::engine(load(), 256, common::paged_config(ps, lp), 40);
+        let mut cfg = sparse_config(ps, lp);
+        cfg.sparse.token_budget = 256;
+        let mut sparse = common::engine(load(), 256, cfg, 40);
+        let (a, b) = (run(&mut dense, &ids, 40, 40), run(&mut sparse, &ids, 40, 40));
+        assert_eq!(a, b, "pages {ps}/{lp}: sparse with a covering budget differs from dense");
+    }
+}
+
+#[test]
+fn streaming_heads_equal_the_lambda_mask_reference() {
+    let seed = common::seed();
+    let mut rng = Rng(seed | 1);
+    let c = lserve::model::config::ModelConfig { max_position_embeddings: 256, ..base_config() };
+    let w = random_weights(&c, &mut rng);
+    let ids: Vec<u32> = (0..150).map(|_| (rng.next() * c.vocab_size as f64) as u32).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let pattern = dir.path().join("p.toml");
+    let scores: Vec<Vec<f64>> = (0..c.num_layers).map(|_| (0..c.num_kv_heads).map(|_| rng.next()).collect()).collect();
+    let hp = HeadPattern { model: "test".into(), sink_tokens: 4, local_tokens: 8, scores };
+    std::fs::write(&pattern, hp.to_toml()).unwrap();
+    for (ps, lp) in PAGE_SIZES {
+        let mut cfg = sparse_config(ps, lp);
+        cfg.sparse.streaming_ratio = 0.5;
+        cfg.sparse.head_pattern = Some(pattern.clone());
+        cfg.sparse.sink_tokens = 4;
+        cfg.sparse.local_tokens = 8;
+        cfg.sparse.token_budget = 256;
+        let layout = hp.layout(c.num_layers, c.num_kv_heads, 0.5, &[]).unwrap();
+        assert!(layout.any_streaming() && layout.streaming.iter().flatten().any(|s| !s));
+        let model = Llama::load(&CpuBackend::new(), &c, &w, |_, _| {}).unwrap();
+        let mut e = common::engine(model, 256, cfg, 5);
+        assert!(e.cache.shape.ring_tokens + 40 < ids.len(), "the ring must wrap in this test");
+        let got = run(&mut e, &ids, 75, 5);
+        let want = naive_logits_lambda(&c, &w, &ids, Some(&Lambda { streaming: &layout.streaming, sink: 4, local: 8 }));
+        for (i, (g, wnt)) in got.iter().zip(&want).enumerate() {
+            let d = max_diff(g, wnt);
+            assert!(d < 2e-4, "pages {ps}/{lp}, position {i}: max |diff| {d}");
+        }
+    }
+}
+
+/// A cache of one layer with the given head split, plus one admitted sequence.
+fn one_layer_cache(
+    be: &CpuBackend,
+    n_kv: usize,
+    streaming: Vec<bool>,
+    ps: usize,
+    lp: usize,
+    hd: usize,
+) -> (KvCache<CpuBackend>, SeqPages) {
+    let shape = CacheShape {
+        num_layers: 1,
+        n_kv_heads: n_kv,
+        head_dim: hd,
+        page_size: ps,
+        logical_page: lp,
+        num_pages: 64,
+        max_seqs: 2,
+        ring_tokens: if streaming.iter().any(|&s| s) { 2 * ps } else { 0 },
+        sink: 4,
+        sel_stride: 8,
+        layout: HeadLayout { streaming: vec![streaming] },
+        kv_dtype: DType::F32,
+    };
+    let mut cache = KvCache::new(be, shape).unwrap();
+    let _other = cache.admit().unwrap(); // slot 0 belongs to someone else
+    let seq = cache.admit().unwrap();
+    (cache, seq)
+}
+
+/// Append `n` tokens with random q/k/v; identity RoPE (inv_freq 0) so stored keys equal the
+/// inputs. Returns the k rows `[n][n_kv][hd]`.
+fn append(
+    be: &CpuBackend,
+    cache: &mut KvCache<CpuBackend>,
+    seq: &mut SeqPages,
+    n: usize,
+    nh: usize,
+    rng: &mut Rng,
+) -> Vec<f32> {
+    append_planted(be, cache, seq, n, nh, rng, 0..0)
+}
+
+/// As `append`, with channel 0 of KV head 0 set to 50 for the tokens in `plant`.
+fn append_planted(
+    be: &CpuBackend,
+    cache: &mut KvCache<CpuBackend>,
+    seq: &mut SeqPages,
+    n: usize,
+    nh: usize,
+    rng: &mut Rng,
+    plant: std::ops::Range<usize>,
+) -> Vec<f32> {
+    let s = cache.shape.clone();
+    let (n_kv, hd) = (s.n_kv_heads, s.head_dim);
+    cache.reserve(seq, n).unwrap();
+    let width = (nh + 2 * n_kv) * hd;
+    let mut qkv = rng.normal_vec(n * width, 0.1);
+    plant.for_each(|t| qkv[t * width + nh * hd] = 50.0);
+    let keys: Vec<f32> = (0..n).flat_map(|t| qkv[t * width + nh * hd..t * width + (nh + n_kv) * hd].to_vec()).collect();
+    let meta_bufs = (
+        be.upload_u32(&(seq.len..seq.len + n).map(|p| p as u32).collect::<Vec<_>>()).unwrap(),
+        be.upload_u32(&cache.slots(seq, seq.len, n)).unwrap(),
+        be.upload_u32(&cache.ring_slots(seq, seq.len, n)).unwrap(),
+        be.upload_f32(DType::F32, vec![0.0; hd / 2]).unwrap(),
+    );
+    let meta = RopeAppendMeta {
+        positions: &meta_bufs.0,
+        slots: &meta_bufs.1,
+        ring_slots: &meta_bufs.2,
+        inv_freq: &meta_bufs.3,
+    };
+    let p = RopeAppendKvParams {
+        n_tokens: n as u32,
+        n_heads: nh as u32,
+        n_kv_heads: n_kv as u32,
+        head_dim: hd as u32,
+        page_size: s.page_size as u32,
+        num_pages: s.num_pages as u32,
+        attention_scaling: 1.0,
+        logical_page: s.logical_page as u32,
+        n_ret: s.layout.n_ret(0) as u32,
+        n_str: s.layout.n_str(0) as u32,
+        num_str_pages: cache.num_str_pages() as u32,
+        _pad: 0,
+    };
+    let mut q = CpuBuffer::F32(vec![f32::NAN; n * nh * hd]);
+    be.rope_append_kv(&p, &be.upload_f32(DType::F32, qkv).unwrap(), &meta, &mut q, cache.layers[0].view_mut()).unwrap();
+    seq.len += n;
+    keys
+}
+
+fn as_f32(b: &CpuBuffer) -> &[f32] {
+    match b {
+        CpuBuffer::F32(v) => v,
+        _ => panic!("f32 buffer expected"),
+    }
+}
+
+fn as_u32(b: &CpuBuffer) -> &[u32] {
+    match b {
+        CpuBuffer::U32(v) => v,
+        _ => panic!("u32 buffer expected"),
+    }
+}
+
+#[test]
+fn summaries_equal_minmax_recomputed_from_scratch() {
+    let mut rng = Rng(common::seed() | 1);
+    let be = CpuBackend::new();
+    for (ps, lp) in PAGE_SIZES {
+        let (n_kv, hd, nh) = (3, 8, 6);
+        let streaming = vec![false, true, false];
+        let (mut cache, mut seq) = one_layer_cache(&be, n_kv, streaming.clone(), ps, lp, hd);
+        let mut keys = vec![];
+        for _ in 0..12 {
+            let n = 1 + (rng.next() * 20.0) as usize;
+            keys.extend(append(&be, &mut cache, &mut seq, n, nh, &mut rng));
+            // Every logical page holding tokens: min/max over its tokens, per retrieval head.
+            let summary = as_f32(&cache.layers[0].summary);
+            let lpp = ps / lp;
+            for lpage in 0..seq.len.div_ceil(lp) {
+                let (page, l) = (seq.pages[lpage * lp / ps] as usize, (lpage * lp % ps) / lp);
+                let toks = lpage * lp..((lpage + 1) * lp).min(seq.len);
+                for (r, h) in (0..n_kv).filter(|&h| !streaming[h]).enumerate() {
+                    let at = (((page * 2 + r) * lpp + l) * 2) * hd;
+                    for ch in 0..hd {
+                        let vals = toks.clone().map(|t| keys[(t * n_kv + h) * hd + ch]);
+                        let (mn, mx) = vals.fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+                        assert_eq!(
+                            (summary[at + ch], summary[at + hd + ch]),
+                            (mn, mx),
+                            "pages {ps}/{lp} lpage {lpage}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Brute-force Quest selection from raw keys: top `k` of pages `0..n_pages-1` by the max over the
+/// group's query heads and the page's logical pages of sum_c max(q_c*max_c, q_c*min_c).
+fn brute_force(
+    keys: &[f32],
+    q: &[f32],
+    kvh: usize,
+    len: usize,
+    k: usize,
+    d: (usize, usize, usize, usize, usize),
+) -> Vec<u32> {
+    let (n_kv, hd, nh, ps, lp) = d;
+    let group = nh / n_kv;
+    let n_pages = len.div_ceil(ps);
+    let mut scored: Vec<(f64, u32)> = (0..n_pages - 1)
+        .map(|j| {
+            let mut best = f64::NEG_INFINITY;
+            for l0 in (j * ps..(j + 1) * ps).step_by(lp) {
+                for qh in kvh * group..(kvh + 1) * group {
+                    let score: f64 = (0..hd)
+                        .map(|c| {
+                            let vals = (l0..l0 + lp).map(|t| keys[(t * n_kv + kvh) * hd + c] as f64);
+                            let (mn, mx) =
+                                vals.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+                            let qc = q[qh * hd + c] as f64;
+                            (qc * mx).max(qc * mn)
+                        })
+                        .sum();
+                    best = best.max(score);
+                }
+            }
+            (best, j as u32)
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut keep: Vec<u32> = scored.iter().take(k).map(|x| x.1).collect();
+    keep.sort_unstable();
+    keep
+}
+
+#[test]
+fn page_select_matches_brute_force() {
+    let mut rng = Rng(common::seed() | 1);
+    let be = CpuBackend::new();
+    for (ps, lp) in PAGE_SIZES {
+        let (n_kv, hd, nh) = (3, 8, 6);
+        let streaming = vec![false, false, true];
+        let (mut cache, mut seq) = one_layer_cache(&be, n_kv, streaming.clone(), ps, lp, hd);
+        let keys = append(&be, &mut cache, &mut seq, 9 * ps + 5, nh, &mut rng);
+        let q = rng.normal_vec(nh * hd, 1.0);
+        let k = 4;
+        let paged_bufs = (
+            be.upload_u32(&[0, seq.pages.len() as u32]).unwrap(),
+            be.upload_u32(&seq.pages).unwrap(),
+            be.upload_u32(&[seq.len as u32]).unwrap(),
+            be.upload_u32(&seq.ring).unwrap(),
+        );
+        let meta = PagedMeta {
+            page_indptr: &paged_bufs.0,
+            page_table: &paged_bufs.1,
+            kv_len: &paged_bufs.2,
+            ring_table: &paged_bufs.3,
+        };
+        let p = PageSelectParams {
+            num_seqs: 1,
+            n_heads: nh as u32,
+            n_kv_heads: n_kv as u32,
+            head_dim: hd as u32,
+            page_size: ps as u32,
+            logical_page: lp as u32,
+            num_pages: cache.shape.num_pages as u32,
+            n_ret: 2,
+            k_pages: k as u32,
+            sel_stride: 8,
+            ..Default::default()
+        };
+        let (slot, mask_on, mask_off) =
+            (be.upload_u32(&[seq.slot]).unwrap(), be.upload_u32(&[1]).unwrap(), be.upload_u32(&[0]).unwrap());
+        let qb = be.upload_f32(DType::F32, q.clone()).unwrap();
+        let store = &mut cache.layers[0];
+        store.selected = CpuBuffer::U32(vec![u32::MAX; 2 * 2 * 8]); // poisoned
+        let kv = LayerKv {
+            k: &store.k,
+            v: &store.v,
+            summary: &store.summary,
+            sk: &store.sk,
+            sv: &store.sv,
+            head_map: &store.head_map,
+        };
+        let out = SelectedMut { selected: &mut store.selected, counts: &mut store.counts };
+        be.page_select(&p, &qb, kv, &meta, &slot, &mask_on, out).unwrap();
+        let (sel, counts) = (as_u32(&store.selected).to_vec(), as_u32(&store.counts).to_vec());
+        for (r, h) in (0..n_kv).filter(|&h| !streaming[h]).enumerate() {
+            let want = brute_force(&keys, &q, h, seq.len, k, (n_kv, hd, nh, ps, lp));
+            let base = (seq.slot as usize * 2 + r) * 8;
+            assert_eq!(counts[seq.slot as usize * 2 + r] as usize, k);
+            assert_eq!(&sel[base..base + k], &want[..], "pages {ps}/{lp}, head {h}");
+        }
+        assert!(sel[..16].iter().all(|&x| x == u32::MAX), "slot 0 (another sequence) untouched");
+        // A row not flagged keeps its selection even when the query changes.
+        let q2 = be.upload_f32(DType::F32, rng.normal_vec(nh * hd, 1.0)).unwrap();
+        let kv = LayerKv {
+            k: &store.k,
+            v: &store.v,
+            summary: &store.summary,
+            sk: &store.sk,
+            sv: &store.sv,
+            head_map: &store.head_map,
+        };
+        let out = SelectedMut { selected: &mut store.selected, counts: &mut store.counts };
+        be.page_select(&p, &q2, kv, &meta, &slot, &mask_off, out).unwrap();
+        assert_eq!(as_u32(&store.selected), &sel[..]);
+    }
+}
+
+#[test]
+fn planted_page_is_selected() {
+    // Keys of page 3 point along q; every other key is small noise. Quest must pick page 3.
+    let mut rng = Rng(common::seed() | 1);
+    let be = CpuBackend::new();
+    let (n_kv, hd, nh, ps, lp) = (1, 8, 2, 16, 4);
+    let (mut cache, mut seq) = one_layer_cache(&be, n_kv, vec![false], ps, lp, hd);
+    let keys = append_planted(&be, &mut cache, &mut seq, 8 * ps, nh, &mut rng, 3 * ps..4 * ps);
+    let q: Vec<f32> = (0..nh * hd).map(|i| if i % hd == 0 { 5.0 } else { 0.0 }).collect();
+    assert_eq!(brute_force(&keys, &q, 0, seq.len, 1, (n_kv, hd, nh, ps, lp)), vec![3]);
+    let bufs = (
+        be.upload_u32(&[0, seq.pages.len() as u32]).unwrap(),
+        be.upload_u32(&seq.pages).unwrap(),
+        be.upload_u32(&[seq.len as u32]).unwrap(),
+        be.upload_u32(&[0]).unwrap(),
+        be.upload_u32(&[seq.slot]).unwrap(),
+        be.upload_u32(&[1]).unwrap(),
+        be.upload_f32(DType::F32, q).unwrap(),
+    );
+    let meta = PagedMeta { page_indptr: &bufs.0, page_table: &bufs.1, kv_len: &bufs.2, ring_table: &bufs.3 };
+    let p = PageSelectParams {
+        num_seqs: 1,
+        n_heads: nh as u32,
+        n_kv_heads: 1,
+        head_dim: hd as u32,
+        page_size: ps as u32,
+        logical_page: lp as u32,
+        num_pages: cache.shape.num_pages as u32,
+        n_ret: 1,
+        k_pages: 1,
+        sel_stride: 8,
+        ..Default::default()
+    };
+    let store = &mut cache.layers[0];
+    let kv = LayerKv {
+        k: &store.k,
+        v: &store.v,
+        summary: &store.summary,
+        sk: &store.sk,
+        sv: &store.sv,
+        head_map: &store.head_map,
+    };
+    let out = SelectedMut { selected: &mut store.selected, counts: &mut store.counts };
+    be.page_select(&p, &bufs.6, kv, &meta, &bufs.4, &bufs.5, out).unwrap();
+    let at = seq.slot as usize * 8;
+    assert_eq!(as_u32(&store.selected)[at], 3);
+}
