@@ -223,3 +223,107 @@ fn prompt_longer_than_context_and_unscoreable_files() {
         "--window 1",
     );
 }
+
+#[test]
+fn sparse_flags_config_and_errors() {
+    let m = model();
+    assert_fails(
+        &lserve(&["generate", "--model", &m, "-p", "hi", "--sparse", "on", "--streaming-ratio", "0.5"]),
+        "lserve calibrate",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, "[sparse]\ntoken_budgte = 4\n").unwrap();
+    assert_fails(&lserve(&["generate", "--model", &m, "-p", "hi", "--config", cfg.to_str().unwrap()]), "unknown field");
+    assert_fails(&lserve(&["generate", "--model", &m, "-p", "hi", "--logical-page", "24"]), "must divide");
+    assert_fails(&lserve(&["generate", "--model", &m, "-p", "hi", "--physical-page", "8"]), "between 16 and 1024");
+    assert_fails(&lserve(&["generate", "--model", &m, "-p", "hi", "--kv-memory", "lots"]), "kv memory");
+    assert_fails(&lserve(&["generate", "--model", &m, "-p", "hi", "--kv-memory", "1KiB"]), "does not hold one page");
+    let pat = dir.path().join("bad.tsv");
+    std::fs::write(&pat, "0.1\t0.2\n").unwrap();
+    let args = ["generate", "--model", &m, "-p", "hi", "--sparse", "on", "--streaming-ratio", "0.5", "--head-pattern"];
+    assert_fails(
+        &lserve(&[&args[..], &[pat.to_str().unwrap()]].concat()),
+        "1x2 (layers x KV heads) but the model has 30x3",
+    );
+    // With a config file that turns sparse on and a budget covering the context, greedy output is
+    // the dense output (page selection runs and keeps every page).
+    std::fs::write(&cfg, "[sparse]\nenabled = true\nstreaming_ratio = 0.0\ndense_below = 0\nselector_interval = 1\ntoken_budget = 8192\n[cache]\nphysical_page = 16\nlogical_page = 8\n").unwrap();
+    let r = common::reference();
+    let p = &r["prompts"]["d3_code"];
+    let out = lserve(&[
+        "generate",
+        "--model",
+        &m,
+        "--config",
+        cfg.to_str().unwrap(),
+        "--prompt",
+        p["text"].as_str().unwrap(),
+        "--max-tokens",
+        "24",
+        "--ignore-eos",
+        "--output",
+        "json",
+    ]);
+    let v = json_line(&out);
+    assert_eq!(v["sparse"], true);
+    assert_eq!(common::ids(&v["token_ids"]), common::ids(&p["greedy24_ids"]));
+}
+
+#[test]
+fn calibrate_then_niah_with_the_pattern() {
+    let dir = tempfile::tempdir().unwrap();
+    let pat = dir.path().join("heads.toml");
+    let out =
+        lserve(&["calibrate", "--model", &model(), "--out", pat.to_str().unwrap(), "--docs", "1", "--length", "600"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let p = lserve::sparse::HeadPattern::load(&pat).unwrap();
+    assert_eq!((p.scores.len(), p.scores[0].len()), (30, 3));
+    assert!(p.scores.iter().flatten().all(|&s| (0.0..=1.0).contains(&s)));
+    assert!(p.scores.iter().flatten().any(|&s| s > 0.01), "some head looks beyond its window");
+    let nd = dir.path().join("niah");
+    let out = lserve(&[
+        "niah",
+        "--model",
+        &model(),
+        "--lengths",
+        "700",
+        "--depths",
+        "0,100",
+        "--sparse",
+        "both",
+        "--out-dir",
+        nd.to_str().unwrap(),
+        "--head-pattern",
+        pat.to_str().unwrap(),
+        "--streaming-ratio",
+        "0.5",
+        "--token-budget",
+        "256",
+        "--dense-below",
+        "0",
+        "--physical-page",
+        "32",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("dense:") && stdout.contains("sparse:"), "{stdout}");
+    let res: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(nd.join("results.json")).unwrap()).unwrap();
+    let cells = res["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 4);
+    for c in cells {
+        assert!(c["prompt_tokens"].as_u64().unwrap() <= 700);
+        let frac = c["kv_read_fraction"].as_f64().unwrap();
+        if c["mode"] == "sparse" {
+            assert!(frac < 0.9, "sparse decode should read less KV: {frac}");
+        } else {
+            assert_eq!(frac, 1.0);
+        }
+    }
+    // The dense model retrieves a needle at the end of a short haystack.
+    assert!(cells.iter().any(|c| c["mode"] == "dense" && c["correct"] == true), "{cells:?}");
+    let png = std::fs::read(nd.join("heatmap.png")).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    assert_fails(&lserve(&["niah", "--model", &model(), "--lengths", "1x", "--out-dir", "/tmp/x"]), "--lengths");
+}

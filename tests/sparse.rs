@@ -6,7 +6,8 @@
 //! - `page_select` returns what a brute-force Quest selector computed from the raw keys returns;
 //! - page summaries equal min/max recomputed from the raw keys after random appends;
 //! - a row not flagged for selection keeps its previous selection;
-//! each over several (physical, logical) page sizes. Random inputs, fresh seed each run.
+//!
+//! Each runs over several (physical, logical) page sizes. Random inputs, fresh seed each run.
 
 mod common;
 

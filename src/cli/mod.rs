@@ -1,6 +1,7 @@
 //! Argument parsing and the sub-commands. The library does the work; this module turns flags
 //! into library calls, prints results, and maps errors to exit codes.
 
+mod eval;
 mod run;
 
 use std::path::PathBuf;
@@ -23,6 +24,60 @@ enum Cmd {
     Score(ScoreArgs),
     /// List the backends compiled in and the adapters/GPUs they find.
     Devices,
+    /// Rank the KV heads by attention mass outside sink + local window; write a head pattern.
+    Calibrate(CalibrateArgs),
+    /// Needle-in-a-haystack sweep (context length x depth), dense vs sparse.
+    Niah(NiahArgs),
+}
+
+#[derive(Args)]
+pub struct CalibrateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Where to write the head pattern (TOML).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Calibration documents (passkey retrieval over varied filler text).
+    #[arg(long, default_value_t = 4)]
+    pub docs: usize,
+    /// Tokens per document (default: min(4096, the context length)).
+    #[arg(long)]
+    pub length: Option<usize>,
+    #[arg(long, default_value_t = 128)]
+    pub sink: usize,
+    #[arg(long, default_value_t = 256)]
+    pub local: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+pub enum NiahMode {
+    On,
+    Off,
+    Both,
+}
+
+#[derive(Args)]
+pub struct NiahArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Which attention to evaluate.
+    #[arg(long, value_enum, default_value = "both")]
+    pub sparse: NiahMode,
+    #[command(flatten)]
+    pub tuning: SparseArgs,
+    /// Context lengths (k = 1024 tokens); lengths beyond the context are clamped to it.
+    #[arg(long, default_value = "1k,2k,4k,8k")]
+    pub lengths: String,
+    /// Needle depths in percent of the haystack.
+    #[arg(long, default_value = "0,25,50,75,100")]
+    pub depths: String,
+    /// Folder for results.json and heatmap.png.
+    #[arg(long)]
+    pub out_dir: PathBuf,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 #[derive(Args, Clone)]
@@ -41,15 +96,13 @@ pub enum OnOff {
     Off,
 }
 
-/// `--config FILE` and the flags that override it (DESIGN.md §5).
+/// `--config FILE` and the flags that override it (DESIGN.md §5); `--sparse` itself is declared
+/// by each command (on|off, or on|off|both for niah).
 #[derive(Args, Clone, Default)]
 pub struct SparseArgs {
     /// TOML file with [sparse] and [cache] sections.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Unified sparse attention (streaming heads + page selection).
-    #[arg(long, value_enum)]
-    pub sparse: Option<OnOff>,
     /// Tokens each retrieval head reads per decode step.
     #[arg(long)]
     pub token_budget: Option<usize>,
@@ -86,8 +139,11 @@ pub enum Output {
 pub struct GenerateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    /// Unified sparse attention (streaming heads + page selection).
+    #[arg(long, value_enum)]
+    pub sparse: Option<OnOff>,
     #[command(flatten)]
-    pub sparse: SparseArgs,
+    pub tuning: SparseArgs,
     /// The prompt text.
     #[arg(long, short = 'p', conflicts_with = "prompt_file", required_unless_present = "prompt_file")]
     pub prompt: Option<String>,
@@ -125,8 +181,11 @@ pub struct GenerateArgs {
 pub struct ScoreArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    /// Unified sparse attention (streaming heads + page selection).
+    #[arg(long, value_enum)]
+    pub sparse: Option<OnOff>,
     #[command(flatten)]
-    pub sparse: SparseArgs,
+    pub tuning: SparseArgs,
     /// Within each window, prefill this many tokens and feed the rest as decode steps (so sparse
     /// decode attention is measured). Default: the whole window by prefill when --sparse is off,
     /// 512 tokens when it is on.
@@ -153,6 +212,8 @@ pub fn main() -> ExitCode {
         Cmd::Generate(a) => run::generate(a),
         Cmd::Score(a) => run::score(a),
         Cmd::Devices => run::devices(),
+        Cmd::Calibrate(a) => eval::calibrate(a),
+        Cmd::Niah(a) => eval::niah(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

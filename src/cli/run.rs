@@ -20,11 +20,11 @@ use super::{GenerateArgs, ModelArgs, OnOff, Output, ScoreArgs, SparseArgs};
 
 /// The backend a `--device` value names. Only the CPU backend exists so far; asking for another
 /// is refused up front rather than silently falling back.
-enum Device {
+pub enum Device {
     Cpu,
 }
 
-fn parse_device(s: &str) -> Result<Device> {
+pub fn parse_device(s: &str) -> Result<Device> {
     let (kind, index) = s.split_once(':').map_or((s, None), |(k, i)| (k, Some(i)));
     if let Some(i) = index {
         i.parse::<usize>().with_context(|| format!("--device {s}: `{i}` is not an adapter number"))?;
@@ -40,13 +40,13 @@ fn parse_device(s: &str) -> Result<Device> {
 }
 
 /// The TOML file (if any) with the flags applied on top, validated.
-pub fn resolve_config(a: &SparseArgs) -> Result<Config> {
+pub fn resolve_config(sparse: Option<OnOff>, a: &SparseArgs) -> Result<Config> {
     let mut c = match &a.config {
         Some(p) => Config::load(p)?,
         None => Config::default(),
     };
     let s = &mut c.sparse;
-    if let Some(v) = a.sparse {
+    if let Some(v) = sparse {
         s.enabled = v == OnOff::On;
     }
     s.token_budget = a.token_budget.unwrap_or(s.token_budget);
@@ -65,12 +65,12 @@ pub fn resolve_config(a: &SparseArgs) -> Result<Config> {
     Ok(c)
 }
 
-fn open_model(args: &ModelArgs) -> Result<LoadedModel> {
+pub fn open_model(args: &ModelArgs) -> Result<LoadedModel> {
     let path = lserve::fetch::resolve_model(args.model.as_deref())?;
     Ok(loader::open(&path)?)
 }
 
-fn load_weights<B: Backend>(be: &B, m: &LoadedModel) -> Result<Llama<B>> {
+pub fn load_weights<B: Backend>(be: &B, m: &LoadedModel) -> Result<Llama<B>> {
     let bar = ProgressBar::new(m.config.num_layers as u64);
     bar.set_style(ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} layers").expect("valid template"));
     bar.set_message(m.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());
@@ -108,7 +108,7 @@ fn stop_ids(m: &LoadedModel) -> Vec<u32> {
 
 pub fn generate(a: GenerateArgs) -> Result<()> {
     let Device::Cpu = parse_device(&a.model.device)?;
-    let config = resolve_config(&a.sparse)?;
+    let config = resolve_config(a.sparse, &a.tuning)?;
     let seed =
         a.seed.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64));
     let sampling = SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed };
@@ -173,7 +173,7 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
 
 pub fn score(a: ScoreArgs) -> Result<()> {
     let Device::Cpu = parse_device(&a.model.device)?;
-    let config = resolve_config(&a.sparse)?;
+    let config = resolve_config(a.sparse, &a.tuning)?;
     let bytes = std::fs::read(&a.file).with_context(|| format!("reading --file {}", a.file.display()))?;
     let text = String::from_utf8(bytes).map_err(|e| anyhow::anyhow!("{}: not UTF-8 text ({e})", a.file.display()))?;
     let m = open_model(&a.model)?;

@@ -77,9 +77,10 @@ impl AttnSettings {
     }
 }
 
-/// Called after each layer's attention with (layer, rotated q, the layer's KV, the step's page
-/// metadata); calibration measures attention mass through it.
-pub type LayerHook<'a, B> = &'a mut dyn FnMut(usize, &<B as Backend>::Buffer, LayerKv<B>, &PagedMeta<B>) -> Result<()>;
+/// Called after each layer's attention with (backend, layer, rotated q, the layer's KV, the step's
+/// page metadata); calibration measures attention mass through it.
+pub type LayerHook<'a, B> =
+    &'a mut dyn FnMut(&B, usize, &<B as Backend>::Buffer, LayerKv<B>, &PagedMeta<B>) -> Result<()>;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Logits {
@@ -240,7 +241,7 @@ impl<B: Backend> Llama<B> {
                 be.prefill_attention(&ap, &q, &m.q_indptr, store.view(), &paged, &mut attn_out)?;
             }
             if let Some(hook) = hook.as_mut() {
-                hook(i, &q, store.view(), &paged)?;
+                hook(be, i, &q, store.view(), &paged)?;
             }
             be.matmul(&mm(n, h, nq, false), &attn_out, &l.w_o, None, &mut o)?;
             be.add_rmsnorm(&norm, &mut x, &o, &l.ffn_norm, &mut xn)?;

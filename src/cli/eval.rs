@@ -1,0 +1,138 @@
+//! `lserve calibrate` and `lserve niah`.
+
+use std::io::Write;
+
+use anyhow::{Context, Result, bail};
+use lserve::backend::cpu::CpuBackend;
+use lserve::engine::{EngineOptions, build_engine};
+use lserve::eval::calibrate::{CalibrateOptions, calibrate as run_calibration};
+use lserve::eval::heatmap::{Panel, write_heatmap};
+use lserve::eval::niah::{ANSWER_TOKENS, NiahCell, cell_prompt, parse_depths, parse_lengths, run_cell};
+use lserve::model::llama::Llama;
+use lserve::sparse::Config;
+
+use super::run::{Device, load_weights, open_model, parse_device, resolve_config};
+use super::{CalibrateArgs, NiahArgs, NiahMode, OnOff};
+
+pub fn calibrate(a: CalibrateArgs) -> Result<()> {
+    let Device::Cpu = parse_device(&a.model.device)?;
+    let m = open_model(&a.model)?;
+    let length = a.length.unwrap_or(4096).min(m.config.context_len());
+    if a.docs == 0 {
+        bail!("--docs must be at least 1");
+    }
+    let be = CpuBackend::new();
+    let model = load_weights(&be, &m)?;
+    let mut engine = build_engine(be, model, &EngineOptions::new(Config::default(), length))?;
+    let opts = CalibrateOptions { docs: a.docs, length, sink: a.sink, local: a.local, seed: a.seed };
+    eprintln!("calibrating on {} passkey documents of {} tokens (sink {}, local {})", a.docs, length, a.sink, a.local);
+    let mut pattern = run_calibration(&mut engine, &m.tokenizer, &opts)?;
+    pattern.model = m.path.display().to_string();
+    std::fs::write(&a.out, pattern.to_toml()).with_context(|| format!("writing {}", a.out.display()))?;
+    for (l, row) in pattern.scores.iter().enumerate() {
+        let cells: Vec<String> = row.iter().map(|s| format!("{s:.3}")).collect();
+        println!("layer {l:>3}: {}", cells.join(" "));
+    }
+    println!("wrote {}", a.out.display());
+    Ok(())
+}
+
+pub fn niah(a: NiahArgs) -> Result<()> {
+    let Device::Cpu = parse_device(&a.model.device)?;
+    let m = open_model(&a.model)?;
+    let ctx = m.config.context_len();
+    let mut lengths = parse_lengths(&a.lengths)?;
+    lengths.iter_mut().for_each(|l| *l = (*l).min(ctx - ANSWER_TOKENS));
+    lengths.dedup();
+    let depths = parse_depths(&a.depths)?;
+    let modes: Vec<OnOff> = match a.sparse {
+        NiahMode::On => vec![OnOff::On],
+        NiahMode::Off => vec![OnOff::Off],
+        NiahMode::Both => vec![OnOff::Off, OnOff::On],
+    };
+    let configs = modes.iter().map(|&mode| resolve_config(Some(mode), &a.tuning)).collect::<Result<Vec<_>>>()?;
+    std::fs::create_dir_all(&a.out_dir).with_context(|| format!("creating {}", a.out_dir.display()))?;
+    let max_len = *lengths.iter().max().unwrap_or(&1) + ANSWER_TOKENS;
+    let be = CpuBackend::new();
+    let mut model: Option<Llama<CpuBackend>> = Some(load_weights(&be, &m)?);
+    let mut cells: Vec<NiahCell> = vec![];
+    for (mode, config) in modes.iter().zip(configs) {
+        let name = if *mode == OnOff::On { "sparse" } else { "dense" };
+        let weights = model.take().expect("model is returned after each mode");
+        let mut engine = build_engine(CpuBackend::new(), weights, &EngineOptions::new(config, max_len))?;
+        for &length in &lengths {
+            for &depth in &depths {
+                let (prompt, number) = cell_prompt(&m.tokenizer, &m.template, length, depth, a.seed)?;
+                let prompt_tokens = prompt.len();
+                let (answer, correct, frac) = run_cell(&mut engine, &m.tokenizer, prompt, &number)?;
+                eprintln!(
+                    "{name:>6} {length:>6} tokens, depth {depth:>3}%: {} ({answer:?})",
+                    if correct { "ok" } else { "miss" }
+                );
+                cells.push(NiahCell {
+                    mode: name.into(),
+                    length,
+                    depth,
+                    prompt_tokens,
+                    needle: number,
+                    answer,
+                    correct,
+                    kv_read_fraction: frac,
+                });
+            }
+        }
+        model = Some(engine.model);
+    }
+    report(&a, &lengths, &depths, &cells)
+}
+
+fn report(a: &NiahArgs, lengths: &[usize], depths: &[u32], cells: &[NiahCell]) -> Result<()> {
+    let modes: Vec<&str> = ["dense", "sparse"].into_iter().filter(|m| cells.iter().any(|c| c.mode == *m)).collect();
+    let find = |mode: &str, l: usize, d: u32| cells.iter().find(|c| c.mode == mode && c.length == l && c.depth == d);
+    let mut out = std::io::stdout().lock();
+    write!(out, "{:>8}", "length")?;
+    for d in depths {
+        write!(out, " {:>9}", format!("{d}%"))?;
+    }
+    writeln!(out, "   ({})", modes.join(" / "))?;
+    for &l in lengths {
+        write!(out, "{l:>8}")?;
+        for &d in depths {
+            let marks: Vec<&str> = modes
+                .iter()
+                .map(|m| match find(m, l, d) {
+                    Some(c) if c.correct => "ok",
+                    Some(_) => "--",
+                    None => "..",
+                })
+                .collect();
+            write!(out, " {:>9}", marks.join("/"))?;
+        }
+        writeln!(out)?;
+    }
+    for m in &modes {
+        let (ok, n) = cells.iter().filter(|c| c.mode == *m).fold((0, 0), |(o, n), c| (o + c.correct as usize, n + 1));
+        writeln!(out, "{m}: {ok}/{n} retrieved ({:.1}%)", 100.0 * ok as f64 / n.max(1) as f64)?;
+    }
+    let json = serde_json::json!({"lengths": lengths, "depths": depths, "seed": a.seed, "cells": cells});
+    let jpath = a.out_dir.join("results.json");
+    std::fs::write(&jpath, serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("writing {}", jpath.display()))?;
+    let panels: Vec<Panel> = modes
+        .iter()
+        .map(|m| Panel {
+            title: m.to_string(),
+            cells: lengths
+                .iter()
+                .map(|&l| depths.iter().map(|&d| find(m, l, d).map(|c| c.correct as u8 as f64)).collect())
+                .collect(),
+        })
+        .collect();
+    let rows: Vec<String> =
+        lengths.iter().map(|l| if l % 1024 == 0 { format!("{}k", l / 1024) } else { l.to_string() }).collect();
+    let cols: Vec<String> = depths.iter().map(|d| format!("{d}%")).collect();
+    let ppath = a.out_dir.join("heatmap.png");
+    write_heatmap(&ppath, &panels, &rows, &cols)?;
+    writeln!(out, "wrote {} and {}", jpath.display(), ppath.display())?;
+    Ok(())
+}
