@@ -109,9 +109,9 @@ pub fn write_heatmap(path: &Path, panels: &[Panel], rows: &[String], cols: &[Str
         for (c, label) in cols.iter().enumerate() {
             cv.text(x0 + c * CELL + 4, MARGIN + nr * CELL + 8, label);
         }
-        for r in 0..nr {
+        for (r, row_label) in rows.iter().enumerate() {
             if k == 0 {
-                cv.text(4, MARGIN + r * CELL + CELL / 2 - 7, &rows[r]);
+                cv.text(4, MARGIN + r * CELL + CELL / 2 - 7, row_label);
             }
             for c in 0..nc {
                 let v = panel.cells.get(r).and_then(|row| row.get(c)).copied().flatten();
