@@ -396,3 +396,56 @@ fn planted_page_is_selected() {
     let at = seq.slot as usize * 8;
     assert_eq!(as_u32(&store.selected)[at], 3);
 }
+
+#[test]
+fn lambda_mass_matches_brute_force() {
+    let mut rng = Rng(common::seed() | 1);
+    let be = CpuBackend::new();
+    let (n_kv, hd, nh, ps, lp) = (2, 8, 4, 16, 4);
+    let (mut cache, mut seq) = one_layer_cache(&be, n_kv, vec![false, false], ps, lp, hd);
+    let keys = append(&be, &mut cache, &mut seq, 100, nh, &mut rng);
+    let n = 30; // queries at positions 70..100
+    let q: Vec<f32> = rng.normal_vec(n * nh * hd, 3.0);
+    let (sink, local) = (5usize, 20usize);
+    let bufs = (
+        be.upload_u32(&[0, seq.pages.len() as u32]).unwrap(),
+        be.upload_u32(&seq.pages).unwrap(),
+        be.upload_u32(&[seq.len as u32]).unwrap(),
+        be.upload_u32(&[0]).unwrap(),
+        be.upload_f32(DType::F32, q.clone()).unwrap(),
+    );
+    let meta = PagedMeta { page_indptr: &bufs.0, page_table: &bufs.1, kv_len: &bufs.2, ring_table: &bufs.3 };
+    let p = LambdaMassParams {
+        n_tokens: n as u32,
+        n_heads: nh as u32,
+        n_kv_heads: n_kv as u32,
+        head_dim: hd as u32,
+        page_size: ps as u32,
+        num_pages: cache.shape.num_pages as u32,
+        scale: 0.5,
+        sink: sink as u32,
+        local: local as u32,
+        ..Default::default()
+    };
+    let mut out = CpuBuffer::F32(vec![f32::NAN; n * nh]);
+    be.lambda_mass(&p, &bufs.4, cache.layers[0].view(), &meta, &mut out).unwrap();
+    let got = as_f32(&out);
+    for t in 0..n {
+        let pos = 70 + t;
+        for h in 0..nh {
+            let kvh = h / (nh / n_kv);
+            let s: Vec<f64> = (0..=pos)
+                .map(|j| {
+                    (0..hd)
+                        .map(|c| q[(t * nh + h) * hd + c] as f64 * keys[(j * n_kv + kvh) * hd + c] as f64)
+                        .sum::<f64>()
+                        * 0.5
+                })
+                .collect();
+            let m = s.iter().cloned().fold(f64::MIN, f64::max);
+            let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+            let outside: f64 = (sink..pos + 1 - local).map(|j| (s[j] - m).exp()).sum::<f64>() / z;
+            assert!((got[t * nh + h] as f64 - outside).abs() < 1e-5, "t {t} h {h}: {} vs {outside}", got[t * nh + h]);
+        }
+    }
+}

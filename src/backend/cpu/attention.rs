@@ -90,6 +90,99 @@ impl Ctx<'_> {
     }
 }
 
+/// Query rows of one (sequence, KV head) tile: `(row in q/out, position)`, positions ascending.
+struct Tile {
+    s: usize,
+    kvh: usize,
+    rows: Vec<(usize, usize)>,
+}
+
+impl Ctx<'_> {
+    /// Keys and values of positions `lo..hi` of sequence `s`, KV head `h`, gathered contiguously.
+    fn gather(&self, s: usize, h: usize, lo: usize, hi: usize) -> (Vec<f32>, Vec<f32>) {
+        let hd = self.hd;
+        let (mut k, mut v) = (Vec::with_capacity((hi - lo) * hd), Vec::with_capacity((hi - lo) * hd));
+        for pos in lo..hi {
+            let (st, at) = self.at(s, h, pos);
+            let pool = if st { &self.strm } else { &self.ret };
+            k.extend_from_slice(&pool.k[at..at + hd]);
+            v.extend_from_slice(&pool.v[at..at + hd]);
+        }
+        (k, v)
+    }
+
+    /// Scaled scores of a tile's queries (all query heads of the KV head) over keys `lo..hi`,
+    /// `[head_in_group][row][key]`, with -inf where causality or the window masks a key.
+    fn tile_scores(&self, q: &[f32], t: &Tile, group: usize, lo: usize, k: &[f32]) -> Vec<f32> {
+        let (hd, nh) = (self.hd, group * u(self.p.n_kv_heads));
+        let (nr, nk) = (t.rows.len(), k.len() / hd);
+        let mut qm = Vec::with_capacity(group * nr * hd);
+        for g in 0..group {
+            for &(row, _) in &t.rows {
+                let h = t.kvh * group + g;
+                qm.extend_from_slice(&q[(row * nh + h) * hd..(row * nh + h + 1) * hd]);
+            }
+        }
+        let mut sc = vec![0f32; group * nr * nk];
+        super::ops::gemm_nt(&qm, k, &mut sc, group * nr, nk, hd);
+        for (i, row) in sc.chunks_mut(nk).enumerate() {
+            let pos = t.rows[i % nr].1;
+            let wlo = self.window_lo(pos);
+            for (j, x) in row.iter_mut().enumerate() {
+                let kp = lo + j;
+                *x = if kp > pos || kp < wlo { f32::NEG_INFINITY } else { *x * self.p.scale };
+            }
+        }
+        sc
+    }
+}
+
+/// Softmax of each row in place (rows of -inf only become zeros).
+fn softmax_rows(sc: &mut [f32], n: usize) {
+    for row in sc.chunks_mut(n.max(1)) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if max == f32::NEG_INFINITY {
+            row.fill(0.0);
+            continue;
+        }
+        let mut sum = 0f64;
+        row.iter_mut().for_each(|x| {
+            *x = (*x - max).exp();
+            sum += *x as f64;
+        });
+        let inv = (1.0 / sum) as f32;
+        row.iter_mut().for_each(|x| *x *= inv);
+    }
+}
+
+/// Dense causal attention of one retrieval-head tile via two GEMMs; returns `[group][row][hd]`.
+fn tile_attention(ctx: &Ctx, q: &[f32], t: &Tile, group: usize) -> Vec<f32> {
+    let lo = ctx.window_lo(t.rows[0].1);
+    let hi = t.rows.last().map_or(lo, |r| r.1 + 1);
+    let (k, v) = ctx.gather(t.s, t.kvh, lo, hi);
+    let mut p = ctx.tile_scores(q, t, group, lo, &k);
+    softmax_rows(&mut p, hi - lo);
+    let mut o = vec![0f32; group * t.rows.len() * ctx.hd];
+    super::ops::gemm_nn(&p, &v, &mut o, group * t.rows.len(), ctx.hd, hi - lo);
+    o
+}
+
+/// Split each sequence's query rows into tiles of up to `TILE` positions per KV head.
+fn tiles(seq_pos: &[(usize, usize)], n_kv: usize) -> Vec<Tile> {
+    const TILE: usize = 64;
+    let mut out = vec![];
+    let mut start = 0;
+    while start < seq_pos.len() {
+        let s = seq_pos[start].0;
+        let end = (start..seq_pos.len()).find(|&i| seq_pos[i].0 != s || i - start == TILE).unwrap_or(seq_pos.len());
+        for kvh in 0..n_kv {
+            out.push(Tile { s, kvh, rows: (start..end).map(|r| (r, seq_pos[r].1)).collect() });
+        }
+        start = end;
+    }
+    out
+}
+
 fn context<'a>(p: &AttentionParams, kv: &'a LayerKv<CpuBackend>, meta: &'a PagedMeta<CpuBackend>) -> Result<Ctx<'a>> {
     let (ns, nkv, ps, hd) = (u(p.num_seqs), u(p.n_kv_heads), u(p.page_size), u(p.head_dim));
     let (n_ret, n_str) = (u(p.n_ret), u(p.n_str));
@@ -163,13 +256,32 @@ pub fn prefill_attention(
     }
     let q = f32s(q, n * nh * hd, "prefill_attention q")?;
     let out = f32s_mut(out, n * nh * hd, "prefill_attention out")?;
+    // Retrieval heads: dense causal tiles through GEMM. Streaming heads: per query, Lambda mask.
+    let all = tiles(&seq_pos, u(p.n_kv_heads));
+    let done: Vec<(Tile, Vec<f32>)> = all
+        .into_par_iter()
+        .filter(|t| !ctx.kinds[t.kvh].0)
+        .map(|t| {
+            let o = tile_attention(&ctx, q, &t, group);
+            (t, o)
+        })
+        .collect();
+    for (t, o) in done {
+        for g in 0..group {
+            for (i, &(row, _)) in t.rows.iter().enumerate() {
+                let h = t.kvh * group + g;
+                out[(row * nh + h) * hd..(row * nh + h + 1) * hd]
+                    .copy_from_slice(&o[(g * t.rows.len() + i) * hd..(g * t.rows.len() + i + 1) * hd]);
+            }
+        }
+    }
     out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| {
         let (t, h) = (i / nh, i % nh);
         let (s, pos) = seq_pos[t];
         let kvh = h / group;
-        let positions: Vec<usize> =
-            if ctx.kinds[kvh].0 { ctx.lambda(pos) } else { (ctx.window_lo(pos)..=pos).collect() };
-        ctx.attend(&q[i * hd..(i + 1) * hd], s, kvh, &positions, o);
+        if ctx.kinds[kvh].0 {
+            ctx.attend(&q[i * hd..(i + 1) * hd], s, kvh, &ctx.lambda(pos), o);
+        }
     });
     Ok(())
 }
@@ -249,21 +361,37 @@ pub fn lambda_mass(
     let q = f32s(q, n * nh * hd, "lambda_mass q")?;
     let out = f32s_mut(out, n * nh, "lambda_mass out")?;
     let group = nh / u(p.n_kv_heads);
-    out.par_iter_mut().enumerate().for_each(|(i, o)| {
-        let (t, h) = (i / nh, i % nh);
-        let pos = len - n + t;
-        let qv = &q[i * hd..(i + 1) * hd];
-        let scores: Vec<f32> = (0..=pos)
-            .map(|k| {
-                let (_, at) = ctx.at(0, h / group, k);
-                super::ops::dot(qv, &ctx.ret.k[at..at + hd]) * p.scale
-            })
-            .collect();
-        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let w: Vec<f64> = scores.iter().map(|&x| ((x - max) as f64).exp()).collect();
-        let total: f64 = w.iter().sum();
-        let outside: f64 = (u(p.sink)..(pos + 1).saturating_sub(u(p.local))).map(|k| w[k]).sum();
-        *o = (outside / total) as f32;
-    });
+    let seq_pos: Vec<(usize, usize)> = (0..n).map(|t| (0, len - n + t)).collect();
+    let (sink, local) = (u(p.sink), u(p.local));
+    let done: Vec<(Tile, Vec<f32>)> = tiles(&seq_pos, u(p.n_kv_heads))
+        .into_par_iter()
+        .map(|t| {
+            let hi = t.rows.last().map_or(0, |r| r.1 + 1);
+            let (k, _) = ctx.gather(0, t.kvh, 0, hi);
+            let mut sc = ctx.tile_scores(q, &t, group, 0, &k);
+            softmax_rows(&mut sc, hi);
+            let nr = t.rows.len();
+            let mass = sc
+                .chunks(hi.max(1))
+                .enumerate()
+                .map(|(i, row)| {
+                    let pos = t.rows[i % nr].1;
+                    let outside = sink..(pos + 1).saturating_sub(local);
+                    row[outside.start.min(row.len())..outside.end.max(outside.start).min(row.len())]
+                        .iter()
+                        .map(|&x| x as f64)
+                        .sum::<f64>() as f32
+                })
+                .collect();
+            (t, mass)
+        })
+        .collect();
+    for (t, mass) in done {
+        for g in 0..group {
+            for (i, &(row, _)) in t.rows.iter().enumerate() {
+                out[row * nh + t.kvh * group + g] = mass[g * t.rows.len() + i];
+            }
+        }
+    }
     Ok(())
 }

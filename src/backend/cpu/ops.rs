@@ -84,3 +84,62 @@ pub fn rmsnorm(x: &[f32], w: &[f32], out: &mut [f32], dim: usize, eps: f32) {
         }
     }
 }
+
+/// c[m][n] = a[m][k] . b[n][k]^T, single-threaded (callers parallelise over tiles).
+pub fn gemm_nt(a: &[f32], b: &[f32], c: &mut [f32], m: usize, n: usize, k: usize) {
+    // SAFETY: a is m*k (row stride k), b is n*k read transposed (column stride k), c is m*n
+    // (row stride n); the caller passes slices of exactly those sizes, checked below.
+    assert!(a.len() >= m * k && b.len() >= n * k && c.len() >= m * n);
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            b.as_ptr(),
+            k as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+/// c[m][n] = a[m][k] . b[k][n], single-threaded.
+pub fn gemm_nn(a: &[f32], b: &[f32], c: &mut [f32], m: usize, n: usize, k: usize) {
+    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
+    // SAFETY: as gemm_nt, with b row-major [k][n] (row stride n).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            b.as_ptr(),
+            1,
+            n as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
