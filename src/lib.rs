@@ -3,6 +3,7 @@
 //! See docs/architecture.md for the map.
 
 pub mod backend;
+pub mod bench;
 pub mod chat;
 pub mod engine;
 pub mod error;

@@ -16,6 +16,8 @@
 pub mod cpu;
 pub mod params;
 pub mod probe;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
 
 use crate::error::Result;
 pub use params::*;
@@ -247,6 +249,9 @@ pub trait Backend {
         meta: &PagedMeta<Self>,
         out: &mut Self::Buffer,
     ) -> Result<()>;
+    /// Fill the first `n` elements with [`params::fill_random_value`] (f32 buffers, or f16/bf16
+    /// weight buffers on backends that store them).
+    fn fill_random(&self, p: &FillRandomParams, out: &mut Self::Buffer) -> Result<()>;
     /// out[r] = index of the max of row r (lowest index on ties). `[rows][n]` -> `[rows]` u32.
     fn argmax(&self, p: &ArgmaxParams, x: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
 }

@@ -5,6 +5,13 @@
 
 use bytemuck::{Pod, Zeroable};
 
+/// Field names and byte offsets of a parameter struct, for the layout tests against the WGSL
+/// and CUDA mirrors.
+pub trait ParamLayout {
+    const NAME: &'static str;
+    fn fields() -> Vec<(&'static str, usize)>;
+}
+
 macro_rules! params {
     ($($(#[$m:meta])* pub struct $name:ident { $($(#[$fm:meta])* pub $f:ident : $t:ty),* $(,)? })*) => {$(
         $(#[$m])*
@@ -12,7 +19,34 @@ macro_rules! params {
         #[derive(Clone, Copy, Debug, Default, PartialEq, Pod, Zeroable)]
         pub struct $name { $($(#[$fm])* pub $f: $t),* }
         const _: () = assert!(std::mem::size_of::<$name>() % 16 == 0);
+        impl ParamLayout for $name {
+            const NAME: &'static str = stringify!($name);
+            fn fields() -> Vec<(&'static str, usize)> {
+                vec![$((stringify!($f), std::mem::offset_of!($name, $f))),*]
+            }
+        }
     )*};
+}
+
+/// Every parameter struct's name and fields.
+pub fn all_param_layouts() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
+    fn one<P: ParamLayout>() -> (&'static str, Vec<(&'static str, usize)>) {
+        (P::NAME, P::fields())
+    }
+    vec![
+        one::<EmbedParams>(),
+        one::<MatmulParams>(),
+        one::<RmsnormParams>(),
+        one::<AddParams>(),
+        one::<SiluMulParams>(),
+        one::<GatherRowsParams>(),
+        one::<ArgmaxParams>(),
+        one::<RopeAppendKvParams>(),
+        one::<AttentionParams>(),
+        one::<PageSelectParams>(),
+        one::<LambdaMassParams>(),
+        one::<FillRandomParams>(),
+    ]
 }
 
 params! {
@@ -95,4 +129,29 @@ params! {
         pub _pad1: u32,
         pub _pad2: u32,
     }
+    /// Deterministic pseudo-random fill (synthetic weights and benchmark data).
+    pub struct FillRandomParams {
+        /// Elements to write.
+        pub n: u32,
+        pub seed: u32,
+        /// value = offset + scale * u, u uniform in [-1, 1).
+        pub scale: f32,
+        pub offset: f32,
+        /// Element type of the buffer: 0 = f32, 1 = f16, 2 = bf16 (16-bit values packed in pairs).
+        pub dtype: u32,
+        pub _pad0: u32,
+        pub _pad1: u32,
+        pub _pad2: u32,
+    }
+}
+
+/// The value `fill_random` writes at element `i`: a PCG hash of `i` and the seed mapped to
+/// [-1, 1) with exact f32 arithmetic (so every backend produces the same bits before the final
+/// `offset + scale * u`).
+pub fn fill_random_value(seed: u32, i: u32, scale: f32, offset: f32) -> f32 {
+    let mut h = i.wrapping_mul(747_796_405).wrapping_add(2_891_336_453) ^ seed.wrapping_mul(0x9E37_79B9);
+    h = ((h >> ((h >> 28) + 4)) ^ h).wrapping_mul(277_803_737);
+    h = (h >> 22) ^ h;
+    let u = (h >> 8) as f32 * (1.0 / 8_388_608.0) - 1.0;
+    offset + scale * u
 }

@@ -75,3 +75,12 @@ fn probe_cuda() -> Vec<String> {
         })
         .collect()
 }
+
+/// Index of the first wgpu adapter that is real hardware (not a CPU emulation), if any.
+#[cfg(feature = "wgpu")]
+pub fn first_gpu_adapter() -> Option<usize> {
+    let desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    let instance = wgpu::Instance::new(desc);
+    let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+    adapters.iter().position(|a| a.get_info().device_type != wgpu::DeviceType::Cpu)
+}

@@ -3,26 +3,37 @@
 use std::io::Write;
 
 use anyhow::{Context, Result, bail};
-use lserve::backend::cpu::CpuBackend;
+use lserve::backend::{Backend, DType};
 use lserve::engine::{EngineOptions, build_engine};
 use lserve::eval::calibrate::{CalibrateOptions, calibrate as run_calibration};
 use lserve::eval::heatmap::{Panel, write_heatmap};
 use lserve::eval::niah::{ANSWER_TOKENS, NiahCell, cell_prompt, parse_depths, parse_lengths, run_cell};
+use lserve::loader::LoadedModel;
 use lserve::model::llama::Llama;
 use lserve::sparse::Config;
 
-use super::run::{Device, load_weights, open_model, parse_device, resolve_config};
-use super::{CalibrateArgs, NiahArgs, NiahMode, OnOff};
+use super::run::{load_weights, on_device, open_model, parse_device, parse_dtype, resolve_config};
+use super::{BenchArgs, CalibrateArgs, NiahArgs, NiahMode, OnOff};
 
 pub fn calibrate(a: CalibrateArgs) -> Result<()> {
-    let Device::Cpu = parse_device(&a.model.device)?;
+    let device = parse_device(&a.model.device)?;
+    let dtype = parse_dtype(&a.model.dtype)?;
     let m = open_model(&a.model)?;
     let length = a.length.unwrap_or(4096).min(m.config.context_len());
     if a.docs == 0 {
         bail!("--docs must be at least 1");
     }
-    let be = CpuBackend::new();
-    let model = load_weights(&be, &m)?;
+    on_device!(device, be => calibrate_on(be, &a, &m, dtype, length))
+}
+
+fn calibrate_on<B: Backend>(
+    be: B,
+    a: &CalibrateArgs,
+    m: &LoadedModel,
+    dtype: Option<DType>,
+    length: usize,
+) -> Result<()> {
+    let model = load_weights(&be, m, dtype)?;
     let mut engine = build_engine(be, model, &EngineOptions::new(Config::default(), length))?;
     let opts = CalibrateOptions { docs: a.docs, length, sink: a.sink, local: a.local, seed: a.seed };
     eprintln!("calibrating on {} passkey documents of {} tokens (sink {}, local {})", a.docs, length, a.sink, a.local);
@@ -38,7 +49,8 @@ pub fn calibrate(a: CalibrateArgs) -> Result<()> {
 }
 
 pub fn niah(a: NiahArgs) -> Result<()> {
-    let Device::Cpu = parse_device(&a.model.device)?;
+    let device = parse_device(&a.model.device)?;
+    let dtype = parse_dtype(&a.model.dtype)?;
     let m = open_model(&a.model)?;
     let ctx = m.config.context_len();
     let mut lengths = parse_lengths(&a.lengths)?;
@@ -53,15 +65,33 @@ pub fn niah(a: NiahArgs) -> Result<()> {
     let configs = modes.iter().map(|&mode| resolve_config(Some(mode), &a.tuning)).collect::<Result<Vec<_>>>()?;
     std::fs::create_dir_all(&a.out_dir).with_context(|| format!("creating {}", a.out_dir.display()))?;
     let max_len = *lengths.iter().max().unwrap_or(&1) + ANSWER_TOKENS;
-    let be = CpuBackend::new();
-    let mut model: Option<Llama<CpuBackend>> = Some(load_weights(&be, &m)?);
+    let grid = Grid { lengths, depths, modes, configs, max_len };
+    let cells = on_device!(device, be => niah_on(be, &a, &m, dtype, &grid))?;
+    report(&a, &grid.lengths, &grid.depths, &cells)
+}
+
+struct Grid {
+    lengths: Vec<usize>,
+    depths: Vec<u32>,
+    modes: Vec<OnOff>,
+    configs: Vec<Config>,
+    max_len: usize,
+}
+
+fn niah_on<B: Backend>(be: B, a: &NiahArgs, m: &LoadedModel, dtype: Option<DType>, g: &Grid) -> Result<Vec<NiahCell>> {
+    let (lengths, depths, max_len) = (&g.lengths, &g.depths, g.max_len);
+    let mut parts = Some((be, None));
     let mut cells: Vec<NiahCell> = vec![];
-    for (mode, config) in modes.iter().zip(configs) {
+    for (mode, config) in g.modes.iter().zip(g.configs.clone()) {
         let name = if *mode == OnOff::On { "sparse" } else { "dense" };
-        let weights = model.take().expect("model is returned after each mode");
-        let mut engine = build_engine(CpuBackend::new(), weights, &EngineOptions::new(config, max_len))?;
-        for &length in &lengths {
-            for &depth in &depths {
+        let (be, weights): (B, Option<Llama<B>>) = parts.take().expect("backend returned after each mode");
+        let weights = match weights {
+            Some(w) => w,
+            None => load_weights(&be, m, dtype)?,
+        };
+        let mut engine = build_engine(be, weights, &EngineOptions::new(config, max_len))?;
+        for &length in lengths {
+            for &depth in depths {
                 let (prompt, number) = cell_prompt(&m.tokenizer, &m.template, length, depth, a.seed)?;
                 let prompt_tokens = prompt.len();
                 let (answer, correct, frac) = run_cell(&mut engine, &m.tokenizer, prompt, &number)?;
@@ -81,9 +111,9 @@ pub fn niah(a: NiahArgs) -> Result<()> {
                 });
             }
         }
-        model = Some(engine.model);
+        parts = Some((engine.backend, Some(engine.model)));
     }
-    report(&a, &lengths, &depths, &cells)
+    Ok(cells)
 }
 
 fn report(a: &NiahArgs, lengths: &[usize], depths: &[u32], cells: &[NiahCell]) -> Result<()> {
@@ -134,5 +164,75 @@ fn report(a: &NiahArgs, lengths: &[usize], depths: &[u32], cells: &[NiahCell]) -
     let ppath = a.out_dir.join("heatmap.png");
     write_heatmap(&ppath, &panels, &rows, &cols)?;
     writeln!(out, "wrote {} and {}", jpath.display(), ppath.display())?;
+    Ok(())
+}
+
+pub fn bench(a: BenchArgs) -> Result<()> {
+    let device = parse_device(&a.device)?;
+    let dtype = parse_dtype(&a.dtype)?;
+    let mut config = resolve_config(None, &a.tuning)?;
+    config.sparse.streaming_ratio = 0.0; // the bench uses its own synthetic head layout
+    let o = lserve::bench::BenchOptions {
+        contexts: parse_lengths(&a.contexts)?,
+        sparse: match a.sparse {
+            NiahMode::On => vec![true],
+            NiahMode::Off => vec![false],
+            NiahMode::Both => vec![false, true],
+        },
+        config,
+        // Sparse mode streams this fraction of KV heads (a synthetic pattern: every other head).
+        streaming_ratio: a.tuning.streaming_ratio.unwrap_or(0.5),
+        warmup: a.warmup,
+        repeats: a.repeats.max(1),
+        prefill_tokens: a.prefill,
+        bandwidth_gbs: a.bandwidth_gbs,
+        dtype,
+        seed: 7,
+    };
+    println!(
+        "{:>8} {:>7} {:>8} {:>10} {:>10} {:>9} {:>7} {:>11}",
+        "backend", "mode", "context", "ms/token", "floor ms", "of floor", "kv read", "prefill ms"
+    );
+    let log = |r: &lserve::bench::BenchRow| {
+        let pct = if r.decode_ms > 0.0 { 100.0 * r.floor_ms / r.decode_ms } else { 0.0 };
+        println!(
+            "{:>8} {:>7} {:>8} {:>10.3} {:>10.3} {:>8.1}% {:>6.1}% {:>11}",
+            r.backend,
+            r.mode,
+            r.context,
+            r.decode_ms,
+            r.floor_ms,
+            pct,
+            100.0 * r.kv_read_fraction,
+            r.prefill_ms.map_or(String::new(), |m| format!("{m:.1}"))
+        );
+    };
+    let rows = on_device!(device, be => lserve::bench::run(be, &a.shape, &o, log))?;
+    if let Some(dir) = &a.out_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::write(dir.join("bench.json"), serde_json::to_string_pretty(&rows)?)?;
+        let mut csv = String::from(
+            "backend,shape,mode,context,decode_ms,decode_ms_min,weight_bytes,kv_bytes_read,floor_ms,kv_read_fraction,prefill_tokens,prefill_ms\n",
+        );
+        for r in &rows {
+            csv += &format!(
+                "{},{},{},{},{:.4},{:.4},{},{},{:.4},{:.4},{},{}\n",
+                r.backend,
+                r.shape,
+                r.mode,
+                r.context,
+                r.decode_ms,
+                r.decode_ms_min,
+                r.weight_bytes,
+                r.kv_bytes_read,
+                r.floor_ms,
+                r.kv_read_fraction,
+                r.prefill_tokens,
+                r.prefill_ms.map_or(String::new(), |m| format!("{m:.3}"))
+            );
+        }
+        std::fs::write(dir.join("bench.csv"), csv)?;
+        println!("wrote {}/bench.json and bench.csv", dir.display());
+    }
     Ok(())
 }

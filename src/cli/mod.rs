@@ -28,6 +28,14 @@ enum Cmd {
     Calibrate(CalibrateArgs),
     /// Needle-in-a-haystack sweep (context length x depth), dense vs sparse.
     Niah(NiahArgs),
+    /// Prefill and decode latency vs context length, dense vs sparse, synthetic weights.
+    Bench(BenchArgs),
+    /// Write every WGSL module exactly as the wgpu backend assembles it, one file each.
+    #[cfg(feature = "wgpu")]
+    DumpShaders {
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -49,6 +57,40 @@ pub struct CalibrateArgs {
     pub local: usize,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Model shape: llama3-8b, llama2-7b, qwen2.5-7b, smollm2-135m, or a config.json path.
+    #[arg(long, default_value = "llama3-8b")]
+    pub shape: String,
+    /// auto | cpu | wgpu[:N] | cuda[:N]
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// Weight storage: auto | f32 | f16 | bf16.
+    #[arg(long, default_value = "auto")]
+    pub dtype: String,
+    /// Context lengths for decode (k = 1024).
+    #[arg(long, default_value = "4k,32k,128k")]
+    pub contexts: String,
+    /// Which attention to measure.
+    #[arg(long, value_enum, default_value = "both")]
+    pub sparse: NiahMode,
+    #[command(flatten)]
+    pub tuning: SparseArgs,
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+    #[arg(long, default_value_t = 10)]
+    pub repeats: usize,
+    /// Also time a prefill of this many tokens (0 = skip).
+    #[arg(long, default_value_t = 0)]
+    pub prefill: usize,
+    /// Copy bandwidth in GB/s for the floor column (H200 measured: 4200).
+    #[arg(long, default_value_t = 4200.0)]
+    pub bandwidth_gbs: f64,
+    /// Folder for bench.json and bench.csv.
+    #[arg(long)]
+    pub out_dir: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
@@ -88,6 +130,9 @@ pub struct ModelArgs {
     /// auto | cpu | wgpu[:N] | cuda[:N]
     #[arg(long, default_value = "auto")]
     pub device: String,
+    /// Weight storage: auto (the backend's choice: f32 on the CPU, f16 on wgpu) | f32 | f16 | bf16.
+    #[arg(long, default_value = "auto")]
+    pub dtype: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
@@ -214,6 +259,9 @@ pub fn main() -> ExitCode {
         Cmd::Devices => run::devices(),
         Cmd::Calibrate(a) => eval::calibrate(a),
         Cmd::Niah(a) => eval::niah(a),
+        Cmd::Bench(a) => eval::bench(a),
+        #[cfg(feature = "wgpu")]
+        Cmd::DumpShaders { out } => run::dump_shaders(&out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

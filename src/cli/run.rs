@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use lserve::backend::Backend;
-use lserve::backend::cpu::CpuBackend;
+use lserve::backend::DType;
 use lserve::chat::ChatMessage;
 use lserve::engine::{EngineOptions, GenerateRequest, build_engine};
 use lserve::loader::{self, LoadedModel};
@@ -18,25 +18,69 @@ use serde_json::json;
 
 use super::{GenerateArgs, ModelArgs, OnOff, Output, ScoreArgs, SparseArgs};
 
-/// The backend a `--device` value names. Only the CPU backend exists so far; asking for another
-/// is refused up front rather than silently falling back.
+/// The backend a `--device` value names. `auto` takes a GPU adapter through wgpu when one is
+/// present (not a CPU emulation such as lavapipe), else the CPU backend. CUDA is refused up front
+/// until its kernels exist, never silently replaced.
+#[derive(Clone, Copy, Debug)]
 pub enum Device {
     Cpu,
+    #[cfg(feature = "wgpu")]
+    Wgpu(Option<usize>),
 }
 
 pub fn parse_device(s: &str) -> Result<Device> {
     let (kind, index) = s.split_once(':').map_or((s, None), |(k, i)| (k, Some(i)));
-    if let Some(i) = index {
-        i.parse::<usize>().with_context(|| format!("--device {s}: `{i}` is not an adapter number"))?;
-    }
+    let index = match index {
+        Some(i) => Some(i.parse::<usize>().with_context(|| format!("--device {s}: `{i}` is not an adapter number"))?),
+        None => None,
+    };
     match kind {
-        "auto" | "cpu" if index.is_none() => Ok(Device::Cpu),
-        "wgpu" | "cuda" => bail!(
-            "--device {s}: the {kind} backend's kernels are not part of this build yet (run `lserve devices` to see \
-             the adapters found); use --device cpu"
+        "cpu" if index.is_none() => Ok(Device::Cpu),
+        "auto" if index.is_none() => Ok(auto_device()),
+        #[cfg(feature = "wgpu")]
+        "wgpu" => Ok(Device::Wgpu(index)),
+        "cuda" => bail!(
+            "--device {s}: the CUDA backend's kernels are not part of this build yet (`lserve devices` lists the GPUs \
+             found); use --device wgpu or --device cpu"
         ),
         _ => bail!("--device {s}: expected auto, cpu, wgpu[:N] or cuda[:N]"),
     }
+}
+
+fn auto_device() -> Device {
+    #[cfg(feature = "wgpu")]
+    if lserve::backend::probe::first_gpu_adapter().is_some() {
+        return Device::Wgpu(lserve::backend::probe::first_gpu_adapter());
+    }
+    Device::Cpu
+}
+
+/// Run `$body` with `$be` bound to the backend `$dev` names (the body is instantiated per backend).
+macro_rules! on_device {
+    ($dev:expr, $be:ident => $body:expr) => {
+        match $dev {
+            $crate::cli::run::Device::Cpu => {
+                let $be = lserve::backend::cpu::CpuBackend::new();
+                $body
+            }
+            #[cfg(feature = "wgpu")]
+            $crate::cli::run::Device::Wgpu(i) => {
+                let $be = lserve::backend::wgpu::WgpuBackend::new(i)?;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use on_device;
+
+pub fn parse_dtype(s: &str) -> Result<Option<DType>> {
+    Ok(match s {
+        "auto" => None,
+        "f32" => Some(DType::F32),
+        "f16" => Some(DType::F16),
+        "bf16" => Some(DType::BF16),
+        _ => bail!("--dtype {s}: expected auto, f32, f16 or bf16"),
+    })
 }
 
 /// The TOML file (if any) with the flags applied on top, validated.
@@ -70,11 +114,11 @@ pub fn open_model(args: &ModelArgs) -> Result<LoadedModel> {
     Ok(loader::open(&path)?)
 }
 
-pub fn load_weights<B: Backend>(be: &B, m: &LoadedModel) -> Result<Llama<B>> {
+pub fn load_weights<B: Backend>(be: &B, m: &LoadedModel, dtype: Option<DType>) -> Result<Llama<B>> {
     let bar = ProgressBar::new(m.config.num_layers as u64);
     bar.set_style(ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} layers").expect("valid template"));
     bar.set_message(m.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());
-    let model = Llama::load(be, &m.config, m.weights.as_ref(), |i, _| bar.set_position(i as u64));
+    let model = Llama::load_as(be, &m.config, m.weights.as_ref(), dtype, |i, _| bar.set_position(i as u64));
     bar.finish_and_clear();
     Ok(model?)
 }
@@ -107,7 +151,8 @@ fn stop_ids(m: &LoadedModel) -> Vec<u32> {
 }
 
 pub fn generate(a: GenerateArgs) -> Result<()> {
-    let Device::Cpu = parse_device(&a.model.device)?;
+    let device = parse_device(&a.model.device)?;
+    let dtype = parse_dtype(&a.model.dtype)?;
     let config = resolve_config(a.sparse, &a.tuning)?;
     let seed =
         a.seed.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64));
@@ -120,9 +165,23 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
     if prompt.len() > ctx {
         return Err(lserve::Error::PromptTooLong { tokens: prompt.len(), context: ctx }.into());
     }
-    let be = CpuBackend::new();
+    on_device!(device, be => generate_on(be, &a, &m, Run { config, dtype, prompt, sampling, seed }))
+}
+
+/// What `generate` resolved before choosing a backend.
+struct Run {
+    config: Config,
+    dtype: Option<DType>,
+    prompt: Vec<u32>,
+    sampling: SamplingParams,
+    seed: u64,
+}
+
+fn generate_on<B: Backend>(be: B, a: &GenerateArgs, m: &LoadedModel, r: Run) -> Result<()> {
+    let Run { config, dtype, prompt, sampling, seed } = r;
+    let ctx = m.config.context_len();
     let device = be.caps().device.clone();
-    let model = load_weights(&be, &m)?;
+    let model = load_weights(&be, m, dtype)?;
     let cap = (prompt.len() + a.max_tokens).min(ctx);
     let mut engine = build_engine(be, model, &EngineOptions::new(config, cap))?;
     tracing::info!("{}", engine.kv_report());
@@ -130,7 +189,7 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
         prompt: prompt.clone(),
         max_tokens: a.max_tokens,
         sampling,
-        stop_ids: stop_ids(&m),
+        stop_ids: stop_ids(m),
         ignore_eos: a.ignore_eos,
     };
     let mut dec = StreamDecoder::new(&m.tokenizer);
@@ -172,7 +231,8 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
 }
 
 pub fn score(a: ScoreArgs) -> Result<()> {
-    let Device::Cpu = parse_device(&a.model.device)?;
+    let device = parse_device(&a.model.device)?;
+    let dtype = parse_dtype(&a.model.dtype)?;
     let config = resolve_config(a.sparse, &a.tuning)?;
     let bytes = std::fs::read(&a.file).with_context(|| format!("reading --file {}", a.file.display()))?;
     let text = String::from_utf8(bytes).map_err(|e| anyhow::anyhow!("{}: not UTF-8 text ({e})", a.file.display()))?;
@@ -190,12 +250,25 @@ pub fn score(a: ScoreArgs) -> Result<()> {
     if stride == 0 || stride > window {
         bail!("--stride {stride}: must be between 1 and the window {window}");
     }
-    let be = CpuBackend::new();
-    let model = load_weights(&be, &m)?;
+    on_device!(device, be => score_on(be, &a, &m, config, dtype, &ids, window, stride))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn score_on<B: Backend>(
+    be: B,
+    a: &ScoreArgs,
+    m: &LoadedModel,
+    config: Config,
+    dtype: Option<DType>,
+    ids: &[u32],
+    window: usize,
+    stride: usize,
+) -> Result<()> {
+    let model = load_weights(&be, m, dtype)?;
     let decode_after = a.decode_after.unwrap_or(if config.sparse.enabled { 512 } else { window });
     let mut engine = build_engine(be, model, &EngineOptions::new(config, window.min(ids.len())))?;
     tracing::info!("{}", engine.kv_report());
-    let s = engine.score(&ids, window, stride, decode_after)?;
+    let s = engine.score(ids, window, stride, decode_after)?;
     match a.output {
         Output::Text => println!(
             "tokens: {}\nscored: {}\nmean_nll: {:.6}\nperplexity: {:.4}",
@@ -221,5 +294,17 @@ pub fn devices() -> Result<()> {
             println!("  {l}");
         }
     }
+    Ok(())
+}
+
+#[cfg(feature = "wgpu")]
+pub fn dump_shaders(out: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let modules = lserve::backend::wgpu::shaders::all_modules();
+    for (name, src) in &modules {
+        let path = out.join(format!("{name}.wgsl"));
+        std::fs::write(&path, src).with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!("wrote {} modules to {}", modules.len(), out.display());
     Ok(())
 }

@@ -17,11 +17,13 @@ pub struct EngineOptions {
     pub max_tokens: usize,
     pub max_seqs: usize,
     pub prefill_chunk: usize,
+    /// Use this head layout instead of the one the config's head pattern gives (benchmarks).
+    pub layout: Option<HeadLayout>,
 }
 
 impl EngineOptions {
     pub fn new(config: Config, max_tokens: usize) -> Self {
-        EngineOptions { config, max_tokens, max_seqs: 1, prefill_chunk: DEFAULT_PREFILL_CHUNK }
+        EngineOptions { config, max_tokens, max_seqs: 1, prefill_chunk: DEFAULT_PREFILL_CHUNK, layout: None }
     }
 }
 
@@ -45,7 +47,10 @@ pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) ->
     let c = &opts.config;
     c.validate()?;
     let cfg = model.cfg.clone();
-    let layout = head_layout(&cfg, c)?;
+    let layout = match &opts.layout {
+        Some(l) => l.clone(),
+        None => head_layout(&cfg, c)?,
+    };
     let s = &c.sparse;
     let ps = c.cache.physical_page;
     let attn = AttnSettings {

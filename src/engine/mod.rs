@@ -155,8 +155,8 @@ impl<B: Backend> Engine<B> {
         Ok(())
     }
 
-    /// What a decode step at `seq` (after its step) read, per the plan it ran with.
-    fn count_reads(&self, seq: &SeqPages, reads: &mut KvReads) {
+    /// Add what a decode step at `seq` (after its step) read, per the plan it ran with.
+    pub fn count_reads(&self, seq: &SeqPages, reads: &mut KvReads) {
         let s = &self.cache.shape;
         let len = seq.len as u64;
         let lambda = len.min((self.attn.sink + self.attn.local) as u64);

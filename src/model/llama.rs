@@ -104,10 +104,28 @@ impl<B: Backend> Llama<B> {
         be: &B,
         cfg: &ModelConfig,
         src: &S,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<Self> {
+        Self::load_as(be, cfg, src, None, progress)
+    }
+
+    /// As `load`, storing weights as `dtype` (None: the backend's first choice).
+    pub fn load_as<S: WeightSource + ?Sized>(
+        be: &B,
+        cfg: &ModelConfig,
+        src: &S,
+        dtype: Option<DType>,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<Self> {
         let (h, hd, ffn) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
-        let dt = be.caps().weight_dtypes[0];
+        let dt = dtype.unwrap_or(be.caps().weight_dtypes[0]);
+        if !be.caps().weight_dtypes.contains(&dt) {
+            return Err(Error::InvalidArgument(format!(
+                "{dt:?} weights are not supported by the {} backend (supported: {:?})",
+                be.caps().name,
+                be.caps().weight_dtypes
+            )));
+        }
         let up = |v: Vec<f32>| be.upload_f32(dt, v);
         let upf = |v: Vec<f32>| be.upload_f32(DType::F32, v);
         let embed_data = take(src, "model.embed_tokens.weight", &[cfg.vocab_size, h])?;
@@ -159,6 +177,60 @@ impl<B: Backend> Llama<B> {
             norm: upf(take(src, "model.norm.weight", &[h])?)?,
             layers,
         })
+    }
+
+    /// Synthetic weights for benchmarks: every tensor filled on the device by `fill_random` from
+    /// `seed` (no download, no host copy). Matrices are uniform with variance 1/fan_in, norms
+    /// near 1, so activations stay finite through the layers.
+    pub fn synthetic(be: &B, cfg: &ModelConfig, dtype: Option<DType>, seed: u32) -> Result<Self> {
+        let dt = dtype.unwrap_or(be.caps().weight_dtypes[0]);
+        let code = match dt {
+            DType::F32 => 0,
+            DType::F16 => 1,
+            DType::BF16 => 2,
+            d => return Err(Error::InvalidArgument(format!("synthetic weights cannot be {d:?}"))),
+        };
+        let mut next = seed;
+        let mut fill = |dtype: DType, code: u32, n: usize, scale: f32, offset: f32| -> Result<B::Buffer> {
+            let mut b = be.alloc(dtype, n)?;
+            next = next.wrapping_add(1);
+            let p = FillRandomParams { n: n as u32, seed: next, scale, offset, dtype: code, ..Default::default() };
+            be.fill_random(&p, &mut b)?;
+            Ok(b)
+        };
+        let (h, hd, ffn) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
+        let mat = |k: usize| (3.0 / k as f32).sqrt();
+        let embed = fill(dt, code, cfg.vocab_size * h, 1.0, 0.0)?;
+        let lm_head =
+            if cfg.tie_word_embeddings { None } else { Some(fill(dt, code, cfg.vocab_size * h, mat(h), 0.0)?) };
+        let norm = fill(DType::F32, 0, h, 0.1, 1.0)?;
+        let mut layers = Vec::with_capacity(cfg.num_layers);
+        for _ in 0..cfg.num_layers {
+            layers.push(Layer {
+                attn_norm: fill(DType::F32, 0, h, 0.1, 1.0)?,
+                w_qkv: fill(dt, code, cfg.qkv_dim() * h, mat(h), 0.0)?,
+                b_qkv: if cfg.attention_bias { Some(fill(DType::F32, 0, cfg.qkv_dim(), 0.1, 0.0)?) } else { None },
+                w_o: fill(dt, code, h * cfg.num_heads * hd, mat(cfg.num_heads * hd), 0.0)?,
+                ffn_norm: fill(DType::F32, 0, h, 0.1, 1.0)?,
+                w_gate_up: fill(dt, code, 2 * ffn * h, mat(h), 0.0)?,
+                w_down: fill(dt, code, h * ffn, mat(ffn), 0.0)?,
+            });
+        }
+        Ok(Llama { cfg: cfg.clone(), rope: cfg.rope(), freq_factors: None, embed, lm_head, norm, layers })
+    }
+
+    /// Bytes of all weights as stored (what a decode step streams at least once).
+    pub fn weight_bytes(&self, be: &B) -> usize {
+        let size = |b: &B::Buffer| {
+            let d = be.dtype(b);
+            be.len(b) * d.size()
+        };
+        let mut total = size(&self.embed) + self.lm_head.as_ref().map_or(0, size) + size(&self.norm);
+        for l in &self.layers {
+            total += size(&l.attn_norm) + size(&l.w_qkv) + l.b_qkv.as_ref().map_or(0, size);
+            total += size(&l.w_o) + size(&l.ffn_norm) + size(&l.w_gate_up) + size(&l.w_down);
+        }
+        total
     }
 
     fn inv_freq(&self, seq_len: usize) -> (Vec<f32>, f32) {

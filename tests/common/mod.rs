@@ -54,7 +54,7 @@ pub fn engine(
     config: lserve::sparse::Config,
     prefill_chunk: usize,
 ) -> lserve::engine::Engine<lserve::backend::cpu::CpuBackend> {
-    let opts = lserve::engine::EngineOptions { config, max_tokens, max_seqs: 1, prefill_chunk };
+    let opts = lserve::engine::EngineOptions { config, max_tokens, max_seqs: 1, prefill_chunk, layout: None };
     lserve::engine::build_engine(lserve::backend::cpu::CpuBackend::new(), model, &opts).expect("engine builds")
 }
 
@@ -64,4 +64,18 @@ pub fn paged_config(physical: usize, logical: usize) -> lserve::sparse::Config {
     c.cache.physical_page = physical;
     c.cache.logical_page = logical;
     c
+}
+
+/// The wgpu backend on the first adapter; None (skip) when there is none, unless
+/// LSERVE_REQUIRE_WGPU=1, which turns a missing adapter into a failure.
+#[cfg(feature = "wgpu")]
+pub fn wgpu_backend() -> Option<lserve::backend::wgpu::WgpuBackend> {
+    match lserve::backend::wgpu::WgpuBackend::new(None) {
+        Ok(b) => Some(b),
+        Err(e) if std::env::var("LSERVE_REQUIRE_WGPU").is_ok_and(|v| v == "1") => panic!("wgpu required: {e}"),
+        Err(e) => {
+            eprintln!("skipping wgpu tests: {e}");
+            None
+        }
+    }
 }

@@ -307,6 +307,17 @@ impl Backend for CpuBackend {
         attention::lambda_mass(p, q, kv, meta, out)
     }
 
+    fn fill_random(&self, p: &FillRandomParams, out: &mut CpuBuffer) -> Result<()> {
+        if p.dtype != 0 {
+            return Err(err("fill_random: the CPU backend stores f32 only"));
+        }
+        let out = f32s_mut(out, u(p.n), "fill_random out")?;
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = fill_random_value(p.seed, i as u32, p.scale, p.offset);
+        }
+        Ok(())
+    }
+
     fn argmax(&self, p: &ArgmaxParams, x: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
         let (r, n) = (u(p.rows), u(p.n));
         let x = f32s(x, r * n, "argmax x")?;

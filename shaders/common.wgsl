@@ -1,0 +1,11 @@
+// Shared helpers, prepended (after params.wgsl and the weight-format snippet) to every module.
+// WGSL has no include, so the Rust side assembles modules: params + weight format + common + op.
+
+const STREAMING_BIT: u32 = 0x80000000u;
+const NEG_INF: f32 = -3.4028235e38;
+
+// Streaming ring index of position `pos` (see src/kv/mod.rs ring_index).
+fn ring_index(pos: u32, sink: u32, ring_tokens: u32) -> u32 {
+    if (pos < sink) { return pos; }
+    return sink + (pos - sink) % (ring_tokens - sink);
+}

@@ -1,0 +1,14 @@
+// embed: out[t][d] = table[ids[t]][d] as f32. One thread per output element.
+@group(0) @binding(0) var<uniform> p: EmbedParams;
+@group(0) @binding(1) var<storage, read> w: array<u32>;
+@group(0) @binding(2) var<storage, read> ids: array<u32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (i >= p.n_tokens * p.dim) { return; }
+    let t = i / p.dim;
+    let id = min(ids[t], p.vocab - 1u);
+    out[i] = load_w(id * p.dim + i % p.dim);
+}

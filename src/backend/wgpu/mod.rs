@@ -1,0 +1,276 @@
+//! The wgpu backend: every op is a WGSL compute shader (`shaders/<op>.wgsl`), run through wgpu on
+//! Vulkan, Metal or DX12 — and on Mesa's lavapipe (a CPU Vulkan driver) in CI.
+//!
+//! Buffers are plain storage buffers; f16/bf16 weights are packed two per u32 so no shader
+//! extension is needed to read them. Activations, logits and (for now) the KV cache are f32.
+//! Ops only record commands (`context::Gpu`); `download_*` and `sync` submit and wait. Each op
+//! checks its buffers against its params before recording, like the CPU reference.
+
+mod context;
+mod ops_attention;
+mod ops_basic;
+mod ops_kv;
+mod ops_matmul;
+pub mod shaders;
+
+use std::sync::Arc;
+
+use crate::backend::*;
+use crate::error::Result;
+use context::{Gpu, err};
+
+/// A device buffer and what it holds.
+#[derive(Clone, Debug)]
+pub struct WgpuBuffer {
+    pub buf: Arc<::wgpu::Buffer>,
+    pub dtype: DType,
+    /// Elements (not bytes).
+    pub len: usize,
+}
+
+fn bytes_for(dtype: DType, len: usize) -> u64 {
+    match dtype {
+        DType::F16 | DType::BF16 => (len.div_ceil(2) * 4) as u64,
+        d => (len * d.size()) as u64,
+    }
+}
+
+pub struct WgpuBackend {
+    gpu: Gpu,
+    caps: Caps,
+}
+
+impl WgpuBackend {
+    /// Open adapter `index` (see `lserve devices`), or the first.
+    pub fn new(index: Option<usize>) -> Result<Self> {
+        let gpu = Gpu::open(index)?;
+        let info = &gpu.info;
+        let caps = Caps {
+            name: "wgpu",
+            device: format!("{} ({:?}, {:?}, {})", info.name, info.backend, info.device_type, info.driver),
+            weight_dtypes: vec![DType::F16, DType::BF16, DType::F32],
+            kv_dtypes: vec![DType::F32],
+            max_buffer_bytes: gpu.limits.max_storage_buffer_binding_size,
+            memory_bytes: gpu.limits.max_buffer_size.min(u64::MAX / 2),
+        };
+        Ok(WgpuBackend { gpu, caps })
+    }
+
+    /// Adapter features lserve uses when present.
+    pub fn has_f16(&self) -> bool {
+        self.gpu.features.contains(::wgpu::Features::SHADER_F16)
+    }
+
+    pub(crate) fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+}
+
+/// `b` holds at least `n` elements of `dtype`.
+pub(crate) fn need(b: &WgpuBuffer, dtype: DType, n: usize, what: &str) -> Result<()> {
+    if b.dtype != dtype {
+        return Err(err(format!("{what}: expected a {dtype:?} buffer, got {:?}", b.dtype)));
+    }
+    if b.len < n {
+        return Err(err(format!("{what}: {} elements, op needs {n}", b.len)));
+    }
+    Ok(())
+}
+
+/// `b` holds weights (a float dtype) of at least `n` elements.
+pub(crate) fn need_weights(b: &WgpuBuffer, n: usize, what: &str) -> Result<()> {
+    if !matches!(b.dtype, DType::F32 | DType::F16 | DType::BF16) || b.len < n {
+        return Err(err(format!("{what}: {:?} x {} is not a weight buffer of {n} elements", b.dtype, b.len)));
+    }
+    Ok(())
+}
+
+fn pack16(data: &[f32], f: impl Fn(f32) -> u16) -> Vec<u32> {
+    data.chunks(2).map(|c| f(c[0]) as u32 | (c.get(1).map_or(0, |&x| f(x)) as u32) << 16).collect()
+}
+
+impl Backend for WgpuBackend {
+    type Buffer = WgpuBuffer;
+
+    fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    fn alloc(&self, dtype: DType, len: usize) -> Result<WgpuBuffer> {
+        let buf = self.gpu.create_buffer(bytes_for(dtype, len), "alloc")?;
+        Ok(WgpuBuffer { buf: Arc::new(buf), dtype, len })
+    }
+
+    fn upload_f32(&self, dtype: DType, data: Vec<f32>) -> Result<WgpuBuffer> {
+        let words: Vec<u32> = match dtype {
+            DType::F32 => data.iter().map(|x| x.to_bits()).collect(),
+            DType::F16 => pack16(&data, |x| half::f16::from_f32(x).to_bits()),
+            DType::BF16 => pack16(&data, |x| half::bf16::from_f32(x).to_bits()),
+            d => return Err(err(format!("cannot upload f32 data as {d:?}"))),
+        };
+        let b = self.alloc(dtype, data.len())?;
+        self.gpu.queue.write_buffer(&b.buf, 0, bytemuck::cast_slice(&words));
+        Ok(b)
+    }
+
+    fn upload_u32(&self, data: &[u32]) -> Result<WgpuBuffer> {
+        let b = self.alloc(DType::U32, data.len())?;
+        self.gpu.queue.write_buffer(&b.buf, 0, bytemuck::cast_slice(data));
+        Ok(b)
+    }
+
+    fn write_u32(&self, dst: &mut WgpuBuffer, data: &[u32]) -> Result<()> {
+        need(dst, DType::U32, data.len(), "write_u32")?;
+        // Ordered after everything recorded so far: submit first, then stage the write.
+        self.gpu.submit();
+        self.gpu.queue.write_buffer(&dst.buf, 0, bytemuck::cast_slice(data));
+        Ok(())
+    }
+
+    fn write_f32(&self, dst: &mut WgpuBuffer, data: &[f32]) -> Result<()> {
+        need(dst, DType::F32, data.len(), "write_f32")?;
+        self.gpu.submit();
+        self.gpu.queue.write_buffer(&dst.buf, 0, bytemuck::cast_slice(data));
+        Ok(())
+    }
+
+    fn download_f32(&self, src: &WgpuBuffer, offset: usize, len: usize) -> Result<Vec<f32>> {
+        need(src, DType::F32, offset + len, "download_f32")?;
+        let bytes = self.gpu.read(&src.buf, offset as u64 * 4, len as u64 * 4)?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    fn download_u32(&self, src: &WgpuBuffer, offset: usize, len: usize) -> Result<Vec<u32>> {
+        need(src, DType::U32, offset + len, "download_u32")?;
+        let bytes = self.gpu.read(&src.buf, offset as u64 * 4, len as u64 * 4)?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.gpu.submit();
+        self.gpu.wait()
+    }
+
+    fn len(&self, b: &WgpuBuffer) -> usize {
+        b.len
+    }
+
+    fn dtype(&self, b: &WgpuBuffer) -> DType {
+        b.dtype
+    }
+
+    fn embed(&self, p: &EmbedParams, table: &WgpuBuffer, ids: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {
+        ops_basic::embed(self, p, table, ids, out)
+    }
+
+    fn matmul(
+        &self,
+        p: &MatmulParams,
+        x: &WgpuBuffer,
+        w: &WgpuBuffer,
+        bias: Option<&WgpuBuffer>,
+        out: &mut WgpuBuffer,
+    ) -> Result<()> {
+        ops_matmul::matmul(self, p, x, w, bias, out)
+    }
+
+    fn rmsnorm(&self, p: &RmsnormParams, x: &WgpuBuffer, w: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {
+        ops_basic::rmsnorm(self, p, None, x, w, out)
+    }
+
+    fn add_rmsnorm(
+        &self,
+        p: &RmsnormParams,
+        residual: &mut WgpuBuffer,
+        x: &WgpuBuffer,
+        w: &WgpuBuffer,
+        out: &mut WgpuBuffer,
+    ) -> Result<()> {
+        ops_basic::rmsnorm(self, p, Some(residual), x, w, out)
+    }
+
+    fn add(&self, p: &AddParams, a: &mut WgpuBuffer, b: &WgpuBuffer) -> Result<()> {
+        ops_basic::add(self, p, a, b)
+    }
+
+    fn silu_mul(&self, p: &SiluMulParams, gate_up: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {
+        ops_basic::silu_mul(self, p, gate_up, out)
+    }
+
+    fn gather_rows(
+        &self,
+        p: &GatherRowsParams,
+        src: &WgpuBuffer,
+        rows: &WgpuBuffer,
+        out: &mut WgpuBuffer,
+    ) -> Result<()> {
+        ops_basic::gather_rows(self, p, src, rows, out)
+    }
+
+    fn rope_append_kv(
+        &self,
+        p: &RopeAppendKvParams,
+        qkv: &WgpuBuffer,
+        meta: &RopeAppendMeta<Self>,
+        q: &mut WgpuBuffer,
+        kv: LayerKvMut<Self>,
+    ) -> Result<()> {
+        ops_kv::rope_append_kv(self, p, qkv, meta, q, kv)
+    }
+
+    fn prefill_attention(
+        &self,
+        p: &AttentionParams,
+        q: &WgpuBuffer,
+        q_indptr: &WgpuBuffer,
+        kv: LayerKv<Self>,
+        meta: &PagedMeta<Self>,
+        out: &mut WgpuBuffer,
+    ) -> Result<()> {
+        ops_attention::prefill_attention(self, p, q, q_indptr, kv, meta, out)
+    }
+
+    fn sparse_decode_attention(
+        &self,
+        p: &AttentionParams,
+        q: &WgpuBuffer,
+        kv: LayerKv<Self>,
+        meta: &PagedMeta<Self>,
+        pages: &HeadPages<Self>,
+        out: &mut WgpuBuffer,
+    ) -> Result<()> {
+        ops_attention::sparse_decode_attention(self, p, q, kv, meta, pages, out)
+    }
+
+    fn page_select(
+        &self,
+        p: &PageSelectParams,
+        q: &WgpuBuffer,
+        kv: LayerKv<Self>,
+        meta: &PagedMeta<Self>,
+        seq_slot: &WgpuBuffer,
+        select_mask: &WgpuBuffer,
+        out: SelectedMut<Self>,
+    ) -> Result<()> {
+        ops_kv::page_select(self, p, q, kv, meta, seq_slot, select_mask, out)
+    }
+
+    fn lambda_mass(
+        &self,
+        p: &LambdaMassParams,
+        q: &WgpuBuffer,
+        kv: LayerKv<Self>,
+        meta: &PagedMeta<Self>,
+        out: &mut WgpuBuffer,
+    ) -> Result<()> {
+        ops_attention::lambda_mass(self, p, q, kv, meta, out)
+    }
+
+    fn fill_random(&self, p: &FillRandomParams, out: &mut WgpuBuffer) -> Result<()> {
+        ops_basic::fill_random(self, p, out)
+    }
+
+    fn argmax(&self, p: &ArgmaxParams, x: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {
+        ops_basic::argmax(self, p, x, out)
+    }
+}

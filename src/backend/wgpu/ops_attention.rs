@@ -1,0 +1,421 @@
+//! Recording of the attention ops: `prefill_attention` (shaders/prefill_attention.wgsl),
+//! `sparse_decode_attention` (shaders/sparse_decode_attention.wgsl, then
+//! shaders/sparse_decode_attention_merge.wgsl when split) and `lambda_mass`
+//! (shaders/lambda_mass.wgsl). The shader headers describe layouts and workgroup mappings.
+//!
+//! Invariants: buffers are checked with `need` against the same element counts as the CPU
+//! reference before anything is recorded; what lives only on the device (page tables, selections,
+//! q_indptr) is bounds-checked in the shaders, which skip a key or row they cannot address
+//! instead of reading or writing out of bounds. head_dim is at most [`MAX_HEAD_DIM`] (the
+//! workgroup-memory tiles are sized for it).
+//!
+//! Split-KV decode: the split count comes from an upper bound of the longest key list (the page
+//! table's length for retrieval heads, the Lambda window for streaming heads) at
+//! [`PAGES_PER_SPLIT`] pages a split, capped so the grid stays near [`TARGET_WORKGROUPS`] and at
+//! [`MAX_SPLITS`]. The partials scratch (`[num_seqs][n_heads][n_splits][head_dim + 2]` f32) is
+//! allocated per call with `be.alloc` and dropped after recording (wgpu keeps it alive until the
+//! commands ran); with one split the kernel writes `out` directly and no merge is recorded.
+
+use bytemuck::bytes_of;
+
+use super::context::{Bind, err};
+use super::ops_basic::rows_grid;
+use super::{WgpuBackend, WgpuBuffer, need};
+use crate::backend::*;
+use crate::error::Result;
+
+/// Largest head_dim the attention shaders take.
+const MAX_HEAD_DIM: usize = 256;
+/// Query heads of one KV head handled by one decode workgroup (`GMAX` in the shader).
+const DECODE_HEADS: usize = 8;
+/// Pages of key list each decode split aims to cover.
+const PAGES_PER_SPLIT: usize = 8;
+/// Most splits per (sequence, KV head).
+const MAX_SPLITS: usize = 64;
+/// Splitting stops once the decode grid has about this many workgroups.
+const TARGET_WORKGROUPS: usize = 1024;
+
+fn u(x: u32) -> usize {
+    x as usize
+}
+
+/// Query rows per prefill tile (mirrors `tile_rows` in prefill_attention.wgsl).
+fn tile_rows(head_dim: usize) -> usize {
+    if head_dim <= 64 {
+        32
+    } else if head_dim <= 128 {
+        16
+    } else {
+        8
+    }
+}
+
+/// Checks shared by prefill and decode: head counts, geometry, pools and paged metadata.
+fn check_common(p: &AttentionParams, kv: &LayerKv<WgpuBackend>, meta: &PagedMeta<WgpuBackend>, op: &str) -> Result<()> {
+    let (ns, nkv, nh, hd, ps) = (u(p.num_seqs), u(p.n_kv_heads), u(p.n_heads), u(p.head_dim), u(p.page_size));
+    let (n_ret, n_str) = (u(p.n_ret), u(p.n_str));
+    if nkv == 0 || n_ret + n_str != nkv || !nh.is_multiple_of(nkv) {
+        return Err(err(format!("{op}: bad head counts")));
+    }
+    if hd == 0 || hd > MAX_HEAD_DIM || ps == 0 {
+        return Err(err(format!("{op}: head_dim {hd} (1..={MAX_HEAD_DIM}) or page_size {ps} unsupported")));
+    }
+    if n_str > 0 && (p.ring_tokens <= p.sink || !p.ring_tokens.is_multiple_of(p.page_size)) {
+        return Err(err(format!("{op}: the streaming ring is smaller than its sink")));
+    }
+    let rlen = u(p.num_pages) * n_ret * ps * hd;
+    let slen = u(p.num_str_pages) * n_str * ps * hd;
+    need(kv.k, DType::F32, rlen, "k pool")?;
+    need(kv.v, DType::F32, rlen, "v pool")?;
+    need(kv.sk, DType::F32, slen, "streaming k pool")?;
+    need(kv.sv, DType::F32, slen, "streaming v pool")?;
+    need(kv.head_map, DType::U32, nkv, "head_map")?;
+    let ring_pages = if n_str > 0 { u(p.ring_tokens) / ps } else { 0 };
+    need(meta.page_indptr, DType::U32, ns + 1, "attention page_indptr")?;
+    need(meta.page_table, DType::U32, 0, "attention page_table")?;
+    need(meta.kv_len, DType::U32, ns, "attention kv_len")?;
+    need(meta.ring_table, DType::U32, ns * ring_pages, "attention ring_table")
+}
+
+pub fn prefill_attention(
+    be: &WgpuBackend,
+    p: &AttentionParams,
+    q: &WgpuBuffer,
+    q_indptr: &WgpuBuffer,
+    kv: LayerKv<WgpuBackend>,
+    meta: &PagedMeta<WgpuBackend>,
+    out: &mut WgpuBuffer,
+) -> Result<()> {
+    check_common(p, &kv, meta, "prefill_attention")?;
+    let (n, ns, nh, hd, nkv) = (u(p.n_tokens), u(p.num_seqs), u(p.n_heads), u(p.head_dim), u(p.n_kv_heads));
+    need(q, DType::F32, n * nh * hd, "prefill_attention q")?;
+    need(q_indptr, DType::U32, ns + 1, "prefill_attention q_indptr")?;
+    need(out, DType::F32, n * nh * hd, "prefill_attention out")?;
+    if n == 0 || ns == 0 {
+        return Ok(());
+    }
+    // Tiles never straddle sequences: at most one partial tile per sequence.
+    let tiles = (n * (nh / nkv)).div_ceil(tile_rows(hd)) + ns;
+    let (x, y, _) = rows_grid(be, tiles);
+    let binds = [
+        Bind(&q.buf),
+        Bind(&q_indptr.buf),
+        Bind(&kv.k.buf),
+        Bind(&kv.v.buf),
+        Bind(&kv.sk.buf),
+        Bind(&kv.sv.buf),
+        Bind(&kv.head_map.buf),
+        Bind(&meta.page_indptr.buf),
+        Bind(&meta.page_table.buf),
+        Bind(&meta.kv_len.buf),
+        Bind(&meta.ring_table.buf),
+        Bind(&out.buf),
+    ];
+    be.gpu().dispatch("prefill_attention", None, bytes_of(p), &binds, (x, y, nkv as u32))
+}
+
+/// Splits per (sequence, KV head) of a decode step (see the module docs).
+fn decode_splits(p: &AttentionParams, page_table_len: usize, head_chunks: usize) -> usize {
+    let ps = u(p.page_size);
+    let ret = if p.n_ret > 0 { page_table_len } else { 0 };
+    let strm = if p.n_str > 0 { u(p.sink + p.local).div_ceil(ps) + 1 } else { 0 };
+    let by_len = ret.max(strm).div_ceil(PAGES_PER_SPLIT);
+    let by_grid = TARGET_WORKGROUPS.div_ceil(u(p.num_seqs) * u(p.n_kv_heads) * head_chunks);
+    by_len.min(by_grid).clamp(1, MAX_SPLITS)
+}
+
+pub fn sparse_decode_attention(
+    be: &WgpuBackend,
+    p: &AttentionParams,
+    q: &WgpuBuffer,
+    kv: LayerKv<WgpuBackend>,
+    meta: &PagedMeta<WgpuBackend>,
+    pages: &HeadPages<WgpuBackend>,
+    out: &mut WgpuBuffer,
+) -> Result<()> {
+    check_common(p, &kv, meta, "sparse_decode_attention")?;
+    let (ns, nh, hd, nkv) = (u(p.num_seqs), u(p.n_heads), u(p.head_dim), u(p.n_kv_heads));
+    need(q, DType::F32, ns * nh * hd, "sparse_decode_attention q")?;
+    need(out, DType::F32, ns * nh * hd, "sparse_decode_attention out")?;
+    need(pages.seq_slot, DType::U32, ns, "decode seq_slot")?;
+    need(pages.tail_start, DType::U32, ns, "decode tail_start")?;
+    need(pages.selected, DType::U32, 0, "decode selected")?;
+    need(pages.counts, DType::U32, 0, "decode counts")?;
+    if ns == 0 {
+        return Ok(());
+    }
+    let head_chunks = (nh / nkv).div_ceil(DECODE_HEADS);
+    let splits = decode_splits(p, meta.page_table.len, head_chunks);
+    let part = be.alloc(DType::F32, if splits > 1 { ns * nh * splits * (hd + 2) } else { 1 })?;
+    let binds = [
+        Bind(&q.buf),
+        Bind(&kv.k.buf),
+        Bind(&kv.v.buf),
+        Bind(&kv.sk.buf),
+        Bind(&kv.sv.buf),
+        Bind(&kv.head_map.buf),
+        Bind(&meta.page_indptr.buf),
+        Bind(&meta.page_table.buf),
+        Bind(&meta.kv_len.buf),
+        Bind(&meta.ring_table.buf),
+        Bind(&pages.selected.buf),
+        Bind(&pages.counts.buf),
+        Bind(&pages.seq_slot.buf),
+        Bind(&pages.tail_start.buf),
+        Bind(&out.buf),
+        Bind(&part.buf),
+    ];
+    let groups = (splits as u32, (nkv * head_chunks) as u32, ns as u32);
+    be.gpu().dispatch("sparse_decode_attention", None, bytes_of(p), &binds, groups)?;
+    if splits > 1 {
+        let binds = [Bind(&part.buf), Bind(&out.buf)];
+        be.gpu().dispatch("sparse_decode_attention_merge", None, bytes_of(p), &binds, rows_grid(be, ns * nh))?;
+    }
+    Ok(())
+}
+
+pub fn lambda_mass(
+    be: &WgpuBackend,
+    p: &LambdaMassParams,
+    q: &WgpuBuffer,
+    kv: LayerKv<WgpuBackend>,
+    meta: &PagedMeta<WgpuBackend>,
+    out: &mut WgpuBuffer,
+) -> Result<()> {
+    let (n, nh, nkv, hd, ps) = (u(p.n_tokens), u(p.n_heads), u(p.n_kv_heads), u(p.head_dim), u(p.page_size));
+    if nkv == 0 || !nh.is_multiple_of(nkv) {
+        return Err(err("lambda_mass: bad head counts"));
+    }
+    if hd == 0 || hd > MAX_HEAD_DIM || ps == 0 {
+        return Err(err(format!("lambda_mass: head_dim {hd} (1..={MAX_HEAD_DIM}) or page_size {ps} unsupported")));
+    }
+    let rlen = u(p.num_pages) * nkv * ps * hd;
+    need(kv.k, DType::F32, rlen, "k pool")?;
+    need(kv.v, DType::F32, rlen, "v pool")?;
+    need(kv.sk, DType::F32, 0, "streaming k pool")?;
+    need(kv.sv, DType::F32, 0, "streaming v pool")?;
+    need(kv.head_map, DType::U32, nkv, "head_map")?;
+    need(meta.page_indptr, DType::U32, 2, "lambda_mass page_indptr")?;
+    need(meta.page_table, DType::U32, 0, "lambda_mass page_table")?;
+    need(meta.kv_len, DType::U32, 1, "lambda_mass kv_len")?;
+    need(meta.ring_table, DType::U32, 0, "lambda_mass ring_table")?;
+    need(q, DType::F32, n * nh * hd, "lambda_mass q")?;
+    need(out, DType::F32, n * nh, "lambda_mass out")?;
+    let binds = [
+        Bind(&q.buf),
+        Bind(&kv.k.buf),
+        Bind(&kv.head_map.buf),
+        Bind(&meta.page_indptr.buf),
+        Bind(&meta.page_table.buf),
+        Bind(&meta.kv_len.buf),
+        Bind(&out.buf),
+    ];
+    be.gpu().dispatch("lambda_mass", None, bytes_of(p), &binds, rows_grid(be, n * nh))
+}
+
+#[cfg(test)]
+mod tests {
+    //! The attention ops against the CPU reference on pools filled with the same random data
+    //! (independent of `rope_append_kv`; tests/backend_parity.rs covers the chained path): head
+    //! dims 16..256, GQA groups (also above one decode workgroup's 8 heads), several sequences,
+    //! windows, streaming heads, one and several decode splits.
+    use super::*;
+    use crate::backend::cpu::{CpuBackend, CpuBuffer};
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u32 {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (self.0 >> 33) as u32
+        }
+        fn vec(&mut self, n: usize) -> Vec<f32> {
+            (0..n).map(|_| self.next() as f32 / (1u64 << 30) as f32 - 1.0).collect()
+        }
+        fn perm(&mut self, n: usize) -> Vec<u32> {
+            let mut v: Vec<u32> = (0..n as u32).collect();
+            (1..n).rev().for_each(|i| v.swap(i, self.next() as usize % (i + 1)));
+            v
+        }
+    }
+
+    fn gpu() -> Option<WgpuBackend> {
+        match WgpuBackend::new(None) {
+            Ok(b) => Some(b),
+            Err(e) if std::env::var("LSERVE_REQUIRE_WGPU").is_ok_and(|v| v == "1") => panic!("wgpu required: {e}"),
+            Err(_) => None,
+        }
+    }
+
+    /// Both backends, and uploads of the same data to each.
+    struct Pair(WgpuBackend, CpuBackend);
+    impl Pair {
+        fn f32s(&self, x: &[f32]) -> (WgpuBuffer, CpuBuffer) {
+            (self.0.upload_f32(DType::F32, x.to_vec()).unwrap(), self.1.upload_f32(DType::F32, x.to_vec()).unwrap())
+        }
+        fn u32s(&self, x: &[u32]) -> (WgpuBuffer, CpuBuffer) {
+            (self.0.upload_u32(x).unwrap(), self.1.upload_u32(x).unwrap())
+        }
+        fn check(&self, name: &str, out: &(WgpuBuffer, CpuBuffer)) {
+            let (got, want) = (
+                self.0.download_f32(&out.0, 0, out.0.len).unwrap(),
+                self.1.download_f32(&out.1, 0, out.0.len).unwrap(),
+            );
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!((g - w).abs() / w.abs().max(1.0) <= 2e-4, "{name}[{i}]: got {g}, want {w}");
+            }
+        }
+    }
+
+    /// Params and device state of one layer: pools k, v, sk, sv, then head_map, page_indptr,
+    /// page_table, kv_len, ring_table; sequences own shuffled pages and rings.
+    fn layer(
+        t: &Pair,
+        rng: &mut Rng,
+        hd: usize,
+        group: usize,
+        streaming: &[bool],
+        lens: &[u32],
+        window: u32,
+    ) -> (AttentionParams, Vec<(WgpuBuffer, CpuBuffer)>, Vec<u32>) {
+        let (ps, num_pages, ring_tokens, nkv) = (16usize, 48usize, 64u32, streaming.len());
+        let n_str = streaming.iter().filter(|&&s| s).count();
+        let head_map = crate::kv::HeadLayout { streaming: vec![streaming.to_vec()] }.head_map(0);
+        let perm = rng.perm(num_pages);
+        let (mut indptr, mut table) = (vec![0u32], vec![]);
+        for &l in lens {
+            table.extend_from_slice(&perm[table.len()..table.len() + (l as usize).div_ceil(ps)]);
+            indptr.push(table.len() as u32);
+        }
+        let num_str_pages = lens.len() * ring_tokens as usize / ps;
+        let p = AttentionParams {
+            num_seqs: lens.len() as u32,
+            n_heads: (nkv * group) as u32,
+            n_kv_heads: nkv as u32,
+            head_dim: hd as u32,
+            page_size: ps as u32,
+            num_pages: num_pages as u32,
+            scale: 2.8 / (hd as f32).sqrt(),
+            window,
+            sink: 4,
+            local: 7,
+            ring_tokens,
+            n_ret: (nkv - n_str) as u32,
+            n_str: n_str as u32,
+            num_str_pages: num_str_pages as u32,
+            sel_stride: 6,
+            ..Default::default()
+        };
+        let (rlen, slen) = ((num_pages * (nkv - n_str) * ps * hd).max(1), (num_str_pages * n_str * ps * hd).max(1));
+        let mut bufs: Vec<_> = [rlen, rlen, slen, slen].iter().map(|&n| t.f32s(&rng.vec(n))).collect();
+        for v in [head_map, indptr, table.clone(), lens.to_vec(), rng.perm(num_str_pages)] {
+            bufs.push(t.u32s(&v));
+        }
+        (p, bufs, table)
+    }
+
+    type Views<'a, B> = (LayerKv<'a, B>, PagedMeta<'a, B>);
+    fn views(b: &[(WgpuBuffer, CpuBuffer)]) -> (Views<'_, WgpuBackend>, Views<'_, CpuBackend>) {
+        (
+            (
+                LayerKv { k: &b[0].0, v: &b[1].0, summary: &b[0].0, sk: &b[2].0, sv: &b[3].0, head_map: &b[4].0 },
+                PagedMeta { page_indptr: &b[5].0, page_table: &b[6].0, kv_len: &b[7].0, ring_table: &b[8].0 },
+            ),
+            (
+                LayerKv { k: &b[0].1, v: &b[1].1, summary: &b[0].1, sk: &b[2].1, sv: &b[3].1, head_map: &b[4].1 },
+                PagedMeta { page_indptr: &b[5].1, page_table: &b[6].1, kv_len: &b[7].1, ring_table: &b[8].1 },
+            ),
+        )
+    }
+
+    #[test]
+    fn prefill_matches_cpu() {
+        let Some(g) = gpu() else { return };
+        let (t, mut rng) = (Pair(g, CpuBackend::new()), Rng(7));
+        for (hd, group, window, streaming) in [
+            (16, 2, 0, vec![false, true, false]),
+            (64, 3, 9, vec![true, false, true]),
+            (128, 2, 0, vec![false, true]),
+            (96, 1, 0, vec![true, false]),
+            (256, 2, 20, vec![false, true]),
+            (32, 10, 0, vec![false, true]),
+        ] {
+            // Three sequences: a second chunk, a whole prompt, one token.
+            let (mut p, b, _) = layer(&t, &mut rng, hd, group, &streaming, &[50, 30, 1], window);
+            p.n_tokens = 44;
+            let (q, qi) = (t.f32s(&rng.vec(44 * p.n_heads as usize * hd)), t.u32s(&[0, 13, 43, 44]));
+            let mut out = t.f32s(&vec![f32::NAN; q.0.len]);
+            let ((kg, mg), (kc, mc)) = views(&b);
+            t.0.prefill_attention(&p, &q.0, &qi.0, kg, &mg, &mut out.0).unwrap();
+            t.1.prefill_attention(&p, &q.1, &qi.1, kc, &mc, &mut out.1).unwrap();
+            t.check(&format!("prefill hd {hd} group {group}"), &out);
+        }
+    }
+
+    #[test]
+    fn decode_matches_cpu() {
+        let Some(g) = gpu() else { return };
+        let (t, mut rng) = (Pair(g, CpuBackend::new()), Rng(11));
+        for (hd, group, window, streaming, lens) in [
+            (16, 2, 0, vec![false, true, false], vec![151, 40]),
+            (128, 4, 0, vec![false, true], vec![151, 40]),
+            (64, 10, 30, vec![false, true], vec![100]),
+            (256, 1, 0, vec![true, false], vec![40]),
+            (32, 3, 0, vec![false, false], vec![700]),
+        ] {
+            let (p, b, table) = layer(&t, &mut rng, hd, group, &streaming, &lens, window);
+            let (ns, n_ret) = (lens.len(), p.n_ret as usize);
+            let q = t.f32s(&rng.vec(ns * p.n_heads as usize * hd));
+            // Slots reversed; selections: 4 ascending random pages, some at or above the tail.
+            let slots: Vec<u32> = (0..ns as u32).rev().collect();
+            let (mut selected, mut counts) = (vec![0u32; ns * n_ret * 6], vec![0u32; ns * n_ret]);
+            for (s, &slot) in slots.iter().enumerate() {
+                let np = table.len().min((lens[s] as usize).div_ceil(16));
+                for r in 0..n_ret {
+                    let mut pick = rng.perm(np)[..np.min(4)].to_vec();
+                    pick.sort();
+                    let at = slot as usize * n_ret + r;
+                    selected[at * 6..at * 6 + pick.len()].copy_from_slice(&pick);
+                    counts[at] = pick.len() as u32;
+                }
+            }
+            let (sel, cnt, sl) = (t.u32s(&selected), t.u32s(&counts), t.u32s(&slots));
+            for tail in [0u32, 3, 1000] {
+                let tl = t.u32s(&vec![tail; ns]);
+                let hg = HeadPages { selected: &sel.0, counts: &cnt.0, seq_slot: &sl.0, tail_start: &tl.0 };
+                let hc = HeadPages { selected: &sel.1, counts: &cnt.1, seq_slot: &sl.1, tail_start: &tl.1 };
+                let mut out = t.f32s(&vec![f32::NAN; q.0.len]);
+                let ((kg, mg), (kc, mc)) = views(&b);
+                t.0.sparse_decode_attention(&p, &q.0, kg, &mg, &hg, &mut out.0).unwrap();
+                t.1.sparse_decode_attention(&p, &q.1, kc, &mc, &hc, &mut out.1).unwrap();
+                t.check(&format!("decode hd {hd} group {group} tail {tail}"), &out);
+            }
+        }
+    }
+
+    #[test]
+    fn lambda_mass_matches_cpu() {
+        let Some(g) = gpu() else { return };
+        let (t, mut rng) = (Pair(g, CpuBackend::new()), Rng(5));
+        for (hd, group, len, n) in [(16, 2, 85u32, 25u32), (128, 3, 300, 7), (64, 1, 5, 5)] {
+            let (ap, b, _) = layer(&t, &mut rng, hd, group, &[false, false, false], &[len], 0);
+            let p = LambdaMassParams {
+                n_tokens: n,
+                n_heads: ap.n_heads,
+                n_kv_heads: ap.n_kv_heads,
+                head_dim: ap.head_dim,
+                page_size: ap.page_size,
+                num_pages: ap.num_pages,
+                scale: ap.scale,
+                sink: 4,
+                local: 10,
+                ..Default::default()
+            };
+            let q = t.f32s(&rng.vec((n * p.n_heads) as usize * hd));
+            let mut out = t.f32s(&vec![f32::NAN; (n * p.n_heads) as usize]);
+            let ((kg, mg), (kc, mc)) = views(&b);
+            t.0.lambda_mass(&p, &q.0, kg, &mg, &mut out.0).unwrap();
+            t.1.lambda_mass(&p, &q.1, kc, &mc, &mut out.1).unwrap();
+            t.check(&format!("lambda_mass hd {hd}"), &out);
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! Recording of the elementwise and row ops: embed, rmsnorm / add_rmsnorm, add, silu_mul,
+//! gather_rows, argmax (shaders/<op>.wgsl).
+
+use bytemuck::bytes_of;
+
+use super::context::{Bind, err};
+use super::{WgpuBackend, WgpuBuffer, need, need_weights};
+use crate::backend::*;
+use crate::error::Result;
+
+/// Workgroups for `n` threads of 256, folded into 2D when over the per-dimension limit; shaders
+/// index `gid.x + gid.y * num_workgroups.x * 256`.
+pub(crate) fn grid(be: &WgpuBackend, threads: usize) -> (u32, u32, u32) {
+    rows_grid(be, threads.div_ceil(256))
+}
+
+/// Workgroups for one workgroup per row (`wg.x + wg.y * num_workgroups.x`).
+pub(crate) fn rows_grid(be: &WgpuBackend, groups: usize) -> (u32, u32, u32) {
+    let max = be.gpu().limits.max_compute_workgroups_per_dimension as usize;
+    if groups <= max { (groups as u32, 1, 1) } else { (max as u32, groups.div_ceil(max) as u32, 1) }
+}
+
+fn u(x: u32) -> usize {
+    x as usize
+}
+
+pub fn embed(
+    be: &WgpuBackend,
+    p: &EmbedParams,
+    table: &WgpuBuffer,
+    ids: &WgpuBuffer,
+    out: &mut WgpuBuffer,
+) -> Result<()> {
+    let (n, d) = (u(p.n_tokens), u(p.dim));
+    need_weights(table, u(p.vocab) * d, "embed table")?;
+    need(ids, DType::U32, n, "embed ids")?;
+    need(out, DType::F32, n * d, "embed out")?;
+    if p.vocab == 0 {
+        return Err(err("embed: empty vocabulary"));
+    }
+    let binds = [Bind(&table.buf), Bind(&ids.buf), Bind(&out.buf)];
+    be.gpu().dispatch("embed", Some(table.dtype), bytes_of(p), &binds, grid(be, n * d))
+}
+
+pub fn rmsnorm(
+    be: &WgpuBackend,
+    p: &RmsnormParams,
+    residual: Option<&mut WgpuBuffer>,
+    x: &WgpuBuffer,
+    w: &WgpuBuffer,
+    out: &mut WgpuBuffer,
+) -> Result<()> {
+    let (r, d) = (u(p.rows), u(p.dim));
+    need(x, DType::F32, r * d, "rmsnorm x")?;
+    need(w, DType::F32, d, "rmsnorm w")?;
+    need(out, DType::F32, r * d, "rmsnorm out")?;
+    match residual {
+        None => be.gpu().dispatch(
+            "rmsnorm",
+            None,
+            bytes_of(p),
+            &[Bind(&x.buf), Bind(&w.buf), Bind(&out.buf)],
+            rows_grid(be, r),
+        ),
+        Some(res) => {
+            need(res, DType::F32, r * d, "add_rmsnorm residual")?;
+            let binds = [Bind(&res.buf), Bind(&x.buf), Bind(&w.buf), Bind(&out.buf)];
+            be.gpu().dispatch("add_rmsnorm", None, bytes_of(p), &binds, rows_grid(be, r))
+        }
+    }
+}
+
+pub fn add(be: &WgpuBackend, p: &AddParams, a: &mut WgpuBuffer, b: &WgpuBuffer) -> Result<()> {
+    need(a, DType::F32, u(p.n), "add a")?;
+    need(b, DType::F32, u(p.n), "add b")?;
+    be.gpu().dispatch("add", None, bytes_of(p), &[Bind(&a.buf), Bind(&b.buf)], grid(be, u(p.n)))
+}
+
+pub fn silu_mul(be: &WgpuBackend, p: &SiluMulParams, gate_up: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {
+    let (r, d) = (u(p.rows), u(p.dim));
+    need(gate_up, DType::F32, r * 2 * d, "silu_mul gate_up")?;
+    need(out, DType::F32, r * d, "silu_mul out")?;
+    be.gpu().dispatch("silu_mul", None, bytes_of(p), &[Bind(&gate_up.buf), Bind(&out.buf)], grid(be, r * d))
+}
+
+pub fn gather_rows(
+    be: &WgpuBackend,
+    p: &GatherRowsParams,
+    src: &WgpuBuffer,
+    rows: &WgpuBuffer,
+    out: &mut WgpuBuffer,
+) -> Result<()> {
+    let (n, d) = (u(p.n_out), u(p.dim));
+    need(src, DType::F32, u(p.n_src) * d, "gather_rows src")?;
+    need(rows, DType::U32, n, "gather_rows rows")?;
+    need(out, DType::F32, n * d, "gather_rows out")?;
+    if p.n_src == 0 {
+        return Err(err("gather_rows: empty source"));
+    }
+    be.gpu().dispatch(
+        "gather_rows",
+        None,
+        bytes_of(p),
+        &[Bind(&src.buf), Bind(&rows.buf), Bind(&out.buf)],
+        grid(be, n * d),
+    )
+}
+
+pub fn argmax(be: &WgpuBackend, p: &ArgmaxParams, x: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {
+    let (r, n) = (u(p.rows), u(p.n));
+    need(x, DType::F32, r * n, "argmax x")?;
+    need(out, DType::U32, r, "argmax out")?;
+    be.gpu().dispatch("argmax", None, bytes_of(p), &[Bind(&x.buf), Bind(&out.buf)], rows_grid(be, r))
+}
+
+pub fn fill_random(be: &WgpuBackend, p: &FillRandomParams, out: &mut WgpuBuffer) -> Result<()> {
+    let want = match p.dtype {
+        0 => DType::F32,
+        1 => DType::F16,
+        2 => DType::BF16,
+        d => return Err(err(format!("fill_random: unknown dtype code {d}"))),
+    };
+    need(out, want, u(p.n), "fill_random out")?;
+    let words = if want == DType::F32 { u(p.n) } else { u(p.n).div_ceil(2) };
+    be.gpu().dispatch("fill_random", None, bytes_of(p), &[Bind(&out.buf)], grid(be, words))
+}

@@ -1,0 +1,137 @@
+//! Recording of the KV-side ops: `rope_append_kv` and `page_select` (CPU reference:
+//! `backend/cpu/kvops.rs`, which these match element for element).
+//!
+//! Layouts (docs/kv-cache.md): retrieval pool k/v `[page][n_ret][page_size][head_dim]`, summary
+//! `[page][n_ret][page_size / logical_page][2][head_dim]` (min, max), streaming pool sk/sv
+//! `[str_page][n_str][page_size][head_dim]`; all f32.
+//!
+//! `rope_append_kv` is two dispatches:
+//! 1. `rope_append_kv`: one thread per (token, head, rotation pair) rotates q and k and writes k/v
+//!    to the retrieval pool (`slots`) or the streaming ring (`ring_slots`) per `head_map`;
+//! 2. `rope_append_kv_summary`: one workgroup per token; the workgroup of the token that wrote the
+//!    largest offset of a logical page in this call recomputes that page's min/max over its tokens.
+//!    It runs after 1 (wgpu orders dispatches), since threads of one dispatch cannot order writes.
+//!
+//! `page_select` is one dispatch, one workgroup per (sequence row, retrieval head); it scores the
+//! candidate pages in chunks of 2048 in workgroup memory and merges a running top-k, so any page
+//! count works. Limit: `k_pages <= PAGE_SELECT_MAX_K` (256), else an error.
+//!
+//! Values that live on the device (slots, head_map entries, page ids, sequence slots) cannot be
+//! checked here without a round trip; the shaders skip out-of-range ones instead of writing out of
+//! bounds (the CPU reference reports them as errors).
+
+use bytemuck::bytes_of;
+
+use super::context::{Bind, err};
+use super::ops_basic::{grid, rows_grid};
+use super::{WgpuBackend, WgpuBuffer, need};
+use crate::backend::*;
+use crate::error::Result;
+
+/// Largest `k_pages` `page_select` supports (its workgroup keeps the running top-k in shared memory).
+pub const PAGE_SELECT_MAX_K: u32 = 256;
+
+fn u(x: u32) -> usize {
+    x as usize
+}
+
+pub fn rope_append_kv(
+    be: &WgpuBackend,
+    p: &RopeAppendKvParams,
+    qkv: &WgpuBuffer,
+    m: &RopeAppendMeta<WgpuBackend>,
+    q: &mut WgpuBuffer,
+    kv: LayerKvMut<WgpuBackend>,
+) -> Result<()> {
+    let (n, nh, nkv, hd, ps) = (u(p.n_tokens), u(p.n_heads), u(p.n_kv_heads), u(p.head_dim), u(p.page_size));
+    let (n_ret, n_str, lp) = (u(p.n_ret), u(p.n_str), u(p.logical_page));
+    if n_ret + n_str != nkv || lp == 0 || ps % lp != 0 {
+        return Err(err("rope_append_kv: bad head split or logical page"));
+    }
+    need(qkv, DType::F32, n * (nh + 2 * nkv) * hd, "rope_append_kv qkv")?;
+    need(m.positions, DType::U32, n, "rope_append_kv positions")?;
+    need(m.slots, DType::U32, n, "rope_append_kv slots")?;
+    need(m.ring_slots, DType::U32, n, "rope_append_kv ring_slots")?;
+    need(m.inv_freq, DType::F32, hd / 2, "rope_append_kv inv_freq")?;
+    need(kv.head_map, DType::U32, nkv, "rope_append_kv head_map")?;
+    need(q, DType::F32, n * nh * hd, "rope_append_kv q")?;
+    let (rlen, slen) = (u(p.num_pages) * n_ret * ps * hd, u(p.num_str_pages) * n_str * ps * hd);
+    need(kv.k, DType::F32, rlen, "k pool")?;
+    need(kv.v, DType::F32, rlen, "v pool")?;
+    need(kv.sk, DType::F32, slen, "streaming k pool")?;
+    need(kv.sv, DType::F32, slen, "streaming v pool")?;
+    need(kv.summary, DType::F32, u(p.num_pages) * n_ret * (ps / lp) * 2 * hd, "summary")?;
+    if n == 0 || hd == 0 {
+        return Ok(());
+    }
+    let binds = [
+        Bind(&qkv.buf),
+        Bind(&m.positions.buf),
+        Bind(&m.slots.buf),
+        Bind(&m.ring_slots.buf),
+        Bind(&m.inv_freq.buf),
+        Bind(&kv.head_map.buf),
+        Bind(&q.buf),
+        Bind(&kv.k.buf),
+        Bind(&kv.v.buf),
+        Bind(&kv.sk.buf),
+        Bind(&kv.sv.buf),
+    ];
+    let threads = n * (nh + nkv) * hd.div_ceil(2);
+    be.gpu().dispatch("rope_append_kv", None, bytes_of(p), &binds, grid(be, threads))?;
+    if n_ret == 0 {
+        return Ok(());
+    }
+    let binds = [Bind(&m.slots.buf), Bind(&kv.k.buf), Bind(&kv.summary.buf)];
+    be.gpu().dispatch("rope_append_kv_summary", None, bytes_of(p), &binds, rows_grid(be, n))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn page_select(
+    be: &WgpuBackend,
+    p: &PageSelectParams,
+    q: &WgpuBuffer,
+    kv: LayerKv<WgpuBackend>,
+    m: &PagedMeta<WgpuBackend>,
+    seq_slot: &WgpuBuffer,
+    select_mask: &WgpuBuffer,
+    out: SelectedMut<WgpuBackend>,
+) -> Result<()> {
+    let (ns, nh, nkv, hd, ps, lp) =
+        (u(p.num_seqs), u(p.n_heads), u(p.n_kv_heads), u(p.head_dim), u(p.page_size), u(p.logical_page));
+    let n_ret = u(p.n_ret);
+    if lp == 0 || ps % lp != 0 || p.k_pages > p.sel_stride {
+        return Err(err("page_select: bad logical page or k_pages > sel_stride"));
+    }
+    if p.k_pages > PAGE_SELECT_MAX_K {
+        return Err(err(format!("page_select: k_pages {} exceeds the wgpu limit of {PAGE_SELECT_MAX_K}", p.k_pages)));
+    }
+    if nkv == 0 || n_ret > nkv || hd == 0 {
+        return Err(err("page_select: bad head counts"));
+    }
+    need(q, DType::F32, ns * nh * hd, "page_select q")?;
+    need(kv.summary, DType::F32, u(p.num_pages) * n_ret * (ps / lp) * 2 * hd, "page_select summary")?;
+    need(kv.head_map, DType::U32, nkv, "page_select head_map")?;
+    need(m.page_indptr, DType::U32, ns + 1, "page_select page_indptr")?;
+    need(m.page_table, DType::U32, 0, "page_select page_table")?;
+    need(seq_slot, DType::U32, ns, "page_select seq_slot")?;
+    need(select_mask, DType::U32, ns, "page_select select_mask")?;
+    // Slots are on the device: the shader skips rows whose slot lies past these buffers.
+    need(out.selected, DType::U32, 0, "page_select selected")?;
+    need(out.counts, DType::U32, 0, "page_select counts")?;
+    if ns == 0 || n_ret == 0 {
+        return Ok(());
+    }
+    let binds = [
+        Bind(&q.buf),
+        Bind(&kv.summary.buf),
+        Bind(&kv.head_map.buf),
+        Bind(&m.page_indptr.buf),
+        Bind(&m.page_table.buf),
+        Bind(&seq_slot.buf),
+        Bind(&select_mask.buf),
+        Bind(&out.selected.buf),
+        Bind(&out.counts.buf),
+    ];
+    be.gpu().dispatch("page_select", None, bytes_of(p), &binds, rows_grid(be, ns * n_ret))
+}

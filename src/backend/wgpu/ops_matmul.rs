@@ -1,0 +1,72 @@
+//! Recording of `matmul`: out[m][n] = x[m][k] . w[n][k]^T (+ bias[n]), f32 accumulation.
+//!
+//! Layout: x `[m][k]` f32, w `[n][k]` in any weight dtype (read through the module's `load_w`),
+//! bias `[n]` f32, out `[m][n]` f32. Two kernels:
+//! - `matmul_gemv` (m <= [`GEMV_MAX_M`], decode): 16 weight rows per 256-thread workgroup, each
+//!   streamed once by a group of 32 lanes and reduced in workgroup memory; x rows in chunks of 4.
+//! - `matmul` (larger m, prefill): 64x64 output tiles, k steps of 16, 4x4 per thread.
+//!
+//! Both take bindings (params, x, w, bias, out); without a bias, x is bound in its place and the
+//! shader (has_bias == 0) never reads it. Workgroup counts are folded into 2D by `rows_grid` when
+//! over the adapter's per-dimension limit; the shaders index `wg.x + wg.y * num_workgroups.x` and
+//! return early, as a whole workgroup, past the last tile.
+
+use bytemuck::bytes_of;
+
+use super::context::{Bind, err};
+use super::ops_basic::rows_grid;
+use super::{WgpuBackend, WgpuBuffer, need, need_weights};
+use crate::backend::*;
+use crate::error::Result;
+
+/// Largest m served by the GEMV kernel; above it the tiled GEMM is used.
+pub const GEMV_MAX_M: usize = 8;
+/// Weight rows per GEMV workgroup (`ROWS` in shaders/matmul_gemv.wgsl).
+const GEMV_ROWS: usize = 16;
+/// Output tile of the GEMM (`BM` x `BN` in shaders/matmul.wgsl).
+const TILE_M: usize = 128;
+const TILE_N: usize = 64;
+
+pub fn matmul(
+    be: &WgpuBackend,
+    p: &MatmulParams,
+    x: &WgpuBuffer,
+    w: &WgpuBuffer,
+    bias: Option<&WgpuBuffer>,
+    out: &mut WgpuBuffer,
+) -> Result<()> {
+    let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
+    need(x, DType::F32, m * k, "matmul x")?;
+    need_weights(w, n * k, "matmul w")?;
+    need(out, DType::F32, m * n, "matmul out")?;
+    let bias = match (p.has_bias, bias) {
+        (0, _) => x,
+        (_, Some(b)) => {
+            need(b, DType::F32, n, "matmul bias")?;
+            b
+        }
+        (_, None) => return Err(err("matmul: has_bias set but no bias buffer given")),
+    };
+    // Shaders index with u32.
+    if [m * k, n * k, m * n].iter().any(|&e| e > u32::MAX as usize) {
+        return Err(err(format!("matmul: {m}x{n}x{k} exceeds 32-bit indexing")));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let binds = [Bind(&x.buf), Bind(&w.buf), Bind(&bias.buf), Bind(&out.buf)];
+    let gmax = std::env::var("LSERVE_MM_GEMV_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(GEMV_MAX_M); // TEMP-BENCH
+    if m <= gmax {
+        be.gpu().dispatch("matmul_gemv", Some(w.dtype), bytes_of(p), &binds, rows_grid(be, n.div_ceil(GEMV_ROWS)))
+    } else {
+        let (tm, tn) = std::env::var("LSERVE_MM_TILE")
+            .ok()
+            .map(|v| {
+                let v: Vec<usize> = v.split(',').map(|x| x.parse().unwrap()).collect();
+                (v[0], v[1])
+            })
+            .unwrap_or((TILE_M, TILE_N)); // TEMP-BENCH
+        let tiles = m.div_ceil(tm) * n.div_ceil(tn);
+        be.gpu().dispatch("matmul", Some(w.dtype), bytes_of(p), &binds, rows_grid(be, tiles))
+    }
+}

@@ -1,0 +1,253 @@
+//! `lserve bench`: prefill and decode latency over context lengths, dense vs sparse, on any
+//! backend, with synthetic weights of a named shape generated on the device (no download).
+//!
+//! Decode is measured with the KV cache already holding `context` tokens: the pools, summaries
+//! and rings are filled on the device with random data (`fill_random`, never zeros) instead of
+//! running a prefill of that length, so a 128K point costs seconds. Each decode step is one
+//! token through the whole model including the logits read-back (which is the sync point); the
+//! reported time is the median over `repeats` steps after `warmup` steps. Each row also shows the
+//! bytes the step must read (weights + the KV the attention reads) and the floor those bytes imply
+//! at `bandwidth_gbs`.
+
+use serde::Serialize;
+
+use crate::backend::{Backend, DType, FillRandomParams};
+use crate::engine::{EngineOptions, KvReads, build_engine};
+use crate::error::{Error, Result};
+use crate::kv::HeadLayout;
+use crate::model::config::ModelConfig;
+use crate::model::llama::{Llama, Logits};
+use crate::model::rope::RopeScaling;
+use crate::sparse::Config;
+
+/// A named model shape.
+pub fn shape(name: &str) -> Result<ModelConfig> {
+    let base = |vocab, hidden, inter, layers, heads, kv, theta: f32, ctx| ModelConfig {
+        arch: "llama".into(),
+        vocab_size: vocab,
+        hidden_size: hidden,
+        intermediate_size: inter,
+        num_layers: layers,
+        num_heads: heads,
+        num_kv_heads: kv,
+        head_dim: hidden / heads,
+        rms_norm_eps: 1e-5,
+        rope_theta: theta,
+        rope_scaling: RopeScaling::None,
+        max_position_embeddings: ctx,
+        tie_word_embeddings: false,
+        attention_bias: false,
+        sliding_window: None,
+        bos_token_id: None,
+        eos_token_ids: vec![],
+    };
+    Ok(match name {
+        "llama3-8b" => base(128256, 4096, 14336, 32, 32, 8, 500000.0, 131072),
+        "llama2-7b" => base(32000, 4096, 11008, 32, 32, 32, 10000.0, 4096),
+        "qwen2.5-7b" => ModelConfig {
+            arch: "qwen2".into(),
+            attention_bias: true,
+            ..base(152064, 3584, 18944, 28, 28, 4, 1e6, 32768)
+        },
+        "smollm2-135m" => ModelConfig { tie_word_embeddings: true, ..base(49152, 576, 1536, 30, 9, 3, 100000.0, 8192) },
+        path if path.ends_with(".json") => {
+            let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+            let v = serde_json::from_str(&text).map_err(|e| Error::Config(format!("{path}: {e}")))?;
+            ModelConfig::from_hf_json(&v)?
+        }
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "unknown shape `{other}` (llama3-8b, llama2-7b, qwen2.5-7b, smollm2-135m, or a config.json)"
+            )));
+        }
+    })
+}
+
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    pub contexts: Vec<usize>,
+    pub sparse: Vec<bool>,
+    pub config: Config,
+    pub streaming_ratio: f32,
+    pub warmup: usize,
+    pub repeats: usize,
+    pub prefill_tokens: usize,
+    pub bandwidth_gbs: f64,
+    pub dtype: Option<DType>,
+    pub seed: u32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchRow {
+    pub backend: String,
+    pub shape: String,
+    pub mode: String,
+    pub context: usize,
+    pub decode_ms: f64,
+    pub decode_ms_min: f64,
+    pub weight_bytes: u64,
+    pub kv_bytes_read: u64,
+    pub floor_ms: f64,
+    pub kv_read_fraction: f64,
+    pub prefill_tokens: usize,
+    pub prefill_ms: Option<f64>,
+}
+
+/// Streaming heads for a synthetic model: every other KV head until `ratio` of them stream.
+pub fn synthetic_layout(cfg: &ModelConfig, ratio: f32) -> HeadLayout {
+    let total = cfg.num_layers * cfg.num_kv_heads;
+    let n = ((total as f32) * ratio).round() as usize;
+    let mut l = HeadLayout::all_retrieval(cfg.num_layers, cfg.num_kv_heads);
+    for i in 0..n {
+        let (layer, head) = (i % cfg.num_layers, (2 * (i / cfg.num_layers)) % cfg.num_kv_heads);
+        let head = if l.streaming[layer][head] { (head + 1) % cfg.num_kv_heads } else { head };
+        l.streaming[layer][head] = true;
+    }
+    l
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() { 0.0 } else { v[v.len() / 2] }
+}
+
+/// One (context, mode) point on `be` with `model`; returns the row and hands the model back.
+fn point<B: Backend>(
+    be: B,
+    model: Llama<B>,
+    shape_name: &str,
+    context: usize,
+    sparse: bool,
+    o: &BenchOptions,
+) -> Result<(BenchRow, B, Llama<B>)> {
+    let mut config = o.config.clone();
+    config.sparse.enabled = sparse;
+    config.sparse.dense_below = 0;
+    let cfg = model.cfg.clone();
+    let steps = o.warmup + o.repeats;
+    let layout = sparse.then(|| synthetic_layout(&cfg, o.streaming_ratio));
+    let opts = EngineOptions { layout, ..EngineOptions::new(config, context + steps + 1) };
+    let weight_bytes = model.weight_bytes(&be) as u64;
+    let backend = be.caps().name.to_string();
+    let mut e = build_engine(be, model, &opts)?;
+    let mut seq = e.cache.admit()?;
+    e.cache.reserve(&mut seq, context)?;
+    seq.len = context;
+    fill_cache(&e.backend, &mut e.cache, o.seed)?;
+    let mut times = vec![];
+    let mut reads = KvReads::default();
+    for i in 0..steps {
+        let t = std::time::Instant::now();
+        e.step(&mut seq, &[(i % 1000) as u32 + 1], Logits::Last, None)?;
+        if i >= o.warmup {
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+            e.count_reads(&seq, &mut reads);
+        }
+    }
+    e.cache.release(&mut seq)?;
+    let kv_token_bytes = (2 * cfg.head_dim * e.cache.shape.kv_dtype.size()) as u64;
+    let kv_bytes_read = reads.read / o.repeats.max(1) as u64 * kv_token_bytes;
+    let floor_ms = (weight_bytes + kv_bytes_read) as f64 / (o.bandwidth_gbs * 1e9) * 1e3;
+    let min = times.iter().copied().fold(f64::INFINITY, f64::min);
+    let row = BenchRow {
+        backend,
+        shape: shape_name.to_string(),
+        mode: if sparse { "sparse" } else { "dense" }.into(),
+        context,
+        decode_ms: median(&mut times),
+        decode_ms_min: min,
+        weight_bytes,
+        kv_bytes_read,
+        floor_ms,
+        kv_read_fraction: reads.fraction(),
+        prefill_tokens: 0,
+        prefill_ms: None,
+    };
+    Ok((row, e.backend, e.model))
+}
+
+/// Fill every pool, summary and ring of the cache with random values on the device.
+fn fill_cache<B: Backend>(be: &B, cache: &mut crate::kv::KvCache<B>, seed: u32) -> Result<()> {
+    for (l, store) in cache.layers.iter_mut().enumerate() {
+        for (j, b) in
+            [&mut store.k, &mut store.v, &mut store.summary, &mut store.sk, &mut store.sv].into_iter().enumerate()
+        {
+            let n = be.len(b) as u32;
+            let p = FillRandomParams {
+                n,
+                seed: seed ^ (l * 8 + j) as u32,
+                scale: 1.0,
+                offset: 0.0,
+                dtype: 0,
+                ..Default::default()
+            };
+            be.fill_random(&p, b)?;
+        }
+    }
+    be.sync()
+}
+
+/// Prefill time of `tokens` tokens (chunked as the engine does), median of `repeats`.
+fn prefill<B: Backend>(be: B, model: Llama<B>, tokens: usize, o: &BenchOptions) -> Result<(f64, B, Llama<B>)> {
+    let opts = EngineOptions::new(o.config.clone(), tokens);
+    let mut e = build_engine(be, model, &opts)?;
+    let ids: Vec<u32> = (0..tokens).map(|i| (i % 1000) as u32 + 1).collect();
+    let mut times = vec![];
+    for i in 0..(1 + o.repeats.min(3)) {
+        let mut seq = e.cache.admit()?;
+        let t = std::time::Instant::now();
+        for chunk in ids.chunks(e.prefill_chunk) {
+            e.step(&mut seq, chunk, Logits::None, None)?;
+        }
+        e.backend.sync()?;
+        if i > 0 {
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        e.cache.release(&mut seq)?;
+    }
+    Ok((median(&mut times), e.backend, e.model))
+}
+
+/// Run the whole sweep for one shape on `be`.
+pub fn run<B: Backend>(
+    be: B,
+    shape_name: &str,
+    o: &BenchOptions,
+    mut log: impl FnMut(&BenchRow),
+) -> Result<Vec<BenchRow>> {
+    let mut cfg = shape(shape_name)?;
+    let max_ctx = o.contexts.iter().copied().max().unwrap_or(0) + o.warmup + o.repeats + 1;
+    cfg.max_position_embeddings = cfg.max_position_embeddings.max(max_ctx).max(o.prefill_tokens);
+    let mut model = Llama::synthetic(&be, &cfg, o.dtype, o.seed)?;
+    let mut be = be;
+    let mut rows = vec![];
+    if o.prefill_tokens > 0 {
+        let (ms, b, m) = prefill(be, model, o.prefill_tokens, o)?;
+        (be, model) = (b, m);
+        let row = BenchRow {
+            backend: be.caps().name.into(),
+            shape: shape_name.into(),
+            mode: "prefill".into(),
+            context: o.prefill_tokens,
+            decode_ms: 0.0,
+            decode_ms_min: 0.0,
+            weight_bytes: 0,
+            kv_bytes_read: 0,
+            floor_ms: 0.0,
+            kv_read_fraction: 1.0,
+            prefill_tokens: o.prefill_tokens,
+            prefill_ms: Some(ms),
+        };
+        log(&row);
+        rows.push(row);
+    }
+    for &ctx in &o.contexts {
+        for &sparse in &o.sparse {
+            let (row, b, m) = point(be, model, shape_name, ctx, sparse, o)?;
+            (be, model) = (b, m);
+            log(&row);
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}

@@ -1,0 +1,501 @@
+//! Every backend op against the CPU reference, written once and instantiated per backend
+//! (`parity_tests!`). Inputs are random (fresh seed each run, printed), outputs are poisoned
+//! (NaN / 0xFFFFFFFF) before the op runs, and each comparison has a named tolerance.
+//!
+//! wgpu: runs on whatever adapter is found (Mesa's lavapipe in CI). Without an adapter the wgpu
+//! tests are skipped, unless LSERVE_REQUIRE_WGPU=1, which makes them fail instead (CI sets it).
+
+mod common;
+
+use common::naive::Rng;
+use lserve::backend::cpu::CpuBackend;
+use lserve::backend::*;
+use lserve::kv::{CacheShape, HeadLayout, KvCache, SeqPages};
+
+/// Max |a-b| allowed relative to max(1, |b|) per comparison kind.
+const TOL_ELEMENTWISE: f32 = 1e-5;
+const TOL_REDUCTION: f32 = 1e-4;
+const TOL_ATTENTION: f32 = 2e-4;
+
+pub fn close(name: &str, got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{name}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs() / w.abs().max(1.0);
+        assert!(err <= tol || (g.is_nan() && w.is_nan()), "{name}[{i}]: got {g}, want {w} (tol {tol})");
+    }
+}
+
+pub struct Pair<'a, B: Backend> {
+    pub gpu: &'a B,
+    pub cpu: CpuBackend,
+    pub rng: Rng,
+}
+
+impl<B: Backend> Pair<'_, B> {
+    pub fn f32s(&mut self, n: usize, scale: f64) -> Vec<f32> {
+        self.rng.normal_vec(n, scale)
+    }
+    /// The same f32 data on both backends (weights rounded to `dtype` first).
+    pub fn up(&self, dtype: DType, data: &[f32]) -> (B::Buffer, <CpuBackend as Backend>::Buffer) {
+        let rounded: Vec<f32> = match dtype {
+            DType::F16 => data.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
+            DType::BF16 => data.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
+            _ => data.to_vec(),
+        };
+        (self.gpu.upload_f32(dtype, data.to_vec()).unwrap(), self.cpu.upload_f32(DType::F32, rounded).unwrap())
+    }
+    pub fn up_u32(&self, data: &[u32]) -> (B::Buffer, <CpuBackend as Backend>::Buffer) {
+        (self.gpu.upload_u32(data).unwrap(), self.cpu.upload_u32(data).unwrap())
+    }
+    /// Random data (normal-ish, `scale`) uploaded to both.
+    pub fn rand(&mut self, dtype: DType, n: usize, scale: f64) -> (B::Buffer, <CpuBackend as Backend>::Buffer) {
+        let data = self.f32s(n, scale);
+        self.up(dtype, &data)
+    }
+    /// Poisoned f32 outputs of `n` elements.
+    pub fn out(&self, n: usize) -> (B::Buffer, <CpuBackend as Backend>::Buffer) {
+        self.up(DType::F32, &vec![f32::NAN; n])
+    }
+    pub fn out_u32(&self, n: usize) -> (B::Buffer, <CpuBackend as Backend>::Buffer) {
+        self.up_u32(&vec![u32::MAX; n])
+    }
+    pub fn check(&self, name: &str, b: &(B::Buffer, <CpuBackend as Backend>::Buffer), n: usize, tol: f32) {
+        let got = self.gpu.download_f32(&b.0, 0, n).unwrap();
+        let want = self.cpu.download_f32(&b.1, 0, n).unwrap();
+        close(name, &got, &want, tol);
+    }
+    pub fn check_u32(&self, name: &str, b: &(B::Buffer, <CpuBackend as Backend>::Buffer), n: usize) {
+        let got = self.gpu.download_u32(&b.0, 0, n).unwrap();
+        let want = self.cpu.download_u32(&b.1, 0, n).unwrap();
+        assert_eq!(got, want, "{name}");
+    }
+}
+
+pub fn pair<B: Backend>(gpu: &B) -> Pair<'_, B> {
+    Pair { gpu, cpu: CpuBackend::new(), rng: Rng(common::seed() | 1) }
+}
+
+pub fn test_embed<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    for dtype in t.gpu.caps().weight_dtypes.clone() {
+        let (vocab, dim, n) = (50, 70, 13);
+        let table = t.rand(dtype, vocab * dim, 1.0);
+        let ids: Vec<u32> = (0..n).map(|i| ((i * 7 + 3) % vocab) as u32).collect();
+        let ids = t.up_u32(&ids);
+        let mut out = t.out(n * dim);
+        let p = EmbedParams { n_tokens: n as u32, dim: dim as u32, vocab: vocab as u32, _pad: 0 };
+        t.gpu.embed(&p, &table.0, &ids.0, &mut out.0).unwrap();
+        t.cpu.embed(&p, &table.1, &ids.1, &mut out.1).unwrap();
+        t.check(&format!("embed {dtype:?}"), &out, n * dim, 0.0);
+    }
+}
+
+pub fn test_matmul<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let shapes = [(1, 300, 129), (2, 64, 576), (3, 96, 64), (37, 100, 64), (130, 70, 200), (64, 128, 128)];
+    for dtype in t.gpu.caps().weight_dtypes.clone() {
+        for &(m, n, k) in &shapes {
+            for bias in [false, true] {
+                let x = t.rand(DType::F32, m * k, 1.0);
+                let w = t.rand(dtype, n * k, 0.1);
+                let b = t.rand(DType::F32, n, 1.0);
+                let mut out = t.out(m * n);
+                let p = MatmulParams { m: m as u32, n: n as u32, k: k as u32, has_bias: bias as u32 };
+                t.gpu.matmul(&p, &x.0, &w.0, bias.then_some(&b.0), &mut out.0).unwrap();
+                t.cpu.matmul(&p, &x.1, &w.1, bias.then_some(&b.1), &mut out.1).unwrap();
+                t.check(&format!("matmul {dtype:?} {m}x{n}x{k} bias={bias}"), &out, m * n, TOL_REDUCTION);
+            }
+        }
+    }
+}
+
+pub fn test_norms_and_elementwise<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let (rows, dim) = (5, 576);
+    let x = t.rand(DType::F32, rows * dim, 2.0);
+    let w = t.rand(DType::F32, dim, 1.0);
+    let p = RmsnormParams { rows: rows as u32, dim: dim as u32, eps: 1e-5, _pad: 0 };
+    let mut out = t.out(rows * dim);
+    t.gpu.rmsnorm(&p, &x.0, &w.0, &mut out.0).unwrap();
+    t.cpu.rmsnorm(&p, &x.1, &w.1, &mut out.1).unwrap();
+    t.check("rmsnorm", &out, rows * dim, TOL_REDUCTION);
+    let mut res = t.rand(DType::F32, rows * dim, 1.0);
+    let mut out = t.out(rows * dim);
+    t.gpu.add_rmsnorm(&p, &mut res.0, &x.0, &w.0, &mut out.0).unwrap();
+    t.cpu.add_rmsnorm(&p, &mut res.1, &x.1, &w.1, &mut out.1).unwrap();
+    t.check("add_rmsnorm out", &out, rows * dim, TOL_REDUCTION);
+    t.check("add_rmsnorm residual", &res, rows * dim, TOL_ELEMENTWISE);
+    let n = 1000;
+    let mut a = t.rand(DType::F32, n, 1.0);
+    let b = t.rand(DType::F32, n, 1.0);
+    let p = AddParams { n: n as u32, ..Default::default() };
+    t.gpu.add(&p, &mut a.0, &b.0).unwrap();
+    t.cpu.add(&p, &mut a.1, &b.1).unwrap();
+    t.check("add", &a, n, TOL_ELEMENTWISE);
+    let (rows, dim) = (7, 300);
+    let gu = t.rand(DType::F32, rows * 2 * dim, 3.0);
+    let mut out = t.out(rows * dim);
+    let p = SiluMulParams { rows: rows as u32, dim: dim as u32, ..Default::default() };
+    t.gpu.silu_mul(&p, &gu.0, &mut out.0).unwrap();
+    t.cpu.silu_mul(&p, &gu.1, &mut out.1).unwrap();
+    t.check("silu_mul", &out, rows * dim, TOL_ELEMENTWISE);
+    let src = t.rand(DType::F32, 20 * 33, 1.0);
+    let rows = t.up_u32(&[19, 0, 7, 7, 3]);
+    let mut out = t.out(5 * 33);
+    let p = GatherRowsParams { n_out: 5, dim: 33, n_src: 20, _pad: 0 };
+    t.gpu.gather_rows(&p, &src.0, &rows.0, &mut out.0).unwrap();
+    t.cpu.gather_rows(&p, &src.1, &rows.1, &mut out.1).unwrap();
+    t.check("gather_rows", &out, 5 * 33, 0.0);
+}
+
+pub fn test_argmax<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let (rows, n) = (4, 5000);
+    let mut x = t.f32s(rows * n, 1.0);
+    x[n + 10] = 9.0; // a tie in row 1: the lower index wins
+    x[n + 4000] = 9.0;
+    x[2 * n + 4999] = 7.0; // the last element
+    let x = t.up(DType::F32, &x);
+    let mut out = t.out_u32(rows);
+    let p = ArgmaxParams { rows: rows as u32, n: n as u32, ..Default::default() };
+    t.gpu.argmax(&p, &x.0, &mut out.0).unwrap();
+    t.cpu.argmax(&p, &x.1, &mut out.1).unwrap();
+    t.check_u32("argmax", &out, rows);
+    assert_eq!(t.gpu.download_u32(&out.0, 0, rows).unwrap()[1..3], [10, 4999]);
+}
+
+/// A one-layer KV cache on both backends with the same layout, and the same admitted sequence.
+pub struct KvPair<B: Backend> {
+    pub gpu: KvCache<B>,
+    pub cpu: KvCache<CpuBackend>,
+    pub seq: SeqPages,
+}
+
+pub fn kv_pair<B: Backend>(t: &Pair<B>, streaming: Vec<bool>, ps: usize, lp: usize, hd: usize) -> KvPair<B> {
+    let shape = CacheShape {
+        num_layers: 1,
+        n_kv_heads: streaming.len(),
+        head_dim: hd,
+        page_size: ps,
+        logical_page: lp,
+        num_pages: 24,
+        max_seqs: 2,
+        ring_tokens: if streaming.iter().any(|&s| s) { 2 * ps } else { 0 },
+        sink: 4,
+        sel_stride: 6,
+        layout: HeadLayout { streaming: vec![streaming] },
+        kv_dtype: DType::F32,
+    };
+    let mut gpu = KvCache::new(t.gpu, shape.clone()).unwrap();
+    let mut cpu = KvCache::new(&t.cpu, shape).unwrap();
+    let _ = (gpu.admit().unwrap(), cpu.admit().unwrap()); // slot 0 taken by another sequence
+    let seq = gpu.admit().unwrap();
+    assert_eq!(seq, cpu.admit().unwrap());
+    KvPair { gpu, cpu, seq }
+}
+
+/// Append `n` tokens with random qkv and RoPE at their positions on both backends; returns the
+/// rotated q of the step on both.
+pub fn append<B: Backend>(
+    t: &mut Pair<B>,
+    kv: &mut KvPair<B>,
+    n: usize,
+    nh: usize,
+) -> (B::Buffer, <CpuBackend as Backend>::Buffer) {
+    let s = kv.gpu.shape.clone();
+    let (n_kv, hd) = (s.n_kv_heads, s.head_dim);
+    kv.gpu.reserve(&mut kv.seq, n).unwrap();
+    let mut seq_cpu = kv.seq.clone();
+    seq_cpu.pages.clear();
+    seq_cpu.len = 0;
+    let width = (nh + 2 * n_kv) * hd;
+    let qkv = t.rand(DType::F32, n * width, 1.0);
+    let pos: Vec<u32> = (kv.seq.len..kv.seq.len + n).map(|p| p as u32).collect();
+    let inv: Vec<f32> = (0..hd / 2).map(|i| 10000f32.powf(-2.0 * i as f32 / hd as f32)).collect();
+    let bufs = (
+        t.up_u32(&pos),
+        t.up_u32(&kv.gpu.slots(&kv.seq, kv.seq.len, n)),
+        t.up_u32(&kv.gpu.ring_slots(&kv.seq, kv.seq.len, n)),
+        t.up(DType::F32, &inv),
+    );
+    let p = RopeAppendKvParams {
+        n_tokens: n as u32,
+        n_heads: nh as u32,
+        n_kv_heads: n_kv as u32,
+        head_dim: hd as u32,
+        page_size: s.page_size as u32,
+        num_pages: s.num_pages as u32,
+        attention_scaling: 1.25,
+        logical_page: s.logical_page as u32,
+        n_ret: s.layout.n_ret(0) as u32,
+        n_str: s.layout.n_str(0) as u32,
+        num_str_pages: kv.gpu.num_str_pages() as u32,
+        _pad: 0,
+    };
+    let mut q = t.out(n * nh * hd);
+    let mg = RopeAppendMeta { positions: &bufs.0.0, slots: &bufs.1.0, ring_slots: &bufs.2.0, inv_freq: &bufs.3.0 };
+    let mc = RopeAppendMeta { positions: &bufs.0.1, slots: &bufs.1.1, ring_slots: &bufs.2.1, inv_freq: &bufs.3.1 };
+    t.gpu.rope_append_kv(&p, &qkv.0, &mg, &mut q.0, kv.gpu.layers[0].view_mut()).unwrap();
+    t.cpu.rope_append_kv(&p, &qkv.1, &mc, &mut q.1, kv.cpu.layers[0].view_mut()).unwrap();
+    kv.seq.len += n;
+    q
+}
+
+fn download_pool<B: Backend>(be: &B, b: &B::Buffer) -> Vec<f32> {
+    be.download_f32(b, 0, be.len(b)).unwrap()
+}
+
+pub fn test_rope_append_kv<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    for (ps, lp) in [(16, 4), (32, 32)] {
+        let (nh, hd) = (6, 16);
+        let mut kv = kv_pair(&t, vec![false, true, false], ps, lp, hd);
+        for n in [5, 17, 1, 30] {
+            let q = append(&mut t, &mut kv, n, nh);
+            t.check("rope_append_kv q", &q, n * nh * hd, TOL_ELEMENTWISE);
+        }
+        let (g, c) = (&kv.gpu.layers[0], &kv.cpu.layers[0]);
+        for (name, gb, cb) in [("k", &g.k, &c.k), ("v", &g.v, &c.v), ("sk", &g.sk, &c.sk), ("sv", &g.sv, &c.sv)] {
+            close(
+                &format!("rope_append_kv {name} pool"),
+                &download_pool(t.gpu, gb),
+                &download_pool(&t.cpu, cb),
+                TOL_ELEMENTWISE,
+            );
+        }
+        // Summaries of logical pages that hold tokens (the rest are never read).
+        let (gs, cs) = (download_pool(t.gpu, &g.summary), download_pool(&t.cpu, &c.summary));
+        let (lpp, hd2) = (ps / lp, 2 * hd);
+        for lpage in 0..kv.seq.len.div_ceil(lp) {
+            let page = kv.seq.pages[lpage * lp / ps] as usize;
+            for r in 0..2 {
+                let at = ((page * 2 + r) * lpp + (lpage * lp % ps) / lp) * hd2;
+                close("rope_append_kv summary", &gs[at..at + hd2], &cs[at..at + hd2], TOL_ELEMENTWISE);
+            }
+        }
+    }
+}
+
+/// Device copies of the sequence's page metadata on both backends.
+fn paged<B: Backend>(t: &Pair<B>, seq: &SeqPages) -> [(B::Buffer, <CpuBackend as Backend>::Buffer); 4] {
+    [
+        t.up_u32(&[0, seq.pages.len() as u32]),
+        t.up_u32(&seq.pages),
+        t.up_u32(&[seq.len as u32]),
+        t.up_u32(if seq.ring.is_empty() { &[0] } else { &seq.ring }),
+    ]
+}
+
+fn attn_params<B: Backend>(kv: &KvPair<B>, n_tokens: usize, nh: usize, window: u32) -> AttentionParams {
+    let s = &kv.gpu.shape;
+    AttentionParams {
+        num_seqs: 1,
+        n_tokens: n_tokens as u32,
+        n_heads: nh as u32,
+        n_kv_heads: s.n_kv_heads as u32,
+        head_dim: s.head_dim as u32,
+        page_size: s.page_size as u32,
+        num_pages: s.num_pages as u32,
+        scale: 0.3,
+        window,
+        sink: 4,
+        local: 7,
+        ring_tokens: s.ring_tokens as u32,
+        n_ret: s.layout.n_ret(0) as u32,
+        n_str: s.layout.n_str(0) as u32,
+        num_str_pages: kv.gpu.num_str_pages() as u32,
+        sel_stride: s.sel_stride as u32,
+    }
+}
+
+pub fn test_prefill_attention<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    for (window, streaming) in
+        [(0, vec![false, true, false]), (9, vec![false, false, false]), (0, vec![true, true, true])]
+    {
+        let (nh, hd) = (6, 16);
+        let mut kv = kv_pair(&t, streaming, 16, 4, hd);
+        append(&mut t, &mut kv, 20, nh);
+        let n = 13; // a second chunk attends over the first and itself
+        let q = append(&mut t, &mut kv, n, nh);
+        let m = paged(&t, &kv.seq);
+        let qi = t.up_u32(&[0, n as u32]);
+        let p = attn_params(&kv, n, nh, window);
+        let mut out = t.out(n * nh * hd);
+        let mg = PagedMeta { page_indptr: &m[0].0, page_table: &m[1].0, kv_len: &m[2].0, ring_table: &m[3].0 };
+        let mc = PagedMeta { page_indptr: &m[0].1, page_table: &m[1].1, kv_len: &m[2].1, ring_table: &m[3].1 };
+        t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, &mut out.0).unwrap();
+        t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, &mut out.1).unwrap();
+        t.check(&format!("prefill_attention window {window}"), &out, n * nh * hd, TOL_ATTENTION);
+    }
+}
+
+pub fn test_decode_and_select<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let (nh, hd, ps, lp) = (6, 16, 16, 4);
+    let mut kv = kv_pair(&t, vec![false, true, false], ps, lp, hd);
+    append(&mut t, &mut kv, 150, nh);
+    let q = append(&mut t, &mut kv, 1, nh);
+    let m = paged(&t, &kv.seq);
+    let mg = PagedMeta { page_indptr: &m[0].0, page_table: &m[1].0, kv_len: &m[2].0, ring_table: &m[3].0 };
+    let mc = PagedMeta { page_indptr: &m[0].1, page_table: &m[1].1, kv_len: &m[2].1, ring_table: &m[3].1 };
+    let slot = t.up_u32(&[kv.seq.slot]);
+    let mask = t.up_u32(&[1]);
+    let ap = attn_params(&kv, 1, nh, 0);
+    let sp = PageSelectParams {
+        num_seqs: 1,
+        n_heads: nh as u32,
+        n_kv_heads: 3,
+        head_dim: hd as u32,
+        page_size: ps as u32,
+        logical_page: lp as u32,
+        num_pages: kv.gpu.shape.num_pages as u32,
+        n_ret: 2,
+        k_pages: 4,
+        sel_stride: 6,
+        ..Default::default()
+    };
+    {
+        let (g, c) = (&mut kv.gpu.layers[0], &mut kv.cpu.layers[0]);
+        let kvg = LayerKv { k: &g.k, v: &g.v, summary: &g.summary, sk: &g.sk, sv: &g.sv, head_map: &g.head_map };
+        let kvc = LayerKv { k: &c.k, v: &c.v, summary: &c.summary, sk: &c.sk, sv: &c.sv, head_map: &c.head_map };
+        t.gpu
+            .page_select(
+                &sp,
+                &q.0,
+                kvg,
+                &mg,
+                &slot.0,
+                &mask.0,
+                SelectedMut { selected: &mut g.selected, counts: &mut g.counts },
+            )
+            .unwrap();
+        t.cpu
+            .page_select(
+                &sp,
+                &q.1,
+                kvc,
+                &mc,
+                &slot.1,
+                &mask.1,
+                SelectedMut { selected: &mut c.selected, counts: &mut c.counts },
+            )
+            .unwrap();
+        let base = kv.seq.slot as usize * 2;
+        let (gs, cs) = (
+            t.gpu.download_u32(&g.selected, base * 6, 12).unwrap(),
+            t.cpu.download_u32(&c.selected, base * 6, 12).unwrap(),
+        );
+        let (gc, cc) =
+            (t.gpu.download_u32(&g.counts, base, 2).unwrap(), t.cpu.download_u32(&c.counts, base, 2).unwrap());
+        assert_eq!(gc, cc, "page_select counts");
+        for r in 0..2 {
+            let k = cc[r] as usize;
+            assert_eq!(gs[r * 6..r * 6 + k], cs[r * 6..r * 6 + k], "page_select head {r}");
+        }
+    }
+    for tail in [0u32, (kv.seq.pages.len() - 1) as u32, 3] {
+        let tl = t.up_u32(&[tail]);
+        let (g, c) = (&kv.gpu.layers[0], &kv.cpu.layers[0]);
+        let hg = HeadPages { selected: &g.selected, counts: &g.counts, seq_slot: &slot.0, tail_start: &tl.0 };
+        let hc = HeadPages { selected: &c.selected, counts: &c.counts, seq_slot: &slot.1, tail_start: &tl.1 };
+        let mut out = t.out(nh * hd);
+        t.gpu.sparse_decode_attention(&ap, &q.0, g.view(), &mg, &hg, &mut out.0).unwrap();
+        t.cpu.sparse_decode_attention(&ap, &q.1, c.view(), &mc, &hc, &mut out.1).unwrap();
+        t.check(&format!("sparse_decode_attention tail {tail}"), &out, nh * hd, TOL_ATTENTION);
+    }
+}
+
+pub fn test_lambda_mass<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let (nh, hd) = (6, 16);
+    let mut kv = kv_pair(&t, vec![false, false, false], 16, 4, hd);
+    append(&mut t, &mut kv, 60, nh);
+    let n = 25;
+    let q = append(&mut t, &mut kv, n, nh);
+    let m = paged(&t, &kv.seq);
+    let mg = PagedMeta { page_indptr: &m[0].0, page_table: &m[1].0, kv_len: &m[2].0, ring_table: &m[3].0 };
+    let mc = PagedMeta { page_indptr: &m[0].1, page_table: &m[1].1, kv_len: &m[2].1, ring_table: &m[3].1 };
+    let p = LambdaMassParams {
+        n_tokens: n as u32,
+        n_heads: nh as u32,
+        n_kv_heads: 3,
+        head_dim: hd as u32,
+        page_size: 16,
+        num_pages: kv.gpu.shape.num_pages as u32,
+        scale: 0.3,
+        sink: 4,
+        local: 10,
+        ..Default::default()
+    };
+    let mut out = t.out(n * nh);
+    t.gpu.lambda_mass(&p, &q.0, kv.gpu.layers[0].view(), &mg, &mut out.0).unwrap();
+    t.cpu.lambda_mass(&p, &q.1, kv.cpu.layers[0].view(), &mc, &mut out.1).unwrap();
+    t.check("lambda_mass", &out, n * nh, TOL_ATTENTION);
+}
+
+macro_rules! parity_tests {
+    ($name:ident, $ctor:expr) => {
+        mod $name {
+            fn backend() -> Option<impl lserve::backend::Backend> {
+                $ctor
+            }
+            #[test]
+            fn embed() {
+                backend().map(|b| super::test_embed(&b));
+            }
+            #[test]
+            fn matmul() {
+                backend().map(|b| super::test_matmul(&b));
+            }
+            #[test]
+            fn norms_and_elementwise() {
+                backend().map(|b| super::test_norms_and_elementwise(&b));
+            }
+            #[test]
+            fn argmax() {
+                backend().map(|b| super::test_argmax(&b));
+            }
+            #[test]
+            fn rope_append_kv() {
+                backend().map(|b| super::test_rope_append_kv(&b));
+            }
+            #[test]
+            fn prefill_attention() {
+                backend().map(|b| super::test_prefill_attention(&b));
+            }
+            #[test]
+            fn decode_and_select() {
+                backend().map(|b| super::test_decode_and_select(&b));
+            }
+            #[test]
+            fn lambda_mass() {
+                backend().map(|b| super::test_lambda_mass(&b));
+            }
+            #[test]
+            fn fill_random() {
+                backend().map(|b| super::test_fill_random(&b));
+            }
+        }
+    };
+}
+
+// The CPU against itself checks the harness (poisoning, comparisons) on every machine.
+parity_tests!(cpu, Some(lserve::backend::cpu::CpuBackend::new()));
+
+#[cfg(feature = "wgpu")]
+parity_tests!(wgpu, crate::common::wgpu_backend());
+
+pub fn test_fill_random<B: Backend>(gpu: &B) {
+    let t = pair(gpu);
+    let n = 1001;
+    let mut out = t.out(n);
+    let p = FillRandomParams { n: n as u32, seed: 12345, scale: 0.5, offset: 0.25, dtype: 0, ..Default::default() };
+    t.gpu.fill_random(&p, &mut out.0).unwrap();
+    t.cpu.fill_random(&p, &mut out.1).unwrap();
+    t.check("fill_random", &out, n, 1e-6);
+    let v = t.cpu.download_f32(&out.1, 0, n).unwrap();
+    assert!(v.iter().all(|x| (-0.25..0.75).contains(x)), "range");
+    let mean = v.iter().sum::<f32>() / n as f32;
+    assert!((mean - 0.25).abs() < 0.05, "mean {mean}");
+}
