@@ -8,6 +8,7 @@
 //! sequences, each contributing a chunk of new tokens at the end of its cached context; a step
 //! where every sequence brings exactly one token runs the decode attention op.
 
+use super::pool::BufferPool;
 use super::step::StepMeta;
 use crate::backend::*;
 use crate::error::{Error, Result};
@@ -37,6 +38,8 @@ pub struct Llama<B: Backend> {
     lm_head: Option<B::Buffer>,
     norm: B::Buffer,
     layers: Vec<Layer<B>>,
+    /// Activation and step-metadata buffers reused across steps.
+    pool: BufferPool<B>,
 }
 
 /// One sequence's part of a step.
@@ -176,6 +179,7 @@ impl<B: Backend> Llama<B> {
             lm_head,
             norm: upf(take(src, "model.norm.weight", &[h])?)?,
             layers,
+            pool: BufferPool::default(),
         })
     }
 
@@ -216,7 +220,16 @@ impl<B: Backend> Llama<B> {
                 w_down: fill(dt, code, h * ffn, mat(ffn), 0.0)?,
             });
         }
-        Ok(Llama { cfg: cfg.clone(), rope: cfg.rope(), freq_factors: None, embed, lm_head, norm, layers })
+        Ok(Llama {
+            cfg: cfg.clone(),
+            rope: cfg.rope(),
+            freq_factors: None,
+            embed,
+            lm_head,
+            norm,
+            layers,
+            pool: BufferPool::default(),
+        })
     }
 
     /// Bytes of all weights as stored (what a decode step streams at least once).
@@ -258,10 +271,11 @@ impl<B: Backend> Llama<B> {
         let c = &self.cfg;
         let (inv, attention_scaling) =
             self.inv_freq(seqs.iter().map(|s| s.cache.len + s.tokens.len()).max().unwrap_or(0));
-        let m = StepMeta::build(be, cache, seqs, c, inv)?;
+        let pool = &self.pool;
+        let m = StepMeta::build(be, pool, cache, seqs, c, inv)?;
         let (n, h, hd) = (m.n_tokens, c.hidden_size, c.head_dim);
         let (nq, ffn) = (c.num_heads * hd, c.intermediate_size);
-        let a = |len: usize| be.alloc(DType::F32, len.max(1));
+        let a = |len: usize| pool.take(be, DType::F32, len);
         let (mut x, mut xn, mut qkv, mut q) = (a(n * h)?, a(n * h)?, a(n * c.qkv_dim())?, a(n * nq)?);
         let (mut attn_out, mut o, mut gu, mut act) = (a(n * nq)?, a(n * h)?, a(n * 2 * ffn)?, a(n * ffn)?);
         let norm = RmsnormParams { rows: n as u32, dim: h as u32, eps: c.rms_norm_eps, _pad: 0 };
@@ -321,17 +335,22 @@ impl<B: Backend> Llama<B> {
             be.silu_mul(&SiluMulParams { rows: n as u32, dim: ffn as u32, ..Default::default() }, &gu, &mut act)?;
             be.matmul(&mm(n, h, ffn, false), &act, &l.w_down, None, &mut o)?;
         }
-        if m.n_logits == 0 {
-            return Ok(vec![]);
-        }
-        be.add_rmsnorm(&norm, &mut x, &o, &self.norm, &mut xn)?;
         let nl = m.n_logits;
-        let mut sel = a(nl * h)?;
-        let gp = GatherRowsParams { n_out: nl as u32, dim: h as u32, n_src: n as u32, _pad: 0 };
-        be.gather_rows(&gp, &xn, &m.logit_rows, &mut sel)?;
-        let mut logits = a(nl * c.vocab_size)?;
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        be.matmul(&mm(nl, c.vocab_size, h, false), &sel, head, None, &mut logits)?;
-        be.download_f32(&logits, 0, nl * c.vocab_size)
+        let mut out = vec![];
+        if nl > 0 {
+            be.add_rmsnorm(&norm, &mut x, &o, &self.norm, &mut xn)?;
+            let mut sel = a(nl * h)?;
+            let gp = GatherRowsParams { n_out: nl as u32, dim: h as u32, n_src: n as u32, _pad: 0 };
+            be.gather_rows(&gp, &xn, &m.logit_rows, &mut sel)?;
+            let mut logits = a(nl * c.vocab_size)?;
+            let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+            be.matmul(&mm(nl, c.vocab_size, h, false), &sel, head, None, &mut logits)?;
+            out = be.download_f32(&logits, 0, nl * c.vocab_size)?;
+            pool.put(sel);
+            pool.put(logits);
+        }
+        [x, xn, qkv, q, attn_out, o, gu, act].into_iter().for_each(|b| pool.put(b));
+        m.recycle(pool);
+        Ok(out)
     }
 }

@@ -1,5 +1,6 @@
 //! Llama-family models: configuration, RoPE variants, and the backend-agnostic forward pass.
 pub mod config;
 pub mod llama;
+pub mod pool;
 pub mod rope;
 pub mod step;

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::kv::KvCache;
 use crate::model::config::ModelConfig;
 use crate::model::llama::{AttnSettings, Logits, SeqStep};
+use crate::model::pool::BufferPool;
 
 pub struct StepMeta<B: Backend> {
     pub ids: B::Buffer,
@@ -51,7 +52,14 @@ struct Host {
 }
 
 impl<B: Backend> StepMeta<B> {
-    pub fn build(be: &B, cache: &KvCache<B>, seqs: &[SeqStep], cfg: &ModelConfig, inv_freq: Vec<f32>) -> Result<Self> {
+    pub fn build(
+        be: &B,
+        pool: &BufferPool<B>,
+        cache: &KvCache<B>,
+        seqs: &[SeqStep],
+        cfg: &ModelConfig,
+        inv_freq: Vec<f32>,
+    ) -> Result<Self> {
         let ps = cache.shape.page_size;
         let mut h = Host { q_indptr: vec![0], page_indptr: vec![0], ..Host::default() };
         let ring_pages = if cache.shape.layout.any_streaming() { cache.shape.ring_pages() } else { 0 };
@@ -88,7 +96,7 @@ impl<B: Backend> StepMeta<B> {
         if let Some(bad) = h.ids.iter().find(|&&t| t as usize >= cfg.vocab_size) {
             return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary")));
         }
-        let up = |v: &[u32]| be.upload_u32(if v.is_empty() { &[0] } else { v });
+        let up = |v: &[u32]| pool.upload_u32(be, v);
         Ok(StepMeta {
             n_tokens: h.ids.len(),
             n_logits: h.logit_rows.len(),
@@ -100,7 +108,7 @@ impl<B: Backend> StepMeta<B> {
             positions: up(&h.positions)?,
             slots: up(&h.slots)?,
             ring_slots: up(&h.ring_slots)?,
-            inv_freq: be.upload_f32(DType::F32, inv_freq)?,
+            inv_freq: pool.upload_f32(be, &inv_freq)?,
             q_indptr: up(&h.q_indptr)?,
             page_indptr: up(&h.page_indptr)?,
             page_table: up(&h.page_table)?,
@@ -112,6 +120,28 @@ impl<B: Backend> StepMeta<B> {
             zeros: up(&vec![0; seqs.len()])?,
             logit_rows: up(&h.logit_rows)?,
         })
+    }
+
+    /// Give every buffer back to the pool.
+    pub fn recycle(self, pool: &BufferPool<B>) {
+        let bufs = [
+            self.ids,
+            self.positions,
+            self.slots,
+            self.ring_slots,
+            self.inv_freq,
+            self.q_indptr,
+            self.page_indptr,
+            self.page_table,
+            self.kv_len,
+            self.ring_table,
+            self.seq_slot,
+            self.select_mask,
+            self.tail_start,
+            self.zeros,
+            self.logit_rows,
+        ];
+        bufs.into_iter().for_each(|b| pool.put(b));
     }
 
     pub fn paged(&self) -> PagedMeta<'_, B> {
