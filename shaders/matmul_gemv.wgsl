@@ -1,12 +1,13 @@
 // matmul_gemv (decode, small m): out[m][n] = x[m][k] . w[n][k]^T (+ bias[n]), f32 accumulation.
 // Layout as matmul.wgsl: x [m][k] f32, w [n][k] via load_w, bias [n] f32 (unread when has_bias
-// == 0), out [m][n] f32. One workgroup of 256 threads = 8 groups of 32 lanes covers 16 weight rows;
-// group g reduces rows 16 wg + 2g and 2g + 1 (clamped to n - 1 for loads, masked on store). Lane l
-// walks each row in element pairs 2l + 64i, so a group streams its rows once with coalesced word
-// loads, two rows x two pairs in flight per step; each x value feeds both rows. x rows are taken
-// four at a time (a vec4 of accumulators per weight row; for m == 1 one x load per element); the
-// 32 lane partials are tree-reduced in workgroup memory (8 KiB). Extra chunks of four x rows walk
-// the same weight rows again, which then come from cache. Workgroup id = wg.x + wg.y * nwg.x.
+// == 0), out [m][n] f32. One workgroup of 256 threads = 8 groups of 32 lanes covers ROWS = 16
+// weight rows; group g owns rows 16 wg + 2g and + 1 (clamped to n - 1 for loads, masked on store;
+// workgroup id = wg.x + wg.y * num_workgroups.x). A group streams its two rows once, in steps of
+// 128 elements, 4 per lane: for even k the pairs 2l, 2l + 1 and 2l + 64, 2l + 65 (indices written
+// 2P (+ 1), so a 16-bit pair is one coalesced word load), for odd k the elements l + 32i; the last
+// k % 128 elements go one per lane. Each weight value is converted once and multiplied with up to
+// 8 x rows (a chunk; m > 8 walks the rows again per chunk, then from cache), each x value feeds
+// both rows. The 32 lane partials are tree-reduced in workgroup memory (8 KiB, 4 x rows at a time).
 
 const ROWS: u32 = 16u; // weight rows per workgroup
 
@@ -19,33 +20,64 @@ const ROWS: u32 = 16u; // weight rows per workgroup
 // red[t] and red[256 + t]: thread t's partial sums for its two rows (one x row per component).
 var<workgroup> red: array<vec4<f32>, 512>;
 
-struct Acc { a: vec4<f32>, b: vec4<f32> }
+// a / b: weight rows A / B times x rows 0..3 of the chunk; c / d: times x rows 4..7.
+struct Acc { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, d: vec4<f32> }
 
 // Four elements e of x row r (at offset o) as a vector.
 fn xg(o: u32, e: vec4<u32>) -> vec4<f32> {
     return vec4<f32>(x[o + e.x], x[o + e.y], x[o + e.z], x[o + e.w]);
 }
 
-// Adds, for each of the mc (1..4) x rows at offsets xo, the dot products of its elements e with
-// the weight values wa4 / wb4 of the two rows (component r of acc.a / acc.b = x row r).
-fn dots(acc: ptr<function, Acc>, xo: vec4<u32>, mc: u32, e: vec4<u32>, wa4: vec4<f32>, wb4: vec4<f32>) {
+// Adds the dot products of elements e of the chunk's x rows (offsets xo, xo2) with the weight
+// values wa4 / wb4: only row 0 when nx == 1, rows 0..3 when nx <= 4, else rows 0..7 (rows past m
+// are clamped copies whose sums are discarded). Each weight value is converted once.
+fn dots(acc: ptr<function, Acc>, xo: vec4<u32>, xo2: vec4<u32>, nx: u32, e: vec4<u32>, wa4: vec4<f32>, wb4: vec4<f32>) {
     let x0 = xg(xo.x, e);
-    (*acc).a.x += dot(x0, wa4);
-    (*acc).b.x += dot(x0, wb4);
-    if (mc > 1u) {
-        let x1 = xg(xo.y, e);
-        (*acc).a.y += dot(x1, wa4);
-        (*acc).b.y += dot(x1, wb4);
+    if (nx == 1u) {
+        (*acc).a.x += dot(x0, wa4);
+        (*acc).b.x += dot(x0, wb4);
+        return;
     }
-    if (mc > 2u) {
-        let x2 = xg(xo.z, e);
-        (*acc).a.z += dot(x2, wa4);
-        (*acc).b.z += dot(x2, wb4);
+    let x1 = xg(xo.y, e);
+    let x2 = xg(xo.z, e);
+    let x3 = xg(xo.w, e);
+    (*acc).a += vec4<f32>(dot(x0, wa4), dot(x1, wa4), dot(x2, wa4), dot(x3, wa4));
+    (*acc).b += vec4<f32>(dot(x0, wb4), dot(x1, wb4), dot(x2, wb4), dot(x3, wb4));
+    if (nx > 4u) {
+        let x4 = xg(xo2.x, e);
+        let x5 = xg(xo2.y, e);
+        let x6 = xg(xo2.z, e);
+        let x7 = xg(xo2.w, e);
+        (*acc).c += vec4<f32>(dot(x4, wa4), dot(x5, wa4), dot(x6, wa4), dot(x7, wa4));
+        (*acc).d += vec4<f32>(dot(x4, wb4), dot(x5, wb4), dot(x6, wb4), dot(x7, wb4));
     }
-    if (mc > 3u) {
-        let x3 = xg(xo.w, e);
-        (*acc).a.w += dot(x3, wa4);
-        (*acc).b.w += dot(x3, wb4);
+}
+
+// Sums va / vb over the 32 lanes of each group; lane 0 then finds the totals in red[t] /
+// red[256 + t]. Called in uniform control flow.
+fn reduce(t: u32, lane: u32, va: vec4<f32>, vb: vec4<f32>) {
+    workgroupBarrier(); // earlier reads of red are done
+    red[t] = va;
+    red[256u + t] = vb;
+    for (var s = 16u; s > 0u; s >>= 1u) {
+        workgroupBarrier();
+        if (lane < s) {
+            red[t] += red[t + s];
+            red[256u + t] += red[256u + t + s];
+        }
+    }
+}
+
+// Lane 0 of a group: out[x row m0 + i][row + r] = red[256 r + t][i] (+ bias) for i < cnt.
+fn write(t: u32, row: u32, m0: u32, cnt: u32) {
+    for (var r = 0u; r < 2u; r++) {
+        let nr = row + r;
+        if (nr < p.n) {
+            var b = 0.0;
+            if (p.has_bias != 0u) { b = bias[nr]; }
+            let v = red[256u * r + t];
+            for (var i = 0u; i < cnt; i++) { out[(m0 + i) * p.n + nr] = v[i] + b; }
+        }
     }
 }
 
@@ -61,10 +93,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let wa = ra * k;
     let wb = rb * k;
     let full = k - k % 128u; // elements covered by whole steps of 128 (4 per lane)
-    for (var m0 = 0u; m0 < p.m; m0 += 4u) {
-        let mc = min(p.m - m0, 4u);
-        let xo = vec4<u32>(m0, m0 + 1u, m0 + 2u, m0 + 3u) * k;
-        var acc = Acc(vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var m0 = 0u; m0 < p.m; m0 += 8u) {
+        let nx = min(p.m - m0, 8u);
+        let last = p.m - 1u;
+        let xo = min(vec4<u32>(m0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(last)) * k;
+        let xo2 = min(vec4<u32>(m0) + vec4<u32>(4u, 5u, 6u, 7u), vec4<u32>(last)) * k;
+        var acc = Acc(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
         if ((k & 1u) == 0u) {
             // Even k: every row starts on a word, and lane l takes the element pairs 2l, 2l + 1
             // and 2l + 64, 2l + 65 of each step. Indices are written 2 * P (+ 1) so the compiler
@@ -77,39 +111,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
                 let wa4 = vec4<f32>(load_w(2u * pa), load_w(2u * pa + 1u), load_w(2u * pa + 64u), load_w(2u * pa + 65u));
                 let wb4 = vec4<f32>(load_w(2u * pb), load_w(2u * pb + 1u), load_w(2u * pb + 64u), load_w(2u * pb + 65u));
                 let e = vec4<u32>(0u, 1u, 64u, 65u) + (s + 2u * lane);
-                dots(&acc, xo, mc, e, wa4, wb4);
+                dots(&acc, xo, xo2, nx, e, wa4, wb4);
             }
         } else {
             for (var s = 0u; s < full; s += 128u) {
                 let e = vec4<u32>(0u, 32u, 64u, 96u) + (s + lane);
                 let wa4 = vec4<f32>(load_w(wa + e.x), load_w(wa + e.y), load_w(wa + e.z), load_w(wa + e.w));
                 let wb4 = vec4<f32>(load_w(wb + e.x), load_w(wb + e.y), load_w(wb + e.z), load_w(wb + e.w));
-                dots(&acc, xo, mc, e, wa4, wb4);
+                dots(&acc, xo, xo2, nx, e, wa4, wb4);
             }
         }
         for (var j = full + lane; j < k; j += 32u) { // the last k % 128 elements, one at a time
-            dots(&acc, xo, mc, vec4<u32>(j), vec4<f32>(load_w(wa + j), 0.0, 0.0, 0.0), vec4<f32>(load_w(wb + j), 0.0, 0.0, 0.0));
+            dots(&acc, xo, xo2, nx, vec4<u32>(j), vec4<f32>(load_w(wa + j), 0.0, 0.0, 0.0), vec4<f32>(load_w(wb + j), 0.0, 0.0, 0.0));
         }
-        workgroupBarrier(); // the previous chunk's reads of red are done
-        red[t] = acc.a;
-        red[256u + t] = acc.b;
-        for (var s = 16u; s > 0u; s >>= 1u) {
-            workgroupBarrier();
-            if (lane < s) {
-                red[t] += red[t + s];
-                red[256u + t] += red[256u + t + s];
-            }
-        }
-        if (lane == 0u) {
-            for (var r = 0u; r < 2u; r++) {
-                let nr = row + r;
-                if (nr < p.n) {
-                    var b = 0.0;
-                    if (p.has_bias != 0u) { b = bias[nr]; }
-                    let v = red[256u * r + t];
-                    for (var i = 0u; i < mc; i++) { out[(m0 + i) * p.n + nr] = v[i] + b; }
-                }
-            }
+        reduce(t, lane, acc.a, acc.b);
+        if (lane == 0u) { write(t, row, m0, min(nx, 4u)); }
+        if (nx > 4u) {
+            reduce(t, lane, acc.c, acc.d);
+            if (lane == 0u) { write(t, row, m0 + 4u, nx - 4u); }
         }
     }
 }

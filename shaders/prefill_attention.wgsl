@@ -12,9 +12,17 @@
 // of sequences < s, ceil(nq(s) * group / BR) of them. Extra workgroups exit at once.
 // Tile geometry follows head_dim (ops_attention.rs mirrors `tile_rows`): hd <= 64: BR 32, BK 16;
 // <= 128: BR 16, BK 8; <= 256: BR 8, BK 4. 128 threads; thread (row lid / LN, lane lid % LN),
-// LN = 128 / BR, owns output dims lane + LN * i (at most 16). Per block of BK keys: K -> kvs,
-// scores -> sp, V -> kvs (same buffer), then online softmax + P.V; the next block's key positions
-// and pool offsets are computed during P.V. Shared rows are padded to hd + 1 (no bank conflicts).
+// LN = 128 / BR, owns the output vec4s lane + LN * i, i < 4 (dims 4 (lane + LN i) .. + 4). Per
+// block of BK keys: K staged into kvs from registers, scores -> sp, V staged into kvs (same
+// buffer), online softmax + P.V. Software pipeline: the next block's K loads are issued while V is
+// staged, its V loads during P.V, and the block after's key positions/offsets are computed then
+// too (double-buffered kpos/koff). Shared rows are vec4s at a stride of hd4 + 1 (conflict-free
+// vec4 reads); accumulators and staged loads live in vec4 registers, never in private arrays
+// (which can turn every load into a serialised round trip).
+//
+// One dispatch covers one head kind (the backend records a pass per kind present): k_pool/v_pool
+// are the retrieval pool, or the streaming pool in the pass recorded with n_ret = 0; workgroups of
+// the other kind's heads return at once. No branch picks a pool, so loads stay back to back.
 //
 // Visibility (as the CPU reference): retrieval heads see wlo(pos)..=pos through the page table;
 // streaming heads the Lambda mask (k < sink or pos - k < local, within the window) through their
@@ -26,24 +34,24 @@
 @group(0) @binding(2) var<storage, read> q_indptr: array<u32>;
 @group(0) @binding(3) var<storage, read> k_pool: array<f32>;
 @group(0) @binding(4) var<storage, read> v_pool: array<f32>;
-@group(0) @binding(5) var<storage, read> sk_pool: array<f32>;
-@group(0) @binding(6) var<storage, read> sv_pool: array<f32>;
-@group(0) @binding(7) var<storage, read> head_map: array<u32>;
-@group(0) @binding(8) var<storage, read> page_indptr: array<u32>;
-@group(0) @binding(9) var<storage, read> page_table: array<u32>;
-@group(0) @binding(10) var<storage, read> kv_len: array<u32>;
-@group(0) @binding(11) var<storage, read> ring_table: array<u32>;
-@group(0) @binding(12) var<storage, read_write> out: array<f32>;
+@group(0) @binding(5) var<storage, read> head_map: array<u32>;
+@group(0) @binding(6) var<storage, read> page_indptr: array<u32>;
+@group(0) @binding(7) var<storage, read> page_table: array<u32>;
+@group(0) @binding(8) var<storage, read> kv_len: array<u32>;
+@group(0) @binding(9) var<storage, read> ring_table: array<u32>;
+@group(0) @binding(10) var<storage, read_write> out: array<f32>;
 
 const WG: u32 = 128u;
 const NONE: u32 = 0xffffffffu;
 
-var<workgroup> qs: array<f32, 2080>;   // [BR][hd + 1] scaled queries
-var<workgroup> kvs: array<f32, 1040>;  // [BK][hd + 1] keys, then values, of the block
-var<workgroup> sp: array<f32, 512>;    // [BR][BK] scores (NEG_INF = masked)
-var<workgroup> kpos: array<u32, 32>;   // [2][16] position of each block key (by block parity)
-var<workgroup> koff: array<u32, 32>;   // [2][16] its pool offset, NONE if absent
-var<workgroup> rpos: array<u32, 32>;   // position of each tile row
+// Rows hold hd4 = ceil(hd / 4) vec4s (zero past hd) at a stride of hd4 + 1 vec4s (no bank
+// conflicts for vec4 reads of different rows).
+var<workgroup> qs: array<vec4<f32>, 544>;   // [BR][hd4 + 1] scaled queries
+var<workgroup> kvs: array<vec4<f32>, 272>;  // [BK][hd4 + 1] keys, then values, of the block
+var<workgroup> sp: array<f32, 512>;         // [BR][BK] scores (NEG_INF = masked)
+var<workgroup> kpos: array<u32, 32>;        // [2][16] position of each block key (by block parity)
+var<workgroup> koff: array<u32, 32>;        // [2][16] its pool offset, NONE if absent
+var<workgroup> rpos: array<u32, 32>;        // position of each tile row
 
 fn tile_rows(hd: u32) -> u32 {
     if (hd <= 64u) { return 32u; }
@@ -83,35 +91,30 @@ fn set_key(buf: u32, j: u32, v: u32, na: u32, nkeys: u32, a0: u32, b0: u32, stre
     if (v < nkeys) { koff[buf * 16u + j] = key_offset(streaming, s, hi, kp); }
 }
 
-fn pool_at(values: bool, streaming: bool, o: u32) -> f32 {
+// Vec4 idx (row idx / hd4, vec4 idx % hd4) of the block's K or V rows (metadata buffer `buf`):
+// four loads clamped to the row and issued unconditionally (an absent key reads offset 0, which
+// `stage` drops), so that a thread's loads are all in flight before any use.
+fn fetch(values: bool, buf: u32, idx: u32, bk: u32) -> vec4<f32> {
+    let hd = p.head_dim;
+    let hd4 = (hd + 3u) / 4u;
+    let o = koff[buf * 16u + min(idx / hd4, bk - 1u)];
+    let at = select(o, 0u, o == NONE);
+    let d = (idx % hd4) * 4u;
+    let e = hd - 1u;
     if (values) {
-        if (streaming) { return sv_pool[o]; }
-        return v_pool[o];
+        return vec4(v_pool[at + min(d, e)], v_pool[at + min(d + 1u, e)], v_pool[at + min(d + 2u, e)], v_pool[at + min(d + 3u, e)]);
     }
-    if (streaming) { return sk_pool[o]; }
-    return k_pool[o];
+    return vec4(k_pool[at + min(d, e)], k_pool[at + min(d + 1u, e)], k_pool[at + min(d + 2u, e)], k_pool[at + min(d + 3u, e)]);
 }
 
-// This thread's elements t + WG * i (< bk * hd, at most 8) of the K or V rows of the block whose
-// metadata is in buffer `buf`, fetched into registers (all loads issued before any use).
-fn fetch(values: bool, streaming: bool, buf: u32, t: u32, bk: u32) -> array<f32, 8> {
-    let hd = p.head_dim;
-    var r: array<f32, 8>;
-    for (var i = 0u; i < 8u; i = i + 1u) {
-        let idx = t + WG * i;
-        if (idx < bk * hd) {
-            let o = koff[buf * 16u + idx / hd];
-            if (o != NONE) { r[i] = pool_at(values, streaming, o + idx % hd); }
-        }
-    }
-    return r;
-}
-
-fn stage(r: array<f32, 8>, t: u32, bk: u32) {
-    let hd = p.head_dim;
-    for (var i = 0u; i < 8u; i = i + 1u) {
-        let idx = t + WG * i;
-        if (idx < bk * hd) { kvs[(idx / hd) * (hd + 1u) + idx % hd] = r[i]; }
+// Stores a fetched vec4 into kvs, zero for absent keys and past head_dim.
+fn stage(x: vec4<f32>, buf: u32, idx: u32, bk: u32) {
+    let hd4 = (p.head_dim + 3u) / 4u;
+    let j = idx / hd4;
+    if (j < bk) {
+        let d = (idx % hd4) * 4u;
+        let keep = vec4(d, d + 1u, d + 2u, d + 3u) < vec4(p.head_dim);
+        kvs[j * (hd4 + 1u) + idx % hd4] = select(vec4(0.0), x, keep & vec4(koff[buf * 16u + j] != NONE));
     }
 }
 
@@ -124,9 +127,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let br = tile_rows(hd);
     let bk = br / 2u;
     let ln = WG / br;
-    let st = hd + 1u;
+    let hd4 = (hd + 3u) / 4u;
+    let st = hd4 + 1u;
     let tile = wg.x + wg.y * nwg.x;
     let kvh = wg.z;
+    // This pass's heads only: streaming heads when recorded with n_ret = 0, else retrieval heads.
+    let hm = head_map[kvh];
+    let streaming = (hm & STREAMING_BIT) != 0u;
+    let hi = hm & ~STREAMING_BIT;
+    if (streaming != (p.n_ret == 0u)) { return; }
 
     // Find this tile's sequence.
     var s = 0u;
@@ -149,9 +158,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let p_first = first + row0 / group;
     let p_last = first + (row0 + nrows - 1u) / group;
 
-    let hm = head_map[kvh];
-    let streaming = (hm & STREAMING_BIT) != 0u;
-    let hi = hm & ~STREAMING_BIT;
 
     // Keys: virtual index v < na is position a0 + v, else b0 + (v - na).
     let a0 = window_lo(p_first);
@@ -166,39 +172,46 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let nb = select(0u, p_last + 1u - b0, p_last + 1u > b0);
     let nkeys = na + nb;
 
-    // Queries (scaled; loads first), row positions, the first block's keys.
-    var qr: array<f32, 16>;
-    for (var i = 0u; i < 16u; i = i + 1u) {
-        let idx = t + WG * i;
-        let fr = row0 + idx / hd;
-        let tok = tok0 + fr / group;
-        if (idx < nrows * hd && tok < p.n_tokens) { qr[i] = q[(tok * nh + kvh * group + fr % group) * hd + idx % hd]; }
-    }
-    for (var i = 0u; i < 16u; i = i + 1u) {
-        let idx = t + WG * i;
-        if (idx < br * hd) { qs[(idx / hd) * st + idx % hd] = qr[i] * p.scale; }
+    // Queries (scaled, zero past hd), row positions, the first block's keys.
+    for (var i = t; i < nrows * hd4; i = i + WG) {
+        let fr = row0 + i / hd4;
+        let tok = min(tok0 + fr / group, p.n_tokens - 1u);
+        let at = (tok * nh + kvh * group + fr % group) * hd;
+        let d = (i % hd4) * 4u;
+        var x = vec4(0.0);
+        for (var c = 0u; c < 4u; c = c + 1u) {
+            if (d + c < hd) { x[c] = q[at + d + c] * p.scale; }
+        }
+        qs[(i / hd4) * st + i % hd4] = x;
     }
     if (t < br) { rpos[t] = first + (row0 + t) / group; }
     if (t < bk) { set_key(0u, t, t, na, nkeys, a0, b0, streaming, s, hi); }
     workgroupBarrier();
 
-    // Pipeline: block b's K is staged from registers, scored; its V staged while block b+1's K
-    // loads; P.V while block b+1's V loads and block b+2's metadata is computed.
+    // Pipeline: block b's K is staged from registers and scored; its V staged while block b+1's K
+    // loads; P.V while block b+1's V loads and block b+2's metadata is computed. A thread holds
+    // vec4s t and t + 128 (bk * hd4 <= 256) of a block's K (k0, k1) and V (v0, v1).
     let nblocks = (nkeys + bk - 1u) / bk;
-    var kr = fetch(false, streaming, 0u, t, bk);
-    var vr = fetch(true, streaming, 0u, t, bk);
+    var k0 = fetch(false, 0u, t, bk);
+    var k1 = fetch(false, 0u, t + WG, bk);
+    var v0 = fetch(true, 0u, t, bk);
+    var v1 = fetch(true, 0u, t + WG, bk);
     if (t < bk) { set_key(1u, t, bk + t, na, nkeys, a0, b0, streaming, s, hi); }
 
+    // Thread (row r, lane) owns vec4s lane + ln * i (dims 4 (lane + ln i) .. + 4) in acc0..acc3.
     let r = t / ln;
     let lane = t % ln;
     var m = NEG_INF;
     var l = 0.0;
-    var acc: array<f32, 16>;
-    for (var i = 0u; i < 16u; i = i + 1u) { acc[i] = 0.0; }
+    var acc0 = vec4(0.0);
+    var acc1 = vec4(0.0);
+    var acc2 = vec4(0.0);
+    var acc3 = vec4(0.0);
 
     for (var blk = 0u; blk < nblocks; blk = blk + 1u) {
         let cur = blk & 1u;
-        stage(kr, t, bk);
+        stage(k0, cur, t, bk);
+        stage(k1, cur, t + WG, bk);
         workgroupBarrier();
         // Scores with causal, window and Lambda masks.
         for (var i = t; i < br * bk; i = i + WG) {
@@ -210,34 +223,44 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
             if (streaming) { vis = vis && (kp < p.sink || qp - kp < p.local); }
             var sc = NEG_INF;
             if (vis) {
-                sc = 0.0;
-                for (var d = 0u; d < hd; d = d + 1u) { sc = sc + qs[rr * st + d] * kvs[j * st + d]; }
+                var acc = vec4(0.0);
+                for (var c = 0u; c < hd4; c = c + 1u) { acc = acc + qs[rr * st + c] * kvs[j * st + c]; }
+                sc = acc.x + acc.y + acc.z + acc.w;
             }
             sp[i] = sc;
         }
         workgroupBarrier();
-        stage(vr, t, bk);
-        if (blk + 1u < nblocks) { kr = fetch(false, streaming, cur ^ 1u, t, bk); }
+        stage(v0, cur, t, bk);
+        stage(v1, cur, t + WG, bk);
+        if (blk + 1u < nblocks) {
+            k0 = fetch(false, cur ^ 1u, t, bk);
+            k1 = fetch(false, cur ^ 1u, t + WG, bk);
+        }
         workgroupBarrier();
-        if (blk + 1u < nblocks) { vr = fetch(true, streaming, cur ^ 1u, t, bk); }
-        // Online softmax and P.V for this thread's row and dims.
+        if (blk + 1u < nblocks) {
+            v0 = fetch(true, cur ^ 1u, t, bk);
+            v1 = fetch(true, cur ^ 1u, t + WG, bk);
+        }
+        // Online softmax and P.V for this thread's row and dims (vec4s past hd4 hold junk, unused).
         if (r < nrows) {
             var mb = NEG_INF;
             for (var j = 0u; j < bk; j = j + 1u) { mb = max(mb, sp[r * bk + j]); }
             let mn = max(m, mb);
             let alpha = exp(m - mn);
             l = l * alpha;
-            for (var i = 0u; i < 16u; i = i + 1u) { acc[i] = acc[i] * alpha; }
+            acc0 = acc0 * alpha;
+            acc1 = acc1 * alpha;
+            acc2 = acc2 * alpha;
+            acc3 = acc3 * alpha;
             for (var j = 0u; j < bk; j = j + 1u) {
                 let sc = sp[r * bk + j];
-                if (sc > NEG_INF) {
-                    let pj = exp(sc - mn);
-                    l = l + pj;
-                    for (var i = 0u; i < 16u; i = i + 1u) {
-                        let d = lane + ln * i;
-                        if (d < hd) { acc[i] = acc[i] + pj * kvs[j * st + d]; }
-                    }
-                }
+                let pj = select(0.0, exp(sc - mn), sc > NEG_INF);
+                l = l + pj;
+                let x = j * st + lane;
+                acc0 = acc0 + pj * kvs[x];
+                acc1 = acc1 + pj * kvs[x + ln];
+                acc2 = acc2 + pj * kvs[x + 2u * ln];
+                acc3 = acc3 + pj * kvs[x + 3u * ln];
             }
             m = mn;
         }
@@ -251,9 +274,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         if (tok < p.n_tokens) {
             let base = (tok * nh + kvh * group + fr % group) * hd;
             let inv = select(0.0, 1.0 / l, l > 0.0);
-            for (var i = 0u; i < 16u; i = i + 1u) {
-                let d = lane + ln * i;
-                if (d < hd) { out[base + d] = acc[i] * inv; }
+            for (var i = 0u; i < 4u; i = i + 1u) {
+                var x = acc3;
+                if (i == 0u) { x = acc0; } else if (i == 1u) { x = acc1; } else if (i == 2u) { x = acc2; }
+                let d = 4u * (lane + ln * i);
+                for (var c = 0u; c < 4u; c = c + 1u) {
+                    if (d + c < hd) { out[base + d + c] = x[c] * inv; }
+                }
             }
         }
     }

@@ -1,54 +1,57 @@
 // sparse_decode_attention: one query per sequence (position kv_len - 1), split-KV ("flash
-// decoding"). Each workgroup handles (split wg.x, KV head and head chunk wg.y, sequence wg.z): the
-// query heads h0..h0+ng of one KV head (ng <= GMAX, so GQA groups share every K/V load) over its
-// share of the head's key list, with online softmax over chunks of WG keys.
+// decoding"). Workgroup (split wg.x, KV head and head chunk wg.y, sequence wg.z) takes the query
+// heads h0..h0+ng of one KV head (ng <= 8, so a GQA group shares every K/V load) over its share of
+// the head's key list, online softmax over chunks of 128 keys.
 //
 // Layouts: q/out [num_seqs][n_heads][head_dim]; pools, head_map, page_indptr/page_table, kv_len,
 // ring_table as in prefill_attention.wgsl; selected [slot][n_ret][sel_stride], counts
-// [slot][n_ret], seq_slot/tail_start [num_seqs]. part [num_seqs][n_heads][n_splits][head_dim + 2]:
-// un-normalised accumulator, then the running max m and sum l (merged by
-// sparse_decode_attention_merge). n_splits = nwg.x; with one split the result goes straight to
-// `out` and `part` is not touched.
+// [slot][n_ret], seq_slot/tail_start [num_seqs]. part: a 4-word header (word 0 = n_splits, u32
+// bits), then [num_seqs][n_heads][n_splits][head_dim + 2]: un-normalised accumulator, the running
+// max m and sum l (merged by sparse_decode_attention_merge). n_splits = nwg.x; with one split the
+// result goes straight to `out` and `part` is not touched.
 //
-// Key list ("slots"): retrieval heads: the selected pages below tail_start (a prefix: the list is
-// ascending), then pages tail_start..n_pages, page_size slots each (slot -> position
+// One dispatch covers one head kind (the backend records a pass per kind present): k_pool/v_pool
+// are the retrieval pool, or the streaming pool in the pass recorded with n_ret = 0; workgroups of
+// the other kind's heads return at once. No branch picks a pool, so loads stay back to back.
+//
+// Key list ("slots"): retrieval heads: the selected pages below tail_start (a prefix, the list
+// being ascending), then pages tail_start..n_pages, page_size slots each (slot -> position
 // page * page_size + offset, kept when < kv_len and within the window). Streaming heads: the Lambda
 // mask, positions wlo..sink then max(sink, wlo, pos + 1 - local)..=pos, through the ring.
-// Split i covers slots [i * per, (i + 1) * per), per = ceil(n_slots / n_splits).
+// Split i covers slots [i * per, (i + 1) * per), per = max(ceil(n_slots / n_splits), 128).
 //
-// Per chunk (thread t = slot c0 + t): scores of all ng heads -> sc; per-row max (16 lanes per row,
-// then one thread per row) -> row_m / rescale row_a; probabilities in place + row sums -> row_l;
-// P.V with thread t owning outputs t + WG * k of the [ng][hd] block (V reads coalesced over d).
+// Per chunk: thread t scores slot c0 + t for all 8 head lanes (vec4 pairs; qs rows of absent heads
+// and past head_dim are zero, so no lane needs a guard), reading its K row 32 values at a time;
+// chunk max (16 partials); probabilities; P.V with thread (key group kg, dim lane dl) owning dims
+// dl and dl + 128 of every head, V read 16 keys at a time. Accumulators are vec4 registers (no
+// private arrays: loads are all issued before their first use).
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read> k_pool: array<f32>;
 @group(0) @binding(3) var<storage, read> v_pool: array<f32>;
-@group(0) @binding(4) var<storage, read> sk_pool: array<f32>;
-@group(0) @binding(5) var<storage, read> sv_pool: array<f32>;
-@group(0) @binding(6) var<storage, read> head_map: array<u32>;
-@group(0) @binding(7) var<storage, read> page_indptr: array<u32>;
-@group(0) @binding(8) var<storage, read> page_table: array<u32>;
-@group(0) @binding(9) var<storage, read> kv_len: array<u32>;
-@group(0) @binding(10) var<storage, read> ring_table: array<u32>;
-@group(0) @binding(11) var<storage, read> selected: array<u32>;
-@group(0) @binding(12) var<storage, read> counts: array<u32>;
-@group(0) @binding(13) var<storage, read> seq_slot: array<u32>;
-@group(0) @binding(14) var<storage, read> tail_start: array<u32>;
-@group(0) @binding(15) var<storage, read_write> out: array<f32>;
-@group(0) @binding(16) var<storage, read_write> part: array<f32>;
+@group(0) @binding(4) var<storage, read> head_map: array<u32>;
+@group(0) @binding(5) var<storage, read> page_indptr: array<u32>;
+@group(0) @binding(6) var<storage, read> page_table: array<u32>;
+@group(0) @binding(7) var<storage, read> kv_len: array<u32>;
+@group(0) @binding(8) var<storage, read> ring_table: array<u32>;
+@group(0) @binding(9) var<storage, read> selected: array<u32>;
+@group(0) @binding(10) var<storage, read> counts: array<u32>;
+@group(0) @binding(11) var<storage, read> seq_slot: array<u32>;
+@group(0) @binding(12) var<storage, read> tail_start: array<u32>;
+@group(0) @binding(13) var<storage, read_write> out: array<f32>;
+@group(0) @binding(14) var<storage, read_write> part: array<f32>;
 
 const WG: u32 = 128u;
 const GMAX: u32 = 8u;
 const NONE: u32 = 0xffffffffu;
 
-var<workgroup> qs: array<f32, 2048>;  // [ng][hd] scaled queries
-var<workgroup> sc: array<f32, 1024>;  // [GMAX][WG] scores, then probabilities
-var<workgroup> kb: array<u32, 128>;   // pool offset of each chunk key, NONE if masked/absent
-var<workgroup> red: array<f32, 128>;  // [GMAX][16] partial maxima / sums
-var<workgroup> row_m: array<f32, 8>;
-var<workgroup> row_l: array<f32, 8>;
-var<workgroup> row_a: array<f32, 8>;
+var<workgroup> qs: array<vec4<f32>, 512>;  // [GMAX][hv] scaled queries, hv = ceil(hd / 32) * 8
+var<workgroup> sc: array<vec4<f32>, 256>;  // [key][2]: scores, then probabilities, heads 0-3 | 4-7
+var<workgroup> kb: array<u32, 128>;        // pool offset of each chunk key, NONE if masked/absent
+var<workgroup> red: array<vec4<f32>, 32>;  // [16][2] partial maxima / sums
+var<workgroup> nsel_w: atomic<u32>;
+var<workgroup> nsel_u: u32;
 
 fn window_lo(pos: u32) -> u32 {
     if (p.window == 0u || pos + 1u <= p.window) { return 0u; }
@@ -62,12 +65,10 @@ struct List {
     s: u32,
     len: u32,
     wlo: u32,
-    // retrieval
-    nsel: u32,
+    nsel: u32,      // retrieval: selected entries used, at sel_base
     sel_base: u32,
-    tail0: u32,
-    // streaming
-    a0: u32,
+    tail0: u32,     // first tail page
+    a0: u32,        // streaming: sink range a0..a0+na, then b0..
     na: u32,
     b0: u32,
 }
@@ -97,14 +98,32 @@ fn slot_offset(ls: List, slot: u32) -> u32 {
     return ((page * p.n_ret + ls.hi) * ps + off) * p.head_dim;
 }
 
-fn key_at(streaming: bool, o: u32) -> f32 {
-    if (streaming) { return sk_pool[o]; }
-    return k_pool[o];
+// Four K values of a row from `i`, clamped to the row's last element `lim`.
+fn k4(i: u32, lim: u32) -> vec4<f32> {
+    return vec4(k_pool[min(i, lim)], k_pool[min(i + 1u, lim)], k_pool[min(i + 2u, lim)], k_pool[min(i + 3u, lim)]);
 }
 
-fn val_at(streaming: bool, o: u32) -> f32 {
-    if (streaming) { return sv_pool[o]; }
-    return v_pool[o];
+// Dot of head g's query (16 values from vec4 index c) with four K vec4s.
+fn qdot(g: u32, hv: u32, c: u32, a: vec4<f32>, b: vec4<f32>, x: vec4<f32>, y: vec4<f32>) -> f32 {
+    let i = g * hv + c;
+    return dot(qs[i], a) + dot(qs[i + 1u], b) + dot(qs[i + 2u], x) + dot(qs[i + 3u], y);
+}
+
+// qdot for heads g0..g0+4.
+fn dots(g0: u32, hv: u32, c: u32, a: vec4<f32>, b: vec4<f32>, x: vec4<f32>, y: vec4<f32>) -> vec4<f32> {
+    return vec4(qdot(g0, hv, c, a, b, x, y), qdot(g0 + 1u, hv, c, a, b, x, y), qdot(g0 + 2u, hv, c, a, b, x, y), qdot(g0 + 3u, hv, c, a, b, x, y));
+}
+
+// V of keys j..j+4 (offsets from kb; NONE reads offset 0, whose probability is 0) at dim d.
+fn v4(j: u32, d: u32) -> vec4<f32> {
+    let o = vec4(kb[j], kb[j + 1u], kb[j + 2u], kb[j + 3u]);
+    let at = select(o, vec4(0u), o == vec4(NONE)) + d;
+    return vec4(v_pool[at.x], v_pool[at.y], v_pool[at.z], v_pool[at.w]);
+}
+
+// sum over keys j..j+4 of p(key, heads half h) * v, from sc index i = 2 j.
+fn pv(i: u32, h: u32, v: vec4<f32>) -> vec4<f32> {
+    return sc[i + h] * v.x + sc[i + 2u + h] * v.y + sc[i + 4u + h] * v.z + sc[i + 6u + h] * v.w;
 }
 
 @compute @workgroup_size(128)
@@ -122,9 +141,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let h0 = kvh * group + g0;
     let split = wg.x;
     let n_splits = nwg.x;
+    let hv = (hd + 31u) / 32u * 8u;
+    // This pass's heads only: streaming heads when recorded with n_ret = 0, else retrieval heads.
+    let hm = head_map[kvh];
+    if (((hm & STREAMING_BIT) != 0u) != (p.n_ret == 0u)) { return; }
+
+    // Queries, zero past head_dim and for absent heads.
+    for (var i = t; i < GMAX * hv; i = i + WG) {
+        let g = i / hv;
+        let d = (i % hv) * 4u;
+        let at = (s * nh + h0 + min(g, ng - 1u)) * hd;
+        var x = vec4(0.0);
+        for (var c = 0u; c < 4u; c = c + 1u) {
+            if (g < ng && d + c < hd) { x[c] = q[at + d + c] * p.scale; }
+        }
+        qs[i] = x;
+    }
 
     // This head's key list.
-    let hm = head_map[kvh];
     var ls: List;
     ls.streaming = (hm & STREAMING_BIT) != 0u;
     ls.hi = hm & ~STREAMING_BIT;
@@ -132,6 +166,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     ls.len = kv_len[s];
     let pos = max(ls.len, 1u) - 1u;
     ls.wlo = window_lo(pos);
+    // Retrieval: the selected entries below tail_start (first one at or above it, in parallel).
+    let n_pages = (ls.len + ps - 1u) / ps;
+    let tail = tail_start[s];
+    ls.tail0 = min(tail, n_pages);
+    let ci = seq_slot[s] * p.n_ret + ls.hi;
+    ls.sel_base = ci * p.sel_stride;
+    var cnt = 0u;
+    if (!ls.streaming && ci < arrayLength(&counts) && ls.sel_base < arrayLength(&selected)) {
+        cnt = min(min(counts[ci], p.sel_stride), arrayLength(&selected) - ls.sel_base);
+    }
+    if (t == 0u) { atomicStore(&nsel_w, cnt); }
+    workgroupBarrier();
+    for (var i = t; i < cnt; i = i + WG) {
+        if (selected[ls.sel_base + i] >= tail) { atomicMin(&nsel_w, i); }
+    }
+    workgroupBarrier();
+    if (t == 0u) { nsel_u = atomicLoad(&nsel_w); }
+    ls.nsel = workgroupUniformLoad(&nsel_u);
     var n_slots = 0u;
     if (ls.len == 0u) {
         n_slots = 0u;
@@ -143,170 +195,168 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         ls.b0 = max(max(p.sink, ls.wlo), recent);
         n_slots = ls.na + select(0u, pos + 1u - ls.b0, pos + 1u > ls.b0);
     } else {
-        let n_pages = (ls.len + ps - 1u) / ps;
-        let tail = tail_start[s];
-        ls.tail0 = min(tail, n_pages);
-        let ci = seq_slot[s] * p.n_ret + ls.hi;
-        ls.sel_base = ci * p.sel_stride;
-        var cnt = 0u;
-        if (ci < arrayLength(&counts)) { cnt = min(counts[ci], p.sel_stride); }
-        cnt = min(cnt, select(0u, arrayLength(&selected) - ls.sel_base, arrayLength(&selected) > ls.sel_base));
-        var nsel = 0u;
-        for (; nsel < cnt; nsel = nsel + 1u) {
-            if (selected[ls.sel_base + nsel] >= tail) { break; }
-        }
-        ls.nsel = nsel;
-        n_slots = (nsel + n_pages - ls.tail0) * ps;
+        n_slots = (ls.nsel + n_pages - ls.tail0) * ps;
     }
-    let per = (n_slots + n_splits - 1u) / n_splits;
+    // Splits of at least one chunk; the ones left without keys only report (m, l) = (-inf, 0).
+    let per = max((n_slots + n_splits - 1u) / n_splits, WG);
     let b = min(split * per, n_slots);
     let e = min(b + per, n_slots);
-
-    for (var i = t; i < ng * hd; i = i + WG) { qs[i] = q[(s * nh + h0) * hd + i] * p.scale; }
-    if (t < GMAX) {
-        row_m[t] = NEG_INF;
-        row_l[t] = 0.0;
-        row_a[t] = 1.0;
+    if (n_splits > 1u && t == 0u && split == 0u) { part[0] = bitcast<f32>(n_splits); }
+    if (b >= e && n_splits > 1u) {
+        if (t < ng) {
+            let at = 4u + ((s * nh + h0 + t) * n_splits + split) * (hd + 2u) + hd;
+            part[at] = NEG_INF;
+            part[at + 1u] = 0.0;
+        }
+        return;
     }
-    workgroupBarrier();
 
-    // P.V mapping: thread (key group kg, dim lane dl) owns dims dl and dl + dn of every head.
+    // P.V mapping: thread (key group kg, dim lane dl) owns dims dl and dl + 128 of every head.
     let dn = min(hd, WG);
     let kgn = WG / dn;
     let kg = t / dn;
     let dl = t % dn;
-    let two = hd > dn;
-    let rg = t / 16u;
-    let rl = t % 16u;
-    var acc: array<f32, 16>;  // [GMAX][2]
-    for (var k = 0u; k < 16u; k = k + 1u) { acc[k] = 0.0; }
+    let two = hd > WG;
+    let hi_heads = ng > 4u;
+    var mA = vec4(NEG_INF);
+    var mB = vec4(NEG_INF);
+    var lA = vec4(0.0);  // partial sums of threads t < 16
+    var lB = vec4(0.0);
+    var aA = vec4(0.0);  // dim dl, heads 0-3 | 4-7
+    var aB = vec4(0.0);
+    var cA = vec4(0.0);  // dim dl + 128
+    var cB = vec4(0.0);
 
     for (var c0 = b; c0 < e; c0 = c0 + WG) {
-        // Scores of this thread's key for every head, its row read 32 values at a time.
+        // Scores of this thread's key, its row read 32 values at a time.
         var o = NONE;
         if (c0 + t < e) { o = slot_offset(ls, c0 + t); }
         kb[t] = o;
-        var sg: array<f32, 8>;
-        for (var g = 0u; g < GMAX; g = g + 1u) { sg[g] = 0.0; }
+        var sA = vec4(0.0);
+        var sB = vec4(0.0);
         if (o != NONE) {
-            for (var d0 = 0u; d0 < hd; d0 = d0 + 32u) {
-                var kr: array<f32, 32>;
-                for (var u = 0u; u < 32u; u = u + 1u) { kr[u] = key_at(ls.streaming, o + min(d0 + u, hd - 1u)); }
-                for (var u = 0u; u < 32u; u = u + 1u) {
-                    let d = d0 + u;
-                    if (d < hd) {
-                        for (var g = 0u; g < GMAX; g = g + 1u) {
-                            if (g < ng) { sg[g] = sg[g] + qs[g * hd + d] * kr[u]; }
-                        }
-                    }
-                }
+            let lim = o + hd - 1u;
+            for (var c = 0u; c < hv; c = c + 8u) {
+                let i = o + c * 4u;
+                let x0 = k4(i, lim);
+                let x1 = k4(i + 4u, lim);
+                let x2 = k4(i + 8u, lim);
+                let x3 = k4(i + 12u, lim);
+                let x4 = k4(i + 16u, lim);
+                let x5 = k4(i + 20u, lim);
+                let x6 = k4(i + 24u, lim);
+                let x7 = k4(i + 28u, lim);
+                sA = sA + dots(0u, hv, c, x0, x1, x2, x3) + dots(0u, hv, c + 4u, x4, x5, x6, x7);
+                if (hi_heads) { sB = sB + dots(4u, hv, c, x0, x1, x2, x3) + dots(4u, hv, c + 4u, x4, x5, x6, x7); }
             }
         }
-        for (var g = 0u; g < GMAX; g = g + 1u) {
-            if (g < ng) { sc[g * WG + t] = select(NEG_INF, sg[g], o != NONE); }
-        }
+        let valid = o != NONE;
+        sc[2u * t] = select(vec4(NEG_INF), sA, valid);
+        sc[2u * t + 1u] = select(vec4(NEG_INF), sB, valid);
         workgroupBarrier();
-        // Row maxima: 16 lanes per row, then one thread per row.
-        if (rg < ng) {
-            var mx = NEG_INF;
-            for (var i = 0u; i < WG / 16u; i = i + 1u) { mx = max(mx, sc[rg * WG + rl + 16u * i]); }
-            red[t] = mx;
-        }
-        workgroupBarrier();
-        if (t < ng) {
-            var mc = NEG_INF;
-            for (var i = 0u; i < 16u; i = i + 1u) { mc = max(mc, red[t * 16u + i]); }
-            let mn = max(row_m[t], mc);
-            row_a[t] = exp(row_m[t] - mn);
-            row_m[t] = mn;
-        }
-        workgroupBarrier();
-        // Probabilities in place, row sums.
-        if (rg < ng) {
-            let mn = row_m[rg];
-            var sum = 0.0;
-            for (var i = 0u; i < WG / 16u; i = i + 1u) {
-                let j = rg * WG + rl + 16u * i;
-                let x = sc[j];
-                let pj = select(0.0, exp(x - mn), x > NEG_INF);
-                sc[j] = pj;
-                sum = sum + pj;
+        // Chunk maxima: 16 partials, then every thread.
+        if (t < 16u) {
+            var xA = vec4(NEG_INF);
+            var xB = vec4(NEG_INF);
+            for (var i = 0u; i < 8u; i = i + 1u) {
+                xA = max(xA, sc[2u * (t + 16u * i)]);
+                xB = max(xB, sc[2u * (t + 16u * i) + 1u]);
             }
-            red[t] = sum;
+            red[2u * t] = xA;
+            red[2u * t + 1u] = xB;
         }
         workgroupBarrier();
-        if (t < ng) {
-            var sum = 0.0;
-            for (var i = 0u; i < 16u; i = i + 1u) { sum = sum + red[t * 16u + i]; }
-            row_l[t] = row_l[t] * row_a[t] + sum;
+        var nA = mA;
+        var nB = mB;
+        for (var i = 0u; i < 16u; i = i + 1u) {
+            nA = max(nA, red[2u * i]);
+            nB = max(nB, red[2u * i + 1u]);
         }
-        // P.V: keys kg, kg + kgn, ... of the chunk, 16 at a time (loads first, then FMAs).
-        for (var g = 0u; g < GMAX; g = g + 1u) {
-            if (g < ng) {
-                acc[2u * g] = acc[2u * g] * row_a[g];
-                acc[2u * g + 1u] = acc[2u * g + 1u] * row_a[g];
+        let alA = exp(mA - nA);
+        let alB = exp(mB - nB);
+        mA = nA;
+        mB = nB;
+        sc[2u * t] = select(vec4(0.0), exp(sA - nA), valid);
+        sc[2u * t + 1u] = select(vec4(0.0), exp(sB - nB), valid);
+        workgroupBarrier();
+        // Probability sums (16 partials) and P.V, 16 keys at a time.
+        if (t < 16u) {
+            lA = lA * alA;
+            lB = lB * alB;
+            for (var i = 0u; i < 8u; i = i + 1u) {
+                lA = lA + sc[2u * (t + 16u * i)];
+                lB = lB + sc[2u * (t + 16u * i) + 1u];
             }
         }
+        aA = aA * alA;
+        aB = aB * alB;
+        cA = cA * alA;
+        cB = cB * alB;
         let nk = min(WG, e - c0);
-        for (var j0 = select(nk, kg, kg < kgn); j0 < nk; j0 = j0 + 16u * kgn) {
-            var vr: array<f32, 32>;  // [16 keys][2 dims]
-            for (var u = 0u; u < 16u; u = u + 1u) {
-                let ko = kb[min(j0 + kgn * u, nk - 1u)];
-                let base = select(ko, 0u, ko == NONE);
-                vr[2u * u] = val_at(ls.streaming, base + dl);
-                if (two) { vr[2u * u + 1u] = val_at(ls.streaming, base + min(dl + dn, hd - 1u)); }
-            }
-            for (var u = 0u; u < 16u; u = u + 1u) {
-                let j = j0 + kgn * u;
-                if (j < nk && kb[j] != NONE) {
-                    for (var g = 0u; g < GMAX; g = g + 1u) {
-                        if (g < ng) {
-                            let pg = sc[g * WG + j];
-                            acc[2u * g] = acc[2u * g] + pg * vr[2u * u];
-                            acc[2u * g + 1u] = acc[2u * g + 1u] + pg * vr[2u * u + 1u];
-                        }
-                    }
-                }
+        for (var j = select(nk, 16u * kg, kg < kgn); j < nk; j = j + 16u * kgn) {
+            let i = 2u * j;
+            let va = v4(j, dl);
+            let vb = v4(j + 4u, dl);
+            let vc = v4(j + 8u, dl);
+            let vd = v4(j + 12u, dl);
+            aA = aA + pv(i, 0u, va) + pv(i + 8u, 0u, vb) + pv(i + 16u, 0u, vc) + pv(i + 24u, 0u, vd);
+            if (hi_heads) { aB = aB + pv(i, 1u, va) + pv(i + 8u, 1u, vb) + pv(i + 16u, 1u, vc) + pv(i + 24u, 1u, vd); }
+            if (two) {
+                let d = min(dl + WG, hd - 1u);
+                let wa = v4(j, d);
+                let wb = v4(j + 4u, d);
+                let wc = v4(j + 8u, d);
+                let wd = v4(j + 12u, d);
+                cA = cA + pv(i, 0u, wa) + pv(i + 8u, 0u, wb) + pv(i + 16u, 0u, wc) + pv(i + 24u, 0u, wd);
+                if (hi_heads) { cB = cB + pv(i, 1u, wa) + pv(i + 8u, 1u, wb) + pv(i + 16u, 1u, wc) + pv(i + 24u, 1u, wd); }
             }
         }
         workgroupBarrier();
     }
 
-    // Sum the key groups (through sc, [kg][ng][hd]) when there are several.
-    if (kgn > 1u) {
-        for (var g = 0u; g < GMAX; g = g + 1u) {
-            if (g < ng && kg < kgn) { sc[(kg * ng + g) * hd + dl] = acc[2u * g]; }
-        }
-        workgroupBarrier();
-        if (kg == 0u) {
-            for (var g = 0u; g < GMAX; g = g + 1u) {
-                if (g < ng) {
-                    var a = 0.0;
-                    for (var i = 0u; i < kgn; i = i + 1u) { a = a + sc[(i * ng + g) * hd + dl]; }
-                    acc[2u * g] = a;
-                }
-            }
+    // Row sums; key groups summed through sc ([kg][dl][2]) when there are several.
+    if (t < 16u) {
+        red[2u * t] = lA;
+        red[2u * t + 1u] = lB;
+    }
+    if (kgn > 1u && kg < kgn) {
+        sc[2u * t] = aA;
+        sc[2u * t + 1u] = aB;
+    }
+    workgroupBarrier();
+    var sumA = vec4(0.0);
+    var sumB = vec4(0.0);
+    for (var i = 0u; i < 16u; i = i + 1u) {
+        sumA = sumA + red[2u * i];
+        sumB = sumB + red[2u * i + 1u];
+    }
+    if (kgn > 1u && kg == 0u) {
+        for (var i = 1u; i < kgn; i = i + 1u) {
+            aA = aA + sc[2u * (i * dn + dl)];
+            aB = aB + sc[2u * (i * dn + dl) + 1u];
         }
     }
     if (kg == 0u) {
-        for (var g = 0u; g < GMAX; g = g + 1u) {
-            for (var x = 0u; x < 2u; x = x + 1u) {
-                let d = dl + dn * x;
-                if (g < ng && d < hd) {
-                    let row = s * nh + h0 + g;
-                    if (n_splits == 1u) {
-                        let l = row_l[g];
-                        out[row * hd + d] = select(0.0, acc[2u * g + x] / l, l > 0.0);
-                    } else {
-                        part[(row * n_splits + split) * (hd + 2u) + d] = acc[2u * g + x];
-                    }
+        for (var g = 0u; g < ng; g = g + 1u) {
+            let row = s * nh + h0 + g;
+            let hA = g < 4u;
+            let gi = g % 4u;
+            let l = select(sumB[gi], sumA[gi], hA);
+            let x = select(aB[gi], aA[gi], hA);
+            let y = select(cB[gi], cA[gi], hA);
+            if (n_splits == 1u) {
+                let inv = select(0.0, 1.0 / l, l > 0.0);
+                out[row * hd + dl] = x * inv;
+                if (two && dl + WG < hd) { out[row * hd + dl + WG] = y * inv; }
+            } else {
+                let at = 4u + (row * n_splits + split) * (hd + 2u);
+                part[at + dl] = x;
+                if (two && dl + WG < hd) { part[at + dl + WG] = y; }
+                if (dl == 0u) {
+                    part[at + hd] = select(mB[gi], mA[gi], hA);
+                    part[at + hd + 1u] = l;
                 }
             }
         }
-    }
-    if (n_splits > 1u && t < ng) {
-        let at = ((s * nh + h0 + t) * n_splits + split) * (hd + 2u) + hd;
-        part[at] = row_m[t];
-        part[at + 1u] = row_l[t];
     }
 }

@@ -1,10 +1,11 @@
 // sparse_decode_attention_merge: combine the split-KV partials of sparse_decode_attention.
-// part [num_seqs][n_heads][n_splits][head_dim + 2] (accumulator relative to the split's max m,
-// then m and the split's sum l); n_splits = arrayLength(part) / (num_seqs * n_heads * (hd + 2)) —
-// the backend allocates `part` at exactly that size, with n_splits <= 256. out
+// part: word 0 = n_splits (u32 bits, <= 256), words 1-3 unused, then
+// [num_seqs][n_heads][n_splits][head_dim + 2] (accumulator relative to the split's max m, then m
+// and the split's sum l); splits that got no keys hold (m, l) = (-inf, 0) and an undefined
+// accumulator, and only splits below the last one with l > 0 are read. out
 // [num_seqs][n_heads][head_dim]. One workgroup of 128 threads per (sequence, head) row:
 // out = sum_i acc_i w_i / sum_i l_i w_i with w_i = e^(m_i - M), M = max_i m_i (tree reductions in
-// workgroup memory); each thread then sums its dims over the splits, 16 loads at a time. A row
+// workgroup memory); each thread then sums its dims over the splits, 8 loads at a time. A row
 // that saw no key (every l_i = 0) gets zeros, like the CPU reference.
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
@@ -15,6 +16,7 @@ const WG: u32 = 128u;
 
 var<workgroup> w: array<f32, 256>;
 var<workgroup> red: array<f32, 128>;
+var<workgroup> used: atomic<u32>;
 
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -24,14 +26,17 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     if (row >= rows) { return; }
     let hd = p.head_dim;
     let st = hd + 2u;
-    let ns = min(arrayLength(&part) / (rows * st), 256u);
-    let base = row * ns * st;
+    let ns = min(bitcast<u32>(part[0]), 256u);
+    let base = 4u + row * ns * st;
+    if (t == 0u) { atomicStore(&used, 0u); }
+    workgroupBarrier();
 
-    // M = max m_i.
+    // M = max m_i; splits used = 1 + the last with l > 0.
     var mx = NEG_INF;
     for (var i = t; i < ns; i = i + WG) {
         w[i] = part[base + i * st + hd];
         mx = max(mx, w[i]);
+        if (part[base + i * st + hd + 1u] > 0.0) { atomicMax(&used, i + 1u); }
     }
     red[t] = mx;
     workgroupBarrier();
@@ -41,11 +46,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     }
     let m = red[0];
     workgroupBarrier();
-    // w_i = e^(m_i - M), L = sum l_i w_i.
+    // w_i = e^(m_i - M) (0 past the last split, up to a multiple of 8), L = sum l_i w_i.
     var l = 0.0;
-    for (var i = t; i < ns; i = i + WG) {
-        w[i] = exp(w[i] - m);
-        l = l + part[base + i * st + hd + 1u] * w[i];
+    for (var i = t; i < (ns + 7u) / 8u * 8u; i = i + WG) {
+        if (i < ns) {
+            w[i] = exp(w[i] - m);
+            l = l + part[base + i * st + hd + 1u] * w[i];
+        } else {
+            w[i] = 0.0;
+        }
     }
     red[t] = l;
     workgroupBarrier();
@@ -55,14 +64,21 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     }
     let inv = select(0.0, 1.0 / red[0], red[0] > 0.0);
 
+    let nu = atomicLoad(&used);
+    let last = base + (max(nu, 1u) - 1u) * st;
     for (var d = t; d < hd; d = d + WG) {
         var o = 0.0;
-        for (var i0 = 0u; i0 < ns; i0 = i0 + 16u) {
-            var x: array<f32, 16>;
-            for (var u = 0u; u < 16u; u = u + 1u) { x[u] = part[base + min(i0 + u, ns - 1u) * st + d]; }
-            for (var u = 0u; u < 16u; u = u + 1u) {
-                if (i0 + u < ns) { o = o + x[u] * w[i0 + u]; }
-            }
+        for (var i = 0u; i < nu; i = i + 8u) {
+            let at = base + i * st + d;
+            let x0 = part[min(at, last + d)];
+            let x1 = part[min(at + st, last + d)];
+            let x2 = part[min(at + 2u * st, last + d)];
+            let x3 = part[min(at + 3u * st, last + d)];
+            let x4 = part[min(at + 4u * st, last + d)];
+            let x5 = part[min(at + 5u * st, last + d)];
+            let x6 = part[min(at + 6u * st, last + d)];
+            let x7 = part[min(at + 7u * st, last + d)];
+            o = o + x0 * w[i] + x1 * w[i + 1u] + x2 * w[i + 2u] + x3 * w[i + 3u] + x4 * w[i + 4u] + x5 * w[i + 5u] + x6 * w[i + 6u] + x7 * w[i + 7u];
         }
         out[row * hd + d] = o * inv;
     }

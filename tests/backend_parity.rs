@@ -92,7 +92,17 @@ pub fn test_embed<B: Backend>(gpu: &B) {
 
 pub fn test_matmul<B: Backend>(gpu: &B) {
     let mut t = pair(gpu);
-    let shapes = [(1, 300, 129), (2, 64, 576), (3, 96, 64), (37, 100, 64), (130, 70, 200), (64, 128, 128)];
+    let shapes = [
+        (1, 300, 129),
+        (2, 64, 576),
+        (3, 96, 64),
+        (6, 50, 130),
+        (12, 70, 258),
+        (17, 40, 64),
+        (37, 100, 64),
+        (130, 70, 200),
+        (64, 128, 128),
+    ];
     for dtype in t.gpu.caps().weight_dtypes.clone() {
         for &(m, n, k) in &shapes {
             for bias in [false, true] {

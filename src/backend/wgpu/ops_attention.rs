@@ -9,12 +9,23 @@
 //! instead of reading or writing out of bounds. head_dim is at most [`MAX_HEAD_DIM`] (the
 //! workgroup-memory tiles are sized for it).
 //!
+//! Head kinds: each attention op records one pass per kind present, binding that kind's pool
+//! (retrieval k/v, or streaming sk/sv with `n_ret = 0` in its params, which is how the shaders
+//! tell the passes apart); a workgroup of the other kind's head returns at once. So no shader
+//! branches to pick a pool, and its loads stay back to back (a branch between a load and its use
+//! can serialise them on some drivers).
+//!
 //! Split-KV decode: the split count comes from an upper bound of the longest key list (the page
 //! table's length for retrieval heads, the Lambda window for streaming heads) at
 //! [`PAGES_PER_SPLIT`] pages a split, capped so the grid stays near [`TARGET_WORKGROUPS`] and at
-//! [`MAX_SPLITS`]. The partials scratch (`[num_seqs][n_heads][n_splits][head_dim + 2]` f32) is
-//! allocated per call with `be.alloc` and dropped after recording (wgpu keeps it alive until the
-//! commands ran); with one split the kernel writes `out` directly and no merge is recorded.
+//! [`MAX_SPLITS`]; on the device a split takes at least one chunk of 128 keys, so short lists
+//! leave the last splits empty (they report m = -inf, l = 0 and the merge skips them). The
+//! partials scratch (4-word header + `[num_seqs][n_heads][n_splits][head_dim + 2]` f32) is cached
+//! per thread for the latest device ([`scratch`]): grown on demand, never shrunk, shared by all
+//! layers (wgpu orders the dispatches). With one split the kernel writes `out` directly and no
+//! merge is recorded.
+
+use std::cell::RefCell;
 
 use bytemuck::bytes_of;
 
@@ -30,8 +41,8 @@ const MAX_HEAD_DIM: usize = 256;
 const DECODE_HEADS: usize = 8;
 /// Pages of key list each decode split aims to cover.
 const PAGES_PER_SPLIT: usize = 8;
-/// Most splits per (sequence, KV head).
-const MAX_SPLITS: usize = 64;
+/// Most splits per (sequence, KV head); the merge kernel takes up to 256.
+const MAX_SPLITS: usize = 128;
 /// Splitting stops once the decode grid has about this many workgroups.
 const TARGET_WORKGROUPS: usize = 1024;
 
@@ -97,21 +108,33 @@ pub fn prefill_attention(
     // Tiles never straddle sequences: at most one partial tile per sequence.
     let tiles = (n * (nh / nkv)).div_ceil(tile_rows(hd)) + ns;
     let (x, y, _) = rows_grid(be, tiles);
-    let binds = [
-        Bind(&q.buf),
-        Bind(&q_indptr.buf),
-        Bind(&kv.k.buf),
-        Bind(&kv.v.buf),
-        Bind(&kv.sk.buf),
-        Bind(&kv.sv.buf),
-        Bind(&kv.head_map.buf),
-        Bind(&meta.page_indptr.buf),
-        Bind(&meta.page_table.buf),
-        Bind(&meta.kv_len.buf),
-        Bind(&meta.ring_table.buf),
-        Bind(&out.buf),
-    ];
-    be.gpu().dispatch("prefill_attention", None, bytes_of(p), &binds, (x, y, nkv as u32))
+    for (pp, k, v) in passes(p, &kv) {
+        let bufs = [q, q_indptr, k, v, kv.head_map, meta.page_indptr, meta.page_table, meta.kv_len, meta.ring_table];
+        let binds = binds(&bufs, [&*out]);
+        be.gpu().dispatch("prefill_attention", None, bytes_of(&pp), &binds, (x, y, nkv as u32))?;
+    }
+    Ok(())
+}
+
+/// Bindings 1.. of a dispatch: `a` then `b`.
+fn binds<'a, const N: usize>(a: &[&'a WgpuBuffer], b: [&'a WgpuBuffer; N]) -> Vec<Bind<'a>> {
+    a.iter().chain(&b).map(|x| Bind(&x.buf)).collect()
+}
+
+/// One pass per head kind present: (params, K pool, V pool). The streaming pass is recorded with
+/// `n_ret = 0`, which is how the shaders tell the passes apart.
+fn passes<'a>(
+    p: &AttentionParams,
+    kv: &LayerKv<'a, WgpuBackend>,
+) -> Vec<(AttentionParams, &'a WgpuBuffer, &'a WgpuBuffer)> {
+    let mut out = vec![];
+    if p.n_ret > 0 {
+        out.push((*p, kv.k, kv.v));
+    }
+    if p.n_str > 0 {
+        out.push((AttentionParams { n_ret: 0, ..*p }, kv.sk, kv.sv));
+    }
+    out
 }
 
 /// Splits per (sequence, KV head) of a decode step (see the module docs).
@@ -146,32 +169,41 @@ pub fn sparse_decode_attention(
     }
     let head_chunks = (nh / nkv).div_ceil(DECODE_HEADS);
     let splits = decode_splits(p, meta.page_table.len, head_chunks);
-    let part = be.alloc(DType::F32, if splits > 1 { ns * nh * splits * (hd + 2) } else { 1 })?;
-    let binds = [
-        Bind(&q.buf),
-        Bind(&kv.k.buf),
-        Bind(&kv.v.buf),
-        Bind(&kv.sk.buf),
-        Bind(&kv.sv.buf),
-        Bind(&kv.head_map.buf),
-        Bind(&meta.page_indptr.buf),
-        Bind(&meta.page_table.buf),
-        Bind(&meta.kv_len.buf),
-        Bind(&meta.ring_table.buf),
-        Bind(&pages.selected.buf),
-        Bind(&pages.counts.buf),
-        Bind(&pages.seq_slot.buf),
-        Bind(&pages.tail_start.buf),
-        Bind(&out.buf),
-        Bind(&part.buf),
-    ];
+    let part = scratch(be, if splits > 1 { 4 + ns * nh * splits * (hd + 2) } else { 1 })?;
     let groups = (splits as u32, (nkv * head_chunks) as u32, ns as u32);
-    be.gpu().dispatch("sparse_decode_attention", None, bytes_of(p), &binds, groups)?;
+    for (pp, k, v) in passes(p, &kv) {
+        let bufs = [q, k, v, kv.head_map, meta.page_indptr, meta.page_table, meta.kv_len, meta.ring_table];
+        let binds = binds(&bufs, [pages.selected, pages.counts, pages.seq_slot, pages.tail_start, &*out, &part]);
+        be.gpu().dispatch("sparse_decode_attention", None, bytes_of(&pp), &binds, groups)?;
+    }
     if splits > 1 {
         let binds = [Bind(&part.buf), Bind(&out.buf)];
         be.gpu().dispatch("sparse_decode_attention_merge", None, bytes_of(p), &binds, rows_grid(be, ns * nh))?;
     }
     Ok(())
+}
+
+thread_local! {
+    /// The decode partials scratch of this thread's latest device, grown on demand and reused by
+    /// every later call (wgpu orders the dispatches that share it).
+    static SCRATCH: RefCell<Option<(::wgpu::Device, WgpuBuffer)>> = const { RefCell::new(None) };
+}
+
+/// A scratch f32 buffer of at least `len` elements (contents undefined).
+fn scratch(be: &WgpuBackend, len: usize) -> Result<WgpuBuffer> {
+    SCRATCH.with(|c| {
+        let mut c = c.borrow_mut();
+        let device = &be.gpu().device;
+        if let Some((d, b)) = c.as_ref()
+            && d == device
+            && b.len >= len
+        {
+            return Ok(b.clone());
+        }
+        let b = be.alloc(DType::F32, len.max(1 << 16))?;
+        *c = Some((device.clone(), b.clone()));
+        Ok(b)
+    })
 }
 
 pub fn lambda_mass(
@@ -201,15 +233,8 @@ pub fn lambda_mass(
     need(meta.ring_table, DType::U32, 0, "lambda_mass ring_table")?;
     need(q, DType::F32, n * nh * hd, "lambda_mass q")?;
     need(out, DType::F32, n * nh, "lambda_mass out")?;
-    let binds = [
-        Bind(&q.buf),
-        Bind(&kv.k.buf),
-        Bind(&kv.head_map.buf),
-        Bind(&meta.page_indptr.buf),
-        Bind(&meta.page_table.buf),
-        Bind(&meta.kv_len.buf),
-        Bind(&out.buf),
-    ];
+    let bufs = [q, kv.k, kv.head_map, meta.page_indptr, meta.page_table, meta.kv_len];
+    let binds = binds(&bufs, [&*out]);
     be.gpu().dispatch("lambda_mass", None, bytes_of(p), &binds, rows_grid(be, n * nh))
 }
 

@@ -3,8 +3,12 @@
 //! Layout: x `[m][k]` f32, w `[n][k]` in any weight dtype (read through the module's `load_w`),
 //! bias `[n]` f32, out `[m][n]` f32. Two kernels:
 //! - `matmul_gemv` (m <= [`GEMV_MAX_M`], decode): 16 weight rows per 256-thread workgroup, each
-//!   streamed once by a group of 32 lanes and reduced in workgroup memory; x rows in chunks of 4.
-//! - `matmul` (larger m, prefill): 64x64 output tiles, k steps of 16, 4x4 per thread.
+//!   streamed once by a group of 32 lanes and reduced in workgroup memory; up to 8 x rows per pass
+//!   over the weights (bandwidth-bound there), further chunks re-read the rows from cache.
+//! - `matmul` (larger m, prefill): 128x64 output tiles, k steps of 16, 8x4 per thread.
+//!
+//! The threshold is where the GEMM wins on an H200: its 128-row tiles leave few workgroups for
+//! small m, while the GEMV costs about one weight pass per 8 rows of x.
 //!
 //! Both take bindings (params, x, w, bias, out); without a bias, x is bound in its place and the
 //! shader (has_bias == 0) never reads it. Workgroup counts are folded into 2D by `rows_grid` when
@@ -20,7 +24,7 @@ use crate::backend::*;
 use crate::error::Result;
 
 /// Largest m served by the GEMV kernel; above it the tiled GEMM is used.
-pub const GEMV_MAX_M: usize = 8;
+pub const GEMV_MAX_M: usize = 16;
 /// Weight rows per GEMV workgroup (`ROWS` in shaders/matmul_gemv.wgsl).
 const GEMV_ROWS: usize = 16;
 /// Output tile of the GEMM (`BM` x `BN` in shaders/matmul.wgsl).
@@ -55,18 +59,10 @@ pub fn matmul(
         return Ok(());
     }
     let binds = [Bind(&x.buf), Bind(&w.buf), Bind(&bias.buf), Bind(&out.buf)];
-    let gmax = std::env::var("LSERVE_MM_GEMV_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(GEMV_MAX_M); // TEMP-BENCH
-    if m <= gmax {
+    if m <= GEMV_MAX_M {
         be.gpu().dispatch("matmul_gemv", Some(w.dtype), bytes_of(p), &binds, rows_grid(be, n.div_ceil(GEMV_ROWS)))
     } else {
-        let (tm, tn) = std::env::var("LSERVE_MM_TILE")
-            .ok()
-            .map(|v| {
-                let v: Vec<usize> = v.split(',').map(|x| x.parse().unwrap()).collect();
-                (v[0], v[1])
-            })
-            .unwrap_or((TILE_M, TILE_N)); // TEMP-BENCH
-        let tiles = m.div_ceil(tm) * n.div_ceil(tn);
+        let tiles = m.div_ceil(TILE_M) * n.div_ceil(TILE_N);
         be.gpu().dispatch("matmul", Some(w.dtype), bytes_of(p), &binds, rows_grid(be, tiles))
     }
 }
