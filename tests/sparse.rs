@@ -282,7 +282,11 @@ fn page_select_matches_brute_force() {
         let (n_kv, hd, nh) = (3, 8, 6);
         let streaming = vec![false, false, true];
         let (mut cache, mut seq) = one_layer_cache(&be, n_kv, streaming.clone(), ps, lp, hd);
-        let keys = append(&be, &mut cache, &mut seq, 9 * ps + 5, nh, &mut rng);
+        // Appended in chunks shorter than the streaming ring (one call must not wrap it).
+        let mut keys = vec![];
+        for n in [ps, ps, ps, ps, ps, ps, ps, ps, ps, 5] {
+            keys.extend(append(&be, &mut cache, &mut seq, n, nh, &mut rng));
+        }
         let q = rng.normal_vec(nh * hd, 1.0);
         let k = 4;
         let paged_bufs = (

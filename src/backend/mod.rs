@@ -186,6 +186,8 @@ pub trait Backend {
     /// to the retrieval pool (`slots`) or the streaming ring (`ring_slots`) per `head_map`, and the
     /// min/max summary of every touched logical page is made equal to the min/max over the tokens
     /// it holds (positions are appended in order, so those are offsets up to the last written).
+    /// The tokens of one call must have distinct slots and distinct ring slots (a chunk must not
+    /// wrap around the streaming ring); the CPU reference refuses a call that breaks this.
     fn rope_append_kv(
         &self,
         p: &RopeAppendKvParams,

@@ -51,6 +51,16 @@ pub fn rope_append_kv(
     if n_str > 0 && ring_slots.iter().any(|&s| u(s) >= u(p.num_str_pages) * ps) {
         return Err(err("rope_append_kv: a ring slot lies outside the streaming pool"));
     }
+    // Two tokens of one call must not share a slot: on a GPU their writes would race (the engine
+    // sizes the ring so a chunk never wraps onto itself).
+    let distinct = |v: &[u32]| {
+        let mut s = v.to_vec();
+        s.sort_unstable();
+        s.windows(2).all(|w| w[0] != w[1])
+    };
+    if (n_ret > 0 && !distinct(slots)) || (n_str > 0 && !distinct(ring_slots)) {
+        return Err(err("rope_append_kv: two tokens of one call map to the same slot (chunk longer than the ring?)"));
+    }
     let freqs = RopeFreqs {
         inv_freq: f32s(meta.inv_freq, hd / 2, "rope_append_kv inv_freq")?.to_vec(),
         attention_scaling: p.attention_scaling,
