@@ -370,30 +370,9 @@ pub fn test_decode_and_select<B: Backend>(gpu: &B) {
     };
     {
         let (g, c) = (&mut kv.gpu.layers[0], &mut kv.cpu.layers[0]);
-        let kvg = LayerKv { k: &g.k, v: &g.v, summary: &g.summary, sk: &g.sk, sv: &g.sv, head_map: &g.head_map };
-        let kvc = LayerKv { k: &c.k, v: &c.v, summary: &c.summary, sk: &c.sk, sv: &c.sv, head_map: &c.head_map };
-        t.gpu
-            .page_select(
-                &sp,
-                &q.0,
-                kvg,
-                &mg,
-                &slot.0,
-                &mask.0,
-                SelectedMut { selected: &mut g.selected, counts: &mut g.counts },
-            )
-            .unwrap();
-        t.cpu
-            .page_select(
-                &sp,
-                &q.1,
-                kvc,
-                &mc,
-                &slot.1,
-                &mask.1,
-                SelectedMut { selected: &mut c.selected, counts: &mut c.counts },
-            )
-            .unwrap();
+        let ((kvg, outg), (kvc, outc)) = (g.select_view(), c.select_view());
+        t.gpu.page_select(&sp, &q.0, kvg, &mg, &slot.0, &mask.0, outg).unwrap();
+        t.cpu.page_select(&sp, &q.1, kvc, &mc, &slot.1, &mask.1, outc).unwrap();
         let base = kv.seq.slot as usize * 2;
         let (gs, cs) = (
             t.gpu.download_u32(&g.selected, base * 6, 12).unwrap(),

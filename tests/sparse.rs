@@ -319,15 +319,7 @@ fn page_select_matches_brute_force() {
         let qb = be.upload_f32(DType::F32, q.clone()).unwrap();
         let store = &mut cache.layers[0];
         store.selected = CpuBuffer::U32(vec![u32::MAX; 2 * 2 * 8]); // poisoned
-        let kv = LayerKv {
-            k: &store.k,
-            v: &store.v,
-            summary: &store.summary,
-            sk: &store.sk,
-            sv: &store.sv,
-            head_map: &store.head_map,
-        };
-        let out = SelectedMut { selected: &mut store.selected, counts: &mut store.counts };
+        let (kv, out) = store.select_view();
         be.page_select(&p, &qb, kv, &meta, &slot, &mask_on, out).unwrap();
         let (sel, counts) = (as_u32(&store.selected).to_vec(), as_u32(&store.counts).to_vec());
         for (r, h) in (0..n_kv).filter(|&h| !streaming[h]).enumerate() {
@@ -339,15 +331,7 @@ fn page_select_matches_brute_force() {
         assert!(sel[..16].iter().all(|&x| x == u32::MAX), "slot 0 (another sequence) untouched");
         // A row not flagged keeps its selection even when the query changes.
         let q2 = be.upload_f32(DType::F32, rng.normal_vec(nh * hd, 1.0)).unwrap();
-        let kv = LayerKv {
-            k: &store.k,
-            v: &store.v,
-            summary: &store.summary,
-            sk: &store.sk,
-            sv: &store.sv,
-            head_map: &store.head_map,
-        };
-        let out = SelectedMut { selected: &mut store.selected, counts: &mut store.counts };
+        let (kv, out) = store.select_view();
         be.page_select(&p, &q2, kv, &meta, &slot, &mask_off, out).unwrap();
         assert_eq!(as_u32(&store.selected), &sel[..]);
     }
@@ -387,15 +371,7 @@ fn planted_page_is_selected() {
         ..Default::default()
     };
     let store = &mut cache.layers[0];
-    let kv = LayerKv {
-        k: &store.k,
-        v: &store.v,
-        summary: &store.summary,
-        sk: &store.sk,
-        sv: &store.sv,
-        head_map: &store.head_map,
-    };
-    let out = SelectedMut { selected: &mut store.selected, counts: &mut store.counts };
+    let (kv, out) = store.select_view();
     be.page_select(&p, &bufs.6, kv, &meta, &bufs.4, &bufs.5, out).unwrap();
     let at = seq.slot as usize * 8;
     assert_eq!(as_u32(&store.selected)[at], 3);

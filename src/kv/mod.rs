@@ -21,7 +21,7 @@ pub mod alloc;
 
 pub use alloc::PageAllocator;
 
-use crate::backend::{Backend, DType, LayerKv, LayerKvMut, STREAMING_BIT};
+use crate::backend::{Backend, DType, LayerKv, LayerKvMut, STREAMING_BIT, SelectedMut};
 use crate::error::{Error, Result};
 
 /// Which KV heads of each layer are streaming heads.
@@ -177,6 +177,19 @@ impl<B: Backend> LayerStore<B> {
     pub fn view(&self) -> LayerKv<'_, B> {
         LayerKv { k: &self.k, v: &self.v, summary: &self.summary, sk: &self.sk, sv: &self.sv, head_map: &self.head_map }
     }
+    /// The read-only view and the selection outputs at once (what `page_select` takes).
+    pub fn select_view(&mut self) -> (LayerKv<'_, B>, SelectedMut<'_, B>) {
+        let kv = LayerKv {
+            k: &self.k,
+            v: &self.v,
+            summary: &self.summary,
+            sk: &self.sk,
+            sv: &self.sv,
+            head_map: &self.head_map,
+        };
+        (kv, SelectedMut { selected: &mut self.selected, counts: &mut self.counts })
+    }
+
     pub fn view_mut(&mut self) -> LayerKvMut<'_, B> {
         LayerKvMut {
             k: &mut self.k,

@@ -304,15 +304,7 @@ impl<B: Backend> Llama<B> {
             if m.decode {
                 let select = !attn.dense_layer[i] && m.any_select && ap.n_ret > 0;
                 if select {
-                    let kv = LayerKv {
-                        k: &store.k,
-                        v: &store.v,
-                        summary: &store.summary,
-                        sk: &store.sk,
-                        sv: &store.sv,
-                        head_map: &store.head_map,
-                    };
-                    let out = SelectedMut { selected: &mut store.selected, counts: &mut store.counts };
+                    let (kv, out) = store.select_view();
                     be.page_select(&sp, &q, kv, &paged, &m.seq_slot, &m.select_mask, out)?;
                 }
                 let tail = if attn.dense_layer[i] { &m.zeros } else { &m.tail_start };
