@@ -184,7 +184,9 @@ fn generate_on<B: Backend>(be: B, a: &GenerateArgs, m: &LoadedModel, r: Run) -> 
     let model = load_weights(&be, m, dtype)?;
     let cap = (prompt.len() + a.max_tokens).min(ctx);
     let mut engine = build_engine(be, model, &EngineOptions::new(config, cap))?;
-    tracing::info!("{}", engine.kv_report());
+    if a.output == Output::Text {
+        eprintln!("{}", engine.kv_report());
+    }
     let req = GenerateRequest {
         prompt: prompt.clone(),
         max_tokens: a.max_tokens,
@@ -267,7 +269,9 @@ fn score_on<B: Backend>(
     let model = load_weights(&be, m, dtype)?;
     let decode_after = a.decode_after.unwrap_or(if config.sparse.enabled { 512 } else { window });
     let mut engine = build_engine(be, model, &EngineOptions::new(config, window.min(ids.len())))?;
-    tracing::info!("{}", engine.kv_report());
+    if a.output == Output::Text {
+        eprintln!("{}", engine.kv_report());
+    }
     let s = engine.score(ids, window, stride, decode_after)?;
     match a.output {
         Output::Text => println!(

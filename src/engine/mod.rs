@@ -134,6 +134,16 @@ impl<B: Backend> Engine<B> {
         Ok(out)
     }
 
+    /// A decode step whose token is chosen greedily on the device (only the id comes back).
+    pub fn step_greedy(&mut self, seq: &mut SeqPages, token: u32) -> Result<u32> {
+        self.cache.reserve(seq, 1)?;
+        let plan = plan_decode(&self.sparse, seq, seq.len + 1, self.cache.shape.page_size);
+        let step = [SeqStep { tokens: &[token], cache: seq, logits: Logits::Last, plan }];
+        let ids = self.model.forward_argmax(&self.backend, &mut self.cache, &self.attn, &step)?;
+        seq.len += 1;
+        ids.first().copied().ok_or_else(|| Error::InvalidArgument("no token came back".into()))
+    }
+
     /// Chunked prefill of `tokens` at the end of `seq`; `on_logits` sees each chunk's logits.
     fn prefill(
         &mut self,
@@ -214,8 +224,9 @@ impl<B: Backend> Engine<B> {
         let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
         let t1 = Instant::now();
         let (mut tokens, mut finish, mut kv_reads) = (Vec::new(), FinishReason::Length, KvReads::default());
+        let greedy = req.sampling.temperature == 0.0;
+        let mut next = sampler.sample(&logits).map_err(Error::InvalidArgument)?;
         while tokens.len() < budget {
-            let next = sampler.sample(&logits).map_err(Error::InvalidArgument)?;
             tokens.push(next);
             on_token(next)?;
             if !req.ignore_eos && req.stop_ids.contains(&next) {
@@ -225,7 +236,12 @@ impl<B: Backend> Engine<B> {
             if tokens.len() == budget {
                 break;
             }
-            logits = self.step(seq, &[next], Logits::Last, None)?;
+            next = if greedy {
+                self.step_greedy(seq, next)?
+            } else {
+                let logits = self.step(seq, &[next], Logits::Last, None)?;
+                sampler.sample(&logits).map_err(Error::InvalidArgument)?
+            };
             self.count_reads(seq, &mut kv_reads);
         }
         let decode_ms = t1.elapsed().as_secs_f64() * 1e3;

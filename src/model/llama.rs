@@ -266,8 +266,32 @@ impl<B: Backend> Llama<B> {
         cache: &mut KvCache<B>,
         attn: &AttnSettings,
         seqs: &[SeqStep],
-        mut hook: Option<LayerHook<B>>,
+        hook: Option<LayerHook<B>>,
     ) -> Result<Vec<f32>> {
+        Ok(self.forward_inner(be, cache, attn, seqs, hook, false)?.0)
+    }
+
+    /// As `forward`, but the argmax of each requested row is taken on the device and only the
+    /// token ids come back (greedy decoding without reading the logits).
+    pub fn forward_argmax(
+        &self,
+        be: &B,
+        cache: &mut KvCache<B>,
+        attn: &AttnSettings,
+        seqs: &[SeqStep],
+    ) -> Result<Vec<u32>> {
+        Ok(self.forward_inner(be, cache, attn, seqs, None, true)?.1)
+    }
+
+    fn forward_inner(
+        &self,
+        be: &B,
+        cache: &mut KvCache<B>,
+        attn: &AttnSettings,
+        seqs: &[SeqStep],
+        mut hook: Option<LayerHook<B>>,
+        argmax: bool,
+    ) -> Result<(Vec<f32>, Vec<u32>)> {
         let c = &self.cfg;
         let (inv, attention_scaling) =
             self.inv_freq(seqs.iter().map(|s| s.cache.len + s.tokens.len()).max().unwrap_or(0));
@@ -328,7 +352,7 @@ impl<B: Backend> Llama<B> {
             be.matmul(&mm(n, h, ffn, false), &act, &l.w_down, None, &mut o)?;
         }
         let nl = m.n_logits;
-        let mut out = vec![];
+        let (mut out, mut ids) = (vec![], vec![]);
         if nl > 0 {
             be.add_rmsnorm(&norm, &mut x, &o, &self.norm, &mut xn)?;
             let mut sel = a(nl * h)?;
@@ -337,12 +361,20 @@ impl<B: Backend> Llama<B> {
             let mut logits = a(nl * c.vocab_size)?;
             let head = self.lm_head.as_ref().unwrap_or(&self.embed);
             be.matmul(&mm(nl, c.vocab_size, h, false), &sel, head, None, &mut logits)?;
-            out = be.download_f32(&logits, 0, nl * c.vocab_size)?;
+            if argmax {
+                let mut best = pool.take(be, DType::U32, nl)?;
+                let ap = ArgmaxParams { rows: nl as u32, n: c.vocab_size as u32, ..Default::default() };
+                be.argmax(&ap, &logits, &mut best)?;
+                ids = be.download_u32(&best, 0, nl)?;
+                pool.put(best);
+            } else {
+                out = be.download_f32(&logits, 0, nl * c.vocab_size)?;
+            }
             pool.put(sel);
             pool.put(logits);
         }
         [x, xn, qkv, q, attn_out, o, gu, act].into_iter().for_each(|b| pool.put(b));
         m.recycle(pool);
-        Ok(out)
+        Ok((out, ids))
     }
 }
