@@ -429,43 +429,57 @@ pub fn test_lambda_mass<B: Backend>(gpu: &B) {
 macro_rules! parity_tests {
     ($name:ident, $ctor:expr) => {
         mod $name {
+            /// One test of this backend at a time: each test opens its own device, and several
+            /// devices created at once in one process are a suspect of the intermittent stall
+            /// seen on the NVIDIA Vulkan driver (docs/benchmarks.md).
+            static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
             fn backend() -> Option<impl lserve::backend::Backend> {
                 $ctor
             }
             #[test]
             fn embed() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_embed(&b));
             }
             #[test]
             fn matmul() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_matmul(&b));
             }
             #[test]
             fn norms_and_elementwise() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_norms_and_elementwise(&b));
             }
             #[test]
             fn argmax() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_argmax(&b));
             }
             #[test]
             fn rope_append_kv() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_rope_append_kv(&b));
             }
             #[test]
             fn prefill_attention() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_prefill_attention(&b));
             }
             #[test]
             fn decode_and_select() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_decode_and_select(&b));
             }
             #[test]
             fn lambda_mass() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_lambda_mass(&b));
             }
             #[test]
             fn fill_random() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_fill_random(&b));
             }
         }
