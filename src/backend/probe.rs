@@ -36,14 +36,26 @@ fn probe_wgpu() -> Vec<String> {
         .map(|(i, a)| {
             let info = a.get_info();
             let lim = a.limits();
+            let f = a.features();
+            let mut feats = vec![];
+            if f.contains(wgpu::Features::SHADER_F16) {
+                feats.push("shader-f16");
+            }
+            if f.contains(wgpu::Features::SUBGROUP) {
+                feats.push("subgroup");
+            }
+            if f.contains(wgpu::Features::TIMESTAMP_QUERY) {
+                feats.push("timestamps");
+            }
             format!(
-                "wgpu:{i}  {} ({:?}, {:?}, driver {} {}), max storage binding {} MiB",
+                "wgpu:{i}  {} ({:?}, {:?}, driver {} {}), max storage binding {} MiB, features [{}]",
                 info.name,
                 info.backend,
                 info.device_type,
                 info.driver,
                 info.driver_info,
-                lim.max_storage_buffer_binding_size >> 20
+                lim.max_storage_buffer_binding_size >> 20,
+                feats.join(", ")
             )
         })
         .collect()
