@@ -254,6 +254,15 @@ pub trait Backend {
     /// Fill the first `n` elements with [`params::fill_random_value`] (f32 buffers, or f16/bf16
     /// weight buffers on backends that store them).
     fn fill_random(&self, p: &FillRandomParams, out: &mut Self::Buffer) -> Result<()>;
+    /// Time every op on the device from now on (GPU timestamps), or stop. Backends without a
+    /// device clock return an error.
+    fn set_profiling(&self, _on: bool) -> Result<()> {
+        Err(crate::error::Error::Backend { backend: "profiling", msg: "not supported by this backend".into() })
+    }
+    /// (op, calls, total nanoseconds) measured since profiling started or was last taken.
+    fn take_profile(&self) -> Vec<(String, u64, f64)> {
+        vec![]
+    }
     /// out[r] = index of the max of row r (lowest index on ties). `[rows][n]` -> `[rows]` u32.
     fn argmax(&self, p: &ArgmaxParams, x: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
 }

@@ -75,6 +75,10 @@ pub struct BenchOptions {
     pub bandwidth_gbs: f64,
     pub dtype: Option<DType>,
     pub seed: u32,
+    /// Time each kernel with GPU timestamps during the measured steps (a separate pass would be
+    /// cleaner; the timestamps add a sync per submission, so the wall times of profiled runs
+    /// are slightly higher).
+    pub profile: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -91,6 +95,9 @@ pub struct BenchRow {
     pub kv_read_fraction: f64,
     pub prefill_tokens: usize,
     pub prefill_ms: Option<f64>,
+    /// Per op: (op, dispatches per step, GPU microseconds per step), from GPU timestamps over
+    /// the measured steps (empty where the backend has no device clock).
+    pub kernels: Vec<(String, f64, f64)>,
 }
 
 /// Streaming heads for a synthetic model: every other KV head until `ratio` of them stream.
@@ -136,13 +143,23 @@ fn point<B: Backend>(
     fill_cache(&e.backend, &mut e.cache, o.seed)?;
     let mut times = vec![];
     let mut reads = KvReads::default();
+    let mut kernels = vec![];
     for i in 0..steps {
+        if i == o.warmup && o.profile {
+            e.backend.set_profiling(true)?;
+        }
         let t = std::time::Instant::now();
         e.step(&mut seq, &[(i % 1000) as u32 + 1], Logits::Last, None)?;
         if i >= o.warmup {
             times.push(t.elapsed().as_secs_f64() * 1e3);
             e.count_reads(&seq, &mut reads);
         }
+    }
+    if o.profile {
+        let n = o.repeats.max(1) as f64;
+        kernels =
+            e.backend.take_profile().into_iter().map(|(op, calls, ns)| (op, calls as f64 / n, ns / n / 1e3)).collect();
+        e.backend.set_profiling(false)?;
     }
     e.cache.release(&mut seq)?;
     let kv_token_bytes = (2 * cfg.head_dim * e.cache.shape.kv_dtype.size()) as u64;
@@ -162,6 +179,7 @@ fn point<B: Backend>(
         kv_read_fraction: reads.fraction(),
         prefill_tokens: 0,
         prefill_ms: None,
+        kernels,
     };
     Ok((row, e.backend, e.model))
 }
@@ -237,6 +255,7 @@ pub fn run<B: Backend>(
             kv_read_fraction: 1.0,
             prefill_tokens: o.prefill_tokens,
             prefill_ms: Some(ms),
+            kernels: vec![],
         };
         log(&row);
         rows.push(row);

@@ -188,6 +188,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         bandwidth_gbs: a.bandwidth_gbs,
         dtype,
         seed: 7,
+        profile: a.profile,
     };
     println!(
         "{:>8} {:>7} {:>8} {:>10} {:>10} {:>9} {:>7} {:>11}",
@@ -206,6 +207,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             100.0 * r.kv_read_fraction,
             r.prefill_ms.map_or(String::new(), |m| format!("{m:.1}"))
         );
+        for (op, calls, us) in r.kernels.iter().take(8) {
+            println!("{:>18} {:>24} {:>6.0} calls {:>10.1} us/step", "", op, calls, us);
+        }
     };
     let rows = on_device!(device, be => lserve::bench::run(be, &a.shape, &o, log))?;
     if let Some(dir) = &a.out_dir {

@@ -85,6 +85,9 @@ pub struct BenchArgs {
     /// Also time a prefill of this many tokens (0 = skip).
     #[arg(long, default_value_t = 0)]
     pub prefill: usize,
+    /// Time each kernel with GPU timestamps (wgpu) and print the hot kernels per point.
+    #[arg(long)]
+    pub profile: bool,
     /// Copy bandwidth in GB/s for the floor column (H200 measured: 4200).
     #[arg(long, default_value_t = 4200.0)]
     pub bandwidth_gbs: f64,

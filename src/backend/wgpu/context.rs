@@ -21,6 +21,8 @@ pub(crate) fn err(msg: impl Into<String>) -> Error {
 }
 
 const ARENA_SLOTS: u64 = 512;
+/// Dispatches timed per submission when profiling (two timestamps each).
+const PROFILE_SLOTS: u32 = 1024;
 
 pub struct Gpu {
     pub device: wgpu::Device,
@@ -37,6 +39,17 @@ struct State {
     encoder: Option<wgpu::CommandEncoder>,
     next_slot: u64,
     pipelines: HashMap<String, Arc<wgpu::ComputePipeline>>,
+    profiler: Option<Profiler>,
+}
+
+/// GPU timestamps around every dispatch, summed per op (only when profiling is on).
+struct Profiler {
+    queries: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    /// Op of each timed dispatch of the current submission.
+    pending: Vec<&'static str>,
+    /// op -> (dispatches, nanoseconds).
+    totals: HashMap<&'static str, (u64, f64)>,
 }
 
 /// One storage binding of a dispatch.
@@ -57,7 +70,7 @@ impl Gpu {
             .into_iter()
             .nth(i)
             .ok_or_else(|| err(format!("adapter {i} does not exist (see `lserve devices`)")))?;
-        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
         let features = adapter.features() & wanted;
         let limits = adapter.limits();
         let desc = wgpu::DeviceDescriptor {
@@ -85,7 +98,7 @@ impl Gpu {
             features,
             slot_size,
             arena,
-            state: RefCell::new(State { encoder: None, next_slot: 0, pipelines: HashMap::new() }),
+            state: RefCell::new(State { encoder: None, next_slot: 0, pipelines: HashMap::new(), profiler: None }),
         })
     }
 
@@ -127,10 +140,90 @@ impl Gpu {
         Ok(p)
     }
 
+    /// Start timing every dispatch with GPU timestamps (needs TIMESTAMP_QUERY), or stop.
+    pub fn set_profiling(&self, on: bool) -> Result<()> {
+        self.submit();
+        let mut st = self.state.borrow_mut();
+        if !on {
+            st.profiler = None;
+            return Ok(());
+        }
+        if !self.features.contains(wgpu::Features::TIMESTAMP_QUERY) {
+            return Err(err("this adapter has no timestamp queries"));
+        }
+        let queries = self.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("profile"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2 * PROFILE_SLOTS,
+        });
+        let resolve = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("profile resolve"),
+            size: 16 * PROFILE_SLOTS as u64,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        st.profiler = Some(Profiler { queries, resolve, pending: vec![], totals: HashMap::new() });
+        Ok(())
+    }
+
+    /// (op, dispatches, total GPU nanoseconds) since profiling started or was last taken.
+    pub fn take_profile(&self) -> Vec<(String, u64, f64)> {
+        self.submit();
+        let mut st = self.state.borrow_mut();
+        let Some(p) = st.profiler.as_mut() else { return vec![] };
+        let mut v: Vec<(String, u64, f64)> = p.totals.drain().map(|(k, (n, ns))| (k.to_string(), n, ns)).collect();
+        v.sort_by(|a, b| b.2.total_cmp(&a.2));
+        v
+    }
+
+    /// Read the timestamps of the submission just made and add them to the totals.
+    fn collect_profile(&self) {
+        let (bytes, names) = {
+            let mut st = self.state.borrow_mut();
+            let Some(p) = st.profiler.as_mut() else { return };
+            if p.pending.is_empty() {
+                return;
+            }
+            let n = p.pending.len() as u32;
+            let size = 16 * n as u64;
+            let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("profile read-back"),
+                size,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            let mut enc = self.device.create_command_encoder(&Default::default());
+            enc.resolve_query_set(&p.queries, 0..2 * n, &p.resolve, 0);
+            enc.copy_buffer_to_buffer(&p.resolve, 0, &staging, 0, size);
+            self.queue.submit([enc.finish()]);
+            (staging, std::mem::take(&mut p.pending))
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        bytes.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        if self.wait().is_err() || !matches!(rx.recv(), Ok(Ok(()))) {
+            return;
+        }
+        let Ok(view) = bytes.get_mapped_range(..) else { return };
+        let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&view);
+        drop(view);
+        let period = self.queue.get_timestamp_period() as f64;
+        let mut st = self.state.borrow_mut();
+        if let Some(p) = st.profiler.as_mut() {
+            for (i, name) in names.iter().enumerate() {
+                let ns = ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period;
+                let e = p.totals.entry(name).or_insert((0, 0.0));
+                e.0 += 1;
+                e.1 += ns;
+            }
+        }
+    }
+
     /// Record one dispatch of `op` with `params` at binding 0 and `binds` at 1, 2, ...
     pub fn dispatch(
         &self,
-        op: &str,
+        op: &'static str,
         weights: Option<DType>,
         params: &[u8],
         binds: &[Bind],
@@ -170,9 +263,22 @@ impl Gpu {
             layout: &pipeline.get_bind_group_layout(0),
             entries: &entries,
         });
+        if self.state.borrow().profiler.as_ref().is_some_and(|p| p.pending.len() as u32 == PROFILE_SLOTS) {
+            self.submit();
+        }
         let mut st = self.state.borrow_mut();
-        let enc = st.encoder.get_or_insert_with(|| self.device.create_command_encoder(&Default::default()));
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(op), timestamp_writes: None });
+        let State { encoder, profiler, .. } = &mut *st;
+        let enc = encoder.get_or_insert_with(|| self.device.create_command_encoder(&Default::default()));
+        let timestamp_writes = profiler.as_mut().map(|p| {
+            let i = 2 * p.pending.len() as u32;
+            p.pending.push(op);
+            wgpu::ComputePassTimestampWrites {
+                query_set: &p.queries,
+                beginning_of_pass_write_index: Some(i),
+                end_of_pass_write_index: Some(i + 1),
+            }
+        });
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(op), timestamp_writes });
         pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, &bg, &[]);
         pass.dispatch_workgroups(groups.0, groups.1, groups.2);
@@ -181,11 +287,14 @@ impl Gpu {
 
     /// Submit whatever has been recorded.
     pub fn submit(&self) {
-        let mut st = self.state.borrow_mut();
-        if let Some(enc) = st.encoder.take() {
-            self.queue.submit([enc.finish()]);
+        {
+            let mut st = self.state.borrow_mut();
+            if let Some(enc) = st.encoder.take() {
+                self.queue.submit([enc.finish()]);
+            }
+            st.next_slot = 0;
         }
-        st.next_slot = 0;
+        self.collect_profile();
     }
 
     /// Record a buffer-to-buffer copy.

@@ -266,6 +266,14 @@ impl Backend for WgpuBackend {
         ops_attention::lambda_mass(self, p, q, kv, meta, out)
     }
 
+    fn set_profiling(&self, on: bool) -> Result<()> {
+        self.gpu.set_profiling(on)
+    }
+
+    fn take_profile(&self) -> Vec<(String, u64, f64)> {
+        self.gpu.take_profile()
+    }
+
     fn fill_random(&self, p: &FillRandomParams, out: &mut WgpuBuffer) -> Result<()> {
         ops_basic::fill_random(self, p, out)
     }
