@@ -24,10 +24,16 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
 "$B/shaders" > "$OUT/shaders.txt" 2>&1; shaders=$?
 "$B/lserve" bench --device wgpu --shape "$SHAPE" --contexts "$CONTEXTS" --sparse both --repeats "${REPEATS:-10}" \
   --prefill "${PREFILL:-4096}" --token-budget "${BUDGET:-4096}" --out-dir "$OUT/bench" > "$OUT/bench.txt" 2>&1; bench=$?
+# Per-kernel GPU timestamps at one context (profiling adds a sync per submission, so its wall
+# times are not the ones reported above).
+"$B/lserve" bench --device wgpu --shape "$SHAPE" --contexts 32k --sparse both --repeats 3 --profile \
+  --token-budget "${BUDGET:-4096}" > "$OUT/profile.txt" 2>&1
 echo "== $(cat "$OUT/gpu.txt")"
 grep -E "wgpu:" "$OUT/devices.txt" | head -3
 echo "== parity (rc $parity): $(grep -E '^test result' "$OUT/parity.txt")"
 grep -E "FAILED|panicked" "$OUT/parity.txt" | head -10
 echo "== shaders (rc $shaders): $(grep -E '^test result' "$OUT/shaders.txt")"
+echo "== kernels at 32K (GPU timestamps):"
+grep -E "calls" "$OUT/profile.txt" | head -16
 echo "== bench (rc $bench), $SHAPE:"
 cat "$OUT/bench.txt"
