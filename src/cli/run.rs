@@ -49,8 +49,8 @@ pub fn parse_device(s: &str) -> Result<Device> {
 
 fn auto_device() -> Device {
     #[cfg(feature = "wgpu")]
-    if lserve::backend::probe::first_gpu_adapter().is_some() {
-        return Device::Wgpu(lserve::backend::probe::first_gpu_adapter());
+    if let Some(i) = lserve::backend::probe::first_gpu_adapter() {
+        return Device::Wgpu(Some(i));
     }
     Device::Cpu
 }
