@@ -228,20 +228,7 @@ pub fn append<B: Backend>(
         t.up_u32(&kv.gpu.ring_slots(&kv.seq, kv.seq.len, n)),
         t.up(DType::F32, &inv),
     );
-    let p = RopeAppendKvParams {
-        n_tokens: n as u32,
-        n_heads: nh as u32,
-        n_kv_heads: n_kv as u32,
-        head_dim: hd as u32,
-        page_size: s.page_size as u32,
-        num_pages: s.num_pages as u32,
-        attention_scaling: 1.25,
-        logical_page: s.logical_page as u32,
-        n_ret: s.layout.n_ret(0) as u32,
-        n_str: s.layout.n_str(0) as u32,
-        num_str_pages: kv.gpu.num_str_pages() as u32,
-        _pad: 0,
-    };
+    let p = kv.gpu.rope_params(0, n, nh, 1.25);
     let mut q = t.out(n * nh * hd);
     let mg = RopeAppendMeta { positions: &bufs.0.0, slots: &bufs.1.0, ring_slots: &bufs.2.0, inv_freq: &bufs.3.0 };
     let mc = RopeAppendMeta { positions: &bufs.0.1, slots: &bufs.1.1, ring_slots: &bufs.2.1, inv_freq: &bufs.3.1 };

@@ -166,20 +166,7 @@ fn append_planted(
         ring_slots: &meta_bufs.2,
         inv_freq: &meta_bufs.3,
     };
-    let p = RopeAppendKvParams {
-        n_tokens: n as u32,
-        n_heads: nh as u32,
-        n_kv_heads: n_kv as u32,
-        head_dim: hd as u32,
-        page_size: s.page_size as u32,
-        num_pages: s.num_pages as u32,
-        attention_scaling: 1.0,
-        logical_page: s.logical_page as u32,
-        n_ret: s.layout.n_ret(0) as u32,
-        n_str: s.layout.n_str(0) as u32,
-        num_str_pages: cache.num_str_pages() as u32,
-        _pad: 0,
-    };
+    let p = cache.rope_params(0, n, nh, 1.0);
     let mut q = CpuBuffer::F32(vec![f32::NAN; n * nh * hd]);
     be.rope_append_kv(&p, &be.upload_f32(DType::F32, qkv).unwrap(), &meta, &mut q, cache.layers[0].view_mut()).unwrap();
     seq.len += n;

@@ -21,7 +21,7 @@ pub mod alloc;
 
 pub use alloc::PageAllocator;
 
-use crate::backend::{Backend, DType, LayerKv, LayerKvMut, STREAMING_BIT, SelectedMut};
+use crate::backend::{Backend, DType, LayerKv, LayerKvMut, RopeAppendKvParams, STREAMING_BIT, SelectedMut};
 use crate::error::{Error, Result};
 
 /// Which KV heads of each layer are streaming heads.
@@ -251,6 +251,31 @@ impl<B: Backend> KvCache<B> {
 
     pub fn num_str_pages(&self) -> usize {
         self.str_alloc.num_pages()
+    }
+
+    /// `rope_append_kv` parameters for `n_tokens` tokens of `n_heads` query heads into `layer`.
+    pub fn rope_params(
+        &self,
+        layer: usize,
+        n_tokens: usize,
+        n_heads: usize,
+        attention_scaling: f32,
+    ) -> RopeAppendKvParams {
+        let s = &self.shape;
+        RopeAppendKvParams {
+            n_tokens: n_tokens as u32,
+            n_heads: n_heads as u32,
+            n_kv_heads: s.n_kv_heads as u32,
+            head_dim: s.head_dim as u32,
+            page_size: s.page_size as u32,
+            num_pages: s.num_pages as u32,
+            attention_scaling,
+            logical_page: s.logical_page as u32,
+            n_ret: s.layout.n_ret(layer) as u32,
+            n_str: s.layout.n_str(layer) as u32,
+            num_str_pages: self.num_str_pages() as u32,
+            _pad: 0,
+        }
     }
 
     /// Take a slot and a streaming ring for a new sequence; all or nothing.

@@ -163,21 +163,7 @@ impl<B: Backend> StepMeta<B> {
     }
 
     pub fn rope_params(&self, cache: &KvCache<B>, layer: usize, attention_scaling: f32) -> RopeAppendKvParams {
-        let s = &cache.shape;
-        RopeAppendKvParams {
-            n_tokens: self.n_tokens as u32,
-            n_heads: self.n_heads as u32,
-            n_kv_heads: s.n_kv_heads as u32,
-            head_dim: s.head_dim as u32,
-            page_size: s.page_size as u32,
-            num_pages: s.num_pages as u32,
-            attention_scaling,
-            logical_page: s.logical_page as u32,
-            n_ret: s.layout.n_ret(layer) as u32,
-            n_str: s.layout.n_str(layer) as u32,
-            num_str_pages: cache.num_str_pages() as u32,
-            _pad: 0,
-        }
+        cache.rope_params(layer, self.n_tokens, self.n_heads, attention_scaling)
     }
 
     pub fn attention_params(&self, cache: &KvCache<B>, layer: usize, attn: &AttnSettings) -> AttentionParams {
