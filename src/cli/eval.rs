@@ -82,6 +82,7 @@ fn niah_on<B: Backend>(be: B, a: &NiahArgs, m: &LoadedModel, dtype: Option<DType
     let (lengths, depths, max_len) = (&g.lengths, &g.depths, g.max_len);
     let mut parts = Some((be, None));
     let mut cells: Vec<NiahCell> = vec![];
+    let stop_ids = m.stop_ids();
     for (mode, config) in g.modes.iter().zip(g.configs.clone()) {
         let name = if *mode == OnOff::On { "sparse" } else { "dense" };
         let (be, weights): (B, Option<Llama<B>>) = parts.take().expect("backend returned after each mode");
@@ -94,7 +95,7 @@ fn niah_on<B: Backend>(be: B, a: &NiahArgs, m: &LoadedModel, dtype: Option<DType
             for &depth in depths {
                 let (prompt, number) = cell_prompt(&m.tokenizer, &m.template, length, depth, a.seed)?;
                 let prompt_tokens = prompt.len();
-                let (answer, correct, frac) = run_cell(&mut engine, &m.tokenizer, prompt, &number)?;
+                let (answer, correct, frac) = run_cell(&mut engine, &m.tokenizer, &stop_ids, prompt, &number)?;
                 eprintln!(
                     "{name:>6} {length:>6} tokens, depth {depth:>3}%: {} ({answer:?})",
                     if correct { "ok" } else { "miss" }

@@ -142,14 +142,6 @@ fn prompt_text(a: &GenerateArgs, m: &LoadedModel) -> Result<String> {
     Ok(m.template.render(&msgs, true).map_err(|e| lserve::Error::Template(e.0))?)
 }
 
-fn stop_ids(m: &LoadedModel) -> Vec<u32> {
-    let mut ids = m.tokenizer.stop_ids().to_vec();
-    ids.extend(&m.config.eos_token_ids);
-    ids.sort_unstable();
-    ids.dedup();
-    ids
-}
-
 pub fn generate(a: GenerateArgs) -> Result<()> {
     let device = parse_device(&a.model.device)?;
     let dtype = parse_dtype(&a.model.dtype)?;
@@ -191,7 +183,7 @@ fn generate_on<B: Backend>(be: B, a: &GenerateArgs, m: &LoadedModel, r: Run) -> 
         prompt: prompt.clone(),
         max_tokens: a.max_tokens,
         sampling,
-        stop_ids: stop_ids(m),
+        stop_ids: m.stop_ids(),
         ignore_eos: a.ignore_eos,
     };
     let mut dec = StreamDecoder::new(&m.tokenizer);

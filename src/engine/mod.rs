@@ -121,23 +121,27 @@ impl<B: Backend> Engine<B> {
         logits: Logits,
         hook: Option<LayerHook<B>>,
     ) -> Result<Vec<f32>> {
-        self.cache.reserve(seq, tokens.len())?;
-        let ps = self.cache.shape.page_size;
-        let plan = if tokens.len() == 1 {
-            plan_decode(&self.sparse, seq, seq.len + 1, ps)
-        } else {
-            DecodePlan { select: false, tail_start: 0 }
-        };
+        let plan = self.prepare(seq, tokens.len())?;
         let step = [SeqStep { tokens, cache: seq, logits, plan }];
         let out = self.model.forward(&self.backend, &mut self.cache, &self.attn, &step, hook)?;
         seq.len += tokens.len();
         Ok(out)
     }
 
+    /// Reserve pages for `n` more tokens of `seq` and plan the step's decode sparsity (a step of
+    /// one token is a decode step; longer ones are prefill chunks).
+    fn prepare(&mut self, seq: &mut SeqPages, n: usize) -> Result<DecodePlan> {
+        self.cache.reserve(seq, n)?;
+        Ok(if n == 1 {
+            plan_decode(&self.sparse, seq, seq.len + 1, self.cache.shape.page_size)
+        } else {
+            DecodePlan { select: false, tail_start: 0 }
+        })
+    }
+
     /// A decode step whose token is chosen greedily on the device (only the id comes back).
     pub fn step_greedy(&mut self, seq: &mut SeqPages, token: u32) -> Result<u32> {
-        self.cache.reserve(seq, 1)?;
-        let plan = plan_decode(&self.sparse, seq, seq.len + 1, self.cache.shape.page_size);
+        let plan = self.prepare(seq, 1)?;
         let step = [SeqStep { tokens: &[token], cache: seq, logits: Logits::Last, plan }];
         let ids = self.model.forward_argmax(&self.backend, &mut self.cache, &self.attn, &step)?;
         seq.len += 1;

@@ -103,10 +103,11 @@ pub fn cell_prompt(
     }
 }
 
-/// Run one prompt greedily and score it.
+/// Run one prompt greedily (stopping at `stop_ids`) and score it.
 pub fn run_cell<B: Backend>(
     e: &mut Engine<B>,
     tok: &TextTokenizer,
+    stop_ids: &[u32],
     prompt: Vec<u32>,
     number: &str,
 ) -> Result<(String, bool, f64)> {
@@ -114,7 +115,7 @@ pub fn run_cell<B: Backend>(
         prompt,
         max_tokens: ANSWER_TOKENS,
         sampling: SamplingParams::greedy(),
-        stop_ids: tok.stop_ids().to_vec(),
+        stop_ids: stop_ids.to_vec(),
         ignore_eos: false,
     };
     let out = e.generate(&req, &mut |_| Ok(()))?;

@@ -35,6 +35,18 @@ pub struct LoadedModel {
     pub weights: Box<dyn WeightSource>,
 }
 
+impl LoadedModel {
+    /// Token ids that end generation: the tokenizer's (eos, eot, generation_config) and the
+    /// model config's eos ids, sorted and deduplicated.
+    pub fn stop_ids(&self) -> Vec<u32> {
+        let mut ids = self.tokenizer.stop_ids().to_vec();
+        ids.extend(&self.config.eos_token_ids);
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+}
+
 /// Open a `.gguf` file or a Hugging Face model folder.
 pub fn open(path: &Path) -> Result<LoadedModel> {
     if path.is_dir() {
