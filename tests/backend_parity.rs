@@ -460,6 +460,11 @@ macro_rules! parity_tests {
                 backend().map(|b| super::test_decode_and_select(&b));
             }
             #[test]
+            fn page_select_many() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+                backend().map(|b| super::test_page_select_many(&b));
+            }
+            #[test]
             fn lambda_mass() {
                 let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_lambda_mass(&b));
@@ -478,6 +483,73 @@ parity_tests!(cpu, Some(lserve::backend::cpu::CpuBackend::new()));
 
 #[cfg(feature = "wgpu")]
 parity_tests!(wgpu, crate::common::wgpu_backend());
+
+/// page_select at scale: four sequences (1, 700, 2000 and 299 pages of a shuffled pool), one not
+/// selecting, k above 256 and above some rows' candidate counts, and many exactly tied scores
+/// (copied summaries), so ranking, tie order (lower index first) and row routing are all checked.
+pub fn test_page_select_many<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let (nh, n_kv, n_ret, hd, ps, lp, num_pages) = (6, 3, 2usize, 8, 16, 8, 3000usize);
+    let lpp = ps / lp;
+    let per_page = n_ret * lpp * 2 * hd;
+    let mut summary = t.f32s(num_pages * per_page, 1.0);
+    for pg in (0..num_pages).step_by(3) {
+        // Every third page ties with page 7 or page 11 (both heads, all logical pages).
+        let src = if pg % 2 == 0 { 7 } else { 11 };
+        let copy = summary[src * per_page..(src + 1) * per_page].to_vec();
+        summary[pg * per_page..(pg + 1) * per_page].copy_from_slice(&copy);
+    }
+    let mut perm: Vec<u32> = (0..num_pages as u32).collect();
+    for i in (1..perm.len()).rev() {
+        perm.swap(i, (t.rng.next() * (i + 1) as f64) as usize % (i + 1));
+    }
+    let lens = [1usize, 700, 2000, 299];
+    let mut indptr = vec![0u32];
+    for l in lens {
+        indptr.push(indptr.last().unwrap() + l as u32);
+    }
+    let (k_pages, sel_stride, slots) = (300u32, 320usize, [2u32, 0, 3, 1]);
+    let summary = t.up(DType::F32, &summary);
+    let pool = t.rand(DType::F32, num_pages * n_ret * ps * hd, 1.0);
+    let spool = t.rand(DType::F32, ps * hd, 1.0);
+    let head_map = t.up_u32(&[0, STREAMING_BIT, 1]);
+    let (ip, tab, kvl, ring) = (t.up_u32(&indptr), t.up_u32(&perm), t.up_u32(&[0; 4]), t.up_u32(&[0; 4]));
+    let q = t.rand(DType::F32, lens.len() * nh * hd, 1.0);
+    let (slot, mask) = (t.up_u32(&slots), t.up_u32(&[1, 1, 0, 1]));
+    let mut sel = t.out_u32(4 * n_ret * sel_stride);
+    let mut cnt = t.out_u32(4 * n_ret);
+    let p = PageSelectParams {
+        num_seqs: lens.len() as u32,
+        n_heads: nh as u32,
+        n_kv_heads: n_kv as u32,
+        head_dim: hd as u32,
+        page_size: ps as u32,
+        logical_page: lp as u32,
+        num_pages: num_pages as u32,
+        n_ret: n_ret as u32,
+        k_pages,
+        sel_stride: sel_stride as u32,
+        ..Default::default()
+    };
+    let kvg =
+        LayerKv { k: &pool.0, v: &pool.0, summary: &summary.0, sk: &spool.0, sv: &spool.0, head_map: &head_map.0 };
+    let kvc =
+        LayerKv { k: &pool.1, v: &pool.1, summary: &summary.1, sk: &spool.1, sv: &spool.1, head_map: &head_map.1 };
+    let mg = PagedMeta { page_indptr: &ip.0, page_table: &tab.0, kv_len: &kvl.0, ring_table: &ring.0 };
+    let mc = PagedMeta { page_indptr: &ip.1, page_table: &tab.1, kv_len: &kvl.1, ring_table: &ring.1 };
+    t.gpu
+        .page_select(&p, &q.0, kvg, &mg, &slot.0, &mask.0, SelectedMut { selected: &mut sel.0, counts: &mut cnt.0 })
+        .unwrap();
+    t.cpu
+        .page_select(&p, &q.1, kvc, &mc, &slot.1, &mask.1, SelectedMut { selected: &mut sel.1, counts: &mut cnt.1 })
+        .unwrap();
+    t.check_u32("page_select counts", &cnt, 4 * n_ret);
+    let want = t.cpu.download_u32(&cnt.1, 0, 4 * n_ret).unwrap();
+    // Slots 0..3 hold sequences 1 (700 pages), 3 (299), 0 (1) and 2 (not selecting).
+    assert_eq!(want[..3 * n_ret], [300, 300, 298, 298, 0, 0], "k, capped by the candidates");
+    assert_eq!(want[3 * n_ret..], [u32::MAX; 2], "the row not selecting is untouched");
+    t.check_u32("page_select selected", &sel, 4 * n_ret * sel_stride);
+}
 
 pub fn test_fill_random<B: Backend>(gpu: &B) {
     let t = pair(gpu);

@@ -13,6 +13,7 @@ mod ops_kv;
 mod ops_matmul;
 pub mod shaders;
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::backend::*;
@@ -38,6 +39,10 @@ fn bytes_for(dtype: DType, len: usize) -> u64 {
 pub struct WgpuBackend {
     gpu: Gpu,
     caps: Caps,
+    /// Scratch space of multi-dispatch ops (page_select's keys), grown on demand. Recorded
+    /// dispatches keep a replaced buffer alive, and wgpu orders dispatches, so one buffer serves
+    /// every call.
+    scratch: RefCell<Option<Arc<::wgpu::Buffer>>>,
 }
 
 impl WgpuBackend {
@@ -53,12 +58,24 @@ impl WgpuBackend {
             max_buffer_bytes: gpu.limits.max_storage_buffer_binding_size,
             memory_bytes: gpu.limits.max_buffer_size.min(u64::MAX / 2),
         };
-        Ok(WgpuBackend { gpu, caps })
+        Ok(WgpuBackend { gpu, caps, scratch: RefCell::new(None) })
     }
 
     /// Adapter features lserve uses when present.
     pub fn has_f16(&self) -> bool {
         self.gpu.features.contains(::wgpu::Features::SHADER_F16)
+    }
+
+    /// A scratch buffer of at least `words` u32.
+    pub(crate) fn scratch(&self, words: usize) -> Result<Arc<::wgpu::Buffer>> {
+        let bytes = (words.max(1) * 4) as u64;
+        let mut s = self.scratch.borrow_mut();
+        if let Some(b) = s.as_ref().filter(|b| b.size() >= bytes) {
+            return Ok(b.clone());
+        }
+        let b = Arc::new(self.gpu.create_buffer(bytes.next_power_of_two(), "scratch")?);
+        *s = Some(b.clone());
+        Ok(b)
     }
 
     pub(crate) fn gpu(&self) -> &Gpu {

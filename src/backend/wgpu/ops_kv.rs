@@ -12,9 +12,11 @@
 //!    largest offset of a logical page in this call recomputes that page's min/max over its tokens.
 //!    It runs after 1 (wgpu orders dispatches), since threads of one dispatch cannot order writes.
 //!
-//! `page_select` is one dispatch, one workgroup per (sequence row, retrieval head); it scores the
-//! candidate pages in chunks of 2048 in workgroup memory and merges a running top-k, so any page
-//! count works. Limit: `k_pages <= PAGE_SELECT_MAX_K` (256), else an error.
+//! `page_select` is two dispatches:
+//! 1. `page_select`: one thread per (page-table entry, retrieval head) scores the page into a
+//!    scratch key buffer owned by the backend (`WgpuBackend::scratch`, grown on demand);
+//! 2. `page_select_topk`: one workgroup per (sequence row, retrieval head) radix-selects the k-th
+//!    largest key and writes the picks in ascending page order. Any page count and any k work.
 //!
 //! Values that live on the device (slots, head_map entries, page ids, sequence slots) cannot be
 //! checked here without a round trip; the shaders skip out-of-range ones instead of writing out of
@@ -27,9 +29,6 @@ use super::ops_basic::{grid, rows_grid};
 use super::{WgpuBackend, WgpuBuffer, need};
 use crate::backend::*;
 use crate::error::Result;
-
-/// Largest `k_pages` `page_select` supports (its workgroup keeps the running top-k in shared memory).
-pub const PAGE_SELECT_MAX_K: u32 = 256;
 
 fn u(x: u32) -> usize {
     x as usize
@@ -103,9 +102,6 @@ pub fn page_select(
     if lp == 0 || ps % lp != 0 || p.k_pages > p.sel_stride {
         return Err(err("page_select: bad logical page or k_pages > sel_stride"));
     }
-    if p.k_pages > PAGE_SELECT_MAX_K {
-        return Err(err(format!("page_select: k_pages {} exceeds the wgpu limit of {PAGE_SELECT_MAX_K}", p.k_pages)));
-    }
     if nkv == 0 || n_ret > nkv || hd == 0 {
         return Err(err("page_select: bad head counts"));
     }
@@ -122,16 +118,29 @@ pub fn page_select(
     if ns == 0 || n_ret == 0 {
         return Ok(());
     }
+    let entries = m.page_table.len;
+    if entries * n_ret > u32::MAX as usize {
+        return Err(err("page_select: page table too large for 32-bit indexing"));
+    }
+    let keys = be.scratch(entries * n_ret)?;
     let binds = [
         Bind(&q.buf),
         Bind(&kv.summary.buf),
         Bind(&kv.head_map.buf),
         Bind(&m.page_indptr.buf),
         Bind(&m.page_table.buf),
+        Bind(&select_mask.buf),
+        Bind(&keys),
+    ];
+    be.gpu().dispatch("page_select", None, bytes_of(p), &binds, grid(be, entries * n_ret))?;
+    let binds = [
+        Bind(&keys),
+        Bind(&kv.head_map.buf),
+        Bind(&m.page_indptr.buf),
         Bind(&seq_slot.buf),
         Bind(&select_mask.buf),
         Bind(&out.selected.buf),
         Bind(&out.counts.buf),
     ];
-    be.gpu().dispatch("page_select", None, bytes_of(p), &binds, rows_grid(be, ns * n_ret))
+    be.gpu().dispatch("page_select_topk", None, bytes_of(p), &binds, rows_grid(be, ns * n_ret))
 }

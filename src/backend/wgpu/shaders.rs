@@ -27,6 +27,7 @@ pub const OPS: &[(&str, &str, bool)] = &[
     ("sparse_decode_attention", include_str!("../../../shaders/sparse_decode_attention.wgsl"), false),
     ("sparse_decode_attention_merge", include_str!("../../../shaders/sparse_decode_attention_merge.wgsl"), false),
     ("page_select", include_str!("../../../shaders/page_select.wgsl"), false),
+    ("page_select_topk", include_str!("../../../shaders/page_select_topk.wgsl"), false),
     ("lambda_mass", include_str!("../../../shaders/lambda_mass.wgsl"), false),
     ("fill_random", include_str!("../../../shaders/fill_random.wgsl"), false),
 ];
