@@ -92,7 +92,12 @@ pub fn test_embed<B: Backend>(gpu: &B) {
 
 pub fn test_matmul<B: Backend>(gpu: &B) {
     let mut t = pair(gpu);
+    // k % 8 == 0 with m <= 16 takes the subgroup GEMV for 16-bit weights where available: single
+    // and multi-chunk x rows, odd word counts, rows not a multiple of the workgroup's 8.
     let shapes = [
+        (1, 300, 1024),
+        (5, 33, 2056),
+        (16, 20, 136),
         (1, 300, 129),
         (2, 64, 576),
         (3, 96, 64),
@@ -481,8 +486,12 @@ macro_rules! parity_tests {
 // The CPU against itself checks the harness (poisoning, comparisons) on every machine.
 parity_tests!(cpu, Some(lserve::backend::cpu::CpuBackend::new()));
 
+// wgpu with the optional features it finds (SHADER_F16, SUBGROUP: lavapipe and NVIDIA have both),
+// and with both turned off: the path of adapters that lack them.
 #[cfg(feature = "wgpu")]
 parity_tests!(wgpu, crate::common::wgpu_backend());
+#[cfg(feature = "wgpu")]
+parity_tests!(wgpu_plain, crate::common::wgpu_backend_with(lserve::backend::wgpu::WgpuOptions::parse("none").unwrap()));
 
 /// page_select at scale: four sequences (1, 700, 2000 and 299 pages of a shuffled pool), one not
 /// selecting, k above 256 and above some rows' candidate counts, and many exactly tied scores

@@ -297,9 +297,9 @@ pub fn devices() -> Result<()> {
 pub fn dump_shaders(out: &std::path::Path) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let modules = lserve::backend::wgpu::shaders::all_modules();
-    for (name, src) in &modules {
-        let path = out.join(format!("{name}.wgsl"));
-        std::fs::write(&path, src).with_context(|| format!("writing {}", path.display()))?;
+    for m in &modules {
+        let path = out.join(format!("{}.wgsl", m.name));
+        std::fs::write(&path, &m.source).with_context(|| format!("writing {}", path.display()))?;
     }
     println!("wrote {} modules to {}", modules.len(), out.display());
     Ok(())

@@ -70,7 +70,13 @@ pub fn paged_config(physical: usize, logical: usize) -> lserve::sparse::Config {
 /// LSERVE_REQUIRE_WGPU=1, which turns a missing adapter into a failure.
 #[cfg(feature = "wgpu")]
 pub fn wgpu_backend() -> Option<lserve::backend::wgpu::WgpuBackend> {
-    match lserve::backend::wgpu::WgpuBackend::new(None) {
+    wgpu_backend_with(lserve::backend::wgpu::WgpuOptions::from_env().expect("LSERVE_WGPU_FEATURES"))
+}
+
+/// As [`wgpu_backend`], with the optional features `opts` allows.
+#[cfg(feature = "wgpu")]
+pub fn wgpu_backend_with(opts: lserve::backend::wgpu::WgpuOptions) -> Option<lserve::backend::wgpu::WgpuBackend> {
+    match lserve::backend::wgpu::WgpuBackend::with_options(None, opts) {
         Ok(b) => Some(b),
         Err(e) if std::env::var("LSERVE_REQUIRE_WGPU").is_ok_and(|v| v == "1") => panic!("wgpu required: {e}"),
         Err(e) => {

@@ -1,7 +1,9 @@
 //! wgpu plumbing: adapter and device, the pipeline cache, the parameter arena, command
 //! recording and read-back.
 //!
-//! Invariants: every op records into one open command encoder (one compute pass per dispatch);
+//! Invariants: every op records into one open command encoder and one open compute pass (wgpu
+//! orders the dispatches of a pass and inserts the barriers between them; a copy or a submit ends
+//! the pass; when profiling, each dispatch gets its own pass carrying its timestamps);
 //! nothing is submitted until a read-back, `sync`, or the arena filling up, so a decode step is
 //! a handful of submissions with no CPU round trip between ops. Each dispatch's parameters get
 //! their own 256-byte slot of the uniform arena, written with `queue.write_buffer` (applied at the
@@ -29,13 +31,20 @@ pub struct Gpu {
     pub queue: wgpu::Queue,
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
+    /// Features requested from the adapter (those it has, minus those the options turn off).
     pub features: wgpu::Features,
+    /// Shader variants in use: native f16 conversion, subgroup reductions.
+    pub use_f16: bool,
+    pub use_subgroup: bool,
     slot_size: u64,
     arena: wgpu::Buffer,
     state: RefCell<State>,
 }
 
 struct State {
+    /// The open compute pass (not when profiling: then each dispatch gets its own pass for its
+    /// timestamps). It must be dropped before the encoder records anything else or finishes.
+    pass: Option<wgpu::ComputePass<'static>>,
     encoder: Option<wgpu::CommandEncoder>,
     next_slot: u64,
     pipelines: HashMap<String, Arc<wgpu::ComputePipeline>>,
@@ -52,12 +61,55 @@ struct Profiler {
     totals: HashMap<&'static str, (u64, f64)>,
 }
 
+/// Which optional adapter features lserve may use (each only when the adapter has it). Turning
+/// one off runs the fallback shaders, as on an adapter without the feature.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WgpuOptions {
+    pub f16: bool,
+    pub subgroup: bool,
+}
+
+impl Default for WgpuOptions {
+    fn default() -> Self {
+        WgpuOptions { f16: true, subgroup: true }
+    }
+}
+
+impl WgpuOptions {
+    /// From `LSERVE_WGPU_FEATURES`: a comma list of `f16`, `subgroup`, or `all` (the default) /
+    /// `none`. An unknown word is an error.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var("LSERVE_WGPU_FEATURES") {
+            Ok(v) => Self::parse(&v),
+            Err(_) => Ok(Self::default()),
+        }
+    }
+
+    pub fn parse(list: &str) -> Result<Self> {
+        let mut o = WgpuOptions { f16: false, subgroup: false };
+        for w in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            match w {
+                "all" => o = WgpuOptions::default(),
+                "none" => o = WgpuOptions { f16: false, subgroup: false },
+                "f16" => o.f16 = true,
+                "subgroup" => o.subgroup = true,
+                other => {
+                    return Err(Error::InvalidArgument(format!(
+                        "LSERVE_WGPU_FEATURES: unknown feature `{other}` (use f16, subgroup, all or none)"
+                    )));
+                }
+            }
+        }
+        Ok(o)
+    }
+}
+
 /// One storage binding of a dispatch.
 pub struct Bind<'a>(pub &'a wgpu::Buffer);
 
 impl Gpu {
     /// Open adapter `index` (in enumeration order) or the first one.
-    pub fn open(index: Option<usize>) -> Result<Gpu> {
+    pub fn open(index: Option<usize>, opts: WgpuOptions) -> Result<Gpu> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
         if adapters.is_empty() {
@@ -70,7 +122,13 @@ impl Gpu {
             .into_iter()
             .nth(i)
             .ok_or_else(|| err(format!("adapter {i} does not exist (see `lserve devices`)")))?;
-        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
+        let mut wanted = wgpu::Features::TIMESTAMP_QUERY;
+        if opts.f16 {
+            wanted |= wgpu::Features::SHADER_F16;
+        }
+        if opts.subgroup {
+            wanted |= wgpu::Features::SUBGROUP;
+        }
         let features = adapter.features() & wanted;
         let limits = adapter.limits();
         let desc = wgpu::DeviceDescriptor {
@@ -96,14 +154,23 @@ impl Gpu {
             info: adapter.get_info(),
             limits,
             features,
+            use_f16: features.contains(wgpu::Features::SHADER_F16),
+            use_subgroup: features.contains(wgpu::Features::SUBGROUP),
             slot_size,
             arena,
-            state: RefCell::new(State { encoder: None, next_slot: 0, pipelines: HashMap::new(), profiler: None }),
+            state: RefCell::new(State {
+                pass: None,
+                encoder: None,
+                next_slot: 0,
+                pipelines: HashMap::new(),
+                profiler: None,
+            }),
         })
     }
 
     pub fn create_buffer(&self, bytes: u64, label: &str) -> Result<wgpu::Buffer> {
-        let size = bytes.max(4).div_ceil(4) * 4;
+        // 16-byte multiples, so any buffer can also be bound as an array of 16-byte words.
+        let size = bytes.max(16).div_ceil(16) * 16;
         if size > self.limits.max_storage_buffer_binding_size || size > self.limits.max_buffer_size {
             return Err(err(format!(
                 "a {label} buffer of {size} bytes exceeds this adapter's storage binding limit of {} bytes",
@@ -119,6 +186,10 @@ impl Gpu {
     }
 
     fn pipeline(&self, op: &str, weights: Option<DType>) -> Result<Arc<wgpu::ComputePipeline>> {
+        if shaders::needs_subgroup(op) && !self.use_subgroup {
+            return Err(err(format!("{op} needs the SUBGROUP feature")));
+        }
+        let weights = shaders::Variant { weights, native_f16: self.use_f16 };
         let name = shaders::module_name(op, weights);
         if let Some(p) = self.state.borrow().pipelines.get(&name) {
             return Ok(p.clone());
@@ -267,18 +338,26 @@ impl Gpu {
             self.submit();
         }
         let mut st = self.state.borrow_mut();
-        let State { encoder, profiler, .. } = &mut *st;
+        let State { pass, encoder, profiler, .. } = &mut *st;
         let enc = encoder.get_or_insert_with(|| self.device.create_command_encoder(&Default::default()));
-        let timestamp_writes = profiler.as_mut().map(|p| {
+        if let Some(p) = profiler.as_mut() {
             let i = 2 * p.pending.len() as u32;
             p.pending.push(op);
-            wgpu::ComputePassTimestampWrites {
+            let timestamp_writes = Some(wgpu::ComputePassTimestampWrites {
                 query_set: &p.queries,
                 beginning_of_pass_write_index: Some(i),
                 end_of_pass_write_index: Some(i + 1),
-            }
+            });
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(op), timestamp_writes });
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bg, &[]);
+            pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+            return Ok(());
+        }
+        let pass = pass.get_or_insert_with(|| {
+            enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("step"), timestamp_writes: None })
+                .forget_lifetime()
         });
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(op), timestamp_writes });
         pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, &bg, &[]);
         pass.dispatch_workgroups(groups.0, groups.1, groups.2);
@@ -289,6 +368,7 @@ impl Gpu {
     pub fn submit(&self) {
         {
             let mut st = self.state.borrow_mut();
+            st.pass = None; // ends the pass
             if let Some(enc) = st.encoder.take() {
                 self.queue.submit([enc.finish()]);
             }
@@ -300,6 +380,7 @@ impl Gpu {
     /// Record a buffer-to-buffer copy.
     pub fn copy(&self, src: &wgpu::Buffer, src_off: u64, dst: &wgpu::Buffer, dst_off: u64, bytes: u64) {
         let mut st = self.state.borrow_mut();
+        st.pass = None; // a copy is recorded outside compute passes
         let enc = st.encoder.get_or_insert_with(|| self.device.create_command_encoder(&Default::default()));
         enc.copy_buffer_to_buffer(src, src_off, dst, dst_off, bytes);
     }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use crate::backend::*;
 use crate::error::Result;
+pub use context::WgpuOptions;
 use context::{Gpu, err};
 
 /// A device buffer and what it holds.
@@ -46,9 +47,14 @@ pub struct WgpuBackend {
 }
 
 impl WgpuBackend {
-    /// Open adapter `index` (see `lserve devices`), or the first.
+    /// Open adapter `index` (see `lserve devices`), or the first, with the optional features
+    /// `LSERVE_WGPU_FEATURES` allows (all by default).
     pub fn new(index: Option<usize>) -> Result<Self> {
-        let gpu = Gpu::open(index)?;
+        Self::with_options(index, WgpuOptions::from_env()?)
+    }
+
+    pub fn with_options(index: Option<usize>, opts: WgpuOptions) -> Result<Self> {
+        let gpu = Gpu::open(index, opts)?;
         let info = &gpu.info;
         let caps = Caps {
             name: "wgpu",
@@ -61,9 +67,14 @@ impl WgpuBackend {
         Ok(WgpuBackend { gpu, caps, scratch: RefCell::new(None) })
     }
 
-    /// Adapter features lserve uses when present.
+    /// Whether the native-f16 shader variants are in use (SHADER_F16 present and allowed).
     pub fn has_f16(&self) -> bool {
-        self.gpu.features.contains(::wgpu::Features::SHADER_F16)
+        self.gpu.use_f16
+    }
+
+    /// Whether the subgroup shader variants are in use (SUBGROUP present and allowed).
+    pub fn has_subgroup(&self) -> bool {
+        self.gpu.use_subgroup
     }
 
     /// A scratch buffer of at least `words` u32.

@@ -7,6 +7,9 @@
 //!   over the weights (bandwidth-bound there), further chunks re-read the rows from cache.
 //! - `matmul` (larger m, prefill): 128x64 output tiles, k steps of 16, 8x4 per thread.
 //!
+//! - `matmul_gemv_subgroup` replaces `matmul_gemv` on adapters with SUBGROUP for 16-bit weights
+//!   with k % 8 == 0: 8 rows per workgroup, one per subgroup, 16-byte weight loads, `subgroupAdd`.
+//!
 //! The threshold is where the GEMM wins on an H200: its 128-row tiles leave few workgroups for
 //! small m, while the GEMV costs about one weight pass per 8 rows of x.
 //!
@@ -59,7 +62,10 @@ pub fn matmul(
         return Ok(());
     }
     let binds = [Bind(&x.buf), Bind(&w.buf), Bind(&bias.buf), Bind(&out.buf)];
-    if m <= GEMV_MAX_M {
+    let pairs = matches!(w.dtype, DType::F16 | DType::BF16) && k % 8 == 0;
+    if m <= GEMV_MAX_M && pairs && be.has_subgroup() {
+        be.gpu().dispatch("matmul_gemv_subgroup", Some(w.dtype), bytes_of(p), &binds, rows_grid(be, n.div_ceil(8)))
+    } else if m <= GEMV_MAX_M {
         be.gpu().dispatch("matmul_gemv", Some(w.dtype), bytes_of(p), &binds, rows_grid(be, n.div_ceil(GEMV_ROWS)))
     } else {
         let tiles = m.div_ceil(TILE_M) * n.div_ceil(TILE_N);

@@ -4,75 +4,168 @@
 //! (f32 bits, two f16 per word via `unpack2x16float`, or two bf16 per word by shifting), so no
 //! shader extension is needed for 16-bit weights. `lserve dump-shaders` writes these assembled
 //! modules; a test validates each with naga and translates it to SPIR-V, MSL and HLSL.
+//!
+//! Feature variants: ops flagged in [`OPS`] need SUBGROUP (the caller picks them only on adapters
+//! that have it and falls back to the plain op otherwise); f16-weight modules have a `_h` variant
+//! whose weights binding is f16 storage converted by native f16 types (SHADER_F16, `enable f16;`;
+//! naga 30 cannot bitcast u32 to vec2<f16>, gfx-rs/wgpu#8896, so the scalar `load_w` has none). Every module also exists
+//! without either feature, so an adapter lacking both runs everything.
 
 use crate::backend::DType;
 
 pub const PARAMS: &str = include_str!("../../../shaders/params.wgsl");
 pub const COMMON: &str = include_str!("../../../shaders/common.wgsl");
 
-/// (op stem, source, reads weights).
-pub const OPS: &[(&str, &str, bool)] = &[
-    ("embed", include_str!("../../../shaders/embed.wgsl"), true),
-    ("matmul", include_str!("../../../shaders/matmul.wgsl"), true),
-    ("matmul_gemv", include_str!("../../../shaders/matmul_gemv.wgsl"), true),
-    ("rmsnorm", include_str!("../../../shaders/rmsnorm.wgsl"), false),
-    ("add_rmsnorm", include_str!("../../../shaders/add_rmsnorm.wgsl"), false),
-    ("add", include_str!("../../../shaders/add.wgsl"), false),
-    ("silu_mul", include_str!("../../../shaders/silu_mul.wgsl"), false),
-    ("gather_rows", include_str!("../../../shaders/gather_rows.wgsl"), false),
-    ("argmax", include_str!("../../../shaders/argmax.wgsl"), false),
-    ("rope_append_kv", include_str!("../../../shaders/rope_append_kv.wgsl"), false),
-    ("rope_append_kv_summary", include_str!("../../../shaders/rope_append_kv_summary.wgsl"), false),
-    ("prefill_attention", include_str!("../../../shaders/prefill_attention.wgsl"), false),
-    ("sparse_decode_attention", include_str!("../../../shaders/sparse_decode_attention.wgsl"), false),
-    ("sparse_decode_attention_merge", include_str!("../../../shaders/sparse_decode_attention_merge.wgsl"), false),
-    ("page_select", include_str!("../../../shaders/page_select.wgsl"), false),
-    ("page_select_topk", include_str!("../../../shaders/page_select_topk.wgsl"), false),
-    ("lambda_mass", include_str!("../../../shaders/lambda_mass.wgsl"), false),
-    ("fill_random", include_str!("../../../shaders/fill_random.wgsl"), false),
+/// How an op reads weights (which weight-format snippet its module gets).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Reads {
+    /// No weights.
+    Nothing,
+    /// `load_w(i) -> f32` over a `w: array<u32>` binding.
+    Scalar,
+    /// The weight binding itself (binding 2, 16-byte words) and `w8(i) -> array<vec4<f32>, 2>`, the
+    /// eight 16-bit weights of word i (16-bit weights only). With native f16 the binding is
+    /// `array<mat2x4<f16>>` (f16 storage); else `array<vec4<u32>>` unpacked by bit operations.
+    Pairs,
+}
+
+/// (op stem, source, weight access, needs the SUBGROUP feature).
+pub const OPS: &[(&str, &str, Reads, bool)] = &[
+    ("embed", include_str!("../../../shaders/embed.wgsl"), Reads::Scalar, false),
+    ("matmul", include_str!("../../../shaders/matmul.wgsl"), Reads::Scalar, false),
+    ("matmul_gemv", include_str!("../../../shaders/matmul_gemv.wgsl"), Reads::Scalar, false),
+    ("matmul_gemv_subgroup", include_str!("../../../shaders/matmul_gemv_subgroup.wgsl"), Reads::Pairs, true),
+    ("rmsnorm", include_str!("../../../shaders/rmsnorm.wgsl"), Reads::Nothing, false),
+    ("add_rmsnorm", include_str!("../../../shaders/add_rmsnorm.wgsl"), Reads::Nothing, false),
+    ("add", include_str!("../../../shaders/add.wgsl"), Reads::Nothing, false),
+    ("silu_mul", include_str!("../../../shaders/silu_mul.wgsl"), Reads::Nothing, false),
+    ("gather_rows", include_str!("../../../shaders/gather_rows.wgsl"), Reads::Nothing, false),
+    ("argmax", include_str!("../../../shaders/argmax.wgsl"), Reads::Nothing, false),
+    ("rope_append_kv", include_str!("../../../shaders/rope_append_kv.wgsl"), Reads::Nothing, false),
+    ("rope_append_kv_summary", include_str!("../../../shaders/rope_append_kv_summary.wgsl"), Reads::Nothing, false),
+    ("prefill_attention", include_str!("../../../shaders/prefill_attention.wgsl"), Reads::Nothing, false),
+    ("sparse_decode_attention", include_str!("../../../shaders/sparse_decode_attention.wgsl"), Reads::Nothing, false),
+    (
+        "sparse_decode_attention_merge",
+        include_str!("../../../shaders/sparse_decode_attention_merge.wgsl"),
+        Reads::Nothing,
+        false,
+    ),
+    ("page_select", include_str!("../../../shaders/page_select.wgsl"), Reads::Nothing, false),
+    ("page_select_topk", include_str!("../../../shaders/page_select_topk.wgsl"), Reads::Nothing, false),
+    ("lambda_mass", include_str!("../../../shaders/lambda_mass.wgsl"), Reads::Nothing, false),
+    ("fill_random", include_str!("../../../shaders/fill_random.wgsl"), Reads::Nothing, false),
 ];
 
 /// The weight dtypes shaders can read.
 pub const WEIGHT_DTYPES: [DType; 3] = [DType::F16, DType::BF16, DType::F32];
 
-fn weight_snippet(dtype: DType) -> &'static str {
-    match dtype {
-        DType::F16 => {
-            "fn load_w(i: u32) -> f32 { let p = unpack2x16float(w[i >> 1u]); return select(p.x, p.y, (i & 1u) == 1u); }\n"
-        }
-        DType::BF16 => {
-            "fn load_w(i: u32) -> f32 { let v = w[i >> 1u]; return bitcast<f32>(select(v << 16u, v & 0xffff0000u, (i & 1u) == 1u)); }\n"
-        }
-        _ => "fn load_w(i: u32) -> f32 { return bitcast<f32>(w[i]); }\n",
+/// Which pipeline of an op: the weight dtype it reads and whether f16 weights are converted with
+/// native f16 types (the SHADER_F16 feature) instead of `unpack2x16float`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Variant {
+    pub weights: Option<DType>,
+    pub native_f16: bool,
+}
+
+impl Variant {
+    pub fn weights(d: DType) -> Self {
+        Variant { weights: Some(d), native_f16: false }
+    }
+    /// Whether the module uses the f16 extension (only f16 weights have a native variant).
+    fn uses_f16(self) -> bool {
+        self.native_f16 && self.weights == Some(DType::F16)
+    }
+    /// The variant `reads` actually has (only Pairs modules load f16 natively).
+    fn for_reads(self, reads: Reads) -> Self {
+        Variant { native_f16: self.native_f16 && reads == Reads::Pairs, ..self }
     }
 }
 
-/// Name of a pipeline: the op stem, plus the weight dtype for ops that read weights.
-pub fn module_name(op: &str, weights: Option<DType>) -> String {
-    match weights {
-        Some(d) => format!("{op}_{}", format!("{d:?}").to_lowercase()),
+fn weight_snippet(reads: Reads, v: Variant) -> Option<&'static str> {
+    let d = v.weights?;
+    Some(match (reads, d, v.uses_f16()) {
+        (Reads::Scalar, DType::F16, _) => {
+            "fn load_w(i: u32) -> f32 { let p = unpack2x16float(w[i >> 1u]); return select(p.x, p.y, (i & 1u) == 1u); }\n"
+        }
+        (Reads::Scalar, DType::BF16, _) => {
+            "fn load_w(i: u32) -> f32 { let v = w[i >> 1u]; return bitcast<f32>(select(v << 16u, v & 0xffff0000u, (i & 1u) == 1u)); }\n"
+        }
+        (Reads::Scalar, _, _) => "fn load_w(i: u32) -> f32 { return bitcast<f32>(w[i]); }\n",
+        // Pairs modules get their weight binding (binding 2) from the snippet, as 16-byte words.
+        (Reads::Pairs, DType::F16, false) => concat!(
+            "@group(0) @binding(2) var<storage, read> w: array<vec4<u32>>;\n",
+            "fn w8(i: u32) -> array<vec4<f32>, 2> { let q = w[i]; return array<vec4<f32>, 2>(",
+            "vec4<f32>(unpack2x16float(q.x), unpack2x16float(q.y)), vec4<f32>(unpack2x16float(q.z), unpack2x16float(q.w))); }\n"
+        ),
+        (Reads::Pairs, DType::F16, true) => concat!(
+            "@group(0) @binding(2) var<storage, read> w: array<mat2x4<f16>>;\n",
+            "fn w8(i: u32) -> array<vec4<f32>, 2> { let q = w[i]; return array<vec4<f32>, 2>(vec4<f32>(q[0]), vec4<f32>(q[1])); }\n"
+        ),
+        (Reads::Pairs, DType::BF16, _) => concat!(
+            "@group(0) @binding(2) var<storage, read> w: array<vec4<u32>>;\n",
+            "fn bf2(v: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(v << 16u), bitcast<f32>(v & 0xffff0000u)); }\n",
+            "fn w8(i: u32) -> array<vec4<f32>, 2> { let q = w[i]; return array<vec4<f32>, 2>(",
+            "vec4<f32>(bf2(q.x), bf2(q.y)), vec4<f32>(bf2(q.z), bf2(q.w))); }\n"
+        ),
+        _ => return None,
+    })
+}
+
+/// Name of a pipeline: the op stem, plus the weight dtype for ops that read weights, plus `_h` for
+/// native f16 conversion.
+pub fn module_name(op: &str, v: Variant) -> String {
+    let v = OPS.iter().find(|(name, ..)| *name == op).map_or(v, |&(_, _, r, _)| v.for_reads(r));
+    match v.weights {
+        Some(d) => format!("{op}_{}{}", format!("{d:?}").to_lowercase(), if v.uses_f16() { "_h" } else { "" }),
         None => op.to_string(),
     }
 }
 
-/// The assembled source of one module.
-pub fn assemble(op: &str, weights: Option<DType>) -> Option<String> {
-    let (_, src, reads_w) = OPS.iter().find(|(name, _, _)| *name == op)?;
-    let snippet = match (reads_w, weights) {
-        (true, Some(d)) => weight_snippet(d),
-        (true, None) => return None,
-        (false, _) => "",
-    };
-    Some(format!("{PARAMS}\n{snippet}\n{COMMON}\n{src}"))
+/// Whether `op` needs the SUBGROUP feature.
+pub fn needs_subgroup(op: &str) -> bool {
+    OPS.iter().any(|&(name, _, _, sg)| name == op && sg)
 }
 
-/// Every module the backend can build: (name, source).
-pub fn all_modules() -> Vec<(String, String)> {
-    OPS.iter()
-        .flat_map(|&(op, _, reads_w)| {
-            let variants: Vec<Option<DType>> =
-                if reads_w { WEIGHT_DTYPES.iter().map(|&d| Some(d)).collect() } else { vec![None] };
-            variants.into_iter().map(move |v| (module_name(op, v), assemble(op, v).expect("known op")))
-        })
-        .collect()
+/// The assembled source of one module (None for an unknown op or a variant it lacks).
+pub fn assemble(op: &str, v: Variant) -> Option<String> {
+    let &(_, src, reads, _) = OPS.iter().find(|(name, ..)| *name == op)?;
+    let v = v.for_reads(reads);
+    let snippet = match reads {
+        Reads::Nothing if v.weights.is_none() => "",
+        Reads::Nothing => return None,
+        r => weight_snippet(r, v)?,
+    };
+    let enable = if v.uses_f16() { "enable f16;\n" } else { "" };
+    Some(format!("{enable}{PARAMS}\n{snippet}\n{COMMON}\n{src}"))
+}
+
+/// One module the backend can build, and the adapter features it needs.
+pub struct Module {
+    pub name: String,
+    pub source: String,
+    pub needs_f16: bool,
+    pub needs_subgroup: bool,
+}
+
+/// Every module the backend can build.
+pub fn all_modules() -> Vec<Module> {
+    let mut out = vec![];
+    for &(op, _, reads, subgroup) in OPS {
+        let variants: Vec<Variant> = match reads {
+            Reads::Nothing => vec![Variant::default()],
+            _ => WEIGHT_DTYPES
+                .iter()
+                .flat_map(|&d| [Variant::weights(d), Variant { weights: Some(d), native_f16: true }])
+                .filter(|v| !v.native_f16 || v.for_reads(reads).uses_f16())
+                .collect(),
+        };
+        for v in variants {
+            if let Some(source) = assemble(op, v) {
+                let needs_f16 = v.for_reads(reads).uses_f16();
+                out.push(Module { name: module_name(op, v), source, needs_f16, needs_subgroup: subgroup });
+            }
+        }
+    }
+    out
 }
