@@ -5,28 +5,21 @@
 // One workgroup of 256 covers ROWS = 8 weight rows (workgroup id g = wg.x + wg.y *
 // num_workgroups.x, rows 8g..8g+7). Subgroup i (of num_subgroups, any subgroup size) owns rows
 // 8g + i, 8g + i + num_subgroups, ...; its lanes stride over the row in 16-byte words (8 weights
-// each, via w8 of the weight snippet), two words in flight per lane, each weight word
+// each, via w8 of the weight snippet), four words in flight per lane, each weight word
 // feeding up to 4 x rows; subgroupAdd sums the lanes and lane 0 writes. No workgroup memory and
 // no barriers. Weight rows start 16-byte aligned because k % 8 == 0.
 
 const ROWS: u32 = 8u;
 
 @group(0) @binding(0) var<uniform> p: MatmulParams;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>; // k % 8 == 0: rows are whole vec4s
 // binding 2, the weights as 16-byte words, and w8() come with the weight snippet.
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-// Eight elements of x row at offset o as two vectors.
-fn x8(o: u32) -> array<vec4<f32>, 2> {
-    return array<vec4<f32>, 2>(vec4<f32>(x[o], x[o + 1u], x[o + 2u], x[o + 3u]),
-                               vec4<f32>(x[o + 4u], x[o + 5u], x[o + 6u], x[o + 7u]));
-}
-
-// Dot of the 8 weights ws with x row at offset o.
+// Dot of the 8 weights ws with the 8 elements of x from element offset o (o % 8 == 0).
 fn dot8(ws: array<vec4<f32>, 2>, o: u32) -> f32 {
-    let xs = x8(o);
-    return dot(ws[0], xs[0]) + dot(ws[1], xs[1]);
+    return dot(ws[0], x[o / 4u]) + dot(ws[1], x[o / 4u + 1u]);
 }
 
 // Adds word q (elements e..e+8) times x rows m0..m0+nx to acc.
@@ -54,13 +47,17 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
             let nx = min(p.m - m0, 4u);
             var acc = vec4<f32>(0.0);
             var j = lane;
-            for (; j + sgs < words; j += 2u * sgs) {
+            for (; j + 3u * sgs < words; j += 4u * sgs) {
                 let q0 = w8(base + j);
                 let q1 = w8(base + j + sgs);
+                let q2 = w8(base + j + 2u * sgs);
+                let q3 = w8(base + j + 3u * sgs);
                 acc_word(&acc, q0, j * 8u, m0, nx);
                 acc_word(&acc, q1, (j + sgs) * 8u, m0, nx);
+                acc_word(&acc, q2, (j + 2u * sgs) * 8u, m0, nx);
+                acc_word(&acc, q3, (j + 3u * sgs) * 8u, m0, nx);
             }
-            if (j < words) { acc_word(&acc, w8(base + j), j * 8u, m0, nx); }
+            for (; j < words; j += sgs) { acc_word(&acc, w8(base + j), j * 8u, m0, nx); }
             let tot = subgroupAdd(acc);
             if (lane == 0u) {
                 for (var i = 0u; i < nx; i++) { out[(m0 + i) * p.n + row] = tot[i] + b; }

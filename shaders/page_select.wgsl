@@ -16,8 +16,8 @@
 // wg.y * num_workgroups.x * 256; the entry's sequence is found by binary search in page_indptr.
 // Entries of rows that are not selecting, or whose head/row data are out of range, are skipped.
 @group(0) @binding(0) var<uniform> p: PageSelectParams;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> summary: array<f32>;
+@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;        // head_dim % 4 == 0 (host checks)
+@group(0) @binding(2) var<storage, read> summary: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> head_map: array<u32>;
 @group(0) @binding(4) var<storage, read> page_indptr: array<u32>;
 @group(0) @binding(5) var<storage, read> page_table: array<u32>;
@@ -33,20 +33,29 @@ fn f32_key(v: f32) -> u32 {
 }
 
 // Key of the page at page_table[e] for retrieval head r; q0 = first element of the head group's q.
+// Loads are 16-byte vectors; the sum still runs over c in order, one component at a time.
 fn page_key(e: u32, r: u32, q0: u32, group: u32) -> u32 {
     let page = page_table[e];
     if (page >= p.num_pages) { return 1u; }
-    let hd = p.head_dim;
+    let hv = p.head_dim / 4u;
     let lpp = p.page_size / p.logical_page;
     var best = KEY_NEG_INF;
     for (var l = 0u; l < lpp; l = l + 1u) {
-        let at = ((page * p.n_ret + r) * lpp + l) * 2u * hd;
+        let at = ((page * p.n_ret + r) * lpp + l) * 2u * hv;
         for (var g = 0u; g < group; g = g + 1u) {
-            let qb = q0 + g * hd;
-            var sc = max(q[qb] * summary[at + hd], q[qb] * summary[at]);
-            for (var c = 1u; c < hd; c = c + 1u) {
+            let qb = q0 / 4u + g * hv;
+            let q4 = q[qb];
+            let m = max(q4 * summary[at + hv], q4 * summary[at]);
+            var sc = m.x + m.y;
+            sc = sc + m.z;
+            sc = sc + m.w;
+            for (var c = 1u; c < hv; c = c + 1u) {
                 let qc = q[qb + c];
-                sc = sc + max(qc * summary[at + hd + c], qc * summary[at + c]);
+                let t = max(qc * summary[at + hv + c], qc * summary[at + c]);
+                sc = sc + t.x;
+                sc = sc + t.y;
+                sc = sc + t.z;
+                sc = sc + t.w;
             }
             if (sc == sc) { best = max(best, f32_key(sc)); }
         }

@@ -21,14 +21,15 @@
 // Split i covers slots [i * per, (i + 1) * per), per = max(ceil(n_slots / n_splits), 128).
 //
 // Per chunk: thread t scores slot c0 + t for all 8 head lanes (vec4 pairs; qs rows of absent heads
-// and past head_dim are zero, so no lane needs a guard), reading its K row 32 values at a time;
+// and past head_dim are zero, so no lane needs a guard), reading its K row 32 values at a time as
+// 16-byte vectors;
 // chunk max (16 partials); probabilities; P.V with thread (key group kg, dim lane dl) owning dims
 // dl and dl + 128 of every head, V read 16 keys at a time. Accumulators are vec4 registers (no
 // private arrays: loads are all issued before their first use).
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k_pool: array<f32>;
+@group(0) @binding(2) var<storage, read> k_pool: array<vec4<f32>>; // head_dim % 4 == 0 (host checks)
 @group(0) @binding(3) var<storage, read> v_pool: array<f32>;
 @group(0) @binding(4) var<storage, read> head_map: array<u32>;
 @group(0) @binding(5) var<storage, read> page_indptr: array<u32>;
@@ -98,9 +99,10 @@ fn slot_offset(ls: List, slot: u32) -> u32 {
     return ((page * p.n_ret + ls.hi) * ps + off) * p.head_dim;
 }
 
-// Four K values of a row from `i`, clamped to the row's last element `lim`.
+// Four K values of a row from element `i` (a multiple of 4), clamped to the row's last vector
+// `lim` (past head_dim the query is zero, so the clamped values add nothing).
 fn k4(i: u32, lim: u32) -> vec4<f32> {
-    return vec4(k_pool[min(i, lim)], k_pool[min(i + 1u, lim)], k_pool[min(i + 2u, lim)], k_pool[min(i + 3u, lim)]);
+    return k_pool[min(i, lim) / 4u];
 }
 
 // Dot of head g's query (16 values from vec4 index c) with four K vec4s.
@@ -235,7 +237,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         var sA = vec4(0.0);
         var sB = vec4(0.0);
         if (o != NONE) {
-            let lim = o + hd - 1u;
+            let lim = o + hd - 4u;
             for (var c = 0u; c < hv; c = c + 8u) {
                 let i = o + c * 4u;
                 let x0 = k4(i, lim);

@@ -40,10 +40,11 @@ fn bytes_for(dtype: DType, len: usize) -> u64 {
 pub struct WgpuBackend {
     gpu: Gpu,
     caps: Caps,
-    /// Scratch space of multi-dispatch ops (page_select's keys), grown on demand. Recorded
-    /// dispatches keep a replaced buffer alive, and wgpu orders dispatches, so one buffer serves
-    /// every call.
-    scratch: RefCell<Option<Arc<::wgpu::Buffer>>>,
+    /// Scratch space of multi-dispatch ops (page_select's keys, decode attention's split
+    /// partials), grown on demand. One op's dispatches finish before the next op's start (wgpu
+    /// orders the dispatches of a pass, with barriers between them) and recorded dispatches keep
+    /// a replaced buffer alive, so one buffer serves every call.
+    scratch: RefCell<Option<WgpuBuffer>>,
 }
 
 impl WgpuBackend {
@@ -77,14 +78,14 @@ impl WgpuBackend {
         self.gpu.use_subgroup
     }
 
-    /// A scratch buffer of at least `words` u32.
-    pub(crate) fn scratch(&self, words: usize) -> Result<Arc<::wgpu::Buffer>> {
-        let bytes = (words.max(1) * 4) as u64;
+    /// A scratch buffer of at least `words` 32-bit words (contents undefined; typed f32, the
+    /// shaders bind it as they need).
+    pub(crate) fn scratch(&self, words: usize) -> Result<WgpuBuffer> {
         let mut s = self.scratch.borrow_mut();
-        if let Some(b) = s.as_ref().filter(|b| b.size() >= bytes) {
+        if let Some(b) = s.as_ref().filter(|b| b.len >= words) {
             return Ok(b.clone());
         }
-        let b = Arc::new(self.gpu.create_buffer(bytes.next_power_of_two(), "scratch")?);
+        let b = self.alloc(DType::F32, words.max(1 << 16).next_power_of_two())?;
         *s = Some(b.clone());
         Ok(b)
     }

@@ -25,8 +25,6 @@
 //! layers (wgpu orders the dispatches). With one split the kernel writes `out` directly and no
 //! merge is recorded.
 
-use std::cell::RefCell;
-
 use bytemuck::bytes_of;
 
 use super::context::{Bind, err};
@@ -158,6 +156,11 @@ pub fn sparse_decode_attention(
 ) -> Result<()> {
     check_common(p, &kv, meta, "sparse_decode_attention")?;
     let (ns, nh, hd, nkv) = (u(p.num_seqs), u(p.n_heads), u(p.head_dim), u(p.n_kv_heads));
+    if hd % 4 != 0 {
+        return Err(err(format!(
+            "sparse_decode_attention: head_dim {hd} is not a multiple of 4 (wgpu reads 16-byte K vectors)"
+        )));
+    }
     need(q, DType::F32, ns * nh * hd, "sparse_decode_attention q")?;
     need(out, DType::F32, ns * nh * hd, "sparse_decode_attention out")?;
     need(pages.seq_slot, DType::U32, ns, "decode seq_slot")?;
@@ -169,7 +172,7 @@ pub fn sparse_decode_attention(
     }
     let head_chunks = (nh / nkv).div_ceil(DECODE_HEADS);
     let splits = decode_splits(p, meta.page_table.len, head_chunks);
-    let part = scratch(be, if splits > 1 { 4 + ns * nh * splits * (hd + 2) } else { 1 })?;
+    let part = be.scratch(if splits > 1 { 4 + ns * nh * splits * (hd + 2) } else { 1 })?;
     let groups = (splits as u32, (nkv * head_chunks) as u32, ns as u32);
     for (pp, k, v) in passes(p, &kv) {
         let bufs = [q, k, v, kv.head_map, meta.page_indptr, meta.page_table, meta.kv_len, meta.ring_table];
@@ -181,29 +184,6 @@ pub fn sparse_decode_attention(
         be.gpu().dispatch("sparse_decode_attention_merge", None, bytes_of(p), &binds, rows_grid(be, ns * nh))?;
     }
     Ok(())
-}
-
-thread_local! {
-    /// The decode partials scratch of this thread's latest device, grown on demand and reused by
-    /// every later call (wgpu orders the dispatches that share it).
-    static SCRATCH: RefCell<Option<(::wgpu::Device, WgpuBuffer)>> = const { RefCell::new(None) };
-}
-
-/// A scratch f32 buffer of at least `len` elements (contents undefined).
-fn scratch(be: &WgpuBackend, len: usize) -> Result<WgpuBuffer> {
-    SCRATCH.with(|c| {
-        let mut c = c.borrow_mut();
-        let device = &be.gpu().device;
-        if let Some((d, b)) = c.as_ref()
-            && d == device
-            && b.len >= len
-        {
-            return Ok(b.clone());
-        }
-        let b = be.alloc(DType::F32, len.max(1 << 16))?;
-        *c = Some((device.clone(), b.clone()));
-        Ok(b)
-    })
 }
 
 pub fn lambda_mass(

@@ -105,6 +105,9 @@ pub fn page_select(
     if nkv == 0 || n_ret > nkv || hd == 0 {
         return Err(err("page_select: bad head counts"));
     }
+    if hd % 4 != 0 {
+        return Err(err(format!("page_select: head_dim {hd} is not a multiple of 4 (wgpu reads 16-byte vectors)")));
+    }
     need(q, DType::F32, ns * nh * hd, "page_select q")?;
     need(kv.summary, DType::F32, u(p.num_pages) * n_ret * (ps / lp) * 2 * hd, "page_select summary")?;
     need(kv.head_map, DType::U32, nkv, "page_select head_map")?;
@@ -130,11 +133,11 @@ pub fn page_select(
         Bind(&m.page_indptr.buf),
         Bind(&m.page_table.buf),
         Bind(&select_mask.buf),
-        Bind(&keys),
+        Bind(&keys.buf),
     ];
     be.gpu().dispatch("page_select", None, bytes_of(p), &binds, grid(be, entries * n_ret))?;
     let binds = [
-        Bind(&keys),
+        Bind(&keys.buf),
         Bind(&kv.head_map.buf),
         Bind(&m.page_indptr.buf),
         Bind(&seq_slot.buf),
