@@ -12,8 +12,10 @@
 // scores are skipped by the max, as f32::max does; key 1 marks a page id outside the pool) to
 // keys[(page_indptr[s] + j) * n_ret + r]. page_select_topk then picks the best k per row.
 //
-// One thread per (page-table entry e, retrieval head r), e * n_ret + r = wg.x * 256 + lid +
-// wg.y * num_workgroups.x * 256; the entry's sequence is found by binary search in page_indptr.
+// Items (page-table entry e, retrieval head r), numbered e * n_ret + r, go 256 / gpt to a
+// workgroup (workgroup id wg.x + wg.y * num_workgroups.x), gpt = min(group, 64) threads per item,
+// each scoring some of the item's query heads; the item's key is their max (atomicMax in
+// workgroup memory, exact). The entry's sequence is found by binary search in page_indptr.
 // Entries of rows that are not selecting, or whose head/row data are out of range, are skipped.
 @group(0) @binding(0) var<uniform> p: PageSelectParams;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;        // head_dim % 4 == 0 (host checks)
@@ -32,61 +34,77 @@ fn f32_key(v: f32) -> u32 {
     return select(b ^ 0x80000000u, ~b, (b >> 31u) == 1u);
 }
 
-// Key of the page at page_table[e] for retrieval head r; q0 = first element of the head group's q.
-// Loads are 16-byte vectors; the sum still runs over c in order, one component at a time.
-fn page_key(e: u32, r: u32, q0: u32, group: u32) -> u32 {
-    let page = page_table[e];
-    if (page >= p.num_pages) { return 1u; }
+// Key of query head q0 / head_dim (one of the group) against the page at page_table[e], retrieval
+// head r: max over the page's logical pages. Loads are 16-byte vectors; the sum still runs over c
+// in order, one component at a time.
+fn head_key(page: u32, r: u32, q0: u32) -> u32 {
     let hv = p.head_dim / 4u;
     let lpp = p.page_size / p.logical_page;
+    let qb = q0 / 4u;
     var best = KEY_NEG_INF;
     for (var l = 0u; l < lpp; l = l + 1u) {
         let at = ((page * p.n_ret + r) * lpp + l) * 2u * hv;
-        for (var g = 0u; g < group; g = g + 1u) {
-            let qb = q0 / 4u + g * hv;
-            let q4 = q[qb];
-            let m = max(q4 * summary[at + hv], q4 * summary[at]);
-            var sc = m.x + m.y;
-            sc = sc + m.z;
-            sc = sc + m.w;
-            for (var c = 1u; c < hv; c = c + 1u) {
-                let qc = q[qb + c];
-                let t = max(qc * summary[at + hv + c], qc * summary[at + c]);
-                sc = sc + t.x;
-                sc = sc + t.y;
-                sc = sc + t.z;
-                sc = sc + t.w;
-            }
-            if (sc == sc) { best = max(best, f32_key(sc)); }
+        let q4 = q[qb];
+        let m = max(q4 * summary[at + hv], q4 * summary[at]);
+        var sc = m.x + m.y;
+        sc = sc + m.z;
+        sc = sc + m.w;
+        for (var c = 1u; c < hv; c = c + 1u) {
+            let qc = q[qb + c];
+            let t = max(qc * summary[at + hv + c], qc * summary[at + c]);
+            sc = sc + t.x;
+            sc = sc + t.y;
+            sc = sc + t.z;
+            sc = sc + t.w;
         }
+        if (sc == sc) { best = max(best, f32_key(sc)); }
     }
     return best;
 }
 
+// Per workgroup item (entry, head) the max key over its query heads.
+var<workgroup> item_key: array<atomic<u32>, 256>;
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let gi = (wg.x + wg.y * nwg.x) * 256u + lid.x;
+    let group = p.n_heads / p.n_kv_heads;
+    let gpt = clamp(group, 1u, 64u); // threads per item, each taking query heads g, g + gpt, ...
+    let ipw = 256u / gpt;            // items per workgroup
+    let li = lid.x / gpt;
+    let gt = lid.x % gpt;
+    let gi = (wg.x + wg.y * nwg.x) * ipw + li; // item = e * n_ret + r
     let ns = p.num_seqs;
     let e = gi / p.n_ret;
     let r = gi % p.n_ret;
-    if (e >= page_indptr[ns] || e >= arrayLength(&page_table)) { return; }
-    // The sequence owning entry e: the last s with page_indptr[s] <= e.
-    var lo = 0u;
-    var hi = ns;
-    while (hi - lo > 1u) {
-        let mid = (lo + hi) / 2u;
-        if (page_indptr[mid] <= e) { lo = mid; } else { hi = mid; }
+    var key = 0u; // 0: no key (ranks below every real key; only the max is kept)
+    var write = false;
+    if (li < ipw && e < page_indptr[ns] && e < arrayLength(&page_table) && gi < arrayLength(&keys)) {
+        // The sequence owning entry e: the last s with page_indptr[s] <= e.
+        var lo = 0u;
+        var hi = ns;
+        while (hi - lo > 1u) {
+            let mid = (lo + hi) / 2u;
+            if (page_indptr[mid] <= e) { lo = mid; } else { hi = mid; }
+        }
+        let s = lo;
+        var h = p.n_kv_heads;
+        for (var x = 0u; x < p.n_kv_heads; x = x + 1u) {
+            if (head_map[x] == r) { h = x; break; }
+        }
+        // A candidate (the newest page is not one) of a selecting row, with a retrieval head.
+        if (select_mask[s] != 0u && e >= page_indptr[s] && e + 1u < page_indptr[s + 1u] && h < p.n_kv_heads) {
+            write = gt == 0u;
+            let page = page_table[e];
+            if (page >= p.num_pages) {
+                key = 1u;
+            } else {
+                for (var g = gt; g < group; g = g + gpt) {
+                    key = max(key, head_key(page, r, (s * p.n_heads + h * group + g) * p.head_dim));
+                }
+            }
+        }
     }
-    let s = lo;
-    if (select_mask[s] == 0u) { return; }
-    let start = page_indptr[s];
-    let end = page_indptr[s + 1u];
-    if (e < start || e + 1u >= end) { return; } // not a candidate (the newest page is not one)
-    var h = p.n_kv_heads;
-    for (var x = 0u; x < p.n_kv_heads; x = x + 1u) {
-        if (head_map[x] == r) { h = x; break; }
-    }
-    if (h == p.n_kv_heads || gi >= arrayLength(&keys)) { return; }
-    let group = p.n_heads / p.n_kv_heads;
-    keys[gi] = page_key(e, r, (s * p.n_heads + h * group) * p.head_dim, group);
+    if (li < ipw) { atomicMax(&item_key[li], key); }
+    workgroupBarrier();
+    if (write) { keys[gi] = atomicLoad(&item_key[li]); }
 }

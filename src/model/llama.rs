@@ -292,6 +292,7 @@ impl<B: Backend> Llama<B> {
         mut hook: Option<LayerHook<B>>,
         argmax: bool,
     ) -> Result<(Vec<f32>, Vec<u32>)> {
+        let t_record = std::time::Instant::now();
         let c = &self.cfg;
         let (inv, attention_scaling) =
             self.inv_freq(seqs.iter().map(|s| s.cache.len + s.tokens.len()).max().unwrap_or(0));
@@ -352,6 +353,7 @@ impl<B: Backend> Llama<B> {
             be.matmul(&mm(n, h, ffn, false), &act, &l.w_down, None, &mut o)?;
         }
         let nl = m.n_logits;
+        tracing::trace!(record_us = t_record.elapsed().as_micros() as u64, "step recorded");
         let (mut out, mut ids) = (vec![], vec![]);
         if nl > 0 {
             be.add_rmsnorm(&norm, &mut x, &o, &self.norm, &mut xn)?;

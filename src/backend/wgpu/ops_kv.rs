@@ -13,8 +13,9 @@
 //!    It runs after 1 (wgpu orders dispatches), since threads of one dispatch cannot order writes.
 //!
 //! `page_select` is two dispatches:
-//! 1. `page_select`: one thread per (page-table entry, retrieval head) scores the page into a
-//!    scratch key buffer owned by the backend (`WgpuBackend::scratch`, grown on demand);
+//! 1. `page_select`: one to 64 threads per (page-table entry, retrieval head), one per query head of
+//!    the group, score the page into a scratch key buffer owned by the backend
+//!    (`WgpuBackend::scratch`, grown on demand);
 //! 2. `page_select_topk`: one workgroup per (sequence row, retrieval head) radix-selects the k-th
 //!    largest key and writes the picks in ascending page order. Any page count and any k work.
 //!
@@ -135,7 +136,8 @@ pub fn page_select(
         Bind(&select_mask.buf),
         Bind(&keys.buf),
     ];
-    be.gpu().dispatch("page_select", None, bytes_of(p), &binds, grid(be, entries * n_ret))?;
+    let per_wg = 256 / (nh / nkv).clamp(1, 64); // items per workgroup, as in the shader
+    be.gpu().dispatch("page_select", None, bytes_of(p), &binds, rows_grid(be, (entries * n_ret).div_ceil(per_wg)))?;
     let binds = [
         Bind(&keys.buf),
         Bind(&kv.head_map.buf),
