@@ -334,8 +334,15 @@ pub fn test_prefill_attention<B: Backend>(gpu: &B) {
 }
 
 pub fn test_decode_and_select<B: Backend>(gpu: &B) {
+    // head_dim 16 (half of a 32-dim K block) and 72 (two blocks and a partial third).
+    for hd in [16, 72] {
+        decode_and_select(gpu, hd);
+    }
+}
+
+fn decode_and_select<B: Backend>(gpu: &B, hd: usize) {
     let mut t = pair(gpu);
-    let (nh, hd, ps, lp) = (6, 16, 16, 4);
+    let (nh, ps, lp) = (6, 16, 4);
     let mut kv = kv_pair(&t, vec![false, true, false], ps, lp, hd);
     for _ in 0..8 {
         append(&mut t, &mut kv, 20, nh); // the 32-token ring wraps across calls, never within one
