@@ -21,8 +21,8 @@
 // Split i covers slots [i * per, (i + 1) * per), per = max(ceil(n_slots / n_splits), 128).
 //
 // Per chunk: thread t scores slot c0 + t for all 8 head lanes (vec4 pairs; qs rows of absent heads
-// and past head_dim are zero, so no lane needs a guard), its K row staged 32 dims at a time in
-// workgroup memory by coalesced 16-byte loads of the whole workgroup;
+// and past head_dim are zero, so no lane needs a guard), reading its K row 32 values at a time as
+// 16-byte vectors;
 // chunk max (16 partials); probabilities; P.V with thread (key group kg, dim lane dl) owning dims
 // dl and dl + 128 of every head, V read 16 keys at a time. Accumulators are vec4 registers (no
 // private arrays: loads are all issued before their first use).
@@ -50,7 +50,6 @@ const NONE: u32 = 0xffffffffu;
 var<workgroup> qs: array<vec4<f32>, 512>;  // [GMAX][hv] scaled queries, hv = ceil(hd / 32) * 8
 var<workgroup> sc: array<vec4<f32>, 256>;  // [key][2]: scores, then probabilities, heads 0-3 | 4-7
 var<workgroup> kb: array<u32, 128>;        // pool offset of each chunk key, NONE if masked/absent
-var<workgroup> kt: array<vec4<f32>, 1152>; // [key][9]: 32 dims of each chunk key's K row (+ pad)
 var<workgroup> red: array<vec4<f32>, 32>;  // [16][2] partial maxima / sums
 var<workgroup> nsel_w: atomic<u32>;
 var<workgroup> nsel_u: u32;
@@ -98,6 +97,12 @@ fn slot_offset(ls: List, slot: u32) -> u32 {
     let page = page_table[at];
     if (page >= p.num_pages) { return NONE; }
     return ((page * p.n_ret + ls.hi) * ps + off) * p.head_dim;
+}
+
+// Four K values of a row from element `i` (a multiple of 4), clamped to the row's last vector
+// `lim` (past head_dim the query is zero, so the clamped values add nothing).
+fn k4(i: u32, lim: u32) -> vec4<f32> {
+    return k_pool[min(i, lim) / 4u];
 }
 
 // Dot of head g's query (16 values from vec4 index c) with four K vec4s.
@@ -225,37 +230,27 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     var cB = vec4(0.0);
 
     for (var c0 = b; c0 < e; c0 = c0 + WG) {
-        // Scores of this thread's key. K is staged through workgroup memory 32 dims at a time:
-        // the workgroup loads the chunk's rows cooperatively (8 threads per 128-byte row segment,
-        // so loads are coalesced), then each thread dots its own row (padded to 9 vectors, so the
-        // 16-byte reads of consecutive rows fall in different banks).
+        // Scores of this thread's key, its row read 32 values at a time.
         var o = NONE;
         if (c0 + t < e) { o = slot_offset(ls, c0 + t); }
         kb[t] = o;
-        workgroupBarrier();
         var sA = vec4(0.0);
         var sB = vec4(0.0);
-        for (var c = 0u; c < hv; c = c + 8u) {
-            for (var i = t; i < 8u * WG; i = i + WG) {
-                let j = i / 8u;
-                let oj = kb[j];
-                var x = vec4(0.0);
-                if (oj != NONE) { x = k_pool[(oj + min((c + i % 8u) * 4u, hd - 4u)) / 4u]; }
-                kt[j * 9u + i % 8u] = x;
+        if (o != NONE) {
+            let lim = o + hd - 4u;
+            for (var c = 0u; c < hv; c = c + 8u) {
+                let i = o + c * 4u;
+                let x0 = k4(i, lim);
+                let x1 = k4(i + 4u, lim);
+                let x2 = k4(i + 8u, lim);
+                let x3 = k4(i + 12u, lim);
+                let x4 = k4(i + 16u, lim);
+                let x5 = k4(i + 20u, lim);
+                let x6 = k4(i + 24u, lim);
+                let x7 = k4(i + 28u, lim);
+                sA = sA + dots(0u, hv, c, x0, x1, x2, x3) + dots(0u, hv, c + 4u, x4, x5, x6, x7);
+                if (hi_heads) { sB = sB + dots(4u, hv, c, x0, x1, x2, x3) + dots(4u, hv, c + 4u, x4, x5, x6, x7); }
             }
-            workgroupBarrier();
-            let r0 = t * 9u;
-            let x0 = kt[r0];
-            let x1 = kt[r0 + 1u];
-            let x2 = kt[r0 + 2u];
-            let x3 = kt[r0 + 3u];
-            let x4 = kt[r0 + 4u];
-            let x5 = kt[r0 + 5u];
-            let x6 = kt[r0 + 6u];
-            let x7 = kt[r0 + 7u];
-            sA = sA + dots(0u, hv, c, x0, x1, x2, x3) + dots(0u, hv, c + 4u, x4, x5, x6, x7);
-            if (hi_heads) { sB = sB + dots(4u, hv, c, x0, x1, x2, x3) + dots(4u, hv, c + 4u, x4, x5, x6, x7); }
-            workgroupBarrier();
         }
         let valid = o != NONE;
         sc[2u * t] = select(vec4(NEG_INF), sA, valid);
