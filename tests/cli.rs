@@ -198,6 +198,15 @@ fn bad_flags_are_refused() {
     assert_fails(&lserve(&["generate", "--model", &m, "-p", "hi", "--device", "cuda:x"]), "not an adapter number");
     let out = lserve(&["generate", "--model", &m]);
     assert_eq!(out.status.code(), Some(2), "clap usage error");
+    #[cfg(feature = "wgpu")]
+    {
+        let out = Command::new(env!("CARGO_BIN_EXE_lserve"))
+            .args(["generate", "--model", &m, "-p", "hi", "--device", "wgpu"])
+            .env("LSERVE_WGPU_FEATURES", "f16,bogus")
+            .output()
+            .unwrap();
+        assert_fails(&out, "unknown feature `bogus`");
+    }
     let out = lserve(&["generate", "--model", &m, "-p", "hi", "--max-tokens", "-3"]);
     assert_eq!(out.status.code(), Some(2));
     assert_fails(&lserve(&["score", "--model", &m, "--file", "/nonexistent.txt"]), "reading --file");
