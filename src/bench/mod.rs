@@ -191,12 +191,17 @@ fn fill_cache<B: Backend>(be: &B, cache: &mut crate::kv::KvCache<B>, seed: u32) 
             [&mut store.k, &mut store.v, &mut store.summary, &mut store.sk, &mut store.sv].into_iter().enumerate()
         {
             let n = be.len(b) as u32;
+            let dtype = match be.dtype(b) {
+                DType::F16 => 1,
+                DType::BF16 => 2,
+                _ => 0,
+            };
             let p = FillRandomParams {
                 n,
                 seed: seed ^ (l * 8 + j) as u32,
                 scale: 1.0,
                 offset: 0.0,
-                dtype: 0,
+                dtype,
                 ..Default::default()
             };
             be.fill_random(&p, b)?;

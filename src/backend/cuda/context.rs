@@ -13,7 +13,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+};
 
 use super::kernels;
 use crate::backend::DType;
@@ -34,6 +36,7 @@ pub struct Mem {
 }
 
 pub struct Gpu {
+    #[allow(dead_code)] // the stream holds it too; kept for graph capture and attributes
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub blas: CudaBlas,
@@ -69,7 +72,9 @@ impl Gpu {
         kernels::nvrtc_version()?;
         // SAFETY: only tries to dlopen libcublas.
         if !unsafe { cudarc::cublas::sys::is_culib_present() } {
-            return Err(err("cuBLAS (libcublas.so) was not found; put the CUDA toolkit's lib directory on LD_LIBRARY_PATH"));
+            return Err(err(
+                "cuBLAS (libcublas.so) was not found; put the CUDA toolkit's lib directory on LD_LIBRARY_PATH",
+            ));
         }
         let ctx = CudaContext::new(ordinal).map_err(drv("creating the CUDA context"))?;
         // SAFETY: called before any buffer or stream exists; all work goes to one stream.
@@ -127,14 +132,25 @@ impl Gpu {
 
     /// Launch `stem::name` with the parameter struct, then device pointers, then u32 scalars
     /// (the argument order every kernel in cuda/ declares).
-    pub fn launch<P: DeviceRepr>(&self, stem: &'static str, name: &'static str, l: Launch, p: &P, ptrs: &[u64], scalars: &[u32]) -> Result<()> {
+    pub fn launch<P: DeviceRepr>(
+        &self,
+        stem: &'static str,
+        name: &'static str,
+        l: Launch,
+        p: &P,
+        ptrs: &[u64],
+        scalars: &[u32],
+    ) -> Result<()> {
         if l.grid.0 == 0 || l.grid.1 == 0 || l.grid.2 == 0 {
             return Ok(());
         }
         let f = self.func(stem, name)?;
         if l.smem > 48 * 1024 {
             if l.smem > self.smem_optin {
-                return Err(err(format!("{name}: needs {} bytes of shared memory, the device has {}", l.smem, self.smem_optin)));
+                return Err(err(format!(
+                    "{name}: needs {} bytes of shared memory, the device has {}",
+                    l.smem, self.smem_optin
+                )));
             }
             use cudarc::driver::sys::CUfunction_attribute as FA;
             f.set_attribute(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.smem as i32).map_err(drv(name))?;

@@ -198,19 +198,20 @@ pub fn sparse_decode_attention(
         out.ptr(),
         part,
     ];
-    let lens = [
-        meta.page_table.len as u32,
-        meta.ring_table.len as u32,
-        pages.selected.len as u32,
-        pages.counts.len as u32,
-    ];
+    let lens =
+        [meta.page_table.len as u32, meta.ring_table.len as u32, pages.selected.len as u32, pages.counts.len as u32];
     let gpu = be.gpu();
     gpu.launch("sparse_decode_attention", name, l, p, &ptrs, &lens)?;
     if splits > 1 {
         let l = Launch::new(((ns * nh) as u32, 1, 1), 128);
-        gpu.launch("sparse_decode_attention_merge", "sparse_decode_attention_merge", l, p, &[part, out.ptr()], &[
-            splits as u32,
-        ])?;
+        gpu.launch(
+            "sparse_decode_attention_merge",
+            "sparse_decode_attention_merge",
+            l,
+            p,
+            &[part, out.ptr()],
+            &[splits as u32],
+        )?;
     }
     Ok(())
 }
@@ -236,6 +237,14 @@ pub fn lambda_mass(
     need(out, DType::F32, n * nh, "lambda_mass out")?;
     let name = ["lambda_mass_f32", "lambda_mass_f16", "lambda_mass_bf16"][fidx(kv.k.dtype)];
     let l = Launch::new((n as u32, nh as u32, 1), 256);
-    let ptrs = [q.ptr(), kv.k.ptr(), kv.head_map.ptr(), meta.page_indptr.ptr(), meta.page_table.ptr(), meta.kv_len.ptr(), out.ptr()];
+    let ptrs = [
+        q.ptr(),
+        kv.k.ptr(),
+        kv.head_map.ptr(),
+        meta.page_indptr.ptr(),
+        meta.page_table.ptr(),
+        meta.kv_len.ptr(),
+        out.ptr(),
+    ];
     be.gpu().launch("lambda_mass", name, l, p, &ptrs, &[meta.page_table.len as u32])
 }

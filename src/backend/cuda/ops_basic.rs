@@ -10,7 +10,13 @@ fn u(x: u32) -> usize {
     x as usize
 }
 
-pub fn embed(be: &CudaBackend, p: &EmbedParams, table: &CudaBuffer, ids: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
+pub fn embed(
+    be: &CudaBackend,
+    p: &EmbedParams,
+    table: &CudaBuffer,
+    ids: &CudaBuffer,
+    out: &mut CudaBuffer,
+) -> Result<()> {
     let (n, d) = (u(p.n_tokens), u(p.dim));
     need_float(table, u(p.vocab) * d, "embed table")?;
     need(ids, DType::U32, n, "embed ids")?;

@@ -41,7 +41,9 @@ pub fn rope_append_kv(
     let (rlen, slen) = (u(p.num_pages) * n_ret * ps * hd, u(p.num_str_pages) * n_str * ps * hd);
     let kt = kv.k.dtype;
     need_float(kv.k, rlen, "k pool")?;
-    for (b, len, what) in [(&*kv.v, rlen, "v pool"), (&*kv.sk, slen, "streaming k pool"), (&*kv.sv, slen, "streaming v pool")] {
+    for (b, len, what) in
+        [(&*kv.v, rlen, "v pool"), (&*kv.sk, slen, "streaming k pool"), (&*kv.sv, slen, "streaming v pool")]
+    {
         need(b, kt, len, what)?;
     }
     need(kv.summary, DType::F32, u(p.num_pages) * n_ret * (ps / lp) * 2 * hd, "summary")?;

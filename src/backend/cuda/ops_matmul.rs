@@ -81,7 +81,14 @@ pub fn matmul(
         let mt = (m.next_power_of_two().trailing_zeros()) as usize;
         let names = if k.is_multiple_of(8) { &GEMV_VEC } else { &GEMV };
         let l = Launch::new((n.div_ceil(8) as u32, 1, 1), 256);
-        return be.gpu().launch("matmul", names[fidx(w.dtype)][mt], l, p, &[x.ptr(), w.ptr(), bias_ptr, out.ptr()], &[]);
+        return be.gpu().launch(
+            "matmul",
+            names[fidx(w.dtype)][mt],
+            l,
+            p,
+            &[x.ptr(), w.ptr(), bias_ptr, out.ptr()],
+            &[],
+        );
     }
     gemm(be, p, x, w, out)?;
     if bias_ptr != 0 {
