@@ -12,7 +12,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/lserve-gpu-out}
 mkdir -p "$OUT"
-B=.gpu
+B=${B:-.gpu}
 SHAPE=${SHAPE:-llama3-8b}
 CONTEXTS=${CONTEXTS:-4k,32k,128k}
 CUDA=${CUDA:-1}
@@ -40,6 +40,9 @@ if [ "$CUDA" = 1 ]; then
   timeout 300 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts "${CUDA_CONTEXTS:-4k,32k,128k,256k}" \
     --sparse both --repeats "${REPEATS:-10}" --prefill "${PREFILL:-4096}" --token-budget "${BUDGET:-4096}" \
     --out-dir "$OUT/bench_cuda" > "$OUT/bench_cuda.txt" 2>&1; c_bench=$?
+  # Per-kernel GPU times (CUDA events around every launch; the events add a little host time).
+  timeout 200 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts 4k,128k --sparse both --repeats 3 \
+    --profile --prefill 4096 --token-budget "${BUDGET:-4096}" > "$OUT/profile_cuda.txt" 2>&1
 fi
 
 if [ "$WGPU" = 1 ]; then
@@ -68,6 +71,8 @@ if [ "$CUDA" = 1 ]; then
   echo "== cuda e2e greedy vs CPU (rc $c_e2e): $(grep -E '^test result' "$OUT/e2e_cuda.txt")"
   grep -E "FAILED|panicked|diverge" "$OUT/e2e_cuda.txt" | head -10
   echo "== compute-sanitizer memcheck (rc $c_mem): $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.txt" | tail -1)"
+  echo "== cuda kernels at 4K and 128K (GPU event times):"
+  grep -E "calls|context|dense|sparse" "$OUT/profile_cuda.txt" | head -40
   echo "== cuda bench (rc $c_bench), $SHAPE:"
   cat "$OUT/bench_cuda.txt"
 fi

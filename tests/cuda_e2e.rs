@@ -30,7 +30,7 @@ fn config(sparse: bool, kv: &str) -> Config {
     c.cache.kv_dtype = kv.into();
     if sparse {
         c.sparse.enabled = true;
-        c.sparse.streaming_ratio = 0.5;
+        c.sparse.streaming_ratio = 0.0; // the streaming heads come from `synthetic_layout`
         c.sparse.sink_tokens = 4;
         c.sparse.local_tokens = 16;
         c.sparse.token_budget = 48;

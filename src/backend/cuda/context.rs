@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr,
 };
 
 use super::kernels;
@@ -50,6 +50,15 @@ pub struct Gpu {
     funcs: RefCell<HashMap<&'static str, CudaFunction>>,
     /// Named scratch buffers (decode partials, GEMM operand halves), grown on demand.
     scratch: RefCell<HashMap<&'static str, Mem>>,
+    /// Per-op GPU times while profiling is on (`Backend::set_profiling`).
+    profile: RefCell<Option<Profile>>,
+}
+
+/// Events around every launch (recorded on the stream), folded into per-op totals at each sync.
+#[derive(Default)]
+struct Profile {
+    pending: Vec<(&'static str, CudaEvent, CudaEvent)>,
+    totals: HashMap<&'static str, (u64, f64)>,
 }
 
 /// Whether the CUDA driver library can be loaded at all.
@@ -105,6 +114,7 @@ impl Gpu {
             modules,
             funcs: RefCell::new(HashMap::new()),
             scratch: RefCell::new(HashMap::new()),
+            profile: RefCell::new(None),
         })
     }
 
@@ -116,6 +126,11 @@ impl Gpu {
             use cudarc::driver::DevicePtr;
             slice.device_ptr(&self.stream).0
         };
+        // Zeroed like wgpu buffers, so nothing ever reads a previous allocation's data (the KV
+        // pools' unwritten slots compare equal to the CPU reference's zeros).
+        // SAFETY: ptr..ptr+len is this allocation.
+        unsafe { cudarc::driver::result::memset_d8_async(ptr, 0, slice.len(), self.stream.cu_stream()) }
+            .map_err(drv("zeroing an allocation"))?;
         Ok(Mem { slice, ptr })
     }
 
@@ -155,19 +170,61 @@ impl Gpu {
             use cudarc::driver::sys::CUfunction_attribute as FA;
             f.set_attribute(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.smem as i32).map_err(drv(name))?;
         }
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(p);
-        for x in ptrs {
-            b.arg(x);
+        let mut args: Vec<*mut std::ffi::c_void> = Vec::with_capacity(1 + ptrs.len() + scalars.len());
+        args.push(p as *const P as *mut _);
+        args.extend(ptrs.iter().map(|x| x as *const u64 as *mut _));
+        args.extend(scalars.iter().map(|x| x as *const u32 as *mut _));
+        self.timed(stem, || {
+            // SAFETY: the argument list matches the kernel's signature (param struct, pointers,
+            // u32 scalars, checked by the parity tests), every pointer was validated by the op
+            // against the element counts its params imply, and `args` outlives the call.
+            unsafe {
+                cudarc::driver::result::launch_kernel(
+                    f.cu_function(),
+                    l.grid,
+                    (l.block, 1, 1),
+                    l.smem,
+                    self.stream.cu_stream(),
+                    &mut args,
+                )
+            }
+            .map_err(drv(name))
+        })
+    }
+
+    /// Run `f` (which enqueues work), timed as op `op` when profiling.
+    pub fn timed<T>(&self, op: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if self.profile.borrow().is_none() {
+            return f();
         }
-        for x in scalars {
-            b.arg(x);
+        let ev = || self.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("event"));
+        let (a, b) = (ev()?, ev()?);
+        a.record(&self.stream).map_err(drv("event record"))?;
+        let r = f()?;
+        b.record(&self.stream).map_err(drv("event record"))?;
+        if let Some(p) = self.profile.borrow_mut().as_mut() {
+            p.pending.push((op, a, b));
         }
-        let cfg = LaunchConfig { grid_dim: l.grid, block_dim: (l.block, 1, 1), shared_mem_bytes: l.smem };
-        // SAFETY: the argument list matches the kernel's signature (param struct, pointers, u32
-        // scalars, checked by the parity tests) and every pointer was validated by the op against
-        // the element counts its params imply.
-        unsafe { b.launch(cfg) }.map(|_| ()).map_err(drv(name))
+        Ok(r)
+    }
+
+    pub fn set_profiling(&self, on: bool) -> Result<()> {
+        self.sync()?;
+        *self.profile.borrow_mut() = on.then(Profile::default);
+        Ok(())
+    }
+
+    /// (op, launches, GPU nanoseconds) since profiling started or was last taken.
+    pub fn take_profile(&self) -> Vec<(String, u64, f64)> {
+        if self.sync().is_err() {
+            return vec![];
+        }
+        let mut p = self.profile.borrow_mut();
+        let Some(p) = p.as_mut() else { return vec![] };
+        let mut out: Vec<(String, u64, f64)> =
+            std::mem::take(&mut p.totals).into_iter().map(|(k, (n, ns))| (k.to_string(), n, ns)).collect();
+        out.sort_by(|a, b| b.2.total_cmp(&a.2));
+        out
     }
 
     /// Device pointer of scratch buffer `key` with at least `bytes` bytes.
@@ -185,7 +242,16 @@ impl Gpu {
     }
 
     pub fn sync(&self) -> Result<()> {
-        self.stream.synchronize().map_err(drv("stream synchronize"))
+        self.stream.synchronize().map_err(drv("stream synchronize"))?;
+        if let Some(p) = self.profile.borrow_mut().as_mut() {
+            for (op, a, b) in p.pending.drain(..) {
+                let ms = a.elapsed_ms(&b).map_err(drv("event elapsed"))?;
+                let e = p.totals.entry(op).or_insert((0, 0.0));
+                e.0 += 1;
+                e.1 += ms as f64 * 1e6;
+            }
+        }
+        Ok(())
     }
 }
 

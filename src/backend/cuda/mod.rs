@@ -332,6 +332,14 @@ impl Backend for CudaBackend {
         ops_basic::fill_random(self, p, out)
     }
 
+    fn set_profiling(&self, on: bool) -> Result<()> {
+        self.gpu.set_profiling(on)
+    }
+
+    fn take_profile(&self) -> Vec<(String, u64, f64)> {
+        self.gpu.take_profile()
+    }
+
     fn argmax(&self, p: &ArgmaxParams, x: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
         ops_basic::argmax(self, p, x, out)
     }

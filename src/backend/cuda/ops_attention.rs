@@ -18,7 +18,7 @@ use crate::backend::*;
 use crate::error::Result;
 
 const MAX_HEAD_DIM: usize = 256;
-const KEYS_PER_SPLIT: usize = 512;
+const KEYS_PER_SPLIT: usize = 128;
 const MAX_SPLITS: usize = 256;
 const BLOCKS_PER_SM: usize = 16;
 /// Query heads of one KV head per decode block (G in the kernel).
@@ -203,7 +203,7 @@ pub fn sparse_decode_attention(
     let gpu = be.gpu();
     gpu.launch("sparse_decode_attention", name, l, p, &ptrs, &lens)?;
     if splits > 1 {
-        let l = Launch::new(((ns * nh) as u32, 1, 1), 128);
+        let l = Launch::new(((ns * nh) as u32, 1, 1), MAX_SPLITS as u32);
         gpu.launch(
             "sparse_decode_attention_merge",
             "sparse_decode_attention_merge",

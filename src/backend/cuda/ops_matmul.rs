@@ -90,7 +90,7 @@ pub fn matmul(
             &[],
         );
     }
-    gemm(be, p, x, w, out)?;
+    be.gpu().timed("matmul_cublas", || gemm(be, p, x, w, out))?;
     if bias_ptr != 0 {
         be.gpu().launch("matmul", "matmul_bias", Launch::elems(m * n), p, &[bias_ptr, out.ptr()], &[])?;
     }
