@@ -6,57 +6,80 @@
 // k_pages best (ties to the lower index) go ascending to
 // selected[(seq_slot[s] * n_ret + r) * sel_stride ..], their number to counts[seq_slot[s] * n_ret + r].
 //
-// Scores are packed as u64 keys (inverted order-preserving float bits << 32 | j) and sorted
-// ascending by a bitonic sort in dynamic shared memory of `np` entries (a power of two >= the
-// candidates, chosen by the host from the page table's length); the first k keys are the winners,
-// put in ascending page order by counting ranks. q of the group's heads is staged in shared memory
-// after the keys. Lengths of selected/counts/page_table come as arguments: nothing is read or
-// written outside them.
+// Two kernels. page_select_score: grid (np / 8, n_kv_heads, num_seqs), one warp per candidate
+// page, writes u64 keys (inverted order-preserving float bits << 32 | j; ~0 past the candidates)
+// to keys [num_seqs][n_kv_heads][np] (np a power of two >= the candidates, chosen by the host
+// from the page table's length). page_select: grid (n_kv_heads, num_seqs), sorts a row's keys
+// ascending by a bitonic sort in dynamic shared memory; the first k keys are the winners, put in
+// ascending page order by counting ranks. Lengths of selected/counts/page_table come as
+// arguments: nothing is read or written outside them.
 
 __device__ __forceinline__ u32 ordered(float f) {
     u32 b = __float_as_uint(f);
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-extern "C" __global__ void page_select(PageSelectParams p, const float* q, const float* summary, const u32* head_map,
-                                       const u32* page_indptr, const u32* page_table, const u32* seq_slot,
-                                       const u32* select_mask, u32* selected, u32* counts, u32 np,
-                                       u32 page_table_len, u32 selected_len, u32 counts_len) {
+#define PS_MAX_HD 256
+extern "C" __global__ void page_select_score(PageSelectParams p, const float* q, const float* summary,
+                                             const u32* head_map, const u32* page_indptr, const u32* page_table,
+                                             const u32* select_mask, u64* keys, u32 np, u32 page_table_len) {
+    __shared__ float qs[8 * PS_MAX_HD];
+    u32 kvh = blockIdx.y, s = blockIdx.z;
+    u32 hm = head_map[kvh];
+    if ((hm & STREAMING_BIT) || select_mask[s] == 0u) return;
+    u32 r = hm, hd = p.head_dim, group = p.n_heads / p.n_kv_heads, lpp = p.page_size / p.logical_page;
+    u32 gq = min(group, 8u);
+    for (u32 i = threadIdx.x; i < gq * hd; i += blockDim.x) qs[i] = q[((u64)s * p.n_heads + kvh * group) * hd + i];
+    __syncthreads();
+    u32 a = page_indptr[s], b = min(page_indptr[s + 1], page_table_len);
+    u32 n_pages = b > a ? b - a : 0;
+    u32 cand = min(n_pages > 0 ? n_pages - 1 : 0, np);
+    u32 lane = threadIdx.x & 31, j = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (j >= np) return;
+    u64* row = keys + ((u64)s * p.n_kv_heads + kvh) * np;
+    if (j >= cand) { if (lane == 0) row[j] = ~0ull; return; }
+    u32 page = page_table[a + j];
+    float best = -LS_INF;  // NaN scores are skipped, as f32::max does in the reference
+    if (page < p.num_pages) {
+        for (u32 l = 0; l < lpp; l++) {
+            const float* mn = summary + ((((u64)page * p.n_ret + r) * lpp + l) * 2) * hd;
+            const float* mx = mn + hd;
+            float lo[PS_MAX_HD / 32], hi[PS_MAX_HD / 32];
+#pragma unroll
+            for (int i = 0; i < PS_MAX_HD / 32; i++) {
+                u32 c = lane + 32 * i;
+                lo[i] = c < hd ? mn[c] : 0.0f;
+                hi[i] = c < hd ? mx[c] : 0.0f;
+            }
+            for (u32 g = 0; g < group; g++) {
+                const float* qg = g < gq ? qs + g * hd : q + ((u64)s * p.n_heads + kvh * group + g) * hd;
+                float acc = 0.0f;
+#pragma unroll
+                for (int i = 0; i < PS_MAX_HD / 32; i++) {
+                    u32 c = lane + 32 * i;
+                    if (c < hd) { float qc = qg[c]; acc += fmaxf(qc * hi[i], qc * lo[i]); }
+                }
+                best = fmaxf(best, warp_sum(acc));
+            }
+        }
+    }
+    if (lane == 0) row[j] = ((u64)(~ordered(best)) << 32) | j;
+}
+
+extern "C" __global__ void page_select(PageSelectParams p, const u32* head_map, const u32* page_indptr,
+                                       const u32* seq_slot, const u32* select_mask, const u64* keys_in,
+                                       u32* selected, u32* counts, u32 np, u32 page_table_len, u32 selected_len,
+                                       u32 counts_len) {
     extern __shared__ u64 keys[];
     u32 kvh = blockIdx.x, s = blockIdx.y;
     u32 hm = head_map[kvh];
     if ((hm & STREAMING_BIT) || select_mask[s] == 0u) return;
-    u32 r = hm, hd = p.head_dim, group = p.n_heads / p.n_kv_heads, lpp = p.page_size / p.logical_page;
-    float* qs = reinterpret_cast<float*>(keys + np);
-    for (u32 i = threadIdx.x; i < group * hd; i += blockDim.x)
-        qs[i] = q[((u64)s * p.n_heads + kvh * group) * hd + i];
-    u32 a = page_indptr[s], b = page_indptr[s + 1];
-    if (b > page_table_len) b = page_table_len;
+    u32 r = hm;
+    u32 a = page_indptr[s], b = min(page_indptr[s + 1], page_table_len);
     u32 n_pages = b > a ? b - a : 0;
-    u32 cand = n_pages > 0 ? n_pages - 1 : 0;
-    if (cand > np) cand = np;
-    __syncthreads();
-    u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (u32 j = warp; j < np; j += nw) {
-        if (j >= cand) { if (lane == 0) keys[j] = ~0ull; continue; }
-        u32 page = page_table[a + j];
-        float best = -LS_INF;  // NaN scores are skipped, as f32::max does in the reference
-        if (page < p.num_pages) {
-            for (u32 l = 0; l < lpp; l++) {
-                const float* mn = summary + ((((u64)page * p.n_ret + r) * lpp + l) * 2) * hd;
-                const float* mx = mn + hd;
-                for (u32 g = 0; g < group; g++) {
-                    float acc = 0.0f;
-                    for (u32 c = lane; c < hd; c += 32) {
-                        float qc = qs[g * hd + c];
-                        acc += fmaxf(qc * mx[c], qc * mn[c]);
-                    }
-                    best = fmaxf(best, warp_sum(acc));
-                }
-            }
-        }
-        if (lane == 0) keys[j] = ((u64)(~ordered(best)) << 32) | j;
-    }
+    u32 cand = min(n_pages > 0 ? n_pages - 1 : 0, np);
+    const u64* row = keys_in + ((u64)s * p.n_kv_heads + kvh) * np;
+    for (u32 i = threadIdx.x; i < np; i += blockDim.x) keys[i] = row[i];
     __syncthreads();
     for (u32 size = 2; size <= np; size <<= 1) {
         for (u32 stride = size >> 1; stride > 0; stride >>= 1) {

@@ -32,7 +32,7 @@ if [ "$CUDA" = 1 ]; then
   export LSERVE_REQUIRE_CUDA=1
   export LSERVE_CACHE=${LSERVE_CACHE:-/tmp/lserve-cache}
   "$B/lserve" devices > "$OUT/devices.txt" 2>&1
-  "$B/cuda" > "$OUT/cuda_compile.txt" 2>&1; c_compile=$?
+  if [ "${CUDA_COMPILE:-1}" = 1 ]; then "$B/cuda" > "$OUT/cuda_compile.txt" 2>&1; c_compile=$?; else c_compile=skipped; fi
   "$B/backend_parity" cuda:: > "$OUT/parity_cuda.txt" 2>&1; c_parity=$?
   "$B/cuda_e2e" > "$OUT/e2e_cuda.txt" 2>&1; c_e2e=$?
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/backend_parity" cuda:: --test-threads 1 \
@@ -43,6 +43,9 @@ if [ "$CUDA" = 1 ]; then
   # Per-kernel GPU times (CUDA events around every launch; the events add a little host time).
   timeout 200 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts 4k,128k --sparse both --repeats 3 \
     --profile --prefill 4096 --token-budget "${BUDGET:-4096}" > "$OUT/profile_cuda.txt" 2>&1
+  # A/B: the register-staged decode kernel (LSERVE_CUDA_DECODE=regs) at two lengths.
+  LSERVE_CUDA_DECODE=regs timeout 120 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts 4k,128k \
+    --sparse off --repeats 5 > "$OUT/bench_cuda_regs.txt" 2>&1
 fi
 
 if [ "$WGPU" = 1 ]; then
@@ -73,6 +76,8 @@ if [ "$CUDA" = 1 ]; then
   echo "== compute-sanitizer memcheck (rc $c_mem): $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.txt" | tail -1)"
   echo "== cuda kernels at 4K and 128K (GPU event times):"
   grep -E "calls|context|dense|sparse" "$OUT/profile_cuda.txt" | head -40
+  echo "== cuda decode kernel A/B, register-staged (LSERVE_CUDA_DECODE=regs), dense:"
+  grep -E "cuda" "$OUT/bench_cuda_regs.txt"
   echo "== cuda bench (rc $c_bench), $SHAPE:"
   cat "$OUT/bench_cuda.txt"
 fi

@@ -89,6 +89,9 @@ pub struct BenchRow {
     pub context: usize,
     pub decode_ms: f64,
     pub decode_ms_min: f64,
+    /// Mean over the measured steps: unlike the median it includes the page-selection steps
+    /// (one in `selector_interval`).
+    pub decode_ms_mean: f64,
     pub weight_bytes: u64,
     pub kv_bytes_read: u64,
     pub floor_ms: f64,
@@ -166,6 +169,7 @@ fn point<B: Backend>(
     let kv_bytes_read = reads.read / o.repeats.max(1) as u64 * kv_token_bytes;
     let floor_ms = (weight_bytes + kv_bytes_read) as f64 / (o.bandwidth_gbs * 1e9) * 1e3;
     let min = times.iter().copied().fold(f64::INFINITY, f64::min);
+    let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
     let row = BenchRow {
         backend,
         shape: shape_name.to_string(),
@@ -173,6 +177,7 @@ fn point<B: Backend>(
         context,
         decode_ms: median(&mut times),
         decode_ms_min: min,
+        decode_ms_mean: mean,
         weight_bytes,
         kv_bytes_read,
         floor_ms,
@@ -254,6 +259,7 @@ pub fn run<B: Backend>(
             context: o.prefill_tokens,
             decode_ms: 0.0,
             decode_ms_min: 0.0,
+            decode_ms_mean: 0.0,
             weight_bytes: 0,
             kv_bytes_read: 0,
             floor_ms: 0.0,

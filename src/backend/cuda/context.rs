@@ -13,9 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr,
-};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr};
 
 use super::kernels;
 use crate::backend::DType;
@@ -197,7 +195,8 @@ impl Gpu {
         if self.profile.borrow().is_none() {
             return f();
         }
-        let ev = || self.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("event"));
+        let ev =
+            || self.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("event"));
         let (a, b) = (ev()?, ev()?);
         a.record(&self.stream).map_err(drv("event record"))?;
         let r = f()?;

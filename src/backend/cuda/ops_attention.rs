@@ -142,6 +142,42 @@ const DECODE: [[&str; 4]; 3] = [
     ],
 ];
 
+const DECODE_REGS: [[&str; 4]; 3] = [
+    [
+        "sparse_decode_attention_regs_f32_g1",
+        "sparse_decode_attention_regs_f32_g2",
+        "sparse_decode_attention_regs_f32_g4",
+        "sparse_decode_attention_regs_f32_g8",
+    ],
+    [
+        "sparse_decode_attention_regs_f16_g1",
+        "sparse_decode_attention_regs_f16_g2",
+        "sparse_decode_attention_regs_f16_g4",
+        "sparse_decode_attention_regs_f16_g8",
+    ],
+    [
+        "sparse_decode_attention_regs_bf16_g1",
+        "sparse_decode_attention_regs_bf16_g2",
+        "sparse_decode_attention_regs_bf16_g4",
+        "sparse_decode_attention_regs_bf16_g8",
+    ],
+];
+
+/// Whether to run the register-staged decode kernel instead of the cp.async one (A/B only:
+/// `LSERVE_CUDA_DECODE=regs`; read once).
+fn decode_regs() -> bool {
+    static REGS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *REGS.get_or_init(|| std::env::var("LSERVE_CUDA_DECODE").is_ok_and(|v| v == "regs"))
+}
+
+/// Dynamic shared memory of the cp.async decode kernel (its layout: K/V stages [2][2][ck][row],
+/// valid [2][ck], scores [G][ck], q [G][hd], acc [G][hd]; ck as `sd2_chunk`).
+fn decode_smem(hd: usize, kv: DType, g: usize) -> usize {
+    let row = hd * kv.size();
+    let ck = (8192 / row).clamp(8, 64);
+    4 * ck * row + 2 * ck * 4 + g * ck * 4 + 2 * g * hd * 4
+}
+
 /// Splits per (sequence, KV head chunk) of a decode step (see the module docs).
 fn decode_splits(be: &CudaBackend, p: &AttentionParams, page_table_len: usize, head_chunks: usize) -> usize {
     let ps = u(p.page_size);
@@ -178,8 +214,15 @@ pub fn sparse_decode_attention(
     let head_chunks = group.div_ceil(g);
     let splits = decode_splits(be, p, meta.page_table.len, head_chunks);
     let part = if splits > 1 { be.gpu().scratch("decode_part", ns * nh * splits * (hd + 2) * 4)? } else { 0 };
-    let name = DECODE[fidx(kv.k.dtype)][g.trailing_zeros() as usize];
-    let l = Launch::new((splits as u32, (nkv * head_chunks) as u32, ns as u32), 128);
+    let (name, l) = if decode_regs() {
+        (
+            DECODE_REGS[fidx(kv.k.dtype)][g.trailing_zeros() as usize],
+            Launch::new((splits as u32, (nkv * head_chunks) as u32, ns as u32), 128),
+        )
+    } else {
+        let l = Launch::new((splits as u32, (nkv * head_chunks) as u32, ns as u32), 128);
+        (DECODE[fidx(kv.k.dtype)][g.trailing_zeros() as usize], l.smem(decode_smem(hd, kv.k.dtype, g)))
+    };
     let ptrs = [
         q.ptr(),
         kv.k.ptr(),

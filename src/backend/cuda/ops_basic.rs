@@ -38,7 +38,7 @@ pub fn rmsnorm(
     need(x, DType::F32, n, "rmsnorm x")?;
     need(w, DType::F32, u(p.dim), "rmsnorm w")?;
     need(out, DType::F32, n, "rmsnorm out")?;
-    let l = Launch::new((p.rows, 1, 1), 256);
+    let l = Launch::new((p.rows, 1, 1), 1024);
     match residual {
         None => be.gpu().launch("rmsnorm", "rmsnorm", l, p, &[x.ptr(), w.ptr(), out.ptr()], &[]),
         Some(r) => {

@@ -15,8 +15,8 @@ fn u(x: u32) -> usize {
     x as usize
 }
 
-/// Block size of page_select (and the bitonic sort's threads).
-const SELECT_THREADS: u32 = 512;
+/// Block size of the page_select sort (its bitonic sort's threads).
+const SELECT_THREADS: u32 = 1024;
 
 pub fn rope_append_kv(
     be: &CudaBackend,
@@ -103,21 +103,34 @@ pub fn page_select(
     if ns == 0 || p.n_ret == 0 {
         return Ok(());
     }
+    if hd > 256 {
+        return Err(err("page_select: head_dim above 256 is not supported"));
+    }
     let ptl = meta.page_table.len;
     let np = ptl.next_power_of_two().max(32);
-    let smem = np * 8 + (nh / nkv) * hd * 4;
-    let l = Launch::new((nkv as u32, ns as u32, 1), SELECT_THREADS).smem(smem);
+    let g = be.gpu();
+    let keys = g.scratch("page_select_keys", ns * nkv * np * 8)?;
+    let l = Launch::new(((np / 8) as u32, nkv as u32, ns as u32), 256);
     let ptrs = [
         q.ptr(),
         kv.summary.ptr(),
         kv.head_map.ptr(),
         meta.page_indptr.ptr(),
         meta.page_table.ptr(),
+        select_mask.ptr(),
+        keys,
+    ];
+    g.launch("page_select", "page_select_score", l, p, &ptrs, &[np as u32, ptl as u32])?;
+    let l = Launch::new((nkv as u32, ns as u32, 1), SELECT_THREADS).smem(np * 8);
+    let ptrs = [
+        kv.head_map.ptr(),
+        meta.page_indptr.ptr(),
         seq_slot.ptr(),
         select_mask.ptr(),
+        keys,
         out.selected.ptr(),
         out.counts.ptr(),
     ];
     let scalars = [np as u32, ptl as u32, out.selected.len as u32, out.counts.len as u32];
-    be.gpu().launch("page_select", "page_select", l, p, &ptrs, &scalars)
+    g.launch("page_select", "page_select", l, p, &ptrs, &scalars)
 }
