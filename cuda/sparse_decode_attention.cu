@@ -17,8 +17,8 @@
 // Two implementations with one contract. `sparse_decode_attention_<kv>_g<G>` (default) stages
 // chunks of CK keys of K and V into shared memory with cp.async (16-byte copies, two stages in
 // flight, no registers held by loads), scores (key, head) pairs from shared memory, updates the
-// online softmax per head once per chunk and accumulates P.V with one thread per dim (or per
-// (key group, dim) for head_dim < 128). `sparse_decode_attention_regs_<kv>_g<G>` (the first
+// online softmax per head once per chunk and accumulates P.V with one thread per dim pair and
+// key group (probabilities read as float4 of four keys). Empty splits only write (-inf, 0). `sparse_decode_attention_regs_<kv>_g<G>` (the first
 // version, kept for A/B with LSERVE_CUDA_DECODE=regs) loads into registers as follows.
 // Work split (regs): a key row is read by a sub-group of LPK = head_dim / 8 lanes, each lane one 16-byte
 // load (8 elements) of K and of V; a warp holds 32 / LPK sub-groups, each taking UNROLL keys per
@@ -279,7 +279,20 @@ __device__ __forceinline__ void smem8(const f16_t* p, float* o) {
 }
 
 // Keys per staged chunk for a row of `row_bytes` (the host computes the same for the smem size).
-__device__ __forceinline__ u32 sd2_chunk(u32 row_bytes) { return min(64u, max(8u, 8192u / row_bytes)); }
+__device__ __forceinline__ u32 sd2_chunk(u32 row_bytes) { return min(64u, max(8u, 8192u / row_bytes)) & ~7u; }
+
+// Two consecutive elements (a dim pair) from shared memory.
+__device__ __forceinline__ void ld2(const float* p, float& a, float& b) { float2 v = *reinterpret_cast<const float2*>(p); a = v.x; b = v.y; }
+__device__ __forceinline__ void ld2(const bf16_t* p, float& a, float& b) {
+    u32 w = *reinterpret_cast<const u32*>(p);
+    a = __uint_as_float(w << 16);
+    b = __uint_as_float(w & 0xffff0000u);
+}
+__device__ __forceinline__ void ld2(const f16_t* p, float& a, float& b) {
+    u32 w = *reinterpret_cast<const u32*>(p);
+    a = f16_to_f32((u16)(w & 0xffffu));
+    b = f16_to_f32((u16)(w >> 16));
+}
 
 template <typename KT, int G>
 __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk, const KT* sv,
@@ -351,6 +364,15 @@ __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, con
     u32 per = max((n_slots + n_splits - 1) / n_splits, 32u);
     u32 start = min(split * per, n_slots), end = min(start + per, n_slots);
     const u32 n_chunks = (end - start + ck - 1) / ck;
+    if (n_chunks == 0 && n_splits > 1) {
+        // An empty split only reports (m, l) = (-inf, 0); the merge skips it.
+        for (u32 g = t; g < ng; g += SD2_THREADS) {
+            float* pp = part + (((u64)s * nh + h0 + g) * n_splits + split) * (hd + 2);
+            pp[hd] = -LS_INF;
+            pp[hd + 1] = 0.0f;
+        }
+        return;
+    }
     const KT* kp = ls.streaming ? sk : k;
     const KT* vp = ls.streaming ? sv : v;
 
@@ -376,13 +398,16 @@ __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, con
     };
     if (n_chunks > 0) stage(0, 0);
     if (n_chunks > 1) stage(1, 1);
-    // P.V mapping: kg key groups x hd dims (head_dim < 128), or one key group, dims t and t + 128.
-    const u32 kgs = hd >= SD2_THREADS ? 1 : SD2_THREADS / hd;
-    const u32 kg = t / hd < kgs ? t / hd : 0, d0 = hd >= SD2_THREADS ? t : t % hd;
-    const bool pv_on = hd >= SD2_THREADS || t < kgs * hd;
-    float acc[G][2];
+    // P.V mapping: a thread owns dim pair dp0 (and dp0 + 128 when head_dim is 256) of every head,
+    // for key group kg of kgs; groups take 4-key slices round-robin so probabilities load as float4.
+    const u32 pairs = hd / 2;
+    const u32 kgs = pairs >= SD2_THREADS ? 1 : SD2_THREADS / pairs;
+    const u32 kg = pairs >= SD2_THREADS ? 0 : t / pairs, dp0 = pairs >= SD2_THREADS ? t : t % pairs;
+    const bool pv_on = pairs >= SD2_THREADS || t < kgs * pairs;
+    const bool two = dp0 + SD2_THREADS < pairs;
+    float acc[G][4];
 #pragma unroll
-    for (int g = 0; g < G; g++) acc[g][0] = acc[g][1] = 0.0f;
+    for (int g = 0; g < G; g++) acc[g][0] = acc[g][1] = acc[g][2] = acc[g][3] = 0.0f;
     for (u32 c = 0; c < n_chunks; c++) {
         u32 st = c & 1;
         if (c + 1 < n_chunks) cp_async_wait<1>(); else cp_async_wait<0>();
@@ -440,15 +465,30 @@ __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, con
         if (pv_on) {
             const KT* vs = VS(st);
 #pragma unroll
-            for (int g = 0; g < G; g++) { float cr = sm_corr[g]; acc[g][0] *= cr; acc[g][1] *= cr; }
-            for (u32 j = kg; j < ck; j += kgs) {
-                float v0 = to_f32(vs[j * hd + d0]);
-                float v1 = d0 + SD2_THREADS < hd ? to_f32(vs[j * hd + d0 + SD2_THREADS]) : 0.0f;
+            for (int g = 0; g < G; g++) {
+                float cr = sm_corr[g];
+                acc[g][0] *= cr; acc[g][1] *= cr; acc[g][2] *= cr; acc[g][3] *= cr;
+            }
+            for (u32 jg = kg; jg < ck / 4; jg += kgs) {
+                u32 j = jg * 4;
+                float va[4][2], vb[4][2];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    ld2(vs + (j + u) * hd + 2 * dp0, va[u][0], va[u][1]);
+                    if (two) ld2(vs + (j + u) * hd + 2 * (dp0 + SD2_THREADS), vb[u][0], vb[u][1]);
+                    else vb[u][0] = vb[u][1] = 0.0f;
+                }
 #pragma unroll
                 for (int g = 0; g < G; g++) {
-                    float pr = sc[g * ck + j];
-                    acc[g][0] += pr * v0;
-                    acc[g][1] += pr * v1;
+                    float4 p4 = *reinterpret_cast<const float4*>(sc + g * ck + j);
+                    float pr[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        acc[g][0] += pr[u] * va[u][0];
+                        acc[g][1] += pr[u] * va[u][1];
+                        acc[g][2] += pr[u] * vb[u][0];
+                        acc[g][3] += pr[u] * vb[u][1];
+                    }
                 }
             }
         }
@@ -459,8 +499,12 @@ __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, con
     if (pv_on) {
 #pragma unroll
         for (int g = 0; g < G; g++) {
-            atomicAdd(&acc_s[g * hd + d0], acc[g][0]);
-            if (d0 + SD2_THREADS < hd) atomicAdd(&acc_s[g * hd + d0 + SD2_THREADS], acc[g][1]);
+            atomicAdd(&acc_s[g * hd + 2 * dp0], acc[g][0]);
+            atomicAdd(&acc_s[g * hd + 2 * dp0 + 1], acc[g][1]);
+            if (two) {
+                atomicAdd(&acc_s[g * hd + 2 * (dp0 + SD2_THREADS)], acc[g][2]);
+                atomicAdd(&acc_s[g * hd + 2 * (dp0 + SD2_THREADS) + 1], acc[g][3]);
+            }
         }
     }
     __syncthreads();

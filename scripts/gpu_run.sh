@@ -33,18 +33,18 @@ if [ "$CUDA" = 1 ]; then
   export LSERVE_CACHE=${LSERVE_CACHE:-/tmp/lserve-cache}
   "$B/lserve" devices > "$OUT/devices.txt" 2>&1
   if [ "${CUDA_COMPILE:-1}" = 1 ]; then "$B/cuda" > "$OUT/cuda_compile.txt" 2>&1; c_compile=$?; else c_compile=skipped; fi
-  "$B/backend_parity" cuda:: > "$OUT/parity_cuda.txt" 2>&1; c_parity=$?
+  "$B/backend_parity" ${PARITY_FILTER:-cuda::} > "$OUT/parity_cuda.txt" 2>&1; c_parity=$?
   "$B/cuda_e2e" > "$OUT/e2e_cuda.txt" 2>&1; c_e2e=$?
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/backend_parity" cuda:: --test-threads 1 \
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/backend_parity" ${MEMCHECK_FILTER:-cuda::} --test-threads 1 \
     > "$OUT/memcheck.txt" 2>&1; c_mem=$?
   timeout 300 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts "${CUDA_CONTEXTS:-4k,32k,128k,256k}" \
     --sparse both --repeats "${REPEATS:-10}" --prefill "${PREFILL:-4096}" --token-budget "${BUDGET:-4096}" \
     --out-dir "$OUT/bench_cuda" > "$OUT/bench_cuda.txt" 2>&1; c_bench=$?
   # Per-kernel GPU times (CUDA events around every launch; the events add a little host time).
-  timeout 200 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts 4k,128k --sparse both --repeats 3 \
+  [ "${PROFILE:-1}" = 1 ] && timeout 200 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts 4k,128k --sparse both --repeats 3 \
     --profile --prefill 4096 --token-budget "${BUDGET:-4096}" > "$OUT/profile_cuda.txt" 2>&1
   # A/B: the register-staged decode kernel (LSERVE_CUDA_DECODE=regs) at two lengths.
-  LSERVE_CUDA_DECODE=regs timeout 120 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts 4k,128k \
+  [ "${AB:-1}" = 1 ] && LSERVE_CUDA_DECODE=regs timeout 120 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts 4k,128k \
     --sparse off --repeats 5 > "$OUT/bench_cuda_regs.txt" 2>&1
 fi
 

@@ -20,7 +20,9 @@ use crate::error::Result;
 const MAX_HEAD_DIM: usize = 256;
 const KEYS_PER_SPLIT: usize = 128;
 const MAX_SPLITS: usize = 256;
-const BLOCKS_PER_SM: usize = 16;
+/// About one wave of the cp.async decode kernel (6 blocks of 128 threads fit an H100/H200 SM by
+/// shared memory): longer splits amortise each block's setup and keep the merge small.
+const BLOCKS_PER_SM: usize = 6;
 /// Query heads of one KV head per decode block (G in the kernel).
 const DECODE_HEADS: usize = 8;
 /// Query rows per prefill tile (PF_TQ in the kernel).
@@ -174,7 +176,7 @@ fn decode_regs() -> bool {
 /// valid [2][ck], scores [G][ck], q [G][hd], acc [G][hd]; ck as `sd2_chunk`).
 fn decode_smem(hd: usize, kv: DType, g: usize) -> usize {
     let row = hd * kv.size();
-    let ck = (8192 / row).clamp(8, 64);
+    let ck = (8192 / row).clamp(8, 64) & !7;
     4 * ck * row + 2 * ck * 4 + g * ck * 4 + 2 * g * hd * 4
 }
 
@@ -246,7 +248,7 @@ pub fn sparse_decode_attention(
     let gpu = be.gpu();
     gpu.launch("sparse_decode_attention", name, l, p, &ptrs, &lens)?;
     if splits > 1 {
-        let l = Launch::new(((ns * nh) as u32, 1, 1), MAX_SPLITS as u32);
+        let l = Launch::new(((ns * nh) as u32, hd.div_ceil(32) as u32, 1), 256);
         gpu.launch(
             "sparse_decode_attention_merge",
             "sparse_decode_attention_merge",
