@@ -44,6 +44,9 @@ if [ "$CUDA" = 1 ]; then
   [ "${PROFILE:-1}" = 1 ] && timeout 200 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts 4k,128k --sparse both --repeats 3 \
     --profile --prefill 4096 --token-budget "${BUDGET:-4096}" > "$OUT/profile_cuda.txt" 2>&1
   # A/B: the register-staged decode kernel (LSERVE_CUDA_DECODE=regs) at two lengths.
+  # PyTorch dense reference (SDPA attention, CUDA-graph step) for the same shape, when torch exists.
+  [ "${TORCH:-1}" = 1 ] && python3 -c "import torch" 2>/dev/null && timeout 200 python3 "${TORCH_SCRIPT:-scripts/torch_decode_bench.py}" \
+    --shape "$SHAPE" --contexts "${TORCH_CONTEXTS:-4096,32768,131072}" --csv "$OUT/torch.csv" > "$OUT/torch.txt" 2>&1
   [ "${AB:-1}" = 1 ] && LSERVE_CUDA_DECODE=regs timeout 120 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts 4k,128k \
     --sparse off --repeats 5 > "$OUT/bench_cuda_regs.txt" 2>&1
 fi
@@ -78,6 +81,7 @@ if [ "$CUDA" = 1 ]; then
   grep -E "calls|context|dense|sparse" "$OUT/profile_cuda.txt" | head -40
   echo "== cuda decode kernel A/B, register-staged (LSERVE_CUDA_DECODE=regs), dense:"
   grep -E "cuda" "$OUT/bench_cuda_regs.txt"
+  [ -f "$OUT/torch.txt" ] && echo "== PyTorch dense reference:" && cat "$OUT/torch.txt"
   echo "== cuda bench (rc $c_bench), $SHAPE:"
   cat "$OUT/bench_cuda.txt"
 fi
