@@ -4,6 +4,7 @@
 //!
 //! wgpu: runs on whatever adapter is found (Mesa's lavapipe in CI). Without an adapter the wgpu
 //! tests are skipped, unless LSERVE_REQUIRE_WGPU=1, which makes them fail instead (CI sets it).
+//! cuda: runs on CUDA device 0; skipped without one unless LSERVE_REQUIRE_CUDA=1 (scripts/gpu_run.sh).
 
 mod common;
 
@@ -16,6 +17,21 @@ use lserve::kv::{CacheShape, HeadLayout, KvCache, SeqPages};
 const TOL_ELEMENTWISE: f32 = 1e-5;
 const TOL_REDUCTION: f32 = 1e-4;
 const TOL_ATTENTION: f32 = 2e-4;
+/// With a 16-bit KV cache on the backend (the CPU keeps f32): stored keys/values are rounded, so
+/// pools compare within the dtype's rounding and attention outputs within its effect.
+const TOL_KV_BF16: f32 = 4e-3;
+const TOL_KV_F16: f32 = 5e-4;
+const TOL_ATTENTION_KV_BF16: f32 = 3e-2;
+const TOL_ATTENTION_KV_F16: f32 = 5e-3;
+
+/// (pool, attention) tolerances for a backend KV dtype.
+fn kv_tols(kvd: DType) -> (f32, f32) {
+    match kvd {
+        DType::BF16 => (TOL_KV_BF16, TOL_ATTENTION_KV_BF16),
+        DType::F16 => (TOL_KV_F16, TOL_ATTENTION_KV_F16),
+        _ => (TOL_ELEMENTWISE, TOL_ATTENTION),
+    }
+}
 
 pub fn close(name: &str, got: &[f32], want: &[f32], tol: f32) {
     assert_eq!(got.len(), want.len(), "{name}: lengths");
@@ -186,7 +202,13 @@ pub struct KvPair<B: Backend> {
     pub seq: SeqPages,
 }
 
-pub fn kv_pair<B: Backend>(t: &Pair<B>, streaming: Vec<bool>, ps: usize, lp: usize, hd: usize) -> KvPair<B> {
+/// The backend's cache stores `kvd`; the CPU's f32.
+pub fn kv_pair<B: Backend>(
+    t: &Pair<B>,
+    streaming: Vec<bool>,
+    (ps, lp, hd): (usize, usize, usize),
+    kvd: DType,
+) -> KvPair<B> {
     let shape = CacheShape {
         num_layers: 1,
         n_kv_heads: streaming.len(),
@@ -201,7 +223,7 @@ pub fn kv_pair<B: Backend>(t: &Pair<B>, streaming: Vec<bool>, ps: usize, lp: usi
         layout: HeadLayout { streaming: vec![streaming] },
         kv_dtype: DType::F32,
     };
-    let mut gpu = KvCache::new(t.gpu, shape.clone()).unwrap();
+    let mut gpu = KvCache::new(t.gpu, CacheShape { kv_dtype: kvd, ..shape.clone() }).unwrap();
     let mut cpu = KvCache::new(&t.cpu, shape).unwrap();
     let _ = (gpu.admit().unwrap(), cpu.admit().unwrap()); // slot 0 taken by another sequence
     let seq = gpu.admit().unwrap();
@@ -243,15 +265,22 @@ pub fn append<B: Backend>(
     q
 }
 
+fn download_u32_all<B: Backend>(be: &B, b: &B::Buffer) -> Vec<u32> {
+    be.download_u32(b, 0, be.len(b)).unwrap()
+}
+
 fn download_pool<B: Backend>(be: &B, b: &B::Buffer) -> Vec<f32> {
     be.download_f32(b, 0, be.len(b)).unwrap()
 }
 
 pub fn test_rope_append_kv<B: Backend>(gpu: &B) {
     let mut t = pair(gpu);
-    for (ps, lp) in [(16, 4), (32, 32)] {
+    for ((ps, lp), kvd) in
+        [(16, 4), (32, 32)].into_iter().flat_map(|g| gpu.caps().kv_dtypes.clone().into_iter().map(move |d| (g, d)))
+    {
         let (nh, hd) = (6, 16);
-        let mut kv = kv_pair(&t, vec![false, true, false], ps, lp, hd);
+        let (tol_pool, _) = kv_tols(kvd);
+        let mut kv = kv_pair(&t, vec![false, true, false], (ps, lp, hd), kvd);
         // The ring holds 32 tokens, 4 of them sink: chunks of up to 28 never wrap onto themselves.
         for n in [5, 17, 1, 25, 28] {
             let q = append(&mut t, &mut kv, n, nh);
@@ -260,10 +289,10 @@ pub fn test_rope_append_kv<B: Backend>(gpu: &B) {
         let (g, c) = (&kv.gpu.layers[0], &kv.cpu.layers[0]);
         for (name, gb, cb) in [("k", &g.k, &c.k), ("v", &g.v, &c.v), ("sk", &g.sk, &c.sk), ("sv", &g.sv, &c.sv)] {
             close(
-                &format!("rope_append_kv {name} pool"),
+                &format!("rope_append_kv {name} pool ({kvd:?})"),
                 &download_pool(t.gpu, gb),
                 &download_pool(&t.cpu, cb),
-                TOL_ELEMENTWISE,
+                tol_pool,
             );
         }
         // Summaries of logical pages that hold tokens (the rest are never read).
@@ -273,7 +302,7 @@ pub fn test_rope_append_kv<B: Backend>(gpu: &B) {
             let page = kv.seq.pages[lpage * lp / ps] as usize;
             for r in 0..2 {
                 let at = ((page * 2 + r) * lpp + (lpage * lp % ps) / lp) * hd2;
-                close("rope_append_kv summary", &gs[at..at + hd2], &cs[at..at + hd2], TOL_ELEMENTWISE);
+                close("rope_append_kv summary", &gs[at..at + hd2], &cs[at..at + hd2], tol_pool);
             }
         }
     }
@@ -313,11 +342,13 @@ fn attn_params<B: Backend>(kv: &KvPair<B>, n_tokens: usize, nh: usize, window: u
 
 pub fn test_prefill_attention<B: Backend>(gpu: &B) {
     let mut t = pair(gpu);
-    for (window, streaming) in
-        [(0, vec![false, true, false]), (9, vec![false, false, false]), (0, vec![true, true, true])]
+    let cases = [(0, vec![false, true, false]), (9, vec![false, false, false]), (0, vec![true, true, true])];
+    for ((window, streaming), kvd) in
+        cases.into_iter().flat_map(|c| gpu.caps().kv_dtypes.clone().into_iter().map(move |d| (c.clone(), d)))
     {
         let (nh, hd) = (6, 16);
-        let mut kv = kv_pair(&t, streaming, 16, 4, hd);
+        let (_, tol) = kv_tols(kvd);
+        let mut kv = kv_pair(&t, streaming, (16, 4, hd), kvd);
         append(&mut t, &mut kv, 20, nh);
         let n = 13; // a second chunk attends over the first and itself
         let q = append(&mut t, &mut kv, n, nh);
@@ -329,21 +360,27 @@ pub fn test_prefill_attention<B: Backend>(gpu: &B) {
         let mc = PagedMeta { page_indptr: &m[0].1, page_table: &m[1].1, kv_len: &m[2].1, ring_table: &m[3].1 };
         t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, &mut out.0).unwrap();
         t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, &mut out.1).unwrap();
-        t.check(&format!("prefill_attention window {window}"), &out, n * nh * hd, TOL_ATTENTION);
+        t.check(&format!("prefill_attention window {window} kv {kvd:?}"), &out, n * nh * hd, tol);
     }
 }
 
 pub fn test_decode_and_select<B: Backend>(gpu: &B) {
-    // head_dim 16 (half of a 32-dim K block) and 72 (two blocks and a partial third).
-    for hd in [16, 72] {
-        decode_and_select(gpu, hd);
+    // head_dim 16 (half of a 32-dim K block in the wgpu kernel) and 72 (two blocks and a partial
+    // third), for every KV dtype the backend stores.
+    for kvd in gpu.caps().kv_dtypes.clone() {
+        for hd in [16, 72] {
+            decode_and_select(gpu, kvd, hd);
+        }
     }
 }
 
-fn decode_and_select<B: Backend>(gpu: &B, hd: usize) {
+/// With a 16-bit backend KV the page summaries differ by rounding, so the selections may too:
+/// the CPU's selection is copied to the backend before decode is compared.
+fn decode_and_select<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
     let mut t = pair(gpu);
     let (nh, ps, lp) = (6, 16, 4);
-    let mut kv = kv_pair(&t, vec![false, true, false], ps, lp, hd);
+    let (_, tol) = kv_tols(kvd);
+    let mut kv = kv_pair(&t, vec![false, true, false], (ps, lp, hd), kvd);
     for _ in 0..8 {
         append(&mut t, &mut kv, 20, nh); // the 32-token ring wraps across calls, never within one
     }
@@ -380,9 +417,15 @@ fn decode_and_select<B: Backend>(gpu: &B, hd: usize) {
         let (gc, cc) =
             (t.gpu.download_u32(&g.counts, base, 2).unwrap(), t.cpu.download_u32(&c.counts, base, 2).unwrap());
         assert_eq!(gc, cc, "page_select counts");
-        for r in 0..2 {
-            let k = cc[r] as usize;
-            assert_eq!(gs[r * 6..r * 6 + k], cs[r * 6..r * 6 + k], "page_select head {r}");
+        if kvd == DType::F32 {
+            for r in 0..2 {
+                let k = cc[r] as usize;
+                assert_eq!(gs[r * 6..r * 6 + k], cs[r * 6..r * 6 + k], "page_select head {r}");
+            }
+        } else {
+            let (sel, cnt) = (download_u32_all(&t.cpu, &c.selected), download_u32_all(&t.cpu, &c.counts));
+            t.gpu.write_u32(&mut g.selected, &sel).unwrap();
+            t.gpu.write_u32(&mut g.counts, &cnt).unwrap();
         }
     }
     for tail in [0u32, (kv.seq.pages.len() - 1) as u32, 3] {
@@ -393,14 +436,21 @@ fn decode_and_select<B: Backend>(gpu: &B, hd: usize) {
         let mut out = t.out(nh * hd);
         t.gpu.sparse_decode_attention(&ap, &q.0, g.view(), &mg, &hg, &mut out.0).unwrap();
         t.cpu.sparse_decode_attention(&ap, &q.1, c.view(), &mc, &hc, &mut out.1).unwrap();
-        t.check(&format!("sparse_decode_attention tail {tail}"), &out, nh * hd, TOL_ATTENTION);
+        t.check(&format!("sparse_decode_attention tail {tail} kv {kvd:?}"), &out, nh * hd, tol);
     }
 }
 
 pub fn test_lambda_mass<B: Backend>(gpu: &B) {
+    for kvd in gpu.caps().kv_dtypes.clone() {
+        lambda_mass(gpu, kvd);
+    }
+}
+
+fn lambda_mass<B: Backend>(gpu: &B, kvd: DType) {
     let mut t = pair(gpu);
     let (nh, hd) = (6, 16);
-    let mut kv = kv_pair(&t, vec![false, false, false], 16, 4, hd);
+    let (_, tol) = kv_tols(kvd);
+    let mut kv = kv_pair(&t, vec![false, false, false], (16, 4, hd), kvd);
     append(&mut t, &mut kv, 60, nh);
     let n = 25;
     let q = append(&mut t, &mut kv, n, nh);
@@ -422,7 +472,7 @@ pub fn test_lambda_mass<B: Backend>(gpu: &B) {
     let mut out = t.out(n * nh);
     t.gpu.lambda_mass(&p, &q.0, kv.gpu.layers[0].view(), &mg, &mut out.0).unwrap();
     t.cpu.lambda_mass(&p, &q.1, kv.cpu.layers[0].view(), &mc, &mut out.1).unwrap();
-    t.check("lambda_mass", &out, n * nh, TOL_ATTENTION);
+    t.check(&format!("lambda_mass kv {kvd:?}"), &out, n * nh, tol);
 }
 
 macro_rules! parity_tests {
@@ -566,6 +616,9 @@ pub fn test_page_select_many<B: Backend>(gpu: &B) {
     assert_eq!(want[3 * n_ret..], [u32::MAX; 2], "the row not selecting is untouched");
     t.check_u32("page_select selected", &sel, 4 * n_ret * sel_stride);
 }
+
+#[cfg(feature = "cuda")]
+parity_tests!(cuda, crate::common::cuda_backend());
 
 pub fn test_fill_random<B: Backend>(gpu: &B) {
     let t = pair(gpu);

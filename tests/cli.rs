@@ -196,6 +196,12 @@ fn bad_flags_are_refused() {
     assert_fails(&lserve(&["generate", "--model", &m, "-p", "hi", "--top-p", "0"]), "top_p");
     assert_fails(&lserve(&["generate", "--model", &m, "-p", "hi", "--device", "tpu"]), "--device tpu");
     assert_fails(&lserve(&["generate", "--model", &m, "-p", "hi", "--device", "cuda:x"]), "not an adapter number");
+    #[cfg(feature = "cuda")]
+    if !lserve::backend::cuda::driver_present() {
+        // No driver here: --device cuda is a clear error, not a panic.
+        assert_fails(&lserve(&["generate", "--model", &m, "-p", "hi", "--device", "cuda"]), "no CUDA driver");
+        assert_fails(&lserve(&["bench", "--device", "cuda", "--shape", "smollm2-135m"]), "no CUDA driver");
+    }
     let out = lserve(&["generate", "--model", &m]);
     assert_eq!(out.status.code(), Some(2), "clap usage error");
     #[cfg(feature = "wgpu")]

@@ -14,6 +14,8 @@
 //!   one of `caps().kv_dtypes`. The engine asks before planning, never by catching a failure.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod params;
 pub mod probe;
 #[cfg(feature = "wgpu")]

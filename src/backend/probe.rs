@@ -81,11 +81,20 @@ fn probe_cuda() -> Vec<String> {
                 let name = ctx.name().unwrap_or_default();
                 let (ma, mi) = ctx.compute_capability().unwrap_or((0, 0));
                 let mem = ctx.total_mem().unwrap_or(0) >> 20;
-                format!("cuda:{i}  {name} (sm_{ma}{mi}, {mem} MiB) — kernels land with the CUDA backend issue")
+                format!("cuda:{i}  {name} (sm_{ma}{mi}, {mem} MiB)")
             }
             Err(e) => format!("cuda:{i}  error: {e}"),
         })
         .collect()
+}
+
+/// CUDA devices usable through the driver (0 without a driver; never panics).
+#[cfg(feature = "cuda")]
+pub fn cuda_device_count() -> usize {
+    if !super::cuda::driver_present() {
+        return 0;
+    }
+    cudarc::driver::CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
 }
 
 /// Index of the first wgpu adapter that is real hardware (not a CPU emulation), if any.

@@ -9,6 +9,8 @@
 //! bytes the step must read (weights + the KV the attention reads) and the floor those bytes imply
 //! at `bandwidth_gbs`.
 
+pub mod plot;
+
 use serde::Serialize;
 
 use crate::backend::{Backend, DType, FillRandomParams};
@@ -66,6 +68,8 @@ pub fn shape(name: &str) -> Result<ModelConfig> {
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
     pub contexts: Vec<usize>,
+    /// Sequences decoded together per step (each holding `context` tokens).
+    pub batches: Vec<usize>,
     pub sparse: Vec<bool>,
     pub config: Config,
     pub streaming_ratio: f32,
@@ -87,8 +91,13 @@ pub struct BenchRow {
     pub shape: String,
     pub mode: String,
     pub context: usize,
+    /// Sequences per decode step; times and bytes are per step (all sequences).
+    pub batch: usize,
     pub decode_ms: f64,
     pub decode_ms_min: f64,
+    /// Mean over the measured steps: unlike the median it includes the page-selection steps
+    /// (one in `selector_interval`).
+    pub decode_ms_mean: f64,
     pub weight_bytes: u64,
     pub kv_bytes_read: u64,
     pub floor_ms: f64,
@@ -118,12 +127,12 @@ fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() { 0.0 } else { v[v.len() / 2] }
 }
 
-/// One (context, mode) point on `be` with `model`; returns the row and hands the model back.
+/// One (context, batch, mode) point on `be` with `model`; returns the row and hands the model back.
 fn point<B: Backend>(
     be: B,
     model: Llama<B>,
     shape_name: &str,
-    context: usize,
+    (context, batch): (usize, usize),
     sparse: bool,
     o: &BenchOptions,
 ) -> Result<(BenchRow, B, Llama<B>)> {
@@ -133,13 +142,17 @@ fn point<B: Backend>(
     let cfg = model.cfg.clone();
     let steps = o.warmup + o.repeats;
     let layout = sparse.then(|| synthetic_layout(&cfg, o.streaming_ratio));
-    let opts = EngineOptions { layout, ..EngineOptions::new(config, context + steps + 1) };
+    let opts = EngineOptions { layout, max_seqs: batch, ..EngineOptions::new(config, context + steps + 1) };
     let weight_bytes = model.weight_bytes(&be) as u64;
     let backend = be.caps().name.to_string();
     let mut e = build_engine(be, model, &opts)?;
-    let mut seq = e.cache.admit()?;
-    e.cache.reserve(&mut seq, context)?;
-    seq.len = context;
+    let mut seqs = vec![];
+    for _ in 0..batch {
+        let mut seq = e.cache.admit()?;
+        e.cache.reserve(&mut seq, context)?;
+        seq.len = context;
+        seqs.push(seq);
+    }
     fill_cache(&e.backend, &mut e.cache, o.seed)?;
     let mut times = vec![];
     let mut reads = KvReads::default();
@@ -149,10 +162,15 @@ fn point<B: Backend>(
             e.backend.set_profiling(true)?;
         }
         let t = std::time::Instant::now();
-        e.step(&mut seq, &[(i % 1000) as u32 + 1], Logits::Last, None)?;
+        let tokens: Vec<u32> = (0..batch).map(|b| ((i + b) % 1000) as u32 + 1).collect();
+        if batch == 1 {
+            e.step(&mut seqs[0], &tokens, Logits::Last, None)?;
+        } else {
+            e.step_batch(&mut seqs, &tokens)?;
+        }
         if i >= o.warmup {
             times.push(t.elapsed().as_secs_f64() * 1e3);
-            e.count_reads(&seq, &mut reads);
+            seqs.iter().for_each(|seq| e.count_reads(seq, &mut reads));
         }
     }
     if o.profile {
@@ -161,18 +179,23 @@ fn point<B: Backend>(
             e.backend.take_profile().into_iter().map(|(op, calls, ns)| (op, calls as f64 / n, ns / n / 1e3)).collect();
         e.backend.set_profiling(false)?;
     }
-    e.cache.release(&mut seq)?;
+    for seq in seqs.iter_mut() {
+        e.cache.release(seq)?;
+    }
     let kv_token_bytes = (2 * cfg.head_dim * e.cache.shape.kv_dtype.size()) as u64;
     let kv_bytes_read = reads.read / o.repeats.max(1) as u64 * kv_token_bytes;
     let floor_ms = (weight_bytes + kv_bytes_read) as f64 / (o.bandwidth_gbs * 1e9) * 1e3;
     let min = times.iter().copied().fold(f64::INFINITY, f64::min);
+    let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
     let row = BenchRow {
         backend,
         shape: shape_name.to_string(),
         mode: if sparse { "sparse" } else { "dense" }.into(),
         context,
+        batch,
         decode_ms: median(&mut times),
         decode_ms_min: min,
+        decode_ms_mean: mean,
         weight_bytes,
         kv_bytes_read,
         floor_ms,
@@ -191,12 +214,17 @@ fn fill_cache<B: Backend>(be: &B, cache: &mut crate::kv::KvCache<B>, seed: u32) 
             [&mut store.k, &mut store.v, &mut store.summary, &mut store.sk, &mut store.sv].into_iter().enumerate()
         {
             let n = be.len(b) as u32;
+            let dtype = match be.dtype(b) {
+                DType::F16 => 1,
+                DType::BF16 => 2,
+                _ => 0,
+            };
             let p = FillRandomParams {
                 n,
                 seed: seed ^ (l * 8 + j) as u32,
                 scale: 1.0,
                 offset: 0.0,
-                dtype: 0,
+                dtype,
                 ..Default::default()
             };
             be.fill_random(&p, b)?;
@@ -247,8 +275,10 @@ pub fn run<B: Backend>(
             shape: shape_name.into(),
             mode: "prefill".into(),
             context: o.prefill_tokens,
+            batch: 1,
             decode_ms: 0.0,
             decode_ms_min: 0.0,
+            decode_ms_mean: 0.0,
             weight_bytes: 0,
             kv_bytes_read: 0,
             floor_ms: 0.0,
@@ -260,12 +290,15 @@ pub fn run<B: Backend>(
         log(&row);
         rows.push(row);
     }
+    let batches = if o.batches.is_empty() { vec![1] } else { o.batches.clone() };
     for &ctx in &o.contexts {
-        for &sparse in &o.sparse {
-            let (row, b, m) = point(be, model, shape_name, ctx, sparse, o)?;
-            (be, model) = (b, m);
-            log(&row);
-            rows.push(row);
+        for &batch in &batches {
+            for &sparse in &o.sparse {
+                let (row, b, m) = point(be, model, shape_name, (ctx, batch.max(1)), sparse, o)?;
+                (be, model) = (b, m);
+                log(&row);
+                rows.push(row);
+            }
         }
     }
     Ok(rows)

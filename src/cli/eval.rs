@@ -175,6 +175,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     config.sparse.streaming_ratio = 0.0; // the bench uses its own synthetic head layout
     let o = lserve::bench::BenchOptions {
         contexts: parse_lengths(&a.contexts)?,
+        batches: parse_lengths(&a.batch)?,
         sparse: match a.sparse {
             NiahMode::On => vec![true],
             NiahMode::Off => vec![false],
@@ -192,17 +193,19 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         profile: a.profile,
     };
     println!(
-        "{:>8} {:>7} {:>8} {:>10} {:>10} {:>9} {:>7} {:>11}",
-        "backend", "mode", "context", "ms/token", "floor ms", "of floor", "kv read", "prefill ms"
+        "{:>8} {:>7} {:>8} {:>5} {:>10} {:>9} {:>10} {:>9} {:>7} {:>11}",
+        "backend", "mode", "context", "batch", "ms/step", "mean ms", "floor ms", "of floor", "kv read", "prefill ms"
     );
     let log = |r: &lserve::bench::BenchRow| {
         let pct = if r.decode_ms > 0.0 { 100.0 * r.floor_ms / r.decode_ms } else { 0.0 };
         println!(
-            "{:>8} {:>7} {:>8} {:>10.3} {:>10.3} {:>8.1}% {:>6.1}% {:>11}",
+            "{:>8} {:>7} {:>8} {:>5} {:>10.3} {:>9.3} {:>10.3} {:>8.1}% {:>6.1}% {:>11}",
             r.backend,
             r.mode,
             r.context,
+            r.batch,
             r.decode_ms,
+            r.decode_ms_mean,
             r.floor_ms,
             pct,
             100.0 * r.kv_read_fraction,
@@ -217,17 +220,19 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::write(dir.join("bench.json"), serde_json::to_string_pretty(&rows)?)?;
         let mut csv = String::from(
-            "backend,shape,mode,context,decode_ms,decode_ms_min,weight_bytes,kv_bytes_read,floor_ms,kv_read_fraction,prefill_tokens,prefill_ms\n",
+            "backend,shape,mode,context,batch,decode_ms,decode_ms_min,decode_ms_mean,weight_bytes,kv_bytes_read,floor_ms,kv_read_fraction,prefill_tokens,prefill_ms\n",
         );
         for r in &rows {
             csv += &format!(
-                "{},{},{},{},{:.4},{:.4},{},{},{:.4},{:.4},{},{}\n",
+                "{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{:.4},{:.4},{},{}\n",
                 r.backend,
                 r.shape,
                 r.mode,
                 r.context,
+                r.batch,
                 r.decode_ms,
                 r.decode_ms_min,
+                r.decode_ms_mean,
                 r.weight_bytes,
                 r.kv_bytes_read,
                 r.floor_ms,
@@ -237,7 +242,8 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             );
         }
         std::fs::write(dir.join("bench.csv"), csv)?;
-        println!("wrote {}/bench.json and bench.csv", dir.display());
+        lserve::bench::plot::write_plot(&dir.join("bench.png"), &rows)?;
+        println!("wrote {}/bench.json, bench.csv and bench.png", dir.display());
     }
     Ok(())
 }

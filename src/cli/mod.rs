@@ -73,6 +73,9 @@ pub struct BenchArgs {
     /// Context lengths for decode (k = 1024).
     #[arg(long, default_value = "4k,32k,128k")]
     pub contexts: String,
+    /// Batch sizes: sequences decoded together per step, each holding the context.
+    #[arg(long, default_value = "1")]
+    pub batch: String,
     /// Which attention to measure.
     #[arg(long, value_enum, default_value = "both")]
     pub sparse: NiahMode,
@@ -91,7 +94,7 @@ pub struct BenchArgs {
     /// Copy bandwidth in GB/s for the floor column (H200 measured: 4200).
     #[arg(long, default_value_t = 4200.0)]
     pub bandwidth_gbs: f64,
-    /// Folder for bench.json and bench.csv.
+    /// Folder for bench.json, bench.csv and bench.png.
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
 }

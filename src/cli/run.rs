@@ -18,14 +18,17 @@ use serde_json::json;
 
 use super::{GenerateArgs, ModelArgs, OnOff, Output, ScoreArgs, SparseArgs};
 
-/// The backend a `--device` value names. `auto` takes a GPU adapter through wgpu when one is
-/// present (not a CPU emulation such as lavapipe), else the CPU backend. CUDA is refused up front
-/// until its kernels exist, never silently replaced.
+/// The backend a `--device` value names. `auto` takes CUDA device 0 when a CUDA driver and GPU are
+/// present, else a GPU adapter through wgpu (not a CPU emulation such as lavapipe), else the CPU
+/// backend. An explicit `cuda` on a machine without a driver fails with a clear error when the
+/// backend opens, never silently replaced.
 #[derive(Clone, Copy, Debug)]
 pub enum Device {
     Cpu,
     #[cfg(feature = "wgpu")]
     Wgpu(Option<usize>),
+    #[cfg(feature = "cuda")]
+    Cuda(usize),
 }
 
 pub fn parse_device(s: &str) -> Result<Device> {
@@ -39,15 +42,19 @@ pub fn parse_device(s: &str) -> Result<Device> {
         "auto" if index.is_none() => Ok(auto_device()),
         #[cfg(feature = "wgpu")]
         "wgpu" => Ok(Device::Wgpu(index)),
-        "cuda" => bail!(
-            "--device {s}: the CUDA backend's kernels are not part of this build yet (`lserve devices` lists the GPUs \
-             found); use --device wgpu or --device cpu"
-        ),
+        #[cfg(feature = "cuda")]
+        "cuda" => Ok(Device::Cuda(index.unwrap_or(0))),
+        #[cfg(not(feature = "cuda"))]
+        "cuda" => bail!("--device {s}: this build has no CUDA backend (build with --features cuda)"),
         _ => bail!("--device {s}: expected auto, cpu, wgpu[:N] or cuda[:N]"),
     }
 }
 
 fn auto_device() -> Device {
+    #[cfg(feature = "cuda")]
+    if lserve::backend::probe::cuda_device_count() > 0 {
+        return Device::Cuda(0);
+    }
     #[cfg(feature = "wgpu")]
     if let Some(i) = lserve::backend::probe::first_gpu_adapter() {
         return Device::Wgpu(Some(i));
@@ -66,6 +73,11 @@ macro_rules! on_device {
             #[cfg(feature = "wgpu")]
             $crate::cli::run::Device::Wgpu(i) => {
                 let $be = lserve::backend::wgpu::WgpuBackend::new(i)?;
+                $body
+            }
+            #[cfg(feature = "cuda")]
+            $crate::cli::run::Device::Cuda(i) => {
+                let $be = lserve::backend::cuda::CudaBackend::new(i)?;
                 $body
             }
         }

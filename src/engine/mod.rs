@@ -128,6 +128,28 @@ impl<B: Backend> Engine<B> {
         Ok(out)
     }
 
+    /// One decode step of several sequences at once (one token each, logits of each row): a
+    /// batch of `seqs.len()` rows through every op. Reserves pages, plans each sequence's
+    /// sparsity and advances every `len`; returns the logits `[seqs][vocab]`.
+    pub fn step_batch(&mut self, seqs: &mut [SeqPages], tokens: &[u32]) -> Result<Vec<f32>> {
+        if seqs.len() != tokens.len() {
+            return Err(Error::InvalidArgument("step_batch: one token per sequence".into()));
+        }
+        let mut plans = Vec::with_capacity(seqs.len());
+        for seq in seqs.iter_mut() {
+            plans.push(self.prepare(seq, 1)?);
+        }
+        let steps: Vec<SeqStep> = seqs
+            .iter()
+            .zip(tokens)
+            .zip(plans)
+            .map(|((seq, t), plan)| SeqStep { tokens: std::slice::from_ref(t), cache: seq, logits: Logits::Last, plan })
+            .collect();
+        let out = self.model.forward(&self.backend, &mut self.cache, &self.attn, &steps, None)?;
+        seqs.iter_mut().for_each(|s| s.len += 1);
+        Ok(out)
+    }
+
     /// Reserve pages for `n` more tokens of `seq` and plan the step's decode sparsity (a step of
     /// one token is a decode step; longer ones are prefill chunks).
     fn prepare(&mut self, seq: &mut SeqPages, n: usize) -> Result<DecodePlan> {

@@ -18,7 +18,7 @@ const GAP: usize = 40;
 const SCALE: usize = 2;
 
 /// 5x7 glyphs, one u8 per row (low 5 bits, MSB = leftmost pixel).
-fn glyph(c: char) -> [u8; 7] {
+pub(crate) fn glyph(c: char) -> [u8; 7] {
     match c.to_ascii_lowercase() {
         '0' => [14, 17, 19, 21, 25, 17, 14],
         '1' => [4, 12, 4, 4, 4, 4, 14],
@@ -31,6 +31,12 @@ fn glyph(c: char) -> [u8; 7] {
         '8' => [14, 17, 17, 14, 17, 17, 14],
         '9' => [14, 17, 17, 15, 1, 2, 12],
         'a' => [0, 0, 14, 1, 15, 17, 15],
+        'b' => [16, 16, 22, 25, 17, 17, 30],
+        'f' => [6, 9, 8, 28, 8, 8, 8],
+        'm' => [0, 0, 26, 21, 21, 17, 17],
+        'q' => [0, 0, 13, 19, 15, 1, 1],
+        'v' => [0, 0, 17, 17, 17, 10, 4],
+        'w' => [0, 0, 17, 17, 21, 21, 10],
         'c' => [0, 0, 14, 16, 16, 17, 14],
         'd' => [1, 1, 13, 19, 17, 17, 15],
         'e' => [0, 0, 14, 17, 31, 16, 14],
@@ -59,21 +65,36 @@ fn glyph(c: char) -> [u8; 7] {
     }
 }
 
-struct Canvas {
-    w: usize,
-    h: usize,
-    px: Vec<u8>,
+/// An RGB raster with rectangles and 5x7-font text (also used by the bench plot).
+pub(crate) struct Canvas {
+    pub w: usize,
+    pub h: usize,
+    pub px: Vec<u8>,
 }
 
 impl Canvas {
-    fn rect(&mut self, x: usize, y: usize, w: usize, h: usize, rgb: [u8; 3]) {
+    pub(crate) fn new(w: usize, h: usize) -> Self {
+        Canvas { w, h, px: vec![255; w * h * 3] }
+    }
+
+    pub(crate) fn save(&self, path: &Path) -> Result<()> {
+        let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+        let mut enc = png::Encoder::new(std::io::BufWriter::new(file), self.w as u32, self.h as u32);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let io = |e: png::EncodingError| Error::io(path, std::io::Error::other(e.to_string()));
+        enc.write_header().map_err(io)?.write_image_data(&self.px).map_err(io)?;
+        Ok(())
+    }
+
+    pub(crate) fn rect(&mut self, x: usize, y: usize, w: usize, h: usize, rgb: [u8; 3]) {
         for yy in y..(y + h).min(self.h) {
             for xx in x..(x + w).min(self.w) {
                 self.px[(yy * self.w + xx) * 3..][..3].copy_from_slice(&rgb);
             }
         }
     }
-    fn text(&mut self, x: usize, y: usize, s: &str) {
+    pub(crate) fn text(&mut self, x: usize, y: usize, s: &str) {
         for (i, c) in s.chars().enumerate() {
             for (row, bits) in glyph(c).iter().enumerate() {
                 for col in 0..5 {
@@ -102,7 +123,7 @@ pub fn write_heatmap(path: &Path, panels: &[Panel], rows: &[String], cols: &[Str
     let pw = nc * CELL;
     let w = MARGIN + panels.len() * (pw + GAP);
     let h = MARGIN + nr * CELL + 40;
-    let mut cv = Canvas { w, h, px: vec![255; w * h * 3] };
+    let mut cv = Canvas::new(w, h);
     for (k, panel) in panels.iter().enumerate() {
         let x0 = MARGIN + k * (pw + GAP);
         cv.text(x0, 10, &panel.title);
@@ -120,13 +141,7 @@ pub fn write_heatmap(path: &Path, panels: &[Panel], rows: &[String], cols: &[Str
         }
     }
     cv.text(MARGIN, MARGIN - 20, "length x depth");
-    let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
-    let mut enc = png::Encoder::new(std::io::BufWriter::new(file), w as u32, h as u32);
-    enc.set_color(png::ColorType::Rgb);
-    enc.set_depth(png::BitDepth::Eight);
-    let io = |e: png::EncodingError| Error::io(path, std::io::Error::other(e.to_string()));
-    enc.write_header().map_err(io)?.write_image_data(&cv.px).map_err(io)?;
-    Ok(())
+    cv.save(path)
 }
 
 #[cfg(test)]

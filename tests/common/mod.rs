@@ -85,3 +85,17 @@ pub fn wgpu_backend_with(opts: lserve::backend::wgpu::WgpuOptions) -> Option<lse
         }
     }
 }
+
+/// The CUDA backend on device 0; None (skip) when there is no usable device, unless
+/// LSERVE_REQUIRE_CUDA=1, which turns a missing device into a failure (the GPU run sets it).
+#[cfg(feature = "cuda")]
+pub fn cuda_backend() -> Option<lserve::backend::cuda::CudaBackend> {
+    match lserve::backend::cuda::CudaBackend::new(0) {
+        Ok(b) => Some(b),
+        Err(e) if std::env::var("LSERVE_REQUIRE_CUDA").is_ok_and(|v| v == "1") => panic!("CUDA required: {e}"),
+        Err(e) => {
+            eprintln!("skipping CUDA tests: {e}");
+            None
+        }
+    }
+}

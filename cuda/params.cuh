@@ -1,0 +1,37 @@
+// Parameter structs of the backend ops, mirrored field for field from src/backend/params.rs
+// (tests/cuda.rs parses this file and compares every offset with the Rust layout). Every field
+// is a 4-byte u32/f32, so offsets are 4 x the field index. Prepended to every kernel module.
+typedef unsigned int u32;
+
+struct EmbedParams { u32 n_tokens; u32 dim; u32 vocab; u32 _pad; };
+struct MatmulParams { u32 m; u32 n; u32 k; u32 has_bias; };
+struct RmsnormParams { u32 rows; u32 dim; float eps; u32 _pad; };
+struct AddParams { u32 n; u32 _pad0; u32 _pad1; u32 _pad2; };
+struct SiluMulParams { u32 rows; u32 dim; u32 _pad0; u32 _pad1; };
+struct GatherRowsParams { u32 n_out; u32 dim; u32 n_src; u32 _pad; };
+struct ArgmaxParams { u32 rows; u32 n; u32 _pad0; u32 _pad1; };
+struct RopeAppendKvParams {
+    u32 n_tokens; u32 n_heads; u32 n_kv_heads; u32 head_dim;
+    u32 page_size; u32 num_pages; float attention_scaling; u32 logical_page;
+    u32 n_ret; u32 n_str; u32 num_str_pages; u32 _pad;
+};
+struct AttentionParams {
+    u32 num_seqs; u32 n_tokens; u32 n_heads; u32 n_kv_heads;
+    u32 head_dim; u32 page_size; u32 num_pages; float scale;
+    u32 window; u32 sink; u32 local; u32 ring_tokens;
+    u32 n_ret; u32 n_str; u32 num_str_pages; u32 sel_stride;
+};
+struct PageSelectParams {
+    u32 num_seqs; u32 n_heads; u32 n_kv_heads; u32 head_dim;
+    u32 page_size; u32 logical_page; u32 num_pages; u32 n_ret;
+    u32 k_pages; u32 sel_stride; u32 _pad0; u32 _pad1;
+};
+struct LambdaMassParams {
+    u32 n_tokens; u32 n_heads; u32 n_kv_heads; u32 head_dim;
+    u32 page_size; u32 num_pages; float scale; u32 sink;
+    u32 local; u32 _pad0; u32 _pad1; u32 _pad2;
+};
+struct FillRandomParams {
+    u32 n; u32 seed; float scale; float offset;
+    u32 dtype; u32 _pad0; u32 _pad1; u32 _pad2;
+};

@@ -1,0 +1,547 @@
+// sparse_decode_attention: one query per sequence (position kv_len - 1), split-KV ("flash
+// decoding"), ONE kernel for both head kinds: each block reads head_map and walks either its
+// retrieval head's page list or its streaming head's Lambda window through the ring.
+//
+// Grid (n_splits, n_kv_heads * head_chunks, num_seqs); a block takes the query heads h0..h0+ng of
+// one KV head (ng <= G <= 8, so a GQA group shares every K/V load) over split x of the head's key
+// list. Layouts: q/out [num_seqs][n_heads][head_dim] f32; pools [page][heads][page_size][head_dim]
+// in KT; selected [slot][n_ret][sel_stride], counts [slot][n_ret], seq_slot/tail_start [num_seqs].
+//
+// Key list ("slots"): retrieval heads: the selected pages below tail_start (the selection is
+// ascending, so a prefix), then pages tail_start..n_pages, page_size slots each (kept when the
+// position is < kv_len and within the window). Streaming heads: the Lambda mask, positions
+// wlo..sink then max(sink, wlo, pos + 1 - local)..=pos, through the ring. Split i covers slots
+// [i * per, (i + 1) * per), per = max(ceil(n_slots / n_splits), 32); empty splits report
+// (m, l) = (-inf, 0).
+//
+// Two implementations with one contract. `sparse_decode_attention_<kv>_g<G>` (default) stages
+// chunks of CK keys of K and V into shared memory with cp.async (16-byte copies, two stages in
+// flight, no registers held by loads), scores (key, head) pairs from shared memory, updates the
+// online softmax per head once per chunk and accumulates P.V with one thread per dim pair and
+// key group (probabilities read as float4 of four keys). Empty splits only write (-inf, 0). `sparse_decode_attention_regs_<kv>_g<G>` (the first
+// version, kept for A/B with LSERVE_CUDA_DECODE=regs) loads into registers as follows.
+// Work split (regs): a key row is read by a sub-group of LPK = head_dim / 8 lanes, each lane one 16-byte
+// load (8 elements) of K and of V; a warp holds 32 / LPK sub-groups, each taking UNROLL keys per
+// iteration (all loads issued before use), with online softmax in the exp2 domain (q pre-scaled by
+// scale * log2 e). Sub-groups merge through shared memory at the end. n_splits == 1 writes `out`;
+// otherwise part [num_seqs][n_heads][n_splits][head_dim + 2] (accumulator, m, l), merged by
+// sparse_decode_attention_merge.cu. Requires head_dim % 8 == 0 and head_dim <= 256 (host-checked);
+// device-side page ids, slots and table indices are bounds-checked (an unaddressable key is skipped).
+
+#define SDA_THREADS 128
+#define SDA_UNROLL 4
+
+struct KeyList {
+    bool streaming;
+    u32 hi, s, len, wlo, nsel, sel_base, tail0, n_pages, a0, na, b0;
+};
+
+__device__ __forceinline__ u32 slot_offset(const AttentionParams& p, const KeyList& ls, u32 e, const u32* page_indptr,
+                                           const u32* page_table, const u32* ring_table, const u32* selected,
+                                           u32 page_table_len, u32 ring_table_len) {
+    u32 ps = p.page_size;
+    if (ls.streaming) {
+        u32 pos = e < ls.na ? ls.a0 + e : ls.b0 + (e - ls.na);
+        u32 r = ring_index(pos, p.sink, p.ring_tokens);
+        u32 at = ls.s * (p.ring_tokens / ps) + r / ps;
+        if (at >= ring_table_len) return NONE_U32;
+        u32 page = ring_table[at];
+        if (page >= p.num_str_pages) return NONE_U32;
+        return ((page * p.n_str + ls.hi) * ps + r % ps) * p.head_dim;
+    }
+    u32 idx = e / ps, off = e % ps;
+    u32 j = idx < ls.nsel ? selected[ls.sel_base + idx] : ls.tail0 + (idx - ls.nsel);
+    if (j >= ls.n_pages) return NONE_U32;
+    u32 pos = j * ps + off;
+    u32 at = page_indptr[ls.s] + j;
+    if (pos >= ls.len || pos < ls.wlo || at >= page_indptr[ls.s + 1] || at >= page_table_len) return NONE_U32;
+    u32 page = page_table[at];
+    if (page >= p.num_pages) return NONE_U32;
+    return ((page * p.n_ret + ls.hi) * ps + off) * p.head_dim;
+}
+
+template <typename KT, int G>
+__device__ void decode_impl(AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk, const KT* sv,
+                            const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len,
+                            const u32* ring_table, const u32* selected, const u32* counts, const u32* seq_slot,
+                            const u32* tail_start, float* out, float* part, u32 page_table_len,
+                            u32 ring_table_len, u32 selected_len, u32 counts_len) {
+    __shared__ float sm_m[SDA_THREADS][G];
+    __shared__ float sm_acc[G][256];
+    __shared__ float sm_l[G];
+    __shared__ u32 sm_nsel;
+    const u32 hd = p.head_dim, nh = p.n_heads, ps = p.page_size;
+    const u32 group = nh / p.n_kv_heads, hchunks = (group + G - 1) / G;
+    const u32 s = blockIdx.z, kvh = blockIdx.y / hchunks, g0 = (blockIdx.y % hchunks) * G;
+    const u32 ng = min((u32)G, group - g0), h0 = kvh * group + g0;
+    const u32 split = blockIdx.x, n_splits = gridDim.x;
+    const u32 lpk = hd / 8, kpw = 32 / lpk;  // lanes per key, keys per warp
+    const u32 lane = threadIdx.x & 31, sub = lane % lpk, sg = threadIdx.x / lpk;  // sg: sub-group id
+    const u32 n_sg = SDA_THREADS / lpk;
+
+    KeyList ls;
+    u32 hm = head_map[kvh];
+    ls.streaming = (hm & STREAMING_BIT) != 0u;
+    ls.hi = hm & ~STREAMING_BIT;
+    ls.s = s;
+    ls.len = kv_len[s];
+    u32 pos = ls.len > 0 ? ls.len - 1 : 0;
+    ls.wlo = window_lo(pos, p.window);
+    ls.n_pages = (ls.len + ps - 1) / ps;
+    u32 tail = tail_start[s];
+    ls.tail0 = min(tail, ls.n_pages);
+    u32 ci = seq_slot[s] * p.n_ret + ls.hi;
+    ls.sel_base = ci * p.sel_stride;
+    u32 cnt = 0;
+    if (!ls.streaming && ci < counts_len && ls.sel_base < selected_len)
+        cnt = min(min(counts[ci], p.sel_stride), selected_len - ls.sel_base);
+    if (threadIdx.x == 0) sm_nsel = 0;
+    for (u32 i = threadIdx.x; i < G * 256; i += SDA_THREADS) (&sm_acc[0][0])[i] = 0.0f;
+    __syncthreads();
+    u32 below = 0;
+    for (u32 i = threadIdx.x; i < cnt; i += SDA_THREADS) below += selected[ls.sel_base + i] < tail;
+    if (below) atomicAdd(&sm_nsel, below);
+    __syncthreads();
+    ls.nsel = sm_nsel;
+    u32 n_slots = 0;
+    if (ls.len > 0) {
+        if (ls.streaming) {
+            ls.a0 = ls.wlo;
+            u32 a1 = min(p.sink, pos + 1);
+            ls.na = a1 > ls.a0 ? a1 - ls.a0 : 0;
+            u32 recent = pos + 1 > p.local ? pos + 1 - p.local : 0;
+            ls.b0 = max(max(p.sink, ls.wlo), recent);
+            n_slots = ls.na + (pos + 1 > ls.b0 ? pos + 1 - ls.b0 : 0);
+        } else {
+            n_slots = (ls.nsel + ls.n_pages - ls.tail0) * ps;
+        }
+    }
+    u32 per = max((n_slots + n_splits - 1) / n_splits, 32u);
+    u32 start = min(split * per, n_slots), end = min(start + per, n_slots);
+
+    // This lane's 8 dims of each head's query, pre-scaled to the exp2 domain.
+    const float qscale = p.scale * 1.4426950408889634f;
+    float qr[G][8];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            qr[g][i] = (u32)g < ng ? q[((u64)s * nh + h0 + g) * hd + sub * 8 + i] * qscale : 0.0f;
+    }
+    float m[G], l[G], acc[G][8];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m[g] = -LS_INF;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[g][i] = 0.0f;
+    }
+    const KT* kp = ls.streaming ? sk : k;
+    const KT* vp = ls.streaming ? sv : v;
+    // The trip count is the same for every lane of a warp (shuffles below use the full mask).
+    for (u32 base = start; base < end; base += n_sg * SDA_UNROLL) {
+        const u32 e0 = base + sg;
+        u32 offs[SDA_UNROLL];
+        float kr[SDA_UNROLL][8], vr[SDA_UNROLL][8];
+#pragma unroll
+        for (int u = 0; u < SDA_UNROLL; u++) {
+            u32 e = e0 + u * n_sg;
+            offs[u] = e < end ? slot_offset(p, ls, e, page_indptr, page_table, ring_table, selected, page_table_len,
+                                            ring_table_len)
+                              : NONE_U32;
+        }
+#pragma unroll
+        for (int u = 0; u < SDA_UNROLL; u++) {
+            if (offs[u] != NONE_U32) {
+                load8(kp + offs[u] + sub * 8, kr[u]);
+                load8(vp + offs[u] + sub * 8, vr[u]);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float sc[SDA_UNROLL];
+            float mx = m[g];
+#pragma unroll
+            for (int u = 0; u < SDA_UNROLL; u++) {
+                float d = 0.0f;
+                if (offs[u] != NONE_U32) {
+#pragma unroll
+                    for (int i = 0; i < 8; i++) d += qr[g][i] * kr[u][i];
+                }
+                for (u32 o = lpk >> 1; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+                sc[u] = offs[u] != NONE_U32 ? d : -LS_INF;
+                mx = fmaxf(mx, sc[u]);
+            }
+            if (mx == -LS_INF) continue;
+            float corr = exp2f(m[g] - mx);
+            l[g] *= corr;
+#pragma unroll
+            for (int i = 0; i < 8; i++) acc[g][i] *= corr;
+#pragma unroll
+            for (int u = 0; u < SDA_UNROLL; u++) {
+                if (offs[u] != NONE_U32) {
+                    float pr = exp2f(sc[u] - mx);
+                    l[g] += pr;
+#pragma unroll
+                    for (int i = 0; i < 8; i++) acc[g][i] += pr * vr[u][i];
+                }
+            }
+            m[g] = mx;
+        }
+    }
+    // Merge the sub-groups: block max, then rescaled sums through shared memory.
+    if (sub == 0) {
+#pragma unroll
+        for (int g = 0; g < G; g++) sm_m[sg][g] = m[g];
+    }
+    __syncthreads();
+    float bm[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        bm[g] = -LS_INF;
+        for (u32 i = 0; i < n_sg; i++) bm[g] = fmaxf(bm[g], sm_m[i][g]);
+    }
+    if (threadIdx.x < G) sm_l[threadIdx.x] = 0.0f;
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        if (m[g] == -LS_INF) continue;
+        float f = exp2f(m[g] - bm[g]);
+#pragma unroll
+        for (int i = 0; i < 8; i++) atomicAdd(&sm_acc[g][sub * 8 + i], acc[g][i] * f);
+        if (sub == 0) atomicAdd(&sm_l[g], l[g] * f);
+    }
+    __syncthreads();
+    for (u32 i = threadIdx.x; i < ng * hd; i += SDA_THREADS) {
+        u32 g = i / hd, d = i % hd;
+        float L = sm_l[g];
+        u64 h = (u64)s * nh + h0 + g;
+        if (n_splits == 1) {
+            out[h * hd + d] = L > 0.0f ? sm_acc[g][d] / L : 0.0f;
+        } else {
+            float* pp = part + (h * n_splits + split) * (hd + 2);
+            pp[d] = sm_acc[g][d];
+            if (d == 0) { pp[hd] = bm[g]; pp[hd + 1] = L; }
+        }
+    }
+}
+
+#define SDA_REGS(name, KT, G) \
+    extern "C" __global__ void __launch_bounds__(SDA_THREADS) name( \
+        AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk, const KT* sv, const u32* head_map, \
+        const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, const u32* selected, \
+        const u32* counts, const u32* seq_slot, const u32* tail_start, float* out, float* part, u32 ptl, u32 rtl, \
+        u32 sl, u32 cl) { \
+        decode_impl<KT, G>(p, q, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, selected, counts, \
+                           seq_slot, tail_start, out, part, ptl, rtl, sl, cl); \
+    }
+SDA_REGS(sparse_decode_attention_regs_f32_g1, float, 1)
+SDA_REGS(sparse_decode_attention_regs_f32_g2, float, 2)
+SDA_REGS(sparse_decode_attention_regs_f32_g4, float, 4)
+SDA_REGS(sparse_decode_attention_regs_f32_g8, float, 8)
+SDA_REGS(sparse_decode_attention_regs_f16_g1, f16_t, 1)
+SDA_REGS(sparse_decode_attention_regs_f16_g2, f16_t, 2)
+SDA_REGS(sparse_decode_attention_regs_f16_g4, f16_t, 4)
+SDA_REGS(sparse_decode_attention_regs_f16_g8, f16_t, 8)
+SDA_REGS(sparse_decode_attention_regs_bf16_g1, bf16_t, 1)
+SDA_REGS(sparse_decode_attention_regs_bf16_g2, bf16_t, 2)
+SDA_REGS(sparse_decode_attention_regs_bf16_g4, bf16_t, 4)
+SDA_REGS(sparse_decode_attention_regs_bf16_g8, bf16_t, 8)
+
+// ---- the cp.async version ----------------------------------------------------------------------
+
+#define SD2_THREADS 128
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    u32 s;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(s) : "l"(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// Eight elements from 16 bytes of shared memory.
+__device__ __forceinline__ void smem8(const float* p, float* o) {
+    float4 a = *reinterpret_cast<const float4*>(p), b = *(reinterpret_cast<const float4*>(p) + 1);
+    o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w; o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
+}
+__device__ __forceinline__ void smem8(const bf16_t* p, float* o) {
+    uint4 v = *reinterpret_cast<const uint4*>(p);
+    u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) { o[2 * i] = __uint_as_float(w[i] << 16); o[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u); }
+}
+__device__ __forceinline__ void smem8(const f16_t* p, float* o) {
+    uint4 v = *reinterpret_cast<const uint4*>(p);
+    u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) { o[2 * i] = f16_to_f32((u16)(w[i] & 0xffffu)); o[2 * i + 1] = f16_to_f32((u16)(w[i] >> 16)); }
+}
+
+// Keys per staged chunk for a row of `row_bytes` (the host computes the same for the smem size).
+__device__ __forceinline__ u32 sd2_chunk(u32 row_bytes) { return min(64u, max(8u, 8192u / row_bytes)) & ~7u; }
+
+// Two consecutive elements (a dim pair) from shared memory.
+__device__ __forceinline__ void ld2(const float* p, float& a, float& b) { float2 v = *reinterpret_cast<const float2*>(p); a = v.x; b = v.y; }
+__device__ __forceinline__ void ld2(const bf16_t* p, float& a, float& b) {
+    u32 w = *reinterpret_cast<const u32*>(p);
+    a = __uint_as_float(w << 16);
+    b = __uint_as_float(w & 0xffff0000u);
+}
+__device__ __forceinline__ void ld2(const f16_t* p, float& a, float& b) {
+    u32 w = *reinterpret_cast<const u32*>(p);
+    a = f16_to_f32((u16)(w & 0xffffu));
+    b = f16_to_f32((u16)(w >> 16));
+}
+
+template <typename KT, int G>
+__device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk, const KT* sv,
+                             const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len,
+                             const u32* ring_table, const u32* selected, const u32* counts, const u32* seq_slot,
+                             const u32* tail_start, float* out, float* part, u32 page_table_len,
+                             u32 ring_table_len, u32 selected_len, u32 counts_len) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ u32 sm_nsel;
+    __shared__ float sm_m[G], sm_l[G], sm_corr[G];
+    const u32 hd = p.head_dim, nh = p.n_heads, ps = p.page_size, t = threadIdx.x;
+    const u32 group = nh / p.n_kv_heads, hchunks = (group + G - 1) / G;
+    const u32 s = blockIdx.z, kvh = blockIdx.y / hchunks, g0 = (blockIdx.y % hchunks) * G;
+    const u32 ng = min((u32)G, group - g0), h0 = kvh * group + g0;
+    const u32 split = blockIdx.x, n_splits = gridDim.x;
+    const u32 row_bytes = hd * sizeof(KT), cpr = row_bytes / 16, ck = sd2_chunk(row_bytes);
+    // Shared layout: K/V stages [2][2][ck][row], valid [2][ck], scores [G][ck], q [G][hd], acc [G][hd].
+    KT* kv_s = reinterpret_cast<KT*>(smem);
+    u32* valid = reinterpret_cast<u32*>(smem + 4 * ck * row_bytes);
+    float* sc = reinterpret_cast<float*>(valid + 2 * ck);
+    float* q_s = sc + G * ck;
+    float* acc_s = q_s + G * hd;
+#define KS(st) (kv_s + ((st) * 2) * ck * hd)
+#define VS(st) (kv_s + ((st) * 2 + 1) * ck * hd)
+
+    KeyList ls;
+    u32 hm = head_map[kvh];
+    ls.streaming = (hm & STREAMING_BIT) != 0u;
+    ls.hi = hm & ~STREAMING_BIT;
+    ls.s = s;
+    ls.len = kv_len[s];
+    u32 pos = ls.len > 0 ? ls.len - 1 : 0;
+    ls.wlo = window_lo(pos, p.window);
+    ls.n_pages = (ls.len + ps - 1) / ps;
+    u32 tail = tail_start[s];
+    ls.tail0 = min(tail, ls.n_pages);
+    u32 ci = seq_slot[s] * p.n_ret + ls.hi;
+    ls.sel_base = ci * p.sel_stride;
+    u32 cnt = 0;
+    if (!ls.streaming && ci < counts_len && ls.sel_base < selected_len)
+        cnt = min(min(counts[ci], p.sel_stride), selected_len - ls.sel_base);
+    if (t == 0) sm_nsel = 0;
+    if (t < G) { sm_m[t] = -LS_INF; sm_l[t] = 0.0f; }
+    const float qscale = p.scale * 1.4426950408889634f;
+    for (u32 i = t; i < G * hd; i += SD2_THREADS) {
+        u32 g = i / hd;
+        q_s[i] = g < ng ? q[((u64)s * nh + h0 + g) * hd + i % hd] * qscale : 0.0f;
+        acc_s[i] = 0.0f;
+    }
+    __syncthreads();
+    u32 below = 0;
+    for (u32 i = t; i < cnt; i += SD2_THREADS) below += selected[ls.sel_base + i] < tail;
+    if (below) atomicAdd(&sm_nsel, below);
+    __syncthreads();
+    ls.nsel = sm_nsel;
+    u32 n_slots = 0;
+    if (ls.len > 0) {
+        if (ls.streaming) {
+            ls.a0 = ls.wlo;
+            u32 a1 = min(p.sink, pos + 1);
+            ls.na = a1 > ls.a0 ? a1 - ls.a0 : 0;
+            u32 recent = pos + 1 > p.local ? pos + 1 - p.local : 0;
+            ls.b0 = max(max(p.sink, ls.wlo), recent);
+            n_slots = ls.na + (pos + 1 > ls.b0 ? pos + 1 - ls.b0 : 0);
+        } else {
+            n_slots = (ls.nsel + ls.n_pages - ls.tail0) * ps;
+        }
+    }
+    u32 per = max((n_slots + n_splits - 1) / n_splits, 32u);
+    u32 start = min(split * per, n_slots), end = min(start + per, n_slots);
+    const u32 n_chunks = (end - start + ck - 1) / ck;
+    if (n_chunks == 0 && n_splits > 1) {
+        // An empty split only reports (m, l) = (-inf, 0); the merge skips it.
+        for (u32 g = t; g < ng; g += SD2_THREADS) {
+            float* pp = part + (((u64)s * nh + h0 + g) * n_splits + split) * (hd + 2);
+            pp[hd] = -LS_INF;
+            pp[hd + 1] = 0.0f;
+        }
+        return;
+    }
+    const KT* kp = ls.streaming ? sk : k;
+    const KT* vp = ls.streaming ? sv : v;
+
+    // Issue the copies of chunk c into stage st (rows of masked/absent keys are zeroed).
+    auto stage = [&](u32 st, u32 c) {
+        for (u32 i = t; i < ck * cpr; i += SD2_THREADS) {
+            u32 j = i / cpr, prt = i % cpr, e = start + c * ck + j;
+            u32 off = e < end ? slot_offset(p, ls, e, page_indptr, page_table, ring_table, selected, page_table_len,
+                                            ring_table_len)
+                              : NONE_U32;
+            KT* dk = KS(st) + j * hd + prt * (16 / sizeof(KT));
+            KT* dv = VS(st) + j * hd + prt * (16 / sizeof(KT));
+            if (off != NONE_U32) {
+                cp_async16(dk, kp + off + prt * (16 / sizeof(KT)));
+                cp_async16(dv, vp + off + prt * (16 / sizeof(KT)));
+            } else {
+                *reinterpret_cast<uint4*>(dk) = make_uint4(0, 0, 0, 0);
+                *reinterpret_cast<uint4*>(dv) = make_uint4(0, 0, 0, 0);
+            }
+            if (prt == 0) valid[st * ck + j] = off != NONE_U32;
+        }
+        cp_async_commit();
+    };
+    if (n_chunks > 0) stage(0, 0);
+    if (n_chunks > 1) stage(1, 1);
+    // P.V mapping: a thread owns dim pair dp0 (and dp0 + 128 when head_dim is 256) of every head,
+    // for key group kg of kgs; groups take 4-key slices round-robin so probabilities load as float4.
+    const u32 pairs = hd / 2;
+    const u32 kgs = pairs >= SD2_THREADS ? 1 : SD2_THREADS / pairs;
+    const u32 kg = pairs >= SD2_THREADS ? 0 : t / pairs, dp0 = pairs >= SD2_THREADS ? t : t % pairs;
+    const bool pv_on = pairs >= SD2_THREADS || t < kgs * pairs;
+    const bool two = dp0 + SD2_THREADS < pairs;
+    float acc[G][4];
+#pragma unroll
+    for (int g = 0; g < G; g++) acc[g][0] = acc[g][1] = acc[g][2] = acc[g][3] = 0.0f;
+    for (u32 c = 0; c < n_chunks; c++) {
+        u32 st = c & 1;
+        if (c + 1 < n_chunks) cp_async_wait<1>(); else cp_async_wait<0>();
+        __syncthreads();
+        const KT* ks = KS(st);
+        // Scores of (key j, head g), the key's 16-byte chunks visited from a rotated start.
+        for (u32 pr = t; pr < ck * G; pr += SD2_THREADS) {
+            u32 j = pr % ck, g = pr / ck;
+            float d = 0.0f;
+            if (valid[st * ck + j] && g < ng) {
+                for (u32 i = 0; i < cpr; i++) {
+                    u32 cc = (i + j) % cpr;
+                    float kx[8];
+                    smem8(ks + j * hd + cc * (16 / sizeof(KT)), kx);
+                    const float* qq = q_s + g * hd + cc * (16 / sizeof(KT));
+                    if (sizeof(KT) == 2) {
+#pragma unroll
+                        for (int x = 0; x < 8; x++) d += qq[x] * kx[x];
+                    } else {
+#pragma unroll
+                        for (int x = 0; x < 4; x++) d += qq[x] * kx[x];
+                    }
+                }
+                sc[g * ck + j] = d;
+            } else {
+                sc[g * ck + j] = -LS_INF;
+            }
+        }
+        __syncthreads();
+        // Online softmax per head: warp w takes heads w, w + 4, ...
+        {
+            u32 w = t >> 5, lane = t & 31;
+            for (u32 g = w; g < G; g += SD2_THREADS / 32) {
+                float mx = -LS_INF;
+                for (u32 j = lane; j < ck; j += 32) mx = fmaxf(mx, sc[g * ck + j]);
+                mx = warp_max(mx);
+                float m_old = sm_m[g], m_new = fmaxf(m_old, mx);
+                float sum = 0.0f;
+                for (u32 j = lane; j < ck; j += 32) {
+                    float x = sc[g * ck + j];
+                    float pr = x == -LS_INF ? 0.0f : exp2f(x - m_new);
+                    sc[g * ck + j] = pr;
+                    sum += pr;
+                }
+                sum = warp_sum(sum);
+                if (lane == 0) {
+                    float corr = (m_old == -LS_INF || m_new == -LS_INF) ? 1.0f : exp2f(m_old - m_new);
+                    sm_corr[g] = corr;
+                    sm_l[g] = sm_l[g] * corr + sum;
+                    sm_m[g] = m_new;
+                }
+            }
+        }
+        __syncthreads();
+        if (pv_on) {
+            const KT* vs = VS(st);
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float cr = sm_corr[g];
+                acc[g][0] *= cr; acc[g][1] *= cr; acc[g][2] *= cr; acc[g][3] *= cr;
+            }
+            for (u32 jg = kg; jg < ck / 4; jg += kgs) {
+                u32 j = jg * 4;
+                float va[4][2], vb[4][2];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    ld2(vs + (j + u) * hd + 2 * dp0, va[u][0], va[u][1]);
+                    if (two) ld2(vs + (j + u) * hd + 2 * (dp0 + SD2_THREADS), vb[u][0], vb[u][1]);
+                    else vb[u][0] = vb[u][1] = 0.0f;
+                }
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    float4 p4 = *reinterpret_cast<const float4*>(sc + g * ck + j);
+                    float pr[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        acc[g][0] += pr[u] * va[u][0];
+                        acc[g][1] += pr[u] * va[u][1];
+                        acc[g][2] += pr[u] * vb[u][0];
+                        acc[g][3] += pr[u] * vb[u][1];
+                    }
+                }
+            }
+        }
+        __syncthreads();
+        if (c + 2 < n_chunks) stage(st, c + 2);
+    }
+    // Reduce the key groups, then write out (one split) or the partial (acc, m, l).
+    if (pv_on) {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            atomicAdd(&acc_s[g * hd + 2 * dp0], acc[g][0]);
+            atomicAdd(&acc_s[g * hd + 2 * dp0 + 1], acc[g][1]);
+            if (two) {
+                atomicAdd(&acc_s[g * hd + 2 * (dp0 + SD2_THREADS)], acc[g][2]);
+                atomicAdd(&acc_s[g * hd + 2 * (dp0 + SD2_THREADS) + 1], acc[g][3]);
+            }
+        }
+    }
+    __syncthreads();
+    for (u32 i = t; i < ng * hd; i += SD2_THREADS) {
+        u32 g = i / hd, d = i % hd;
+        float L = sm_l[g];
+        u64 h = (u64)s * nh + h0 + g;
+        if (n_splits == 1) {
+            out[h * hd + d] = L > 0.0f ? acc_s[i] / L : 0.0f;
+        } else {
+            float* pp = part + (h * n_splits + split) * (hd + 2);
+            pp[d] = acc_s[i];
+            if (d == 0) { pp[hd] = sm_m[g]; pp[hd + 1] = L; }
+        }
+    }
+#undef KS
+#undef VS
+}
+
+#define SDA(name, KT, G) \
+    extern "C" __global__ void __launch_bounds__(SD2_THREADS) name( \
+        AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk, const KT* sv, const u32* head_map, \
+        const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, const u32* selected, \
+        const u32* counts, const u32* seq_slot, const u32* tail_start, float* out, float* part, u32 ptl, u32 rtl, \
+        u32 sl, u32 cl) { \
+        decode2_impl<KT, G>(p, q, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, selected, \
+                            counts, seq_slot, tail_start, out, part, ptl, rtl, sl, cl); \
+    }
+SDA(sparse_decode_attention_f32_g1, float, 1)
+SDA(sparse_decode_attention_f32_g2, float, 2)
+SDA(sparse_decode_attention_f32_g4, float, 4)
+SDA(sparse_decode_attention_f32_g8, float, 8)
+SDA(sparse_decode_attention_f16_g1, f16_t, 1)
+SDA(sparse_decode_attention_f16_g2, f16_t, 2)
+SDA(sparse_decode_attention_f16_g4, f16_t, 4)
+SDA(sparse_decode_attention_f16_g8, f16_t, 8)
+SDA(sparse_decode_attention_bf16_g1, bf16_t, 1)
+SDA(sparse_decode_attention_bf16_g2, bf16_t, 2)
+SDA(sparse_decode_attention_bf16_g4, bf16_t, 4)
+SDA(sparse_decode_attention_bf16_g8, bf16_t, 8)

@@ -1,0 +1,281 @@
+//! CUDA plumbing: opening a device through cudarc (dynamic loading, so a machine without the
+//! driver gets an error value, never a panic), the kernel modules (kernels.rs), typed launches
+//! on one stream, cuBLAS, and the scratch buffers ops share.
+//!
+//! Invariants: everything runs in order on one non-default stream (`stream`); cudarc's event
+//! tracking is off (one stream needs none), so buffers are plain device pointers. Ops enqueue and
+//! return; only read-backs and `sync` wait. Kernel functions are loaded from their module on first
+//! use and kept. A scratch buffer is replaced only by a larger one; the old one is freed in stream
+//! order, after the work that used it.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr};
+
+use super::kernels;
+use crate::backend::DType;
+use crate::error::{Error, Result};
+
+pub(crate) fn err(msg: impl Into<String>) -> Error {
+    Error::Backend { backend: "cuda", msg: msg.into() }
+}
+
+pub(crate) fn drv(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
+    move |e| err(format!("{what}: {e:?}"))
+}
+
+/// A device allocation and what it holds.
+pub struct Mem {
+    pub slice: CudaSlice<u8>,
+    pub ptr: u64,
+}
+
+pub struct Gpu {
+    #[allow(dead_code)] // the stream holds it too; kept for graph capture and attributes
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub blas: CudaBlas,
+    pub cc: (i32, i32),
+    pub arch: &'static str,
+    pub name: String,
+    pub total_mem: usize,
+    pub sm_count: u32,
+    pub smem_optin: u32,
+    modules: HashMap<&'static str, Arc<CudaModule>>,
+    funcs: RefCell<HashMap<&'static str, CudaFunction>>,
+    /// Named scratch buffers (decode partials, GEMM operand halves), grown on demand.
+    scratch: RefCell<HashMap<&'static str, Mem>>,
+    /// Per-op GPU times while profiling is on (`Backend::set_profiling`).
+    profile: RefCell<Option<Profile>>,
+}
+
+/// Events around every launch (recorded on the stream), folded into per-op totals at each sync.
+#[derive(Default)]
+struct Profile {
+    pending: Vec<(&'static str, CudaEvent, CudaEvent)>,
+    totals: HashMap<&'static str, (u64, f64)>,
+}
+
+/// Whether the CUDA driver library can be loaded at all.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen libcuda.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+impl Gpu {
+    pub fn open(ordinal: usize) -> Result<Gpu> {
+        if !driver_present() {
+            return Err(err(
+                "no CUDA driver found (libcuda.so could not be loaded); use --device wgpu or --device cpu on this machine",
+            ));
+        }
+        let count = CudaContext::device_count().map_err(drv("cuDeviceGetCount (is an NVIDIA GPU present?)"))?;
+        if ordinal >= count as usize {
+            return Err(err(format!("cuda:{ordinal} does not exist: this machine has {count} CUDA device(s)")));
+        }
+        kernels::nvrtc_version()?;
+        // SAFETY: only tries to dlopen libcublas.
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            return Err(err(
+                "cuBLAS (libcublas.so) was not found; put the CUDA toolkit's lib directory on LD_LIBRARY_PATH",
+            ));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(drv("creating the CUDA context"))?;
+        // SAFETY: called before any buffer or stream exists; all work goes to one stream.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(drv("creating a stream"))?;
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| err(format!("cuBLAS init: {e:?}")))?;
+        let cc = ctx.compute_capability().map_err(drv("compute capability"))?;
+        let arch = kernels::arch_name(cc);
+        let attr = |a| ctx.attribute(a).map_err(drv("device attribute"));
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        let sm_count = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let smem_optin = attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
+        let mut modules = HashMap::new();
+        for (stem, ptx, _cached) in kernels::load_all(arch)? {
+            let m = ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx)).map_err(drv(stem))?;
+            modules.insert(stem, m);
+        }
+        Ok(Gpu {
+            name: ctx.name().unwrap_or_default(),
+            total_mem: ctx.total_mem().unwrap_or(0),
+            ctx,
+            stream,
+            blas,
+            cc,
+            arch,
+            sm_count,
+            smem_optin,
+            modules,
+            funcs: RefCell::new(HashMap::new()),
+            scratch: RefCell::new(HashMap::new()),
+            profile: RefCell::new(None),
+        })
+    }
+
+    pub fn alloc_bytes(&self, bytes: usize) -> Result<Mem> {
+        // SAFETY: the memory is uninitialised; every op writes its outputs before reading them.
+        let slice = unsafe { self.stream.alloc::<u8>(bytes.max(16)) }
+            .map_err(|e| err(format!("allocating {bytes} bytes on the device: {e:?}")))?;
+        let ptr = {
+            use cudarc::driver::DevicePtr;
+            slice.device_ptr(&self.stream).0
+        };
+        // Zeroed like wgpu buffers, so nothing ever reads a previous allocation's data (the KV
+        // pools' unwritten slots compare equal to the CPU reference's zeros).
+        // SAFETY: ptr..ptr+len is this allocation.
+        unsafe { cudarc::driver::result::memset_d8_async(ptr, 0, slice.len(), self.stream.cu_stream()) }
+            .map_err(drv("zeroing an allocation"))?;
+        Ok(Mem { slice, ptr })
+    }
+
+    /// Kernel `name` of module `stem`.
+    pub fn func(&self, stem: &'static str, name: &'static str) -> Result<CudaFunction> {
+        if let Some(f) = self.funcs.borrow().get(name) {
+            return Ok(f.clone());
+        }
+        let m = self.modules.get(stem).ok_or_else(|| err(format!("kernel module {stem} not loaded")))?;
+        let f = m.load_function(name).map_err(drv(name))?;
+        self.funcs.borrow_mut().insert(name, f.clone());
+        Ok(f)
+    }
+
+    /// Launch `stem::name` with the parameter struct, then device pointers, then u32 scalars
+    /// (the argument order every kernel in cuda/ declares).
+    pub fn launch<P: DeviceRepr>(
+        &self,
+        stem: &'static str,
+        name: &'static str,
+        l: Launch,
+        p: &P,
+        ptrs: &[u64],
+        scalars: &[u32],
+    ) -> Result<()> {
+        if l.grid.0 == 0 || l.grid.1 == 0 || l.grid.2 == 0 {
+            return Ok(());
+        }
+        let f = self.func(stem, name)?;
+        if l.smem > 48 * 1024 {
+            if l.smem > self.smem_optin {
+                return Err(err(format!(
+                    "{name}: needs {} bytes of shared memory, the device has {}",
+                    l.smem, self.smem_optin
+                )));
+            }
+            use cudarc::driver::sys::CUfunction_attribute as FA;
+            f.set_attribute(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.smem as i32).map_err(drv(name))?;
+        }
+        let mut args: Vec<*mut std::ffi::c_void> = Vec::with_capacity(1 + ptrs.len() + scalars.len());
+        args.push(p as *const P as *mut _);
+        args.extend(ptrs.iter().map(|x| x as *const u64 as *mut _));
+        args.extend(scalars.iter().map(|x| x as *const u32 as *mut _));
+        self.timed(stem, || {
+            // SAFETY: the argument list matches the kernel's signature (param struct, pointers,
+            // u32 scalars, checked by the parity tests), every pointer was validated by the op
+            // against the element counts its params imply, and `args` outlives the call.
+            unsafe {
+                cudarc::driver::result::launch_kernel(
+                    f.cu_function(),
+                    l.grid,
+                    (l.block, 1, 1),
+                    l.smem,
+                    self.stream.cu_stream(),
+                    &mut args,
+                )
+            }
+            .map_err(drv(name))
+        })
+    }
+
+    /// Run `f` (which enqueues work), timed as op `op` when profiling.
+    pub fn timed<T>(&self, op: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if self.profile.borrow().is_none() {
+            return f();
+        }
+        let ev =
+            || self.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("event"));
+        let (a, b) = (ev()?, ev()?);
+        a.record(&self.stream).map_err(drv("event record"))?;
+        let r = f()?;
+        b.record(&self.stream).map_err(drv("event record"))?;
+        if let Some(p) = self.profile.borrow_mut().as_mut() {
+            p.pending.push((op, a, b));
+        }
+        Ok(r)
+    }
+
+    pub fn set_profiling(&self, on: bool) -> Result<()> {
+        self.sync()?;
+        *self.profile.borrow_mut() = on.then(Profile::default);
+        Ok(())
+    }
+
+    /// (op, launches, GPU nanoseconds) since profiling started or was last taken.
+    pub fn take_profile(&self) -> Vec<(String, u64, f64)> {
+        if self.sync().is_err() {
+            return vec![];
+        }
+        let mut p = self.profile.borrow_mut();
+        let Some(p) = p.as_mut() else { return vec![] };
+        let mut out: Vec<(String, u64, f64)> =
+            std::mem::take(&mut p.totals).into_iter().map(|(k, (n, ns))| (k.to_string(), n, ns)).collect();
+        out.sort_by(|a, b| b.2.total_cmp(&a.2));
+        out
+    }
+
+    /// Device pointer of scratch buffer `key` with at least `bytes` bytes.
+    pub fn scratch(&self, key: &'static str, bytes: usize) -> Result<u64> {
+        let mut s = self.scratch.borrow_mut();
+        if let Some(m) = s.get(key)
+            && m.slice.len() >= bytes
+        {
+            return Ok(m.ptr);
+        }
+        let m = self.alloc_bytes(bytes.next_power_of_two())?;
+        let ptr = m.ptr;
+        s.insert(key, m);
+        Ok(ptr)
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        self.stream.synchronize().map_err(drv("stream synchronize"))?;
+        if let Some(p) = self.profile.borrow_mut().as_mut() {
+            for (op, a, b) in p.pending.drain(..) {
+                let ms = a.elapsed_ms(&b).map_err(drv("event elapsed"))?;
+                let e = p.totals.entry(op).or_insert((0, 0.0));
+                e.0 += 1;
+                e.1 += ms as f64 * 1e6;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Grid, block size and dynamic shared memory of a launch.
+#[derive(Clone, Copy, Debug)]
+pub struct Launch {
+    pub grid: (u32, u32, u32),
+    pub block: u32,
+    pub smem: u32,
+}
+
+impl Launch {
+    pub fn new(grid: (u32, u32, u32), block: u32) -> Self {
+        Launch { grid, block, smem: 0 }
+    }
+    /// A 1-D grid-stride launch over `n` elements.
+    pub fn elems(n: usize) -> Self {
+        Launch::new((n.div_ceil(256).clamp(1, 65535 * 8) as u32, 1, 1), 256)
+    }
+    pub fn smem(self, bytes: usize) -> Self {
+        Launch { smem: bytes as u32, ..self }
+    }
+}
+
+/// Bytes a buffer of `len` elements of `dtype` occupies on the device.
+pub fn bytes_for(dtype: DType, len: usize) -> usize {
+    len * dtype.size()
+}

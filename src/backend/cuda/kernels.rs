@@ -1,0 +1,154 @@
+//! The CUDA kernel sources (`cuda/*.cu`, one file per op stem, as `shaders/*.wgsl`) and their
+//! compilation: NVRTC compiles `params.cuh + common.cuh + <stem>.cu` to PTX for the device's
+//! architecture at start, in parallel, and caches the PTX on disk under
+//! `<cache>/cuda/<stem>-<hash>-<arch>.ptx`, the hash covering the assembled source, the arch and
+//! the NVRTC version, so an edited kernel or another toolkit never reuses a stale entry.
+//!
+//! Compilation needs only libnvrtc, no GPU: [`compile`] is what the kernel-compile test runs for
+//! sm_80 and sm_90 on machines without a device.
+
+use std::path::PathBuf;
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+
+pub const PARAMS_CUH: &str = include_str!("../../../cuda/params.cuh");
+pub const COMMON_CUH: &str = include_str!("../../../cuda/common.cuh");
+
+macro_rules! sources {
+    ($($stem:literal),* $(,)?) => {
+        /// (stem, source) of every kernel module.
+        pub const SOURCES: &[(&str, &str)] = &[$(($stem, include_str!(concat!("../../../cuda/", $stem, ".cu")))),*];
+    };
+}
+sources!(
+    "embed",
+    "matmul",
+    "rmsnorm",
+    "add_rmsnorm",
+    "add",
+    "silu_mul",
+    "gather_rows",
+    "argmax",
+    "fill_random",
+    "rope_append_kv",
+    "rope_append_kv_summary",
+    "page_select",
+    "sparse_decode_attention",
+    "sparse_decode_attention_merge",
+    "prefill_attention",
+    "lambda_mass",
+);
+
+fn err(msg: impl Into<String>) -> Error {
+    Error::Backend { backend: "cuda", msg: msg.into() }
+}
+
+/// The full source NVRTC sees for `stem`.
+pub fn assembled(stem: &str) -> Result<String> {
+    let src = SOURCES.iter().find(|s| s.0 == stem).ok_or_else(|| err(format!("no kernel module `{stem}`")))?.1;
+    Ok(format!("{PARAMS_CUH}\n{COMMON_CUH}\n// ---- {stem}.cu\n{src}"))
+}
+
+/// NVRTC's version, or an error when libnvrtc cannot be loaded.
+pub fn nvrtc_version() -> Result<(i32, i32)> {
+    // SAFETY: only tries to dlopen the library; cudarc's loader panics later if it is missing.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(err(
+            "NVRTC (libnvrtc.so) was not found; it compiles the CUDA kernels at start. Install the CUDA toolkit's \
+             NVRTC (or `pip install nvidia-cuda-nvrtc-cu12`) and put its lib directory on LD_LIBRARY_PATH",
+        ));
+    }
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: plain out-parameters; the library is present (checked above).
+    let rc = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    if rc != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(err(format!("nvrtcVersion failed: {rc:?}")));
+    }
+    Ok((major, minor))
+}
+
+/// The virtual architecture NVRTC targets for compute capability (major, minor).
+pub fn arch_name(cc: (i32, i32)) -> &'static str {
+    match cc {
+        (8, 0) => "compute_80",
+        (8, 6) => "compute_86",
+        (8, 7) => "compute_87",
+        (8, 9) => "compute_89",
+        (9, 0) => "compute_90",
+        (10, 0) => "compute_100",
+        (12, 0) => "compute_120",
+        (m, n) => Box::leak(format!("compute_{m}{n}").into_boxed_str()),
+    }
+}
+
+/// FNV-1a, 64 bit: a hash that stays the same across Rust releases (unlike `DefaultHasher`).
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in *p {
+            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h = (h ^ 0xff).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn cache_path(stem: &str, src: &str, arch: &str, nvrtc: (i32, i32)) -> PathBuf {
+    let ver = format!("{}.{}", nvrtc.0, nvrtc.1);
+    let h = fnv1a(&[src.as_bytes(), arch.as_bytes(), ver.as_bytes()]);
+    crate::fetch::cache_dir().join("cuda").join(format!("{stem}-{h:016x}-{arch}.ptx"))
+}
+
+/// Compile one module to PTX text (no cache).
+pub fn compile_one(stem: &str, arch: &'static str) -> Result<String> {
+    let src = assembled(stem)?;
+    let sm = arch.trim_start_matches("compute_");
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some(arch),
+        options: vec![format!("-DLSERVE_SM={sm}"), "--std=c++17".into()],
+        name: Some(format!("{stem}.cu")),
+        ..Default::default()
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(&src, opts).map_err(|e| match e {
+        cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+            err(format!("{stem}.cu does not compile:\n{}", log.to_string_lossy()))
+        }
+        e => err(format!("{stem}.cu: {e:?}")),
+    })?;
+    Ok(ptx.to_src())
+}
+
+/// PTX of every module for `arch`, from the disk cache where present, else compiled (in
+/// parallel) and cached. Returns (stem, ptx, from_cache).
+pub fn load_all(arch: &'static str) -> Result<Vec<(&'static str, String, bool)>> {
+    let nvrtc = nvrtc_version()?;
+    SOURCES
+        .par_iter()
+        .map(|&(stem, _)| {
+            let src = assembled(stem)?;
+            let path = cache_path(stem, &src, arch, nvrtc);
+            if let Ok(ptx) = std::fs::read_to_string(&path) {
+                return Ok((stem, ptx, true));
+            }
+            let ptx = compile_one(stem, arch)?;
+            // A failed cache write only costs a recompile next time.
+            if let Some(dir) = path.parent()
+                && std::fs::create_dir_all(dir).is_ok()
+            {
+                let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+                if std::fs::write(&tmp, &ptx).is_ok() {
+                    let _ = std::fs::rename(&tmp, &path);
+                }
+            }
+            Ok((stem, ptx, false))
+        })
+        .collect()
+}
+
+/// Compile every module for `arch` without touching the cache (the kernel-compile test).
+pub fn compile(arch: &'static str) -> Result<Vec<(&'static str, usize)>> {
+    nvrtc_version()?;
+    SOURCES.par_iter().map(|&(stem, _)| Ok((stem, compile_one(stem, arch)?.len()))).collect()
+}

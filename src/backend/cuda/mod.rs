@@ -1,0 +1,346 @@
+//! The CUDA backend: every op is a kernel in `cuda/<op>.cu` (the same stems as `shaders/*.wgsl`),
+//! compiled by NVRTC for the device's architecture at start and cached on disk (kernels.rs),
+//! launched through cudarc on one stream with the op's `#[repr(C)]` parameter struct (mirrored in
+//! `cuda/params.cuh`). Prefill GEMMs go to cuBLAS; decode GEMVs are our own kernels.
+//!
+//! cudarc loads libcuda/libnvrtc/libcublas at run time, so this backend compiles everywhere and
+//! [`CudaBackend::new`] on a machine without them returns an error value (no panic).
+//!
+//! Storage: f32 and u32 as-is; f16/bf16 two bytes per element (weights and KV). Activations,
+//! logits and page summaries are f32. Each op checks its buffers against its params before
+//! launching (like the CPU reference); what only the device knows (page tables, slots, selections)
+//! is bounds-checked in the kernels, which skip what they cannot address.
+
+mod context;
+pub mod kernels;
+mod ops_attention;
+mod ops_basic;
+mod ops_kv;
+mod ops_matmul;
+
+use cudarc::driver::DeviceRepr;
+
+use crate::backend::*;
+use crate::error::Result;
+pub use context::driver_present;
+use context::{Gpu, Mem, bytes_for, drv, err};
+
+// SAFETY: plain #[repr(C)] structs of u32/f32 fields, mirrored in cuda/params.cuh (layout test).
+unsafe impl DeviceRepr for EmbedParams {}
+unsafe impl DeviceRepr for MatmulParams {}
+unsafe impl DeviceRepr for RmsnormParams {}
+unsafe impl DeviceRepr for AddParams {}
+unsafe impl DeviceRepr for SiluMulParams {}
+unsafe impl DeviceRepr for GatherRowsParams {}
+unsafe impl DeviceRepr for ArgmaxParams {}
+unsafe impl DeviceRepr for RopeAppendKvParams {}
+unsafe impl DeviceRepr for AttentionParams {}
+unsafe impl DeviceRepr for PageSelectParams {}
+unsafe impl DeviceRepr for LambdaMassParams {}
+unsafe impl DeviceRepr for FillRandomParams {}
+
+/// A device buffer.
+pub struct CudaBuffer {
+    mem: Mem,
+    pub dtype: DType,
+    /// Elements (not bytes).
+    pub len: usize,
+}
+
+impl CudaBuffer {
+    pub(crate) fn ptr(&self) -> u64 {
+        self.mem.ptr
+    }
+}
+
+impl std::fmt::Debug for CudaBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaBuffer({:?} x {} @ {:#x})", self.dtype, self.len, self.mem.ptr)
+    }
+}
+
+pub struct CudaBackend {
+    gpu: Gpu,
+    caps: Caps,
+}
+
+impl CudaBackend {
+    /// Open CUDA device `ordinal` (see `lserve devices`) and load the kernels.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        let gpu = Gpu::open(ordinal)?;
+        let caps = Caps {
+            name: "cuda",
+            device: format!(
+                "{} (sm_{}{}, {} SMs, {} MiB, kernels {})",
+                gpu.name,
+                gpu.cc.0,
+                gpu.cc.1,
+                gpu.sm_count,
+                gpu.total_mem >> 20,
+                gpu.arch
+            ),
+            weight_dtypes: vec![DType::BF16, DType::F16, DType::F32],
+            kv_dtypes: vec![DType::BF16, DType::F16, DType::F32],
+            // Kernels address pools with u32 element offsets.
+            max_buffer_bytes: 1 << 32,
+            memory_bytes: gpu.total_mem as u64,
+        };
+        Ok(CudaBackend { gpu, caps })
+    }
+
+    pub(crate) fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    fn upload_bytes(&self, dtype: DType, len: usize, bytes: &[u8]) -> Result<CudaBuffer> {
+        let b = self.alloc(dtype, len)?;
+        // SAFETY: the allocation holds at least bytes.len() bytes; pageable host memory is
+        // staged before the call returns.
+        unsafe { cudarc::driver::result::memcpy_htod_async(b.ptr(), bytes, self.gpu.stream.cu_stream()) }
+            .map_err(drv("upload"))?;
+        Ok(b)
+    }
+
+    fn write_bytes(&self, dst: &CudaBuffer, bytes: &[u8]) -> Result<()> {
+        // SAFETY: callers checked that dst holds bytes.len() bytes.
+        unsafe { cudarc::driver::result::memcpy_htod_async(dst.ptr(), bytes, self.gpu.stream.cu_stream()) }
+            .map_err(drv("write"))
+    }
+
+    fn read_bytes(&self, src: &CudaBuffer, offset_bytes: usize, n_bytes: usize) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; n_bytes];
+        // SAFETY: callers checked the range lies inside src; the stream is synchronised before
+        // `out` is read or dropped.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(
+                &mut out,
+                src.ptr() + offset_bytes as u64,
+                self.gpu.stream.cu_stream(),
+            )
+        }
+        .map_err(drv("download"))?;
+        self.gpu.sync()?;
+        Ok(out)
+    }
+}
+
+/// `b` holds at least `n` elements of `dtype`.
+pub(crate) fn need(b: &CudaBuffer, dtype: DType, n: usize, what: &str) -> Result<()> {
+    if b.dtype != dtype {
+        return Err(err(format!("{what}: expected a {dtype:?} buffer, got {:?}", b.dtype)));
+    }
+    if b.len < n {
+        return Err(err(format!("{what}: {} elements, op needs {n}", b.len)));
+    }
+    Ok(())
+}
+
+/// `b` holds at least `n` elements of a float type (weights or KV).
+pub(crate) fn need_float(b: &CudaBuffer, n: usize, what: &str) -> Result<()> {
+    if !matches!(b.dtype, DType::F32 | DType::F16 | DType::BF16) || b.len < n {
+        return Err(err(format!("{what}: {:?} x {} is not a float buffer of {n} elements", b.dtype, b.len)));
+    }
+    Ok(())
+}
+
+/// Kernel-name suffix index of a float dtype: 0 = f32, 1 = f16, 2 = bf16.
+pub(crate) fn fidx(d: DType) -> usize {
+    match d {
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        _ => 0,
+    }
+}
+
+impl Backend for CudaBackend {
+    type Buffer = CudaBuffer;
+
+    fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    fn alloc(&self, dtype: DType, len: usize) -> Result<CudaBuffer> {
+        Ok(CudaBuffer { mem: self.gpu.alloc_bytes(bytes_for(dtype, len))?, dtype, len })
+    }
+
+    fn upload_f32(&self, dtype: DType, data: Vec<f32>) -> Result<CudaBuffer> {
+        match dtype {
+            DType::F32 => self.upload_bytes(dtype, data.len(), bytemuck::cast_slice(&data)),
+            DType::F16 => {
+                let h: Vec<u16> = data.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect();
+                self.upload_bytes(dtype, data.len(), bytemuck::cast_slice(&h))
+            }
+            DType::BF16 => {
+                let h: Vec<u16> = data.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect();
+                self.upload_bytes(dtype, data.len(), bytemuck::cast_slice(&h))
+            }
+            d => Err(err(format!("cannot upload f32 data as {d:?}"))),
+        }
+    }
+
+    fn upload_u32(&self, data: &[u32]) -> Result<CudaBuffer> {
+        self.upload_bytes(DType::U32, data.len(), bytemuck::cast_slice(data))
+    }
+
+    fn write_u32(&self, dst: &mut CudaBuffer, data: &[u32]) -> Result<()> {
+        need(dst, DType::U32, data.len(), "write_u32")?;
+        self.write_bytes(dst, bytemuck::cast_slice(data))
+    }
+
+    fn write_f32(&self, dst: &mut CudaBuffer, data: &[f32]) -> Result<()> {
+        need(dst, DType::F32, data.len(), "write_f32")?;
+        self.write_bytes(dst, bytemuck::cast_slice(data))
+    }
+
+    /// f16/bf16 buffers are converted to f32 on the host.
+    fn download_f32(&self, src: &CudaBuffer, offset: usize, len: usize) -> Result<Vec<f32>> {
+        need_float(src, offset + len, "download_f32")?;
+        let size = src.dtype.size();
+        let bytes = self.read_bytes(src, offset * size, len * size)?;
+        Ok(match src.dtype {
+            DType::F16 => bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            DType::BF16 => bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            _ => bytemuck::pod_collect_to_vec(&bytes),
+        })
+    }
+
+    fn download_u32(&self, src: &CudaBuffer, offset: usize, len: usize) -> Result<Vec<u32>> {
+        need(src, DType::U32, offset + len, "download_u32")?;
+        Ok(bytemuck::pod_collect_to_vec(&self.read_bytes(src, offset * 4, len * 4)?))
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.gpu.sync()
+    }
+
+    fn len(&self, b: &CudaBuffer) -> usize {
+        b.len
+    }
+
+    fn dtype(&self, b: &CudaBuffer) -> DType {
+        b.dtype
+    }
+
+    fn embed(&self, p: &EmbedParams, table: &CudaBuffer, ids: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
+        ops_basic::embed(self, p, table, ids, out)
+    }
+
+    fn matmul(
+        &self,
+        p: &MatmulParams,
+        x: &CudaBuffer,
+        w: &CudaBuffer,
+        bias: Option<&CudaBuffer>,
+        out: &mut CudaBuffer,
+    ) -> Result<()> {
+        ops_matmul::matmul(self, p, x, w, bias, out)
+    }
+
+    fn rmsnorm(&self, p: &RmsnormParams, x: &CudaBuffer, w: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
+        ops_basic::rmsnorm(self, p, None, x, w, out)
+    }
+
+    fn add_rmsnorm(
+        &self,
+        p: &RmsnormParams,
+        residual: &mut CudaBuffer,
+        x: &CudaBuffer,
+        w: &CudaBuffer,
+        out: &mut CudaBuffer,
+    ) -> Result<()> {
+        ops_basic::rmsnorm(self, p, Some(residual), x, w, out)
+    }
+
+    fn add(&self, p: &AddParams, a: &mut CudaBuffer, b: &CudaBuffer) -> Result<()> {
+        ops_basic::add(self, p, a, b)
+    }
+
+    fn silu_mul(&self, p: &SiluMulParams, gate_up: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
+        ops_basic::silu_mul(self, p, gate_up, out)
+    }
+
+    fn gather_rows(
+        &self,
+        p: &GatherRowsParams,
+        src: &CudaBuffer,
+        rows: &CudaBuffer,
+        out: &mut CudaBuffer,
+    ) -> Result<()> {
+        ops_basic::gather_rows(self, p, src, rows, out)
+    }
+
+    fn rope_append_kv(
+        &self,
+        p: &RopeAppendKvParams,
+        qkv: &CudaBuffer,
+        meta: &RopeAppendMeta<Self>,
+        q: &mut CudaBuffer,
+        kv: LayerKvMut<Self>,
+    ) -> Result<()> {
+        ops_kv::rope_append_kv(self, p, qkv, meta, q, kv)
+    }
+
+    fn prefill_attention(
+        &self,
+        p: &AttentionParams,
+        q: &CudaBuffer,
+        q_indptr: &CudaBuffer,
+        kv: LayerKv<Self>,
+        meta: &PagedMeta<Self>,
+        out: &mut CudaBuffer,
+    ) -> Result<()> {
+        ops_attention::prefill_attention(self, p, q, q_indptr, kv, meta, out)
+    }
+
+    fn sparse_decode_attention(
+        &self,
+        p: &AttentionParams,
+        q: &CudaBuffer,
+        kv: LayerKv<Self>,
+        meta: &PagedMeta<Self>,
+        pages: &HeadPages<Self>,
+        out: &mut CudaBuffer,
+    ) -> Result<()> {
+        ops_attention::sparse_decode_attention(self, p, q, kv, meta, pages, out)
+    }
+
+    fn page_select(
+        &self,
+        p: &PageSelectParams,
+        q: &CudaBuffer,
+        kv: LayerKv<Self>,
+        meta: &PagedMeta<Self>,
+        seq_slot: &CudaBuffer,
+        select_mask: &CudaBuffer,
+        out: SelectedMut<Self>,
+    ) -> Result<()> {
+        ops_kv::page_select(self, p, q, kv, meta, seq_slot, select_mask, out)
+    }
+
+    fn lambda_mass(
+        &self,
+        p: &LambdaMassParams,
+        q: &CudaBuffer,
+        kv: LayerKv<Self>,
+        meta: &PagedMeta<Self>,
+        out: &mut CudaBuffer,
+    ) -> Result<()> {
+        ops_attention::lambda_mass(self, p, q, kv, meta, out)
+    }
+
+    fn fill_random(&self, p: &FillRandomParams, out: &mut CudaBuffer) -> Result<()> {
+        ops_basic::fill_random(self, p, out)
+    }
+
+    fn set_profiling(&self, on: bool) -> Result<()> {
+        self.gpu.set_profiling(on)
+    }
+
+    fn take_profile(&self) -> Vec<(String, u64, f64)> {
+        self.gpu.take_profile()
+    }
+
+    fn argmax(&self, p: &ArgmaxParams, x: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
+        ops_basic::argmax(self, p, x, out)
+    }
+}

@@ -1,0 +1,295 @@
+//! Launches of the attention ops: `prefill_attention` (cuda/prefill_attention.cu),
+//! `sparse_decode_attention` (cuda/sparse_decode_attention.cu, then
+//! cuda/sparse_decode_attention_merge.cu when split) and `lambda_mass` (cuda/lambda_mass.cu).
+//!
+//! One launch covers both head kinds: the kernels read head_map per block and pick the retrieval
+//! or the streaming pool (a block-uniform branch; no second pass as on wgpu).
+//!
+//! Split-KV decode: the split count comes from an upper bound of the longest key list (the page
+//! table's length for retrieval heads, the Lambda window for streaming heads) at
+//! [`KEYS_PER_SPLIT`] keys a split, capped so the grid stays near [`BLOCKS_PER_SM`] blocks per SM
+//! and at [`MAX_SPLITS`]; on the device a split takes at least 32 keys, so short lists (sparse
+//! steps) leave the last splits empty (m = -inf, l = 0; the merge skips them). The partials live
+//! in a scratch buffer shared by every layer (stream order keeps them apart).
+
+use super::context::{Launch, err};
+use super::{CudaBackend, CudaBuffer, fidx, need, need_float};
+use crate::backend::*;
+use crate::error::Result;
+
+const MAX_HEAD_DIM: usize = 256;
+const KEYS_PER_SPLIT: usize = 128;
+const MAX_SPLITS: usize = 256;
+/// About one wave of the cp.async decode kernel (6 blocks of 128 threads fit an H100/H200 SM by
+/// shared memory): longer splits amortise each block's setup and keep the merge small.
+const BLOCKS_PER_SM: usize = 6;
+/// Query heads of one KV head per decode block (G in the kernel).
+const DECODE_HEADS: usize = 8;
+/// Query rows per prefill tile (PF_TQ in the kernel).
+const PREFILL_ROWS: usize = 32;
+
+fn u(x: u32) -> usize {
+    x as usize
+}
+
+/// Checks shared by prefill and decode: head counts, geometry, pools and paged metadata.
+fn check_common(p: &AttentionParams, kv: &LayerKv<CudaBackend>, meta: &PagedMeta<CudaBackend>, op: &str) -> Result<()> {
+    let (ns, nkv, nh, hd, ps) = (u(p.num_seqs), u(p.n_kv_heads), u(p.n_heads), u(p.head_dim), u(p.page_size));
+    let (n_ret, n_str) = (u(p.n_ret), u(p.n_str));
+    if nkv == 0 || n_ret + n_str != nkv || !nh.is_multiple_of(nkv) {
+        return Err(err(format!("{op}: bad head counts")));
+    }
+    if hd == 0 || hd > MAX_HEAD_DIM || !hd.is_multiple_of(8) || ps == 0 {
+        return Err(err(format!("{op}: head_dim {hd} (a multiple of 8 up to {MAX_HEAD_DIM}) or page_size {ps}")));
+    }
+    if n_str > 0 && (p.ring_tokens <= p.sink || !p.ring_tokens.is_multiple_of(p.page_size)) {
+        return Err(err(format!("{op}: the streaming ring is smaller than its sink")));
+    }
+    let rlen = u(p.num_pages) * n_ret * ps * hd;
+    let slen = u(p.num_str_pages) * n_str * ps * hd;
+    let kt = kv.k.dtype;
+    need_float(kv.k, rlen, "k pool")?;
+    need(kv.v, kt, rlen, "v pool")?;
+    need(kv.sk, kt, slen, "streaming k pool")?;
+    need(kv.sv, kt, slen, "streaming v pool")?;
+    need(kv.head_map, DType::U32, nkv, "head_map")?;
+    let ring_pages = if n_str > 0 { u(p.ring_tokens) / ps } else { 0 };
+    need(meta.page_indptr, DType::U32, ns + 1, "attention page_indptr")?;
+    need(meta.page_table, DType::U32, 0, "attention page_table")?;
+    need(meta.kv_len, DType::U32, ns, "attention kv_len")?;
+    need(meta.ring_table, DType::U32, ns * ring_pages, "attention ring_table")
+}
+
+const PREFILL: [[&str; 5]; 3] = [
+    [
+        "prefill_attention_f32_d4",
+        "prefill_attention_f32_d8",
+        "prefill_attention_f32_d16",
+        "prefill_attention_f32_d32",
+        "prefill_attention_f32_d64",
+    ],
+    [
+        "prefill_attention_f16_d4",
+        "prefill_attention_f16_d8",
+        "prefill_attention_f16_d16",
+        "prefill_attention_f16_d32",
+        "prefill_attention_f16_d64",
+    ],
+    [
+        "prefill_attention_bf16_d4",
+        "prefill_attention_bf16_d8",
+        "prefill_attention_bf16_d16",
+        "prefill_attention_bf16_d32",
+        "prefill_attention_bf16_d64",
+    ],
+];
+
+pub fn prefill_attention(
+    be: &CudaBackend,
+    p: &AttentionParams,
+    q: &CudaBuffer,
+    q_indptr: &CudaBuffer,
+    kv: LayerKv<CudaBackend>,
+    meta: &PagedMeta<CudaBackend>,
+    out: &mut CudaBuffer,
+) -> Result<()> {
+    check_common(p, &kv, meta, "prefill_attention")?;
+    let (n, ns, nh, hd) = (u(p.n_tokens), u(p.num_seqs), u(p.n_heads), u(p.head_dim));
+    need(q, DType::F32, n * nh * hd, "prefill_attention q")?;
+    need(q_indptr, DType::U32, ns + 1, "prefill_attention q_indptr")?;
+    need(out, DType::F32, n * nh * hd, "prefill_attention out")?;
+    if n == 0 || ns == 0 {
+        return Ok(());
+    }
+    // Dims per thread: head_dim <= 4 * DPT, DPT in 4..=64.
+    let dpt = hd.div_ceil(4).next_power_of_two().max(4);
+    let name = PREFILL[fidx(kv.k.dtype)][dpt.trailing_zeros() as usize - 2];
+    let tk = 32.min(4096 / hd);
+    let l = Launch::new(((n / PREFILL_ROWS + ns) as u32, nh as u32, 1), 128).smem(2 * tk * hd * 4);
+    let ptrs = [
+        q.ptr(),
+        q_indptr.ptr(),
+        kv.k.ptr(),
+        kv.v.ptr(),
+        kv.sk.ptr(),
+        kv.sv.ptr(),
+        kv.head_map.ptr(),
+        meta.page_indptr.ptr(),
+        meta.page_table.ptr(),
+        meta.kv_len.ptr(),
+        meta.ring_table.ptr(),
+        out.ptr(),
+    ];
+    be.gpu().launch("prefill_attention", name, l, p, &ptrs, &[meta.page_table.len as u32, meta.ring_table.len as u32])
+}
+
+const DECODE: [[&str; 4]; 3] = [
+    [
+        "sparse_decode_attention_f32_g1",
+        "sparse_decode_attention_f32_g2",
+        "sparse_decode_attention_f32_g4",
+        "sparse_decode_attention_f32_g8",
+    ],
+    [
+        "sparse_decode_attention_f16_g1",
+        "sparse_decode_attention_f16_g2",
+        "sparse_decode_attention_f16_g4",
+        "sparse_decode_attention_f16_g8",
+    ],
+    [
+        "sparse_decode_attention_bf16_g1",
+        "sparse_decode_attention_bf16_g2",
+        "sparse_decode_attention_bf16_g4",
+        "sparse_decode_attention_bf16_g8",
+    ],
+];
+
+const DECODE_REGS: [[&str; 4]; 3] = [
+    [
+        "sparse_decode_attention_regs_f32_g1",
+        "sparse_decode_attention_regs_f32_g2",
+        "sparse_decode_attention_regs_f32_g4",
+        "sparse_decode_attention_regs_f32_g8",
+    ],
+    [
+        "sparse_decode_attention_regs_f16_g1",
+        "sparse_decode_attention_regs_f16_g2",
+        "sparse_decode_attention_regs_f16_g4",
+        "sparse_decode_attention_regs_f16_g8",
+    ],
+    [
+        "sparse_decode_attention_regs_bf16_g1",
+        "sparse_decode_attention_regs_bf16_g2",
+        "sparse_decode_attention_regs_bf16_g4",
+        "sparse_decode_attention_regs_bf16_g8",
+    ],
+];
+
+/// Whether to run the register-staged decode kernel instead of the cp.async one (A/B only:
+/// `LSERVE_CUDA_DECODE=regs`; read once).
+fn decode_regs() -> bool {
+    static REGS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *REGS.get_or_init(|| std::env::var("LSERVE_CUDA_DECODE").is_ok_and(|v| v == "regs"))
+}
+
+/// Dynamic shared memory of the cp.async decode kernel (its layout: K/V stages [2][2][ck][row],
+/// valid [2][ck], scores [G][ck], q [G][hd], acc [G][hd]; ck as `sd2_chunk`).
+fn decode_smem(hd: usize, kv: DType, g: usize) -> usize {
+    let row = hd * kv.size();
+    let ck = (8192 / row).clamp(8, 64) & !7;
+    4 * ck * row + 2 * ck * 4 + g * ck * 4 + 2 * g * hd * 4
+}
+
+/// Splits per (sequence, KV head chunk) of a decode step (see the module docs).
+fn decode_splits(be: &CudaBackend, p: &AttentionParams, page_table_len: usize, head_chunks: usize) -> usize {
+    let ps = u(p.page_size);
+    let ret = if p.n_ret > 0 { page_table_len * ps } else { 0 };
+    let strm = if p.n_str > 0 { u(p.sink + p.local) + ps } else { 0 };
+    let by_len = ret.max(strm).div_ceil(KEYS_PER_SPLIT);
+    let blocks = be.gpu().sm_count as usize * BLOCKS_PER_SM;
+    let by_grid = blocks.div_ceil(u(p.num_seqs) * u(p.n_kv_heads) * head_chunks);
+    by_len.min(by_grid).clamp(1, MAX_SPLITS)
+}
+
+pub fn sparse_decode_attention(
+    be: &CudaBackend,
+    p: &AttentionParams,
+    q: &CudaBuffer,
+    kv: LayerKv<CudaBackend>,
+    meta: &PagedMeta<CudaBackend>,
+    pages: &HeadPages<CudaBackend>,
+    out: &mut CudaBuffer,
+) -> Result<()> {
+    check_common(p, &kv, meta, "sparse_decode_attention")?;
+    let (ns, nh, hd, nkv) = (u(p.num_seqs), u(p.n_heads), u(p.head_dim), u(p.n_kv_heads));
+    need(q, DType::F32, ns * nh * hd, "sparse_decode_attention q")?;
+    need(out, DType::F32, ns * nh * hd, "sparse_decode_attention out")?;
+    need(pages.seq_slot, DType::U32, ns, "decode seq_slot")?;
+    need(pages.tail_start, DType::U32, ns, "decode tail_start")?;
+    need(pages.selected, DType::U32, 0, "decode selected")?;
+    need(pages.counts, DType::U32, 0, "decode counts")?;
+    if ns == 0 {
+        return Ok(());
+    }
+    let group = nh / nkv;
+    let g = group.min(DECODE_HEADS).next_power_of_two();
+    let head_chunks = group.div_ceil(g);
+    let splits = decode_splits(be, p, meta.page_table.len, head_chunks);
+    let part = if splits > 1 { be.gpu().scratch("decode_part", ns * nh * splits * (hd + 2) * 4)? } else { 0 };
+    let (name, l) = if decode_regs() {
+        (
+            DECODE_REGS[fidx(kv.k.dtype)][g.trailing_zeros() as usize],
+            Launch::new((splits as u32, (nkv * head_chunks) as u32, ns as u32), 128),
+        )
+    } else {
+        let l = Launch::new((splits as u32, (nkv * head_chunks) as u32, ns as u32), 128);
+        (DECODE[fidx(kv.k.dtype)][g.trailing_zeros() as usize], l.smem(decode_smem(hd, kv.k.dtype, g)))
+    };
+    let ptrs = [
+        q.ptr(),
+        kv.k.ptr(),
+        kv.v.ptr(),
+        kv.sk.ptr(),
+        kv.sv.ptr(),
+        kv.head_map.ptr(),
+        meta.page_indptr.ptr(),
+        meta.page_table.ptr(),
+        meta.kv_len.ptr(),
+        meta.ring_table.ptr(),
+        pages.selected.ptr(),
+        pages.counts.ptr(),
+        pages.seq_slot.ptr(),
+        pages.tail_start.ptr(),
+        out.ptr(),
+        part,
+    ];
+    let lens =
+        [meta.page_table.len as u32, meta.ring_table.len as u32, pages.selected.len as u32, pages.counts.len as u32];
+    let gpu = be.gpu();
+    gpu.launch("sparse_decode_attention", name, l, p, &ptrs, &lens)?;
+    if splits > 1 {
+        let l = Launch::new(((ns * nh) as u32, hd.div_ceil(32) as u32, 1), 256);
+        gpu.launch(
+            "sparse_decode_attention_merge",
+            "sparse_decode_attention_merge",
+            l,
+            p,
+            &[part, out.ptr()],
+            &[splits as u32],
+        )?;
+    }
+    Ok(())
+}
+
+pub fn lambda_mass(
+    be: &CudaBackend,
+    p: &LambdaMassParams,
+    q: &CudaBuffer,
+    kv: LayerKv<CudaBackend>,
+    meta: &PagedMeta<CudaBackend>,
+    out: &mut CudaBuffer,
+) -> Result<()> {
+    let (n, nh, nkv, hd, ps) = (u(p.n_tokens), u(p.n_heads), u(p.n_kv_heads), u(p.head_dim), u(p.page_size));
+    if nkv == 0 || !nh.is_multiple_of(nkv) || ps == 0 {
+        return Err(err("lambda_mass: bad head counts or page size"));
+    }
+    need(q, DType::F32, n * nh * hd, "lambda_mass q")?;
+    need_float(kv.k, u(p.num_pages) * nkv * ps * hd, "lambda_mass k pool")?;
+    need(kv.head_map, DType::U32, nkv, "head_map")?;
+    need(meta.page_indptr, DType::U32, 2, "lambda_mass page_indptr")?;
+    need(meta.page_table, DType::U32, 0, "lambda_mass page_table")?;
+    need(meta.kv_len, DType::U32, 1, "lambda_mass kv_len")?;
+    need(out, DType::F32, n * nh, "lambda_mass out")?;
+    let name = ["lambda_mass_f32", "lambda_mass_f16", "lambda_mass_bf16"][fidx(kv.k.dtype)];
+    let l = Launch::new((n as u32, nh as u32, 1), 256);
+    let ptrs = [
+        q.ptr(),
+        kv.k.ptr(),
+        kv.head_map.ptr(),
+        meta.page_indptr.ptr(),
+        meta.page_table.ptr(),
+        meta.kv_len.ptr(),
+        out.ptr(),
+    ];
+    be.gpu().launch("lambda_mass", name, l, p, &ptrs, &[meta.page_table.len as u32])
+}

@@ -1,0 +1,94 @@
+//! Launches of the elementwise and row ops: embed, rmsnorm/add_rmsnorm, add, silu_mul,
+//! gather_rows, argmax, fill_random (cuda/<op>.cu). Each checks its buffers first.
+
+use super::context::{Launch, err};
+use super::{CudaBackend, CudaBuffer, fidx, need, need_float};
+use crate::backend::*;
+use crate::error::Result;
+
+fn u(x: u32) -> usize {
+    x as usize
+}
+
+pub fn embed(
+    be: &CudaBackend,
+    p: &EmbedParams,
+    table: &CudaBuffer,
+    ids: &CudaBuffer,
+    out: &mut CudaBuffer,
+) -> Result<()> {
+    let (n, d) = (u(p.n_tokens), u(p.dim));
+    need_float(table, u(p.vocab) * d, "embed table")?;
+    need(ids, DType::U32, n, "embed ids")?;
+    need(out, DType::F32, n * d, "embed out")?;
+    let name = ["embed_f32", "embed_f16", "embed_bf16"][fidx(table.dtype)];
+    let l = Launch::new((d.div_ceil(256) as u32, n as u32, 1), 256);
+    be.gpu().launch("embed", name, l, p, &[table.ptr(), ids.ptr(), out.ptr()], &[])
+}
+
+pub fn rmsnorm(
+    be: &CudaBackend,
+    p: &RmsnormParams,
+    residual: Option<&mut CudaBuffer>,
+    x: &CudaBuffer,
+    w: &CudaBuffer,
+    out: &mut CudaBuffer,
+) -> Result<()> {
+    let n = u(p.rows) * u(p.dim);
+    need(x, DType::F32, n, "rmsnorm x")?;
+    need(w, DType::F32, u(p.dim), "rmsnorm w")?;
+    need(out, DType::F32, n, "rmsnorm out")?;
+    let l = Launch::new((p.rows, 1, 1), 1024);
+    match residual {
+        None => be.gpu().launch("rmsnorm", "rmsnorm", l, p, &[x.ptr(), w.ptr(), out.ptr()], &[]),
+        Some(r) => {
+            need(r, DType::F32, n, "add_rmsnorm residual")?;
+            be.gpu().launch("add_rmsnorm", "add_rmsnorm", l, p, &[r.ptr(), x.ptr(), w.ptr(), out.ptr()], &[])
+        }
+    }
+}
+
+pub fn add(be: &CudaBackend, p: &AddParams, a: &mut CudaBuffer, b: &CudaBuffer) -> Result<()> {
+    need(a, DType::F32, u(p.n), "add a")?;
+    need(b, DType::F32, u(p.n), "add b")?;
+    be.gpu().launch("add", "add", Launch::elems(u(p.n)), p, &[a.ptr(), b.ptr()], &[])
+}
+
+pub fn silu_mul(be: &CudaBackend, p: &SiluMulParams, gate_up: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
+    let n = u(p.rows) * u(p.dim);
+    need(gate_up, DType::F32, 2 * n, "silu_mul gate_up")?;
+    need(out, DType::F32, n, "silu_mul out")?;
+    be.gpu().launch("silu_mul", "silu_mul", Launch::elems(n), p, &[gate_up.ptr(), out.ptr()], &[])
+}
+
+pub fn gather_rows(
+    be: &CudaBackend,
+    p: &GatherRowsParams,
+    src: &CudaBuffer,
+    rows: &CudaBuffer,
+    out: &mut CudaBuffer,
+) -> Result<()> {
+    let (n, d) = (u(p.n_out), u(p.dim));
+    need(src, DType::F32, u(p.n_src) * d, "gather_rows src")?;
+    need(rows, DType::U32, n, "gather_rows rows")?;
+    need(out, DType::F32, n * d, "gather_rows out")?;
+    let l = Launch::new((d.div_ceil(256) as u32, n as u32, 1), 256);
+    be.gpu().launch("gather_rows", "gather_rows", l, p, &[src.ptr(), rows.ptr(), out.ptr()], &[])
+}
+
+pub fn argmax(be: &CudaBackend, p: &ArgmaxParams, x: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
+    need(x, DType::F32, u(p.rows) * u(p.n), "argmax x")?;
+    need(out, DType::U32, u(p.rows), "argmax out")?;
+    be.gpu().launch("argmax", "argmax", Launch::new((p.rows, 1, 1), 1024), p, &[x.ptr(), out.ptr()], &[])
+}
+
+pub fn fill_random(be: &CudaBackend, p: &FillRandomParams, out: &mut CudaBuffer) -> Result<()> {
+    let want = match p.dtype {
+        0 => DType::F32,
+        1 => DType::F16,
+        2 => DType::BF16,
+        d => return Err(err(format!("fill_random: dtype code {d} (0 = f32, 1 = f16, 2 = bf16)"))),
+    };
+    need(out, want, u(p.n), "fill_random out")?;
+    be.gpu().launch("fill_random", "fill_random", Launch::elems(u(p.n)), p, &[out.ptr()], &[])
+}

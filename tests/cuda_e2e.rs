@@ -1,0 +1,108 @@
+//! End to end on the CUDA backend: greedy generation with a synthetic model (weights generated on
+//! each device by `fill_random` from one seed, so both backends hold the same f32 bits; no
+//! download) gives the same tokens as the CPU backend, dense and sparse (streaming heads + page
+//! selection engaged with a small sink/window/budget), with an f32 KV cache (only summation order
+//! differs: a divergence must be a near tie, CPU top-2 margin < 1e-3) and with the default bf16
+//! KV cache (the rounding of stored keys/values may flip a tie: margin < 0.05). Margins of
+//! divergences are printed. Skipped without a CUDA device unless LSERVE_REQUIRE_CUDA=1.
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use lserve::backend::cpu::CpuBackend;
+use lserve::backend::{Backend, DType};
+use lserve::bench::{shape, synthetic_layout};
+use lserve::engine::{Engine, EngineOptions, GenerateRequest, build_engine};
+use lserve::model::config::ModelConfig;
+use lserve::model::llama::{Llama, Logits};
+use lserve::sampling::SamplingParams;
+use lserve::sparse::Config;
+
+const TOKENS: usize = 24;
+
+fn model_cfg() -> ModelConfig {
+    // SmolLM2's head geometry (9 query heads over 3 KV heads, head_dim 64), fewer layers/vocab.
+    ModelConfig { num_layers: 4, vocab_size: 2048, ..shape("smollm2-135m").unwrap() }
+}
+
+fn config(sparse: bool, kv: &str) -> Config {
+    let mut c = common::paged_config(16, 4);
+    c.cache.kv_dtype = kv.into();
+    if sparse {
+        c.sparse.enabled = true;
+        c.sparse.streaming_ratio = 0.0; // the streaming heads come from `synthetic_layout`
+        c.sparse.sink_tokens = 4;
+        c.sparse.local_tokens = 16;
+        c.sparse.token_budget = 48;
+        c.sparse.dense_below = 0;
+    }
+    c
+}
+
+fn engine<B: Backend>(be: B, sparse: bool, kv: &str) -> Engine<B> {
+    let cfg = model_cfg();
+    let model = Llama::synthetic(&be, &cfg, Some(DType::F32), 7).unwrap();
+    let layout = sparse.then(|| synthetic_layout(&cfg, 0.5));
+    let opts = EngineOptions { config: config(sparse, kv), max_tokens: 512, max_seqs: 1, prefill_chunk: 64, layout };
+    build_engine(be, model, &opts).unwrap()
+}
+
+fn greedy<B: Backend>(e: &mut Engine<B>, prompt: &[u32]) -> Vec<u32> {
+    let req = GenerateRequest {
+        prompt: prompt.to_vec(),
+        max_tokens: TOKENS,
+        sampling: SamplingParams::greedy(),
+        stop_ids: vec![],
+        ignore_eos: true,
+    };
+    e.generate(&req, &mut |_| Ok(())).unwrap().tokens
+}
+
+fn margin(e: &mut Engine<CpuBackend>, prefix: &[u32]) -> f32 {
+    let mut seq = e.cache.admit().unwrap();
+    let mut v = e.step(&mut seq, prefix, Logits::Last, None).unwrap();
+    e.cache.release(&mut seq).unwrap();
+    v.sort_by(|a, b| b.total_cmp(a));
+    v[0] - v[1]
+}
+
+fn compare(sparse: bool, kv: &str, max_margin: f32) {
+    let Some(gpu) = common::cuda_backend() else { return };
+    let mut cpu = engine(CpuBackend::new(), sparse, "f32");
+    let mut cu = engine(gpu, sparse, kv);
+    let seed = common::seed();
+    let mut rng = common::naive::Rng(seed | 1);
+    for len in [9, 150, 300] {
+        let prompt: Vec<u32> = (0..len).map(|_| (rng.next() * 2048.0) as u32 % 2048).collect();
+        let (a, b) = (greedy(&mut cpu, &prompt), greedy(&mut cu, &prompt));
+        eprintln!("sparse={sparse} kv={kv} prompt {len}: cpu {a:?}\n  cuda {b:?}");
+        if a == b {
+            continue;
+        }
+        let i = a.iter().zip(&b).position(|(x, y)| x != y).unwrap();
+        let prefix: Vec<u32> = prompt.iter().chain(&a[..i]).copied().collect();
+        let gap = margin(&mut cpu, &prefix);
+        eprintln!("  diverge at {i} ({} vs {}), CPU top-2 margin {gap:.5}", a[i], b[i]);
+        assert!(gap < max_margin, "sparse={sparse} kv={kv}: divergence at {i} is not a near tie (margin {gap})");
+    }
+}
+
+#[test]
+fn dense_f32_kv_matches_cpu() {
+    compare(false, "f32", 1e-3);
+}
+
+#[test]
+fn sparse_f32_kv_matches_cpu() {
+    compare(true, "f32", 1e-3);
+}
+
+#[test]
+fn dense_bf16_kv_matches_cpu_up_to_near_ties() {
+    compare(false, "bf16", 0.05);
+}
+
+#[test]
+fn sparse_bf16_kv_matches_cpu_up_to_near_ties() {
+    compare(true, "bf16", 0.05);
+}
