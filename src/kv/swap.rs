@@ -59,6 +59,21 @@ impl SwappedKv {
     }
 }
 
+impl SwappedKv {
+    /// Every stored value as raw bits, layer by layer (for bit-exact comparisons).
+    pub fn bits(&self) -> Vec<u32> {
+        let mut out = vec![self.len as u32, self.n_pages as u32];
+        for c in &self.layers {
+            for v in [&c.k, &c.v, &c.summary, &c.sk, &c.sv] {
+                out.extend(v.iter().map(|x| x.to_bits()));
+            }
+            out.extend(&c.selected);
+            out.extend(&c.counts);
+        }
+        out
+    }
+}
+
 /// Runs of consecutive ids in `ids`: (first id, count), in order.
 fn runs(ids: &[u32]) -> Vec<(usize, usize)> {
     let mut out: Vec<(usize, usize)> = Vec::new();

@@ -12,7 +12,9 @@
 //!    recomputed from its tokens (`PreemptMode::Recompute`).
 //! 2. if nothing was preempted this step, queued sequences in arrival order (FCFS: the first that
 //!    does not fit stops the pass, nobody overtakes it): a swapped one is resumed (all its pages
-//!    back plus its chunk's growth), a waiting one admitted (its first chunk's pages).
+//!    back plus its chunk's growth), a waiting one admitted (its first chunk's pages). Either is
+//!    taken only when the pages of all its known tokens plus the next one are free, so a resumed
+//!    sequence is not preempted again chunk after chunk.
 //!
 //! Invariants: a sequence is in exactly one state; running sequences never exceed
 //! `max_num_seqs` nor the free slots; the pages a plan allocates never exceed the free pages the
@@ -253,7 +255,9 @@ impl Scheduler {
                 break;
             }
             let need = self.pages_for(e.computed + n);
-            if need > *free {
+            // Admit only when all its known tokens and the next one fit (the chunk alone would
+            // let a resumed sequence be preempted again chunk after chunk).
+            if self.pages_for(e.tokens + 1).max(need) > *free {
                 break;
             }
             *free -= need;

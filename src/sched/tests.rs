@@ -80,7 +80,8 @@ fn preemption_takes_the_most_recently_admitted_first() {
     for id in 1..=3 {
         s.add(id, 4); // one full page each
     }
-    let p = s.schedule(CacheView { free_pages: 3, free_slots: 8 });
+    // Admission wants room for the prompt and the next token (2 pages), then takes 1.
+    let p = s.schedule(CacheView { free_pages: 4, free_slots: 8 });
     assert_eq!(p.admit, vec![1, 2, 3]);
     run(&mut s, &p);
     // Every sequence now needs a second page and none is free: 3 goes (its page lets 1 grow),
@@ -106,7 +107,8 @@ fn a_sequence_preempts_itself_when_it_is_the_newest() {
     let mut s = sched(8, 64, 64, PreemptMode::Recompute);
     s.add(1, 4);
     s.add(2, 4);
-    let p = s.schedule(CacheView { free_pages: 2, free_slots: 8 });
+    let p = s.schedule(CacheView { free_pages: 3, free_slots: 8 });
+    assert_eq!(p.admit, vec![1, 2]);
     run(&mut s, &p);
     s.remove(1); // 1 finished but its page is not counted free yet (the view says 0)
     let p = s.schedule(CacheView { free_pages: 0, free_slots: 8 });
@@ -124,7 +126,8 @@ fn preempted_sequences_keep_their_place_before_later_arrivals() {
     let mut s = sched(8, 64, 64, PreemptMode::Swap);
     s.add(1, 4);
     s.add(2, 4);
-    let p = s.schedule(CacheView { free_pages: 2, free_slots: 8 });
+    let p = s.schedule(CacheView { free_pages: 3, free_slots: 8 });
+    assert_eq!(p.admit, vec![1, 2]);
     run(&mut s, &p);
     s.add(3, 1);
     let p = s.schedule(CacheView { free_pages: 1, free_slots: 6 });
