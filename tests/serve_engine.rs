@@ -6,37 +6,36 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use lserve::backend::cpu::CpuBackend;
 use lserve::engine::serve::{Event, ServeEngine, ServeOptions, ServeRequest};
 use lserve::engine::{Engine, EngineOptions, FinishReason, build_engine};
-use lserve::kv::HeadLayout;
 use lserve::loader::{self, LoadedModel};
 use lserve::model::llama::Llama;
 use lserve::sampling::SamplingParams;
 use lserve::sched::{PreemptMode, SchedConfig, SeqId};
-use lserve::sparse::{Config, HeadPattern};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 static MODEL: LazyLock<LoadedModel> = LazyLock::new(|| loader::open(&common::model_path()).expect("model opens"));
 
-/// An engine with `pages_per_seq * max_seqs` pages of 16 tokens (dense unless `sparse`).
-fn engine(pages_per_seq: usize, max_seqs: usize, sparse: bool) -> Engine<CpuBackend> {
-    let be = CpuBackend::new();
-    let llama = Llama::load(&be, &MODEL.config, MODEL.weights.as_ref(), |_, _| {}).expect("weights load");
+/// Engine options: `pages_per_seq * max_seqs` pages of 16 tokens, prefill chunks of 32, dense, or
+/// sparse with streaming heads (small sink/local) and page selection above 32 tokens.
+fn options(pages_per_seq: usize, max_seqs: usize, sparse: bool) -> EngineOptions {
     let mut config = common::paged_config(16, 16);
-    let mut layout = None;
     if sparse {
         let s = &mut config.sparse;
         (s.enabled, s.token_budget, s.dense_below, s.selector_interval) = (true, 48, 32, 2);
-        (s.sink_tokens, s.local_tokens) = (8, 16);
-        let hp = HeadPattern::load(std::path::Path::new("patterns/smollm2-135m.toml")).expect("head pattern");
-        layout = Some(hp.layout(30, 3, 0.5, &[]).expect("layout"));
+        (s.sink_tokens, s.local_tokens, s.streaming_ratio) = (8, 16, 0.5);
+        s.head_pattern = Some(std::path::PathBuf::from("patterns/smollm2-135m.toml"));
     }
-    let opts = EngineOptions { config, max_tokens: pages_per_seq * 16, max_seqs, prefill_chunk: 32, layout };
-    build_engine(be, llama, &opts).expect("engine builds")
+    EngineOptions { config, max_tokens: pages_per_seq * 16, max_seqs, prefill_chunk: 32, layout: None }
+}
+
+fn engine(pages_per_seq: usize, max_seqs: usize, sparse: bool) -> Engine<CpuBackend> {
+    let be = CpuBackend::new();
+    let llama = Llama::load(&be, &MODEL.config, MODEL.weights.as_ref(), |_, _| {}).expect("weights load");
+    build_engine(be, llama, &options(pages_per_seq, max_seqs, sparse)).expect("engine builds")
 }
 
 fn serve(e: Engine<CpuBackend>, max_num_seqs: usize, mode: PreemptMode, swap_bytes: usize) -> ServeEngine<CpuBackend> {
@@ -197,4 +196,241 @@ fn a_full_host_tier_falls_back_to_recompute() {
     let (got, _, se) = preemption_run(PreemptMode::Swap, 1024);
     assert_eq!((se.stats.preemptions_swap, se.stats.preemptions_recompute), (0, 1));
     assert_eq!(tokens(&got), tokens(&sequential(&preemption_requests())));
+}
+
+#[test]
+fn a_client_that_leaves_is_cancelled_and_frees_its_pages() {
+    let reqs: Vec<ServeRequest> = PROMPTS[..2].iter().map(|p| request(p, 24)).collect();
+    let want = sequential(&reqs[1..]);
+    let mut se = serve(engine(16, 2, false), 2, PreemptMode::Swap, 1 << 30);
+    let (tx1, rx1) = unbounded_channel();
+    let (tx2, mut rx2) = unbounded_channel();
+    se.add(1, reqs[0].clone(), tx1).unwrap();
+    se.add(2, reqs[1].clone(), tx2).unwrap();
+    for _ in 0..3 {
+        se.step().unwrap();
+    }
+    assert!(!se.pages_of(1).is_empty());
+    drop(rx1);
+    se.step().unwrap();
+    assert!(se.pages_of(1).is_empty());
+    assert_eq!(se.stats.cancelled, 1);
+    assert_eq!(se.stats.pages_used, se.pages_of(2).len());
+    while se.has_work() {
+        se.step().unwrap();
+    }
+    let mut out = Outcome::default();
+    drain(&mut rx2, &mut out);
+    assert_eq!(out.tokens, want[0].tokens);
+    assert_eq!(se.stats.pages_used, 0);
+}
+
+#[test]
+fn stop_strings_stop_ids_and_max_tokens() {
+    let base = sequential(&[request(PROMPTS[3], 16)]).remove(0);
+    assert_eq!(base.finish, Some(FinishReason::Length));
+    // A stop string from the middle of the greedy text: the output ends right before it.
+    let chars: Vec<char> = base.text.chars().collect();
+    let stop: String = chars[chars.len() / 2..chars.len() / 2 + 3].iter().collect();
+    let cut = base.text.find(&stop).unwrap();
+    let mut r = request(PROMPTS[3], 16);
+    r.stop = vec!["no such text".into(), stop.clone()];
+    let got = sequential(&[r]).remove(0);
+    assert_eq!((got.text.as_str(), got.finish), (&base.text[..cut], Some(FinishReason::Stop)), "stop {stop:?}");
+    // A stop token: generation ends with it.
+    let mut r = request(PROMPTS[3], 16);
+    r.stop_ids = vec![base.tokens[5]];
+    let got = sequential(&[r]).remove(0);
+    let first = base.tokens.iter().position(|&t| t == base.tokens[5]).unwrap();
+    assert_eq!((got.tokens.as_slice(), got.finish), (&base.tokens[..=first], Some(FinishReason::Stop)));
+    // max_tokens 1: one token, length.
+    let got = sequential(&[request(PROMPTS[3], 1)]).remove(0);
+    assert_eq!((got.tokens.as_slice(), got.finish), (&base.tokens[..1], Some(FinishReason::Length)));
+}
+
+#[test]
+fn requests_that_can_never_run_are_refused() {
+    let mut se = serve(engine(4, 2, false), 2, PreemptMode::Swap, 0);
+    let (tx, _rx) = unbounded_channel();
+    assert!(se.add(1, request(PROMPTS[0], 0), tx.clone()).is_err(), "max_tokens 0");
+    assert!(se.add(2, request(PROMPTS[0], 200), tx.clone()).is_err(), "more than the whole cache");
+    let mut r = request(PROMPTS[0], 4);
+    r.prompt.push(1 << 20);
+    assert!(se.add(3, r, tx.clone()).is_err(), "token outside the vocabulary");
+    let mut r = request(PROMPTS[0], 4);
+    r.sampling.top_p = 0.0;
+    assert!(se.add(4, r, tx.clone()).is_err(), "bad sampling");
+    assert!(se.add(5, request("", 4), tx).is_err(), "empty prompt");
+    assert!(!se.has_work());
+}
+
+// ---- Ragged batches: batched-step logits against one sequence at a time ----
+
+mod ragged {
+    use super::*;
+    use lserve::backend::Backend;
+    use lserve::kv::SeqPages;
+    use lserve::model::llama::{Logits, SeqStep};
+    use lserve::sparse::{DecodePlan, plan_decode};
+
+    /// Token streams of three sequences of different lengths (prompt + continuation).
+    pub fn streams() -> Vec<Vec<u32>> {
+        let text = "In the beginning the universe was created. This has made a lot of people very angry and \
+                    been widely regarded as a bad move. Many races believe that it was created by some sort \
+                    of god, though the Jatravartid people of Viltvodle VI believe that the entire universe \
+                    was in fact sneezed out of the nose of a being called the Great Green Arkleseizure. \
+                    The Jatravartids, who live in perpetual fear of the time they call The Coming of The \
+                    Great White Handkerchief, are small blue creatures with more than fifty arms each, who \
+                    are therefore unique in being the only race in history to have invented the aerosol \
+                    deodorant before the wheel.";
+        let ids = MODEL.tokenizer.encode(text).unwrap();
+        assert!(ids.len() > 110, "{}", ids.len());
+        vec![ids[..96].to_vec(), ids[3..60].to_vec(), ids[10..86].to_vec()]
+    }
+
+    /// Prefill in chunks of different lengths, one step mixing a prefill chunk with decode
+    /// tokens, then pure decode steps (page selection runs in these when sparse).
+    pub fn script() -> Vec<Vec<(usize, usize)>> {
+        let mut s =
+            vec![vec![(0, 32), (1, 32), (2, 32)], vec![(0, 32), (1, 13), (2, 32)], vec![(0, 24), (1, 1), (2, 6)]];
+        s.extend((0..6).map(|_| vec![(0, 1), (1, 1), (2, 1)]));
+        s
+    }
+
+    /// Run `script` over `streams`, one forward per step (`batched`) or one per sequence; returns
+    /// the last-row logits of every entry in script order.
+    pub fn run_script<B: Backend>(e: &mut Engine<B>, batched: bool) -> Vec<Vec<f32>> {
+        let streams = streams();
+        let mut seqs: Vec<SeqPages> = streams.iter().map(|_| e.cache.admit().unwrap()).collect();
+        let ps = e.cache.shape.page_size;
+        let vocab = e.model.cfg.vocab_size;
+        let mut out = Vec::new();
+        for step in script() {
+            let decode = step.iter().all(|&(_, n)| n == 1);
+            let mut plans = Vec::new();
+            for &(i, n) in &step {
+                e.cache.reserve(&mut seqs[i], n).unwrap();
+                let s = &mut seqs[i];
+                plans.push(if decode {
+                    let kv_len = s.len + 1;
+                    plan_decode(&e.sparse, s, kv_len, ps)
+                } else {
+                    s.sel_tail = None;
+                    DecodePlan { select: false, tail_start: 0 }
+                });
+            }
+            let entries: Vec<SeqStep> = step
+                .iter()
+                .zip(&plans)
+                .map(|(&(i, n), &plan)| {
+                    let s = &seqs[i];
+                    SeqStep { tokens: &streams[i][s.len..s.len + n], cache: s, logits: Logits::Last, plan }
+                })
+                .collect();
+            let groups: Vec<&[SeqStep]> = if batched { vec![&entries[..]] } else { entries.chunks(1).collect() };
+            for g in groups {
+                let logits = e.model.forward(&e.backend, &mut e.cache, &e.attn, g, None).unwrap();
+                out.extend(logits.chunks(vocab).map(|r| r.to_vec()));
+            }
+            drop(entries);
+            for &(i, n) in &step {
+                seqs[i].len += n;
+            }
+        }
+        for mut s in seqs {
+            e.cache.release(&mut s).unwrap();
+        }
+        out
+    }
+
+    pub fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+        assert_eq!(a.len(), b.len());
+        a.iter().zip(b).flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs())).fold(0.0, f32::max)
+    }
+
+    pub fn check(sparse: bool) {
+        let mut e = engine(8, 3, sparse);
+        let batched = run_script(&mut e, true);
+        let single = run_script(&mut e, false);
+        let d = max_diff(&batched, &single);
+        eprintln!("sparse={sparse}: batched vs one at a time, max |diff| = {d:e}");
+        assert!(d < 1e-3, "{d}");
+        assert_eq!(batched.len(), 3 * 9);
+    }
+}
+
+#[test]
+fn ragged_batch_equals_one_sequence_at_a_time_dense() {
+    ragged::check(false);
+}
+
+#[test]
+fn ragged_batch_equals_one_sequence_at_a_time_sparse() {
+    ragged::check(true);
+    // Sparse attention really is on: its logits differ from dense ones on the decode steps.
+    let s = ragged::run_script(&mut engine(8, 3, true), true);
+    let d = ragged::run_script(&mut engine(8, 3, false), true);
+    assert!(ragged::max_diff(&s[9..], &d[9..]) > 1e-2, "sparse and dense agree: selection never ran?");
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn ragged_batch_on_wgpu_equals_cpu_dense_and_sparse() {
+    let Some(_) = common::wgpu_backend() else { return };
+    // One thread per backend: the wgpu backend keeps a per-thread decode scratch keyed by device,
+    // which a second device in the same thread can mistake for its own.
+    for sparse in [false, true] {
+        std::thread::spawn(move || {
+            let want = ragged::run_script(&mut engine(8, 3, sparse), true);
+            let be = common::wgpu_backend().unwrap();
+            let f32w = Some(lserve::backend::DType::F32);
+            let llama = Llama::load_as(&be, &MODEL.config, MODEL.weights.as_ref(), f32w, |_, _| {}).unwrap();
+            let mut e = build_engine(be, llama, &options(8, 3, sparse)).unwrap();
+            let got = ragged::run_script(&mut e, true);
+            let d = ragged::max_diff(&got, &want);
+            eprintln!("sparse={sparse}: wgpu vs cpu, max |diff| = {d:e}");
+            assert!(d < 1e-2, "{d}");
+        })
+        .join()
+        .unwrap();
+    }
+}
+
+#[test]
+fn swap_out_then_in_is_bit_identical_and_decodes_identically() {
+    let streams = ragged::streams();
+    let prompt = &streams[0];
+    let mut a = engine(8, 3, true); // swapped
+    let mut b = engine(8, 3, true); // never swapped
+    let (mut sa, mut sb) = (a.cache.admit().unwrap(), b.cache.admit().unwrap());
+    let mut next = 0;
+    for e in [(&mut a, &mut sa), (&mut b, &mut sb)] {
+        let (eng, seq) = e;
+        for chunk in prompt.chunks(32) {
+            eng.step(seq, chunk, lserve::model::llama::Logits::None, None).unwrap();
+        }
+        next = prompt[prompt.len() - 1];
+        for _ in 0..3 {
+            next = eng.step_greedy(seq, next).unwrap();
+        }
+    }
+    let copy = a.cache.swap_out(&a.backend, &sa).unwrap();
+    let old_pages = sa.pages.clone();
+    a.cache.release(&mut sa).unwrap();
+    // Another sequence takes the lowest pages and the slot, so the copy lands elsewhere.
+    let mut other = a.cache.admit().unwrap();
+    a.cache.reserve(&mut other, 40).unwrap();
+    let mut sa = a.cache.swap_in(&a.backend, &copy).unwrap();
+    assert_ne!(sa.pages, old_pages);
+    assert_ne!(sa.slot, other.slot);
+    let again = a.cache.swap_out(&a.backend, &sa).unwrap();
+    assert_eq!(again.bits(), copy.bits(), "KV, summaries, ring and selection bit-identical");
+    assert!(copy.bytes() > 0);
+    let (mut ta, mut tb) = (next, next);
+    for _ in 0..6 {
+        let la = a.step(&mut sa, &[ta], lserve::model::llama::Logits::Last, None).unwrap();
+        let lb = b.step(&mut sb, &[tb], lserve::model::llama::Logits::Last, None).unwrap();
+        assert!(la.iter().zip(&lb).all(|(x, y)| x.to_bits() == y.to_bits()), "logits bit-identical");
+        (ta, tb) = (lserve::sampling::argmax(&la), lserve::sampling::argmax(&lb));
+    }
 }
