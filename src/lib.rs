@@ -14,6 +14,7 @@ pub mod loader;
 pub mod model;
 pub mod sampling;
 pub mod sched;
+pub mod server;
 pub mod sparse;
 pub mod tokenizer;
 
