@@ -57,14 +57,8 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         page_size: config.cache.physical_page,
         preempt: if a.preempt == Preempt::Swap { PreemptMode::Swap } else { PreemptMode::Recompute },
     };
-    let load = Load {
-        cfg,
-        weights,
-        dtype,
-        config,
-        tokenizer: tokenizer.clone(),
-        opts: ServeOptions { sched, swap_bytes },
-    };
+    let load =
+        Load { cfg, weights, dtype, config, tokenizer: tokenizer.clone(), opts: ServeOptions { sched, swap_bytes } };
     let (cmd_tx, cmd_rx) = tokio::sync::mpsc::unbounded_channel();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<std::result::Result<usize, String>>();
     let metrics = Arc::new(Metrics::default());

@@ -166,7 +166,9 @@ impl Common {
             return Err(ApiError::invalid(format!("top_p must be in (0, 1], got {top_p}"), Some("top_p")));
         }
         let top_k = match self.top_k.unwrap_or(0) {
-            k if k < -1 => return Err(ApiError::invalid(format!("top_k must be -1, 0 or positive, got {k}"), Some("top_k"))),
+            k if k < -1 => {
+                return Err(ApiError::invalid(format!("top_k must be -1, 0 or positive, got {k}"), Some("top_k")));
+            }
             -1 => 0,
             k => k as usize,
         };
@@ -181,7 +183,10 @@ impl Common {
         }
         let mut stop_token_ids = Vec::new();
         for &t in self.stop_token_ids.iter().flatten() {
-            stop_token_ids.push(u32::try_from(t).map_err(|_| ApiError::invalid(format!("bad stop token id {t}"), Some("stop_token_ids")))?);
+            stop_token_ids.push(
+                u32::try_from(t)
+                    .map_err(|_| ApiError::invalid(format!("bad stop token id {t}"), Some("stop_token_ids")))?,
+            );
         }
         let sampling = SamplingParams {
             temperature: temperature as f32,
@@ -221,10 +226,16 @@ pub enum Prompt {
 
 pub fn single_prompt(p: PromptInput) -> Result<Prompt, ApiError> {
     let one = |n: usize| {
-        if n == 1 { Ok(()) } else { Err(ApiError::invalid(format!("exactly one prompt per request, got {n}"), Some("prompt"))) }
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(format!("exactly one prompt per request, got {n}"), Some("prompt")))
+        }
     };
     let ids = |v: Vec<i64>| -> Result<Vec<u32>, ApiError> {
-        v.into_iter().map(|t| u32::try_from(t).map_err(|_| ApiError::invalid(format!("bad token id {t}"), Some("prompt")))).collect()
+        v.into_iter()
+            .map(|t| u32::try_from(t).map_err(|_| ApiError::invalid(format!("bad token id {t}"), Some("prompt"))))
+            .collect()
     };
     match p {
         PromptInput::Text(s) => Ok(Prompt::Text(s)),
@@ -273,7 +284,10 @@ impl ChatRequest {
                         match (p.kind.as_str(), &p.text) {
                             ("text", Some(t)) => s.push_str(t),
                             (k, _) => {
-                                return Err(ApiError::invalid(format!("content part of type `{k}` is not supported (text only)"), Some(&param)));
+                                return Err(ApiError::invalid(
+                                    format!("content part of type `{k}` is not supported (text only)"),
+                                    Some(&param),
+                                ));
                             }
                         }
                     }

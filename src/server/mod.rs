@@ -72,7 +72,15 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(engine: UnboundedSender<Command>, model: ModelInfo, metrics: Arc<Metrics>, opts: ServerOptions) -> Self {
-        AppState { engine, model, metrics, opts, inflight: AtomicUsize::new(0), next_id: AtomicU64::new(1), started: Instant::now() }
+        AppState {
+            engine,
+            model,
+            metrics,
+            opts,
+            inflight: AtomicUsize::new(0),
+            next_id: AtomicU64::new(1),
+            started: Instant::now(),
+        }
     }
 
     fn next_id(&self) -> SeqId {

@@ -47,7 +47,8 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 async fn auth(State(s): State<Arc<AppState>>, headers: HeaderMap, req: Request, next: Next) -> Response {
     if let Some(key) = &s.opts.api_key {
-        let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        let given =
+            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
         if given.map(str::trim) != Some(key.as_str()) {
             return ApiError::unauthorized().into_response();
         }
@@ -126,7 +127,9 @@ impl Ctx {
     }
     fn choice(&self, text: Option<&str>, finish: Option<&str>, role: bool) -> Value {
         match self.kind {
-            Kind::Completion => json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish}),
+            Kind::Completion => {
+                json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish})
+            }
             Kind::Chat => {
                 let mut delta = serde_json::Map::new();
                 if role {
@@ -207,7 +210,8 @@ async fn generate(s: Arc<AppState>, id: u64, prompt: Vec<u32>, v: Validated, kin
         return Err(ApiError::invalid("the prompt is empty", Some(param)));
     }
     if p >= limit {
-        let msg = format!("This model's maximum context length is {limit} tokens. However, your prompt has {p} tokens.");
+        let msg =
+            format!("This model's maximum context length is {limit} tokens. However, your prompt has {p} tokens.");
         return Err(ApiError::invalid(msg, Some(param)).with_code("context_length_exceeded"));
     }
     let max_tokens = v.max_tokens.unwrap_or(limit - p);
