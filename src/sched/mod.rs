@@ -158,12 +158,12 @@ impl Scheduler {
     /// The engine could not swap `id` out (host tier full, or evicted from it later): its KV is
     /// gone, so it is recomputed when resumed.
     pub fn swap_lost(&mut self, id: SeqId) {
-        if let Some(e) = self.seqs.get_mut(&id) {
-            if e.status == Status::Swapped {
-                e.status = Status::Waiting;
-                e.computed = 0;
-                e.pages = 0;
-            }
+        if let Some(e) = self.seqs.get_mut(&id)
+            && e.status == Status::Swapped
+        {
+            e.status = Status::Waiting;
+            e.computed = 0;
+            e.pages = 0;
         }
     }
     /// Forget `id` (finished, cancelled or failed), whatever its state.
