@@ -249,6 +249,21 @@ fn stop_strings_stop_ids_and_max_tokens() {
 }
 
 #[test]
+fn seeded_sampling_is_per_request_and_reproducible_in_a_batch() {
+    let sampled = |seed: u64| {
+        let mut r = request(PROMPTS[1], 12);
+        r.sampling = SamplingParams { temperature: 0.9, top_k: 40, top_p: 0.95, seed };
+        r
+    };
+    let alone: Vec<Outcome> = sequential(&[sampled(7), sampled(8)]);
+    assert_ne!(alone[0].tokens, alone[1].tokens, "different seeds, different samples");
+    // The same requests batched with each other and a greedy one draw the same tokens.
+    let mut se = serve(engine(16, 3, false), 3, PreemptMode::Swap, 1 << 30);
+    let got = run(&mut se, vec![sampled(8), request(PROMPTS[0], 12), sampled(7)], |_| {});
+    assert_eq!((&got[2].tokens, &got[0].tokens), (&alone[0].tokens, &alone[1].tokens));
+}
+
+#[test]
 fn requests_that_can_never_run_are_refused() {
     let mut se = serve(engine(4, 2, false), 2, PreemptMode::Swap, 0);
     let (tx, _rx) = unbounded_channel();
@@ -293,7 +308,7 @@ mod ragged {
     pub fn script() -> Vec<Vec<(usize, usize)>> {
         let mut s =
             vec![vec![(0, 32), (1, 32), (2, 32)], vec![(0, 32), (1, 13), (2, 32)], vec![(0, 24), (1, 1), (2, 6)]];
-        s.extend((0..6).map(|_| vec![(0, 1), (1, 1), (2, 1)]));
+        s.extend((0..4).map(|_| vec![(0, 1), (1, 1), (2, 1)]));
         s
     }
 
@@ -355,7 +370,7 @@ mod ragged {
         let d = max_diff(&batched, &single);
         eprintln!("sparse={sparse}: batched vs one at a time, max |diff| = {d:e}");
         assert!(d < 1e-3, "{d}");
-        assert_eq!(batched.len(), 3 * 9);
+        assert_eq!(batched.len(), 3 * 7);
     }
 }
 

@@ -373,11 +373,11 @@ impl<B: Backend> ServeEngine<B> {
         }
         if let Some(at) = find_stop(&live.text, live.sent, &live.req.stop) {
             live.text.truncate(at);
-            finish = Some(FinishReason::Stop);
+            finish = Some((FinishReason::Stop, true));
         } else if live.req.stop_ids.contains(&t) {
-            finish = Some(FinishReason::Stop);
+            finish = Some((FinishReason::Stop, false));
         } else if live.generated() >= live.req.max_tokens {
-            finish = Some(FinishReason::Length);
+            finish = Some((FinishReason::Length, false));
         }
         match finish {
             None => {
@@ -385,13 +385,15 @@ impl<B: Backend> ServeEngine<B> {
                 let end = floor_char(&live.text, live.text.len().saturating_sub(hold).max(live.sent));
                 send_delta(live, end);
             }
-            Some(f) => self.finish(id, f),
+            Some((f, at_stop_string)) => self.finish(id, f, at_stop_string),
         }
     }
 
-    fn finish(&mut self, id: SeqId, finish: FinishReason) {
+    /// End `id` with `finish`: flush the detokenizer (unless the text was cut at a stop string),
+    /// send the rest of the text and `Done`.
+    fn finish(&mut self, id: SeqId, finish: FinishReason, at_stop_string: bool) {
         let Some(mut live) = self.end(id) else { return };
-        if finish == FinishReason::Length || live.req.stop.is_empty() {
+        if !at_stop_string {
             if let Ok(rest) = live.dec.finish() {
                 live.text.push_str(&rest);
             }
