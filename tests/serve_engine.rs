@@ -108,7 +108,11 @@ fn run(
 
 /// Each request alone on a roomy engine.
 fn sequential(reqs: &[ServeRequest]) -> Vec<Outcome> {
-    let mut se = serve(engine(16, 1, false), 1, PreemptMode::Swap, 1 << 30);
+    sequential_on(reqs, false)
+}
+
+fn sequential_on(reqs: &[ServeRequest], sparse: bool) -> Vec<Outcome> {
+    let mut se = serve(engine(16, 1, sparse), 1, PreemptMode::Swap, 1 << 30);
     reqs.iter().flat_map(|r| run(&mut se, vec![r.clone()], |_| {})).collect()
 }
 
@@ -143,8 +147,12 @@ fn preemption_requests() -> Vec<ServeRequest> {
 /// Two requests of 20-token prompts and 40 new tokens in 6 pages of 16: each needs 4 pages at
 /// the end, so the second is preempted when both reach 48 tokens, and resumed when the first
 /// ends. Returns the outcomes, the distinct page tables seen after each step, and the engine.
-fn preemption_run(mode: PreemptMode, swap_bytes: usize) -> (Vec<Outcome>, Vec<Vec<Vec<u32>>>, ServeEngine<CpuBackend>) {
-    let mut se = serve(engine(3, 2, false), 2, mode, swap_bytes);
+fn preemption_run(
+    mode: PreemptMode,
+    swap_bytes: usize,
+    sparse: bool,
+) -> (Vec<Outcome>, Vec<Vec<Vec<u32>>>, ServeEngine<CpuBackend>) {
+    let mut se = serve(engine(3, 2, sparse), 2, mode, swap_bytes);
     let mut pages: Vec<Vec<Vec<u32>>> = Vec::new();
     let outs = run(&mut se, preemption_requests(), |se| {
         let p = vec![se.pages_of(1), se.pages_of(2)];
@@ -166,7 +174,7 @@ fn tokens(outs: &[Outcome]) -> Vec<Vec<u32>> {
 
 #[test]
 fn preempted_then_resumed_by_swap_equals_uninterrupted() {
-    let (got, pages, se) = preemption_run(PreemptMode::Swap, 1 << 30);
+    let (got, pages, se) = preemption_run(PreemptMode::Swap, 1 << 30, false);
     // Both prefill into the lowest pages and grow into 4 and 5 in the same step; at 48 tokens
     // both need a 4th page: 2 (the most recently admitted) is swapped out and 1 takes the lowest
     // freed page; 2 comes back into the lowest pages the step after 1 has finished.
@@ -185,15 +193,24 @@ fn preempted_then_resumed_by_swap_equals_uninterrupted() {
 }
 
 #[test]
+fn sparse_preempted_then_resumed_by_swap_equals_uninterrupted() {
+    // Streaming rings, page summaries and the selection state travel with the swap, so page
+    // selection resumes exactly where it was.
+    let (got, _, se) = preemption_run(PreemptMode::Swap, 1 << 30, true);
+    assert_eq!(se.stats.preemptions_swap, 1);
+    assert_eq!(tokens(&got), tokens(&sequential_on(&preemption_requests(), true)));
+}
+
+#[test]
 fn preempted_then_recomputed_equals_uninterrupted() {
-    let (got, _, se) = preemption_run(PreemptMode::Recompute, 1 << 30);
+    let (got, _, se) = preemption_run(PreemptMode::Recompute, 1 << 30, false);
     assert_eq!((se.stats.preemptions_swap, se.stats.preemptions_recompute), (0, 1));
     assert_eq!(tokens(&got), tokens(&sequential(&preemption_requests())));
 }
 
 #[test]
 fn a_full_host_tier_falls_back_to_recompute() {
-    let (got, _, se) = preemption_run(PreemptMode::Swap, 1024);
+    let (got, _, se) = preemption_run(PreemptMode::Swap, 1024, false);
     assert_eq!((se.stats.preemptions_swap, se.stats.preemptions_recompute), (0, 1));
     assert_eq!(tokens(&got), tokens(&sequential(&preemption_requests())));
 }
