@@ -62,3 +62,26 @@ impl<K: PartialEq + Copy> HostTier<K> {
         Some(c)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn least_recently_inserted_copies_are_evicted_first() {
+        let one = SwappedKv::filler(1000).bytes();
+        let mut t = HostTier::new(2 * one + 10);
+        assert_eq!(t.insert(1, SwappedKv::filler(1000)), Ok(vec![]));
+        assert_eq!(t.insert(2, SwappedKv::filler(1000)), Ok(vec![]));
+        assert_eq!(t.used(), 2 * one);
+        assert_eq!(t.insert(3, SwappedKv::filler(1000)), Ok(vec![1]));
+        assert!(!t.contains(1) && t.contains(2) && t.contains(3));
+        assert!(t.remove(2).is_some());
+        assert_eq!((t.len(), t.used()), (1, one));
+        // Larger than the whole tier: refused, nothing evicted.
+        assert!(t.insert(4, SwappedKv::filler(3000)).is_err());
+        assert_eq!((t.len(), t.used()), (1, one));
+        assert_eq!(t.insert(5, SwappedKv::filler(1000)), Ok(vec![]));
+        assert!(t.used() <= t.limit());
+    }
+}

@@ -60,6 +60,21 @@ impl SwappedKv {
 }
 
 impl SwappedKv {
+    /// A copy holding `floats` f32 values of one layer's K (host-tier tests).
+    #[cfg(test)]
+    pub(crate) fn filler(floats: usize) -> Self {
+        let layer = LayerCopy {
+            k: vec![0.0; floats],
+            v: vec![],
+            summary: vec![],
+            sk: vec![],
+            sv: vec![],
+            selected: vec![],
+            counts: vec![],
+        };
+        SwappedKv { len: 0, n_pages: 0, sel_tail: None, steps_since_select: 0, layers: vec![layer] }
+    }
+
     /// Every stored value as raw bits, layer by layer (for bit-exact comparisons).
     pub fn bits(&self) -> Vec<u32> {
         let mut out = vec![self.len as u32, self.n_pages as u32];
