@@ -44,14 +44,14 @@ impl Drop for Server {
 fn start(pages: usize, max_num_seqs: usize, max_inflight: usize, api_key: Option<&str>) -> Server {
     let be = CpuBackend::new();
     let llama = Llama::load(&be, &MODEL.config, MODEL.weights.as_ref(), |_, _| {}).expect("weights load");
-    let opts = EngineOptions {
-        config: common::paged_config(16, 16),
-        max_tokens: pages * 16 / max_num_seqs,
-        max_seqs: max_num_seqs,
-        prefill_chunk: 64,
-        layout: None,
-    };
+    let mut config = common::paged_config(16, 16);
+    // Exactly `pages` pages: K+V of 16 tokens and one min/max summary per layer and KV head (f32).
+    let c = &MODEL.config;
+    let page_bytes = c.num_layers * c.num_kv_heads * (2 * 16 * c.head_dim * 4 + 2 * c.head_dim * 4);
+    config.cache.kv_memory = Some((pages * page_bytes).to_string());
+    let opts = EngineOptions { config, max_tokens: 0, max_seqs: max_num_seqs, prefill_chunk: 64, layout: None };
     let engine = build_engine(be, llama, &opts).expect("engine");
+    assert_eq!(engine.cache.shape.num_pages, pages);
     let sched = SchedConfig {
         max_num_seqs,
         max_batch_tokens: 128,
@@ -351,4 +351,34 @@ fn a_client_leaving_mid_stream_is_cancelled_and_its_pages_freed() {
     assert!(metric("lserve_generation_tokens_total") < 400.0);
     // The server carries on.
     assert_eq!(completion(addr, PROMPTS[4], false).status, 200);
+}
+
+#[test]
+fn many_clients_under_page_pressure_all_finish_with_the_sequential_answers() {
+    // 20 pages of 16 tokens for 16 running sequences that each grow to ~35 tokens: the scheduler
+    // has to preempt (swap) and resume, and every request still gets its sequential answer.
+    let srv = start(20, 16, 256, None);
+    let addr = srv.addr;
+    let prompts: Vec<String> = (0..32).map(|i| format!("Fact {i}: the number {} is", i * 13 + 1)).collect();
+    let ask = move |p: &str| {
+        let r = post(
+            addr,
+            "/v1/completions",
+            &json!({"prompt": p, "max_tokens": 24, "temperature": 0, "ignore_eos": true}),
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()["choices"][0]["text"].as_str().unwrap().to_string()
+    };
+    let want: Vec<String> = prompts.iter().map(|p| ask(p)).collect();
+    let handles: Vec<_> = prompts.iter().cloned().map(|p| std::thread::spawn(move || ask(&p))).collect();
+    let got: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(got, want);
+    let m = raw(addr, "GET", "/metrics", &[], b"").body;
+    let swaps: f64 =
+        m.lines().find_map(|l| l.strip_prefix("lserve_preemptions_total{mode=\"swap\"} ")).unwrap().parse().unwrap();
+    assert!(swaps > 0.0, "no preemption happened:\n{m}");
+    assert!(
+        m.contains("lserve_kv_cache_pages_used 0\n")
+            && m.contains("lserve_request_success_total{finished_reason=\"length\"} 64")
+    );
 }
