@@ -422,6 +422,19 @@ fn ragged_batch_on_wgpu_equals_cpu_dense_and_sparse() {
             let d = ragged::max_diff(&got, &want);
             eprintln!("sparse={sparse}: wgpu vs cpu, max |diff| = {d:e}");
             assert!(d < 1e-2, "{d}");
+            // Swap-out/in through the wgpu backend's download / write-at-offset calls.
+            let mut seq = e.cache.admit().unwrap();
+            let prompt = &ragged::streams()[0];
+            for chunk in prompt.chunks(32) {
+                e.step(&mut seq, chunk, lserve::model::llama::Logits::None, None).unwrap();
+            }
+            let mut t = prompt[prompt.len() - 1];
+            for _ in 0..3 {
+                t = e.step_greedy(&mut seq, t).unwrap();
+            }
+            let (mut seq, copy, again) = swap_round_trip(&mut e, seq);
+            assert_eq!(again.bits(), copy.bits(), "wgpu swap bit-identical");
+            e.cache.release(&mut seq).unwrap();
         })
         .join()
         .unwrap();
@@ -446,16 +459,7 @@ fn swap_out_then_in_is_bit_identical_and_decodes_identically() {
             next = eng.step_greedy(seq, next).unwrap();
         }
     }
-    let copy = a.cache.swap_out(&a.backend, &sa).unwrap();
-    let old_pages = sa.pages.clone();
-    a.cache.release(&mut sa).unwrap();
-    // Another sequence takes the lowest pages and the slot, so the copy lands elsewhere.
-    let mut other = a.cache.admit().unwrap();
-    a.cache.reserve(&mut other, 40).unwrap();
-    let mut sa = a.cache.swap_in(&a.backend, &copy).unwrap();
-    assert_ne!(sa.pages, old_pages);
-    assert_ne!(sa.slot, other.slot);
-    let again = a.cache.swap_out(&a.backend, &sa).unwrap();
+    let (mut sa, copy, again) = swap_round_trip(&mut a, sa);
     assert_eq!(again.bits(), copy.bits(), "KV, summaries, ring and selection bit-identical");
     assert!(copy.bytes() > 0);
     let (mut ta, mut tb) = (next, next);
@@ -465,4 +469,25 @@ fn swap_out_then_in_is_bit_identical_and_decodes_identically() {
         assert!(la.iter().zip(&lb).all(|(x, y)| x.to_bits() == y.to_bits()), "logits bit-identical");
         (ta, tb) = (lserve::sampling::argmax(&la), lserve::sampling::argmax(&lb));
     }
+}
+
+/// Swap `seq` out, release it, let another sequence take the lowest pages and the slot, swap the
+/// copy back in (elsewhere) and copy it out again: (the resumed sequence, first copy, second copy).
+fn swap_round_trip<B: lserve::backend::Backend>(
+    e: &mut Engine<B>,
+    mut seq: lserve::kv::SeqPages,
+) -> (lserve::kv::SeqPages, lserve::kv::SwappedKv, lserve::kv::SwappedKv) {
+    let copy = e.cache.swap_out(&e.backend, &seq).unwrap();
+    let old_pages = seq.pages.clone();
+    e.cache.release(&mut seq).unwrap();
+    let mut other = e.cache.admit().unwrap();
+    e.cache.reserve(&mut other, 40).unwrap();
+    let back = e.cache.swap_in(&e.backend, &copy).unwrap();
+    assert_ne!(back.pages, old_pages);
+    assert_ne!(back.slot, other.slot);
+    assert_eq!(back.len, copy.len);
+    let again = e.cache.swap_out(&e.backend, &back).unwrap();
+    e.cache.release(&mut other).unwrap();
+    assert!(copy.bytes() > 0);
+    (back, copy, again)
 }
