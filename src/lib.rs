@@ -13,6 +13,8 @@ pub mod kv;
 pub mod loader;
 pub mod model;
 pub mod sampling;
+pub mod sched;
+pub mod server;
 pub mod sparse;
 pub mod tokenizer;
 

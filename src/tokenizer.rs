@@ -39,6 +39,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::ops::Deref;
 use std::path::Path;
 
 use serde_json::Value as Json;
@@ -539,8 +540,8 @@ impl TextTokenizer {
 ///
 /// [`finish`]: StreamDecoder::finish
 /// [`with_skip_special`]: StreamDecoder::with_skip_special
-pub struct StreamDecoder<'a> {
-    tok: &'a TextTokenizer,
+pub struct StreamDecoder<T: Deref<Target = TextTokenizer>> {
+    tok: T,
     ids: Vec<u32>,
     /// Start of the context window decoded with each step (kept for leading-space handling).
     prefix: usize,
@@ -549,12 +550,14 @@ pub struct StreamDecoder<'a> {
     skip_special: bool,
 }
 
-impl<'a> StreamDecoder<'a> {
-    pub fn new(t: &'a TextTokenizer) -> Self {
+impl<T: Deref<Target = TextTokenizer>> StreamDecoder<T> {
+    /// `t` is `&TextTokenizer` or an owning handle such as `Arc<TextTokenizer>` (the server keeps
+    /// one decoder per request).
+    pub fn new(t: T) -> Self {
         Self::with_skip_special(t, true)
     }
 
-    pub fn with_skip_special(t: &'a TextTokenizer, skip_special: bool) -> Self {
+    pub fn with_skip_special(t: T, skip_special: bool) -> Self {
         Self { tok: t, ids: Vec::new(), prefix: 0, read: 0, skip_special }
     }
 
@@ -570,7 +573,7 @@ impl<'a> StreamDecoder<'a> {
     }
 
     fn step(&mut self, flush: bool) -> Result<String, TokenizerError> {
-        let (tok, skip) = (self.tok, self.skip_special);
+        let (tok, skip) = (&*self.tok, self.skip_special);
         let seen = tok.decode(&self.ids[self.prefix..self.read], skip)?;
         let full = tok.decode(&self.ids[self.prefix..], skip)?;
         if full.len() <= seen.len() || (!flush && full.ends_with('\u{FFFD}')) {

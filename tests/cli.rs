@@ -342,3 +342,21 @@ fn calibrate_then_niah_with_the_pattern() {
     assert_eq!(&png[1..4], b"PNG");
     assert_fails(&lserve(&["niah", "--model", &model(), "--lengths", "1x", "--out-dir", "/tmp/x"]), "--lengths");
 }
+
+#[test]
+fn serve_refuses_bad_settings_before_listening() {
+    let m = model();
+    let out = lserve(&["serve", "--model", &m, "--device", "cpu", "--max-num-seqs", "0"]);
+    assert_fails(&out, "--max-num-seqs");
+    let out = lserve(&["serve", "--model", &m, "--device", "cpu", "--swap-space", "lots"]);
+    assert_fails(&out, "lots");
+    let out = lserve(&["serve", "--model", &m, "--device", "cpu", "--port", "99999"]);
+    assert_eq!(out.status.code(), Some(2), "clap rejects the port");
+    let out = lserve(&["serve", "--model", &m, "--device", "cpu", "--kv-memory", "1KiB", "--port", "0"]);
+    assert_fails(&out, "kv_memory");
+    // A port already in use is an error, not a hang or a panic.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port().to_string();
+    let out = lserve(&["serve", "--model", &m, "--device", "cpu", "--kv-memory", "64MiB", "--port", &port]);
+    assert_fails(&out, "error");
+}

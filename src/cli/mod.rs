@@ -3,6 +3,7 @@
 
 mod eval;
 mod run;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +31,8 @@ enum Cmd {
     Niah(NiahArgs),
     /// Prefill and decode latency vs context length, dense vs sparse, synthetic weights.
     Bench(BenchArgs),
+    /// OpenAI-compatible HTTP server with continuous batching.
+    Serve(ServeArgs),
     /// Write every WGSL module exactly as the wgpu backend assembles it, one file each.
     #[cfg(feature = "wgpu")]
     DumpShaders {
@@ -228,6 +231,54 @@ pub struct GenerateArgs {
     pub output: Output,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+pub enum Preempt {
+    Swap,
+    Recompute,
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Unified sparse attention (streaming heads + page selection).
+    #[arg(long, value_enum)]
+    pub sparse: Option<OnOff>,
+    #[command(flatten)]
+    pub tuning: SparseArgs,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Require `Authorization: Bearer KEY` on /v1/* (also read from LSERVE_API_KEY).
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// The model name clients send (default: the model file's or folder's name).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Sequences in the running batch at most.
+    #[arg(long, default_value_t = 64)]
+    pub max_num_seqs: usize,
+    /// Tokens per engine step (decode tokens + prefill chunks).
+    #[arg(long, default_value_t = 512)]
+    pub max_num_batched_tokens: usize,
+    /// Tokens one sequence prefills per step at most.
+    #[arg(long, default_value_t = 256)]
+    pub prefill_chunk: usize,
+    /// Requests queued beyond the running batch before new ones get 429.
+    #[arg(long, default_value_t = 256)]
+    pub max_queue: usize,
+    /// What preemption does with a sequence's KV when pages run out.
+    #[arg(long, value_enum, default_value = "swap")]
+    pub preempt: Preempt,
+    /// Host memory for swapped-out KV (bytes, e.g. 4GiB); a full tier falls back to recompute.
+    #[arg(long, default_value = "4GiB")]
+    pub swap_space: String,
+    /// Largest request body accepted (bytes, e.g. 4MiB).
+    #[arg(long, default_value = "4MiB")]
+    pub max_body: String,
+}
+
 #[derive(Args)]
 pub struct ScoreArgs {
     #[command(flatten)]
@@ -266,6 +317,7 @@ pub fn main() -> ExitCode {
         Cmd::Calibrate(a) => eval::calibrate(a),
         Cmd::Niah(a) => eval::niah(a),
         Cmd::Bench(a) => eval::bench(a),
+        Cmd::Serve(a) => serve::serve(a),
         #[cfg(feature = "wgpu")]
         Cmd::DumpShaders { out } => run::dump_shaders(&out),
     };

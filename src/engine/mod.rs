@@ -8,6 +8,7 @@
 //! ends well or with an error, so one failed request never leaks cache.
 
 mod build;
+pub mod serve;
 
 use std::time::Instant;
 

@@ -18,8 +18,12 @@
 //! its own queries still needs.
 
 pub mod alloc;
+pub mod host;
+pub mod swap;
 
 pub use alloc::PageAllocator;
+pub use host::HostTier;
+pub use swap::SwappedKv;
 
 use crate::backend::{Backend, DType, LayerKv, LayerKvMut, RopeAppendKvParams, STREAMING_BIT, SelectedMut};
 use crate::error::{Error, Result};
@@ -211,6 +215,11 @@ pub struct KvCache<B: Backend> {
 }
 
 impl<B: Backend> KvCache<B> {
+    /// Sequence slots not held by any sequence.
+    pub fn free_slots(&self) -> usize {
+        self.free_slots.len()
+    }
+
     pub fn new(be: &B, shape: CacheShape) -> Result<Self> {
         shape.validate()?;
         if !be.caps().kv_dtypes.contains(&shape.kv_dtype) {

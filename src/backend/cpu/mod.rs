@@ -129,6 +129,21 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn write_f32_at(&self, dst: &mut CpuBuffer, offset: usize, data: &[f32]) -> Result<()> {
+        f32s_mut(dst, offset + data.len(), "write_f32_at")?[offset..].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn write_u32_at(&self, dst: &mut CpuBuffer, offset: usize, data: &[u32]) -> Result<()> {
+        match dst {
+            CpuBuffer::U32(v) if v.len() >= offset + data.len() => {
+                v[offset..offset + data.len()].copy_from_slice(data);
+                Ok(())
+            }
+            _ => Err(err("write_u32_at: destination is not a large enough u32 buffer")),
+        }
+    }
+
     fn download_f32(&self, src: &CpuBuffer, offset: usize, len: usize) -> Result<Vec<f32>> {
         Ok(f32s(src, offset + len, "download_f32")?[offset..].to_vec())
     }

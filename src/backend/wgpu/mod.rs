@@ -163,6 +163,20 @@ impl Backend for WgpuBackend {
         Ok(())
     }
 
+    fn write_f32_at(&self, dst: &mut WgpuBuffer, offset: usize, data: &[f32]) -> Result<()> {
+        need(dst, DType::F32, offset + data.len(), "write_f32_at")?;
+        self.gpu.submit();
+        self.gpu.queue.write_buffer(&dst.buf, offset as u64 * 4, bytemuck::cast_slice(data));
+        Ok(())
+    }
+
+    fn write_u32_at(&self, dst: &mut WgpuBuffer, offset: usize, data: &[u32]) -> Result<()> {
+        need(dst, DType::U32, offset + data.len(), "write_u32_at")?;
+        self.gpu.submit();
+        self.gpu.queue.write_buffer(&dst.buf, offset as u64 * 4, bytemuck::cast_slice(data));
+        Ok(())
+    }
+
     fn download_f32(&self, src: &WgpuBuffer, offset: usize, len: usize) -> Result<Vec<f32>> {
         need(src, DType::F32, offset + len, "download_f32")?;
         let bytes = self.gpu.read(&src.buf, offset as u64 * 4, len as u64 * 4)?;

@@ -1,0 +1,340 @@
+//! OpenAI request bodies and their validation into engine requests. Unknown fields are ignored
+//! (clients send many); fields this server cannot honour are refused with a 400 naming them
+//! rather than silently ignored (`n` > 1, `logprobs`, penalties, `logit_bias`, `echo`, `suffix`,
+//! `best_of` > 1, tools, non-text response formats).
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::error::ApiError;
+use crate::chat::ChatMessage;
+use crate::sampling::SamplingParams;
+
+/// `"text"`, `["text"]`, `[ids]` or `[[ids]]` (one prompt per request).
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+pub enum PromptInput {
+    Text(String),
+    Texts(Vec<String>),
+    Ids(Vec<i64>),
+    IdLists(Vec<Vec<i64>>),
+}
+
+/// `"s"` or `["s", ...]`.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+pub enum StopInput {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Deserialize, Debug, Default)]
+pub struct StreamOptions {
+    pub include_usage: Option<bool>,
+}
+
+/// Sampling and stopping fields shared by both endpoints.
+#[derive(Deserialize, Debug, Default)]
+pub struct Common {
+    pub model: Option<String>,
+    pub max_tokens: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub seed: Option<i64>,
+    pub n: Option<i64>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub stop: Option<StopInput>,
+    pub stop_token_ids: Option<Vec<i64>>,
+    pub ignore_eos: Option<bool>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+    pub logit_bias: Option<Value>,
+    pub logprobs: Option<Value>,
+    pub best_of: Option<i64>,
+}
+
+#[derive(Deserialize, Debug)]
+pub struct CompletionRequest {
+    pub prompt: PromptInput,
+    pub echo: Option<bool>,
+    pub suffix: Option<String>,
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+/// Message content: a string, or a list of parts of which only `{"type": "text"}` is accepted.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Deserialize, Debug)]
+pub struct Part {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+#[derive(Deserialize, Debug)]
+pub struct Message {
+    pub role: String,
+    pub content: Option<Content>,
+}
+
+#[derive(Deserialize, Debug)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    pub max_completion_tokens: Option<i64>,
+    pub top_logprobs: Option<i64>,
+    pub tools: Option<Vec<Value>>,
+    pub response_format: Option<Value>,
+    pub add_generation_prompt: Option<bool>,
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+/// Sampling, stop and length settings once validated.
+#[derive(Debug, Clone)]
+pub struct Validated {
+    pub max_tokens: Option<usize>,
+    pub sampling: SamplingParams,
+    pub stop: Vec<String>,
+    pub stop_token_ids: Vec<u32>,
+    pub ignore_eos: bool,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+fn nonzero(v: Option<f64>) -> bool {
+    v.is_some_and(|x| x != 0.0)
+}
+
+fn truthy(v: &Option<Value>) -> bool {
+    match v {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::Number(n)) => n.as_f64() != Some(0.0),
+        Some(_) => true,
+    }
+}
+
+impl Common {
+    /// Validate everything but the model and the prompt; `max_tokens` may come from
+    /// `max_completion_tokens` (chat). `seed` None draws a fresh one.
+    pub fn validate(&self, max_tokens: Option<i64>, fresh_seed: u64) -> Result<Validated, ApiError> {
+        if let Some(n) = self.n
+            && n != 1
+        {
+            return Err(ApiError::invalid(format!("`n` must be 1 (got {n}): one choice per request"), Some("n")));
+        }
+        if let Some(b) = self.best_of
+            && b != 1
+        {
+            return Err(ApiError::unsupported("best_of", "one candidate per request"));
+        }
+        if truthy(&self.logprobs) {
+            return Err(ApiError::unsupported("logprobs", "log-probabilities are not returned"));
+        }
+        for (name, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
+            if nonzero(v) {
+                return Err(ApiError::unsupported(name, "penalties are not implemented"));
+            }
+        }
+        if self.repetition_penalty.is_some_and(|r| r != 1.0) {
+            return Err(ApiError::unsupported("repetition_penalty", "penalties are not implemented"));
+        }
+        if matches!(&self.logit_bias, Some(Value::Object(m)) if !m.is_empty()) {
+            return Err(ApiError::unsupported("logit_bias", "logit biases are not implemented"));
+        }
+        let max_tokens = match max_tokens {
+            None => None,
+            Some(m) if m < 1 => {
+                return Err(ApiError::invalid(format!("max_tokens must be at least 1, got {m}"), Some("max_tokens")));
+            }
+            Some(m) => Some(usize::try_from(m).unwrap_or(usize::MAX)),
+        };
+        let temperature = self.temperature.unwrap_or(1.0);
+        if !(temperature.is_finite() && temperature >= 0.0) {
+            return Err(ApiError::invalid(format!("temperature must be >= 0, got {temperature}"), Some("temperature")));
+        }
+        let top_p = self.top_p.unwrap_or(1.0);
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(ApiError::invalid(format!("top_p must be in (0, 1], got {top_p}"), Some("top_p")));
+        }
+        let top_k = match self.top_k.unwrap_or(0) {
+            k if k < -1 => {
+                return Err(ApiError::invalid(format!("top_k must be -1, 0 or positive, got {k}"), Some("top_k")));
+            }
+            -1 => 0,
+            k => k as usize,
+        };
+        let stop = match &self.stop {
+            None => vec![],
+            Some(StopInput::One(s)) => vec![s.clone()],
+            Some(StopInput::Many(v)) => v.clone(),
+        };
+        let stop: Vec<String> = stop.into_iter().filter(|s| !s.is_empty()).collect();
+        if stop.len() > 16 {
+            return Err(ApiError::invalid("at most 16 stop strings", Some("stop")));
+        }
+        let mut stop_token_ids = Vec::new();
+        for &t in self.stop_token_ids.iter().flatten() {
+            stop_token_ids.push(
+                u32::try_from(t)
+                    .map_err(|_| ApiError::invalid(format!("bad stop token id {t}"), Some("stop_token_ids")))?,
+            );
+        }
+        let sampling = SamplingParams {
+            temperature: temperature as f32,
+            top_k,
+            top_p: top_p as f32,
+            seed: self.seed.map_or(fresh_seed, |s| s as u64),
+        };
+        Ok(Validated {
+            max_tokens,
+            sampling,
+            stop,
+            stop_token_ids,
+            ignore_eos: self.ignore_eos.unwrap_or(false),
+            stream: self.stream.unwrap_or(false),
+            include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
+        })
+    }
+}
+
+impl CompletionRequest {
+    pub fn check_unsupported(&self) -> Result<(), ApiError> {
+        if self.echo == Some(true) {
+            return Err(ApiError::unsupported("echo", "the prompt is not echoed"));
+        }
+        if self.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
+            return Err(ApiError::unsupported("suffix", "insertion is not implemented"));
+        }
+        Ok(())
+    }
+}
+
+/// The single prompt of a completion request: text or token ids.
+pub enum Prompt {
+    Text(String),
+    Ids(Vec<u32>),
+}
+
+pub fn single_prompt(p: PromptInput) -> Result<Prompt, ApiError> {
+    let one = |n: usize| {
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(format!("exactly one prompt per request, got {n}"), Some("prompt")))
+        }
+    };
+    let ids = |v: Vec<i64>| -> Result<Vec<u32>, ApiError> {
+        v.into_iter()
+            .map(|t| u32::try_from(t).map_err(|_| ApiError::invalid(format!("bad token id {t}"), Some("prompt"))))
+            .collect()
+    };
+    match p {
+        PromptInput::Text(s) => Ok(Prompt::Text(s)),
+        PromptInput::Texts(mut v) => one(v.len()).map(|_| Prompt::Text(v.remove(0))),
+        PromptInput::Ids(v) => Ok(Prompt::Ids(ids(v)?)),
+        PromptInput::IdLists(mut v) => {
+            one(v.len())?;
+            Ok(Prompt::Ids(ids(v.remove(0))?))
+        }
+    }
+}
+
+impl ChatRequest {
+    pub fn check_unsupported(&self) -> Result<(), ApiError> {
+        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+            return Err(ApiError::unsupported("tools", "tool calling is not implemented"));
+        }
+        if self.top_logprobs.is_some_and(|n| n > 0) {
+            return Err(ApiError::unsupported("top_logprobs", "log-probabilities are not returned"));
+        }
+        if let Some(f) = &self.response_format
+            && f.get("type").and_then(Value::as_str).is_some_and(|t| t != "text")
+        {
+            return Err(ApiError::unsupported("response_format", "only {\"type\": \"text\"}"));
+        }
+        Ok(())
+    }
+
+    /// The messages as the chat template takes them.
+    pub fn messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
+        if self.messages.is_empty() {
+            return Err(ApiError::invalid("`messages` must not be empty", Some("messages")));
+        }
+        let mut out = Vec::with_capacity(self.messages.len());
+        for (i, m) in self.messages.iter().enumerate() {
+            let param = format!("messages[{i}]");
+            if !matches!(m.role.as_str(), "system" | "user" | "assistant" | "developer" | "tool") {
+                return Err(ApiError::invalid(format!("unknown role `{}`", m.role), Some(&param)));
+            }
+            let content = match &m.content {
+                None => String::new(),
+                Some(Content::Text(t)) => t.clone(),
+                Some(Content::Parts(parts)) => {
+                    let mut s = String::new();
+                    for p in parts {
+                        match (p.kind.as_str(), &p.text) {
+                            ("text", Some(t)) => s.push_str(t),
+                            (k, _) => {
+                                return Err(ApiError::invalid(
+                                    format!("content part of type `{k}` is not supported (text only)"),
+                                    Some(&param),
+                                ));
+                            }
+                        }
+                    }
+                    s
+                }
+            };
+            let role = if m.role == "developer" { "system".to_string() } else { m.role.clone() };
+            out.push(ChatMessage { role, content });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn common(v: serde_json::Value) -> Result<Validated, ApiError> {
+        serde_json::from_value::<Common>(v).unwrap().validate(None, 7)
+    }
+
+    #[test]
+    fn defaults_and_refusals() {
+        let v = common(serde_json::json!({})).unwrap();
+        assert_eq!((v.sampling.temperature, v.sampling.top_p, v.sampling.seed), (1.0, 1.0, 7));
+        assert!(!v.stream && v.stop.is_empty());
+        let v = common(serde_json::json!({"stop": "x", "top_k": -1, "seed": 3, "stream": true})).unwrap();
+        assert_eq!((v.stop, v.sampling.top_k, v.sampling.seed, v.stream), (vec!["x".to_string()], 0, 3, true));
+        assert_eq!(common(serde_json::json!({"n": 2})).unwrap_err().param.as_deref(), Some("n"));
+        assert!(common(serde_json::json!({"logprobs": 2})).is_err());
+        assert!(common(serde_json::json!({"logprobs": false})).is_ok());
+        assert!(common(serde_json::json!({"temperature": -1})).is_err());
+        assert!(common(serde_json::json!({"top_p": 0})).is_err());
+        assert!(common(serde_json::json!({"presence_penalty": 0.5})).is_err());
+        let c: Common = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert!(c.validate(Some(-5), 0).is_err());
+        assert!(c.validate(Some(0), 0).is_err());
+        assert_eq!(c.validate(Some(1 << 40), 0).unwrap().max_tokens, Some(1 << 40));
+    }
+
+    #[test]
+    fn prompts() {
+        let p: PromptInput = serde_json::from_value(serde_json::json!([[1, 2, 3]])).unwrap();
+        assert!(matches!(single_prompt(p), Ok(Prompt::Ids(v)) if v == [1, 2, 3]));
+        let p: PromptInput = serde_json::from_value(serde_json::json!(["a", "b"])).unwrap();
+        assert!(single_prompt(p).is_err());
+        let p: PromptInput = serde_json::from_value(serde_json::json!([-1])).unwrap();
+        assert!(single_prompt(p).is_err());
+    }
+}
