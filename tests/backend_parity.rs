@@ -522,6 +522,11 @@ macro_rules! parity_tests {
                 backend().map(|b| super::test_decode_and_select(&b));
             }
             #[test]
+            fn write_at() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+                backend().map(|b| super::test_write_at(&b));
+            }
+            #[test]
             fn page_select_many() {
                 let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_page_select_many(&b));
@@ -619,6 +624,31 @@ pub fn test_page_select_many<B: Backend>(gpu: &B) {
 
 #[cfg(feature = "cuda")]
 parity_tests!(cuda, crate::common::cuda_backend());
+
+/// `write_f32_at` / `write_u32_at` (KV swap-in) into buffers of every KV dtype the backend stores:
+/// the rest of the buffer untouched, the patch rounded to the dtype only.
+pub fn test_write_at<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let round = |d: DType, x: f32| match d {
+        DType::F16 => half::f16::from_f32(x).to_f32(),
+        DType::BF16 => half::bf16::from_f32(x).to_f32(),
+        _ => x,
+    };
+    for d in gpu.caps().kv_dtypes.clone() {
+        let (base, patch) = (t.f32s(101, 1.0), t.f32s(17, 1.0));
+        let mut b = gpu.upload_f32(d, base.clone()).unwrap();
+        gpu.write_f32_at(&mut b, 41, &patch).unwrap();
+        let mut want: Vec<f32> = base.iter().map(|&x| round(d, x)).collect();
+        for (i, &x) in patch.iter().enumerate() {
+            want[41 + i] = round(d, x);
+        }
+        close(&format!("write_f32_at {d:?}"), &gpu.download_f32(&b, 0, 101).unwrap(), &want, 0.0);
+    }
+    let mut u = gpu.upload_u32(&(0..50).collect::<Vec<u32>>()).unwrap();
+    gpu.write_u32_at(&mut u, 7, &[900, 901, 902]).unwrap();
+    let want: Vec<u32> = (0..50).map(|i| if (7..10).contains(&i) { 893 + i } else { i }).collect();
+    assert_eq!(gpu.download_u32(&u, 0, 50).unwrap(), want, "write_u32_at");
+}
 
 pub fn test_fill_random<B: Backend>(gpu: &B) {
     let t = pair(gpu);

@@ -102,9 +102,19 @@ impl CudaBackend {
     }
 
     fn write_bytes(&self, dst: &CudaBuffer, bytes: &[u8]) -> Result<()> {
-        // SAFETY: callers checked that dst holds bytes.len() bytes.
-        unsafe { cudarc::driver::result::memcpy_htod_async(dst.ptr(), bytes, self.gpu.stream.cu_stream()) }
-            .map_err(drv("write"))
+        self.write_bytes_at(dst, 0, bytes)
+    }
+
+    fn write_bytes_at(&self, dst: &CudaBuffer, offset_bytes: usize, bytes: &[u8]) -> Result<()> {
+        // SAFETY: callers checked that dst holds offset_bytes + bytes.len() bytes.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(
+                dst.ptr() + offset_bytes as u64,
+                bytes,
+                self.gpu.stream.cu_stream(),
+            )
+        }
+        .map_err(drv("write"))
     }
 
     fn read_bytes(&self, src: &CudaBuffer, offset_bytes: usize, n_bytes: usize) -> Result<Vec<u8>> {
@@ -190,6 +200,29 @@ impl Backend for CudaBackend {
     fn write_f32(&self, dst: &mut CudaBuffer, data: &[f32]) -> Result<()> {
         need(dst, DType::F32, data.len(), "write_f32")?;
         self.write_bytes(dst, bytemuck::cast_slice(data))
+    }
+
+    /// Into a float buffer of any dtype, converted on the host (f32 -> f16/bf16 rounds; values
+    /// read from such a buffer come back bit for bit, which is what KV swap-in relies on).
+    fn write_f32_at(&self, dst: &mut CudaBuffer, offset: usize, data: &[f32]) -> Result<()> {
+        need_float(dst, offset + data.len(), "write_f32_at")?;
+        let at = offset * dst.dtype.size();
+        match dst.dtype {
+            DType::F16 => {
+                let h: Vec<u16> = data.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect();
+                self.write_bytes_at(dst, at, bytemuck::cast_slice(&h))
+            }
+            DType::BF16 => {
+                let h: Vec<u16> = data.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect();
+                self.write_bytes_at(dst, at, bytemuck::cast_slice(&h))
+            }
+            _ => self.write_bytes_at(dst, at, bytemuck::cast_slice(data)),
+        }
+    }
+
+    fn write_u32_at(&self, dst: &mut CudaBuffer, offset: usize, data: &[u32]) -> Result<()> {
+        need(dst, DType::U32, offset + data.len(), "write_u32_at")?;
+        self.write_bytes_at(dst, offset * 4, bytemuck::cast_slice(data))
     }
 
     /// f16/bf16 buffers are converted to f32 on the host.
