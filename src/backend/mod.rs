@@ -137,23 +137,17 @@ pub trait Backend {
     /// Upload f32 data converted to `dtype` (a float type).
     fn upload_f32(&self, dtype: DType, data: Vec<f32>) -> Result<Self::Buffer>;
     fn upload_u32(&self, data: &[u32]) -> Result<Self::Buffer>;
+    /// Overwrite elements `offset..offset + data.len()` of an f32 buffer (KV swap-in).
+    fn write_f32_at(&self, dst: &mut Self::Buffer, offset: usize, data: &[f32]) -> Result<()>;
+    /// Overwrite elements `offset..offset + data.len()` of a u32 buffer.
+    fn write_u32_at(&self, dst: &mut Self::Buffer, offset: usize, data: &[u32]) -> Result<()>;
     /// Overwrite the first `data.len()` elements of a u32 buffer.
-    fn write_u32(&self, dst: &mut Self::Buffer, data: &[u32]) -> Result<()>;
-    /// Overwrite the first `data.len()` elements of an f32 buffer.
-    fn write_f32(&self, dst: &mut Self::Buffer, data: &[f32]) -> Result<()>;
-    /// Overwrite elements `offset..offset + data.len()` of an f32 buffer (KV swap-in). The default
-    /// reads the prefix back and rewrites it whole: correct on any backend, fast on none, so the
-    /// backends override it.
-    fn write_f32_at(&self, dst: &mut Self::Buffer, offset: usize, data: &[f32]) -> Result<()> {
-        let mut all = self.download_f32(dst, 0, offset + data.len())?;
-        all[offset..].copy_from_slice(data);
-        self.write_f32(dst, &all)
+    fn write_u32(&self, dst: &mut Self::Buffer, data: &[u32]) -> Result<()> {
+        self.write_u32_at(dst, 0, data)
     }
-    /// Overwrite elements `offset..offset + data.len()` of a u32 buffer (as `write_f32_at`).
-    fn write_u32_at(&self, dst: &mut Self::Buffer, offset: usize, data: &[u32]) -> Result<()> {
-        let mut all = self.download_u32(dst, 0, offset + data.len())?;
-        all[offset..].copy_from_slice(data);
-        self.write_u32(dst, &all)
+    /// Overwrite the first `data.len()` elements of an f32 buffer.
+    fn write_f32(&self, dst: &mut Self::Buffer, data: &[f32]) -> Result<()> {
+        self.write_f32_at(dst, 0, data)
     }
     /// Read `len` elements from `offset` as f32 (waits for queued work).
     fn download_f32(&self, src: &Self::Buffer, offset: usize, len: usize) -> Result<Vec<f32>>;

@@ -114,21 +114,6 @@ impl Backend for CpuBackend {
         Ok(CpuBuffer::U32(data.to_vec()))
     }
 
-    fn write_u32(&self, dst: &mut CpuBuffer, data: &[u32]) -> Result<()> {
-        match dst {
-            CpuBuffer::U32(v) if v.len() >= data.len() => {
-                v[..data.len()].copy_from_slice(data);
-                Ok(())
-            }
-            _ => Err(err("write_u32: destination is not a large enough u32 buffer")),
-        }
-    }
-
-    fn write_f32(&self, dst: &mut CpuBuffer, data: &[f32]) -> Result<()> {
-        f32s_mut(dst, data.len(), "write_f32")?.copy_from_slice(data);
-        Ok(())
-    }
-
     fn write_f32_at(&self, dst: &mut CpuBuffer, offset: usize, data: &[f32]) -> Result<()> {
         f32s_mut(dst, offset + data.len(), "write_f32_at")?[offset..].copy_from_slice(data);
         Ok(())

@@ -192,11 +192,7 @@ impl Backend for CudaBackend {
         self.upload_bytes(DType::U32, data.len(), bytemuck::cast_slice(data))
     }
 
-    fn write_u32(&self, dst: &mut CudaBuffer, data: &[u32]) -> Result<()> {
-        need(dst, DType::U32, data.len(), "write_u32")?;
-        self.write_bytes(dst, bytemuck::cast_slice(data))
-    }
-
+    /// f32 buffers only (`write_f32_at` also converts into 16-bit ones).
     fn write_f32(&self, dst: &mut CudaBuffer, data: &[f32]) -> Result<()> {
         need(dst, DType::F32, data.len(), "write_f32")?;
         self.write_bytes(dst, bytemuck::cast_slice(data))

@@ -148,23 +148,9 @@ impl Backend for WgpuBackend {
         Ok(b)
     }
 
-    fn write_u32(&self, dst: &mut WgpuBuffer, data: &[u32]) -> Result<()> {
-        need(dst, DType::U32, data.len(), "write_u32")?;
-        // Ordered after everything recorded so far: submit first, then stage the write.
-        self.gpu.submit();
-        self.gpu.queue.write_buffer(&dst.buf, 0, bytemuck::cast_slice(data));
-        Ok(())
-    }
-
-    fn write_f32(&self, dst: &mut WgpuBuffer, data: &[f32]) -> Result<()> {
-        need(dst, DType::F32, data.len(), "write_f32")?;
-        self.gpu.submit();
-        self.gpu.queue.write_buffer(&dst.buf, 0, bytemuck::cast_slice(data));
-        Ok(())
-    }
-
     fn write_f32_at(&self, dst: &mut WgpuBuffer, offset: usize, data: &[f32]) -> Result<()> {
         need(dst, DType::F32, offset + data.len(), "write_f32_at")?;
+        // Ordered after everything recorded so far: submit first, then stage the write.
         self.gpu.submit();
         self.gpu.queue.write_buffer(&dst.buf, offset as u64 * 4, bytemuck::cast_slice(data));
         Ok(())
