@@ -203,15 +203,20 @@ __device__ void decode_impl(AttentionParams p, const float* q, const KT* k, cons
     }
     if (threadIdx.x < G) sm_l[threadIdx.x] = 0.0f;
     __syncthreads();
+    // Sub-groups add in a fixed order (no float atomics: the same inputs give the same bits).
+    for (u32 r = 0; r < n_sg; r++) {
+        if (sg == r) {
 #pragma unroll
-    for (int g = 0; g < G; g++) {
-        if (m[g] == -LS_INF) continue;
-        float f = exp2f(m[g] - bm[g]);
+            for (int g = 0; g < G; g++) {
+                if (m[g] == -LS_INF) continue;
+                float f = exp2f(m[g] - bm[g]);
 #pragma unroll
-        for (int i = 0; i < 8; i++) atomicAdd(&sm_acc[g][sub * 8 + i], acc[g][i] * f);
-        if (sub == 0) atomicAdd(&sm_l[g], l[g] * f);
+                for (int i = 0; i < 8; i++) sm_acc[g][sub * 8 + i] += acc[g][i] * f;
+                if (sub == 0) sm_l[g] += l[g] * f;
+            }
+        }
+        __syncthreads();
     }
-    __syncthreads();
     for (u32 i = threadIdx.x; i < ng * hd; i += SDA_THREADS) {
         u32 g = i / hd, d = i % hd;
         float L = sm_l[g];
@@ -495,19 +500,23 @@ __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, con
         __syncthreads();
         if (c + 2 < n_chunks) stage(st, c + 2);
     }
-    // Reduce the key groups, then write out (one split) or the partial (acc, m, l).
-    if (pv_on) {
+    // Reduce the key groups in a fixed order (no float atomics: the same inputs give the same
+    // bits, which graph replay's bit-identity test and reproducible sampling rely on), then write
+    // out (one split) or the partial (acc, m, l).
+    for (u32 r = 0; r < kgs; r++) {
+        if (pv_on && kg == r) {
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            atomicAdd(&acc_s[g * hd + 2 * dp0], acc[g][0]);
-            atomicAdd(&acc_s[g * hd + 2 * dp0 + 1], acc[g][1]);
-            if (two) {
-                atomicAdd(&acc_s[g * hd + 2 * (dp0 + SD2_THREADS)], acc[g][2]);
-                atomicAdd(&acc_s[g * hd + 2 * (dp0 + SD2_THREADS) + 1], acc[g][3]);
+            for (int g = 0; g < G; g++) {
+                acc_s[g * hd + 2 * dp0] += acc[g][0];
+                acc_s[g * hd + 2 * dp0 + 1] += acc[g][1];
+                if (two) {
+                    acc_s[g * hd + 2 * (dp0 + SD2_THREADS)] += acc[g][2];
+                    acc_s[g * hd + 2 * (dp0 + SD2_THREADS) + 1] += acc[g][3];
+                }
             }
         }
+        __syncthreads();
     }
-    __syncthreads();
     for (u32 i = t; i < ng * hd; i += SD2_THREADS) {
         u32 g = i / hd, d = i % hd;
         float L = sm_l[g];

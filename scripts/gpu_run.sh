@@ -25,20 +25,12 @@ fi
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
 
 if [ "$CUDA" = 1 ]; then
-  # cudarc dlopens libnvrtc.so / libcublas.so (unversioned or .so.12); CUDA 13 installs .so.13:
-  # link whatever exists under the names cudarc looks for.
-  L=/tmp/lserve-cudalibs; mkdir -p $L
-  for n in nvrtc cublas cublasLt; do
-    f=$( (ls /usr/local/cuda/lib64/lib$n.so* /usr/local/cuda/targets/*/lib/lib$n.so* 2>/dev/null;
-          ldconfig -p | awk -v n="lib$n.so" 'index($1, n) == 1 {print $NF}';
-          find / -xdev -name "lib$n.so*" -path '*nvidia*' 2>/dev/null) | grep -v builtins | head -1)
-    [ -n "$f" ] && ln -sf "$f" $L/lib$n.so && echo "$n -> $f" >> "$OUT/cudalibs.txt" && export LD_LIBRARY_PATH="$L:$(dirname "$f"):${LD_LIBRARY_PATH:-}"
-  done
+  . scripts/cuda_env.sh
   export LSERVE_REQUIRE_CUDA=1
   export LSERVE_CACHE=${LSERVE_CACHE:-/tmp/lserve-cache}
   if [ "${CUDA_COMPILE:-1}" = 1 ]; then "$B/cuda" > "$OUT/cuda_compile.txt" 2>&1; c_compile=$?; else c_compile=skipped; fi
   "$B/backend_parity" ${PARITY_FILTER:-cuda::} > "$OUT/parity_cuda.txt" 2>&1; c_parity=$?
-  "$B/cuda_e2e" > "$OUT/e2e_cuda.txt" 2>&1; c_e2e=$?
+  "$B/cuda_e2e" --nocapture > "$OUT/e2e_cuda.txt" 2>&1; c_e2e=$?
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/backend_parity" ${MEMCHECK_FILTER:-cuda::} --test-threads 1 \
     > "$OUT/memcheck.txt" 2>&1; c_mem=$?
   timeout 300 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts "${CUDA_CONTEXTS:-4k,32k,128k,256k}" \
@@ -47,6 +39,10 @@ if [ "$CUDA" = 1 ]; then
   # Per-kernel GPU times (CUDA events around every launch; the events add a little host time).
   [ "${PROFILE:-1}" = 1 ] && timeout 200 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts 4k,128k --sparse both --repeats 3 \
     --profile --prefill 4096 --token-budget "${BUDGET:-4096}" > "$OUT/profile_cuda.txt" 2>&1
+  # A/B: decode steps launched kernel by kernel (no CUDA-graph replay) at the same lengths.
+  [ "${AB:-1}" = 1 ] && LSERVE_CUDA_GRAPHS=0 timeout 200 "$B/lserve" bench --device cuda --shape "$SHAPE" \
+    --contexts "${CUDA_CONTEXTS:-4k,32k,128k,256k}" --sparse both --repeats "${REPEATS:-10}" --token-budget "${BUDGET:-4096}" \
+    > "$OUT/bench_cuda_nograph.txt" 2>&1
   # A/B: the register-staged decode kernel (LSERVE_CUDA_DECODE=regs) at two lengths.
   # PyTorch dense reference (SDPA attention, CUDA-graph step) for the same shape, when torch exists.
   [ "${TORCH:-1}" = 1 ] && python3 -c "import torch" 2>/dev/null && timeout 200 python3 "${TORCH_SCRIPT:-scripts/torch_decode_bench.py}" \
@@ -83,6 +79,9 @@ if [ "$CUDA" = 1 ]; then
   echo "== compute-sanitizer memcheck (rc $c_mem): $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.txt" | tail -1)"
   echo "== cuda kernels at 4K and 128K (GPU event times):"
   grep -E "calls|context|dense|sparse" "$OUT/profile_cuda.txt" | head -40
+  echo "== cuda decode without CUDA-graph replay (LSERVE_CUDA_GRAPHS=0):"
+  grep -E "cuda" "$OUT/bench_cuda_nograph.txt"
+  grep -E "graph" "$OUT/e2e_cuda.txt" | head -3
   echo "== cuda decode kernel A/B, register-staged (LSERVE_CUDA_DECODE=regs), dense:"
   grep -E "cuda" "$OUT/bench_cuda_regs.txt"
   [ -f "$OUT/torch.txt" ] && echo "== PyTorch dense reference:" && cat "$OUT/torch.txt"

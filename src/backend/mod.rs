@@ -154,8 +154,26 @@ pub trait Backend {
     fn download_u32(&self, src: &Self::Buffer, offset: usize, len: usize) -> Result<Vec<u32>>;
     /// Wait for all queued work.
     fn sync(&self) -> Result<()>;
+    /// Begin a replayable region: until [`Backend::graph_end`] the backend may record the ops it
+    /// is given instead of running them, and run the whole list at the end as one device graph
+    /// (CUDA graphs: docs/backends.md). Results are as if every op ran in order. Inside a region
+    /// the caller must not free a buffer an op in it uses; reads, writes and allocations are
+    /// allowed (they run what was recorded first). Default: ops simply run.
+    fn graph_begin(&self) {}
+    /// End the region: `run` = run what was recorded (replaying a cached graph when an identical
+    /// op list was captured before), else drop it (the region's ops then never run — the caller
+    /// failed halfway and discards the step).
+    fn graph_end(&self, _run: bool) -> Result<()> {
+        Ok(())
+    }
     fn len(&self, b: &Self::Buffer) -> usize;
     fn dtype(&self, b: &Self::Buffer) -> DType;
+    /// A stable identity of the buffer (its device address on CUDA), which buffer pools use to
+    /// choose among equal free buffers by identity rather than by history, so a repeated step gets
+    /// the very same buffers (graph replay needs that). 0 where it does not matter.
+    fn buffer_id(&self, _b: &Self::Buffer) -> u64 {
+        0
+    }
 
     /// out[i, :] = table[ids[i], :] as f32. table `[vocab][dim]`, ids `[n_tokens]` u32, out `[n_tokens][dim]`.
     fn embed(&self, p: &EmbedParams, table: &Self::Buffer, ids: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;

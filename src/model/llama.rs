@@ -311,6 +311,9 @@ impl<B: Backend> Llama<B> {
             has_bias: bias as u32,
         };
         let ep = EmbedParams { n_tokens: n as u32, dim: h as u32, vocab: c.vocab_size as u32, _pad: 0 };
+        // A decode step's launches are the same every step (all that changes lives in StepMeta's
+        // buffers), so the backend may replay them as one graph; prefill shapes vary.
+        let region = GraphRegion::begin(be, m.decode && hook.is_none());
         be.embed(&ep, &self.embed, &m.ids, &mut x)?;
         let paged = m.paged();
         let rmeta = m.rope_meta();
@@ -375,8 +378,38 @@ impl<B: Backend> Llama<B> {
             pool.put(sel);
             pool.put(logits);
         }
+        region.finish()?;
         [x, xn, qkv, q, attn_out, o, gu, act].into_iter().for_each(|b| pool.put(b));
         m.recycle(pool);
         Ok((out, ids))
+    }
+}
+
+/// A backend graph region (`Backend::graph_begin`) ended on every path: `finish` runs what was
+/// recorded; dropping it unfinished (an op failed halfway) discards the recorded ops.
+struct GraphRegion<'a, B: Backend> {
+    be: &'a B,
+    open: bool,
+}
+
+impl<'a, B: Backend> GraphRegion<'a, B> {
+    fn begin(be: &'a B, on: bool) -> Self {
+        if on {
+            be.graph_begin();
+        }
+        GraphRegion { be, open: on }
+    }
+
+    fn finish(mut self) -> Result<()> {
+        self.open = false;
+        self.be.graph_end(true)
+    }
+}
+
+impl<B: Backend> Drop for GraphRegion<'_, B> {
+    fn drop(&mut self) {
+        if self.open {
+            let _ = self.be.graph_end(false);
+        }
     }
 }

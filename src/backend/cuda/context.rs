@@ -2,7 +2,10 @@
 //! driver gets an error value, never a panic), the kernel modules (kernels.rs), typed launches
 //! on one stream, cuBLAS, and the scratch buffers ops share.
 //!
-//! Invariants: everything runs in order on one non-default stream (`stream`); cudarc's event
+//! Invariants: everything runs in order on one non-default stream (`stream`); launches between
+//! `graph_begin` and `graph_end` are recorded and replayed as CUDA graphs (graph.rs), and every
+//! other stream operation flushes them first (`cu_stream()` is the only way to the raw stream for
+//! copies and cuBLAS). cudarc's event
 //! tracking is off (one stream needs none), so buffers are plain device pointers. Ops enqueue and
 //! return; only read-backs and `sync` wait. Kernel functions are loaded from their module on first
 //! use and kept. A scratch buffer is replaced only by a larger one; the old one is freed in stream
@@ -15,6 +18,7 @@ use std::sync::Arc;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr};
 
+use super::graph::{self, Cached, GraphStats, Graphs, Plan, Rec};
 use super::kernels;
 use crate::backend::DType;
 use crate::error::{Error, Result};
@@ -46,10 +50,16 @@ pub struct Gpu {
     pub smem_optin: u32,
     modules: HashMap<&'static str, Arc<CudaModule>>,
     funcs: RefCell<HashMap<&'static str, CudaFunction>>,
+    /// Occupancy (blocks per SM) per (kernel, block size, dynamic shared memory).
+    occupancy: RefCell<HashMap<(&'static str, u32, u32), u32>>,
     /// Named scratch buffers (decode partials, GEMM operand halves), grown on demand.
     scratch: RefCell<HashMap<&'static str, Mem>>,
     /// Per-op GPU times while profiling is on (`Backend::set_profiling`).
     profile: RefCell<Option<Profile>>,
+    /// Launch recording and the graph cache (graph.rs).
+    graphs: RefCell<Graphs>,
+    /// Whether recorded lists may be replayed as graphs (else they always launch eagerly).
+    replay: std::cell::Cell<bool>,
 }
 
 /// Events around every launch (recorded on the stream), folded into per-op totals at each sync.
@@ -111,12 +121,16 @@ impl Gpu {
             smem_optin,
             modules,
             funcs: RefCell::new(HashMap::new()),
+            occupancy: RefCell::new(HashMap::new()),
             scratch: RefCell::new(HashMap::new()),
             profile: RefCell::new(None),
+            graphs: RefCell::new(Graphs::default()),
+            replay: std::cell::Cell::new(graph::replay_enabled()),
         })
     }
 
     pub fn alloc_bytes(&self, bytes: usize) -> Result<Mem> {
+        self.flush()?;
         // SAFETY: the memory is uninitialised; every op writes its outputs before reading them.
         let slice = unsafe { self.stream.alloc::<u8>(bytes.max(16)) }
             .map_err(|e| err(format!("allocating {bytes} bytes on the device: {e:?}")))?;
@@ -141,6 +155,23 @@ impl Gpu {
         let f = m.load_function(name).map_err(drv(name))?;
         self.funcs.borrow_mut().insert(name, f.clone());
         Ok(f)
+    }
+
+    /// Resident blocks per SM of kernel `stem::name` at `block` threads and `smem` bytes of
+    /// dynamic shared memory (the driver's occupancy calculator: registers, shared memory per SM
+    /// and block limits of this GPU — 164 KiB on sm_80, 228 KiB on sm_90), cached; at least 1.
+    pub fn blocks_per_sm(&self, stem: &'static str, name: &'static str, block: u32, smem: u32) -> Result<u32> {
+        if let Some(&n) = self.occupancy.borrow().get(&(name, block, smem)) {
+            return Ok(n);
+        }
+        let f = self.func(stem, name)?;
+        if smem > 48 * 1024 {
+            use cudarc::driver::sys::CUfunction_attribute as FA;
+            f.set_attribute(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).map_err(drv(name))?;
+        }
+        let n = f.occupancy_max_active_blocks_per_multiprocessor(block, smem as usize, None).map_err(drv(name))?.max(1);
+        self.occupancy.borrow_mut().insert((name, block, smem), n);
+        Ok(n)
     }
 
     /// Launch `stem::name` with the parameter struct, then device pointers, then u32 scalars
@@ -168,30 +199,127 @@ impl Gpu {
             use cudarc::driver::sys::CUfunction_attribute as FA;
             f.set_attribute(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.smem as i32).map_err(drv(name))?;
         }
-        let mut args: Vec<*mut std::ffi::c_void> = Vec::with_capacity(1 + ptrs.len() + scalars.len());
-        args.push(p as *const P as *mut _);
-        args.extend(ptrs.iter().map(|x| x as *const u64 as *mut _));
-        args.extend(scalars.iter().map(|x| x as *const u32 as *mut _));
-        self.timed(stem, || {
-            // SAFETY: the argument list matches the kernel's signature (param struct, pointers,
-            // u32 scalars, checked by the parity tests), every pointer was validated by the op
-            // against the element counts its params imply, and `args` outlives the call.
-            unsafe {
-                cudarc::driver::result::launch_kernel(
-                    f.cu_function(),
-                    l.grid,
-                    (l.block, 1, 1),
-                    l.smem,
-                    self.stream.cu_stream(),
-                    &mut args,
-                )
+        let rec = Rec {
+            func: f.cu_function() as usize,
+            grid: l.grid,
+            block: l.block,
+            smem: l.smem,
+            // SAFETY: P is a plain #[repr(C)] struct of 4-byte fields (DeviceRepr); its bytes are
+            // the kernel's first argument.
+            params: unsafe { std::slice::from_raw_parts(p as *const P as *const u8, std::mem::size_of::<P>()) }
+                .to_vec(),
+            ptrs: ptrs.to_vec(),
+            scalars: scalars.to_vec(),
+        };
+        {
+            let mut g = self.graphs.borrow_mut();
+            if g.recording {
+                g.pending.push(rec);
+                return Ok(());
             }
-            .map_err(drv(name))
-        })
+        }
+        self.timed(stem, || self.launch_rec(&rec).map_err(drv(name)))
+    }
+
+    /// Launch one recorded kernel on the stream (or into the graph being captured).
+    fn launch_rec(&self, r: &Rec) -> std::result::Result<(), cudarc::driver::DriverError> {
+        let mut args: Vec<*mut std::ffi::c_void> = Vec::with_capacity(1 + r.ptrs.len() + r.scalars.len());
+        args.push(r.params.as_ptr() as *mut _);
+        args.extend(r.ptrs.iter().map(|x| x as *const u64 as *mut _));
+        args.extend(r.scalars.iter().map(|x| x as *const u32 as *mut _));
+        // SAFETY: the argument list matches the kernel's signature (param struct bytes, pointers,
+        // u32 scalars, checked by the parity tests), every pointer was validated by the op against
+        // the element counts its params imply, and `args` (and `r`) outlive the call.
+        unsafe {
+            cudarc::driver::result::launch_kernel(
+                r.cu_function(),
+                r.grid,
+                (r.block, 1, 1),
+                r.smem,
+                self.stream.cu_stream(),
+                &mut args,
+            )
+        }
+    }
+
+    /// Start recording launches (no-op while profiling: profiling times every launch).
+    pub fn graph_begin(&self) {
+        if self.profile.borrow().is_some() {
+            return;
+        }
+        let mut g = self.graphs.borrow_mut();
+        g.pending.clear();
+        g.recording = true;
+    }
+
+    /// Stop recording; run the recorded launches (`run`) — replayed from a cached graph when an
+    /// identical list was captured, else captured or launched eagerly (graph.rs) — or drop them.
+    pub fn graph_end(&self, run: bool) -> Result<()> {
+        let recs = {
+            let mut g = self.graphs.borrow_mut();
+            g.recording = false;
+            std::mem::take(&mut g.pending)
+        };
+        if run { self.run_list(recs) } else { Ok(()) }
+    }
+
+    /// Run the launches recorded so far and keep recording (another stream operation follows).
+    pub fn flush(&self) -> Result<()> {
+        let recs = {
+            let mut g = self.graphs.borrow_mut();
+            if g.pending.is_empty() {
+                return Ok(());
+            }
+            std::mem::take(&mut g.pending)
+        };
+        self.run_list(recs)
+    }
+
+    fn run_list(&self, recs: Vec<Rec>) -> Result<()> {
+        if recs.is_empty() {
+            return Ok(());
+        }
+        let h = graph::hash(&recs);
+        let plan = self.graphs.borrow_mut().plan(&recs, h, self.replay.get());
+        match plan {
+            Plan::Replay(i) => self.graphs.borrow().cache[i].graph.launch().map_err(drv("graph launch")),
+            Plan::Eager => recs.iter().try_for_each(|r| self.launch_rec(r).map_err(drv("launch"))),
+            Plan::Capture => {
+                use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+                self.stream
+                    .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                    .map_err(drv("begin graph capture"))?;
+                let launched = recs.iter().try_for_each(|r| self.launch_rec(r));
+                let captured = self.stream.end_capture(CUgraphInstantiate_flags(0));
+                launched.map_err(drv("launch during graph capture"))?;
+                let graph =
+                    captured.map_err(drv("end graph capture"))?.ok_or_else(|| err("graph capture was empty"))?;
+                graph.launch().map_err(drv("graph launch"))?;
+                self.graphs.borrow_mut().insert(Cached { hash: h, recs, graph, last_used: 0 });
+                Ok(())
+            }
+        }
+    }
+
+    /// Turn graph replay on or off (recorded lists then always launch eagerly).
+    pub fn set_graph_replay(&self, on: bool) {
+        self.replay.set(on);
+    }
+
+    /// What graph replay did so far.
+    pub fn graph_stats(&self) -> GraphStats {
+        self.graphs.borrow().stats
+    }
+
+    /// The raw stream for a copy or a library call, after flushing recorded launches.
+    pub fn cu_stream(&self) -> Result<cudarc::driver::sys::CUstream> {
+        self.flush()?;
+        Ok(self.stream.cu_stream())
     }
 
     /// Run `f` (which enqueues work), timed as op `op` when profiling.
     pub fn timed<T>(&self, op: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.flush()?;
         if self.profile.borrow().is_none() {
             return f();
         }
@@ -209,6 +337,7 @@ impl Gpu {
 
     pub fn set_profiling(&self, on: bool) -> Result<()> {
         self.sync()?;
+        self.graphs.borrow_mut().recording = false;
         *self.profile.borrow_mut() = on.then(Profile::default);
         Ok(())
     }
@@ -234,13 +363,14 @@ impl Gpu {
         {
             return Ok(m.ptr);
         }
-        let m = self.alloc_bytes(bytes.next_power_of_two())?;
+        let m = self.alloc_bytes(bytes.next_power_of_two())?; // flushes: the old one may be in use
         let ptr = m.ptr;
         s.insert(key, m);
         Ok(ptr)
     }
 
     pub fn sync(&self) -> Result<()> {
+        self.flush()?;
         self.stream.synchronize().map_err(drv("stream synchronize"))?;
         if let Some(p) = self.profile.borrow_mut().as_mut() {
             for (op, a, b) in p.pending.drain(..) {

@@ -12,6 +12,7 @@
 //! is bounds-checked in the kernels, which skip what they cannot address.
 
 mod context;
+mod graph;
 pub mod kernels;
 mod ops_attention;
 mod ops_basic;
@@ -24,6 +25,7 @@ use crate::backend::*;
 use crate::error::Result;
 pub use context::driver_present;
 use context::{Gpu, Mem, bytes_for, drv, err};
+pub use graph::GraphStats;
 
 // SAFETY: plain #[repr(C)] structs of u32/f32 fields, mirrored in cuda/params.cuh (layout test).
 unsafe impl DeviceRepr for EmbedParams {}
@@ -92,11 +94,21 @@ impl CudaBackend {
         &self.gpu
     }
 
+    /// Replay recorded decode steps as CUDA graphs (default on unless `LSERVE_CUDA_GRAPHS=0`).
+    pub fn set_graph_replay(&self, on: bool) {
+        self.gpu.set_graph_replay(on)
+    }
+
+    /// What CUDA-graph replay of recorded steps did so far (graph.rs).
+    pub fn graph_stats(&self) -> GraphStats {
+        self.gpu.graph_stats()
+    }
+
     fn upload_bytes(&self, dtype: DType, len: usize, bytes: &[u8]) -> Result<CudaBuffer> {
         let b = self.alloc(dtype, len)?;
         // SAFETY: the allocation holds at least bytes.len() bytes; pageable host memory is
         // staged before the call returns.
-        unsafe { cudarc::driver::result::memcpy_htod_async(b.ptr(), bytes, self.gpu.stream.cu_stream()) }
+        unsafe { cudarc::driver::result::memcpy_htod_async(b.ptr(), bytes, self.gpu.cu_stream()?) }
             .map_err(drv("upload"))?;
         Ok(b)
     }
@@ -108,11 +120,7 @@ impl CudaBackend {
     fn write_bytes_at(&self, dst: &CudaBuffer, offset_bytes: usize, bytes: &[u8]) -> Result<()> {
         // SAFETY: callers checked that dst holds offset_bytes + bytes.len() bytes.
         unsafe {
-            cudarc::driver::result::memcpy_htod_async(
-                dst.ptr() + offset_bytes as u64,
-                bytes,
-                self.gpu.stream.cu_stream(),
-            )
+            cudarc::driver::result::memcpy_htod_async(dst.ptr() + offset_bytes as u64, bytes, self.gpu.cu_stream()?)
         }
         .map_err(drv("write"))
     }
@@ -122,11 +130,7 @@ impl CudaBackend {
         // SAFETY: callers checked the range lies inside src; the stream is synchronised before
         // `out` is read or dropped.
         unsafe {
-            cudarc::driver::result::memcpy_dtoh_async(
-                &mut out,
-                src.ptr() + offset_bytes as u64,
-                self.gpu.stream.cu_stream(),
-            )
+            cudarc::driver::result::memcpy_dtoh_async(&mut out, src.ptr() + offset_bytes as u64, self.gpu.cu_stream()?)
         }
         .map_err(drv("download"))?;
         self.gpu.sync()?;
@@ -242,12 +246,24 @@ impl Backend for CudaBackend {
         self.gpu.sync()
     }
 
+    fn graph_begin(&self) {
+        self.gpu.graph_begin()
+    }
+
+    fn graph_end(&self, run: bool) -> Result<()> {
+        self.gpu.graph_end(run)
+    }
+
     fn len(&self, b: &CudaBuffer) -> usize {
         b.len
     }
 
     fn dtype(&self, b: &CudaBuffer) -> DType {
         b.dtype
+    }
+
+    fn buffer_id(&self, b: &CudaBuffer) -> u64 {
+        b.ptr()
     }
 
     fn embed(&self, p: &EmbedParams, table: &CudaBuffer, ids: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {

@@ -7,9 +7,14 @@
 //!
 //! Split-KV decode: the split count comes from an upper bound of the longest key list (the page
 //! table's length for retrieval heads, the Lambda window for streaming heads) at
-//! [`KEYS_PER_SPLIT`] keys a split, capped so the grid stays near [`BLOCKS_PER_SM`] blocks per SM
+//! [`KEYS_PER_SPLIT`] keys a split, capped so the grid stays near one wave of the kernel (the
+//! blocks per SM the driver's occupancy calculator gives for the chosen kernel and its shared
+//! memory on this GPU: the sm_80/sm_90 difference — 164 vs 228 KiB of shared memory per SM, 108
+//! vs 132 SMs — enters here; longer splits amortise each block's setup and keep the merge small)
 //! and at [`MAX_SPLITS`]; on the device a split takes at least 32 keys, so short lists (sparse
-//! steps) leave the last splits empty (m = -inf, l = 0; the merge skips them). The partials live
+//! steps) leave the last splits empty (m = -inf, l = 0; the merge skips them). The length bound
+//! is rounded up to a power of two so a replayed decode graph (graph.rs) stays valid while the
+//! context grows. The partials live
 //! in a scratch buffer shared by every layer (stream order keeps them apart).
 
 use super::context::{Launch, err};
@@ -20,9 +25,6 @@ use crate::error::Result;
 const MAX_HEAD_DIM: usize = 256;
 const KEYS_PER_SPLIT: usize = 128;
 const MAX_SPLITS: usize = 256;
-/// About one wave of the cp.async decode kernel (6 blocks of 128 threads fit an H100/H200 SM by
-/// shared memory): longer splits amortise each block's setup and keep the merge small.
-const BLOCKS_PER_SM: usize = 6;
 /// Query heads of one KV head per decode block (G in the kernel).
 const DECODE_HEADS: usize = 8;
 /// Query rows per prefill tile (PF_TQ in the kernel).
@@ -180,14 +182,24 @@ fn decode_smem(hd: usize, kv: DType, g: usize) -> usize {
     4 * ck * row + 2 * ck * 4 + g * ck * 4 + 2 * g * hd * 4
 }
 
+/// Keys per decode split: [`KEYS_PER_SPLIT`], or `LSERVE_CUDA_KEYS_PER_SPLIT` (A/B runs; read once).
+fn keys_per_split() -> usize {
+    static K: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *K.get_or_init(|| {
+        let v = std::env::var("LSERVE_CUDA_KEYS_PER_SPLIT").ok().and_then(|v| v.parse().ok());
+        v.filter(|&k: &usize| k >= 32).unwrap_or(KEYS_PER_SPLIT)
+    })
+}
+
 /// Splits per (sequence, KV head chunk) of a decode step (see the module docs).
-fn decode_splits(be: &CudaBackend, p: &AttentionParams, page_table_len: usize, head_chunks: usize) -> usize {
+fn decode_splits(p: &AttentionParams, page_table_len: usize, head_chunks: usize, wave: usize) -> usize {
     let ps = u(p.page_size);
     let ret = if p.n_ret > 0 { page_table_len * ps } else { 0 };
     let strm = if p.n_str > 0 { u(p.sink + p.local) + ps } else { 0 };
-    let by_len = ret.max(strm).div_ceil(KEYS_PER_SPLIT);
-    let blocks = be.gpu().sm_count as usize * BLOCKS_PER_SM;
-    let by_grid = blocks.div_ceil(u(p.num_seqs) * u(p.n_kv_heads) * head_chunks);
+    // Rounded up to a power of two: the grid (a graph replay's frozen argument) changes only
+    // when the context doubles, not every KEYS_PER_SPLIT keys; surplus splits are empty.
+    let by_len = ret.max(strm).div_ceil(keys_per_split()).next_power_of_two();
+    let by_grid = wave.div_ceil(u(p.num_seqs) * u(p.n_kv_heads) * head_chunks);
     by_len.min(by_grid).clamp(1, MAX_SPLITS)
 }
 
@@ -214,17 +226,16 @@ pub fn sparse_decode_attention(
     let group = nh / nkv;
     let g = group.min(DECODE_HEADS).next_power_of_two();
     let head_chunks = group.div_ceil(g);
-    let splits = decode_splits(be, p, meta.page_table.len, head_chunks);
-    let part = if splits > 1 { be.gpu().scratch("decode_part", ns * nh * splits * (hd + 2) * 4)? } else { 0 };
-    let (name, l) = if decode_regs() {
-        (
-            DECODE_REGS[fidx(kv.k.dtype)][g.trailing_zeros() as usize],
-            Launch::new((splits as u32, (nkv * head_chunks) as u32, ns as u32), 128),
-        )
+    let (name, smem) = if decode_regs() {
+        (DECODE_REGS[fidx(kv.k.dtype)][g.trailing_zeros() as usize], 0)
     } else {
-        let l = Launch::new((splits as u32, (nkv * head_chunks) as u32, ns as u32), 128);
-        (DECODE[fidx(kv.k.dtype)][g.trailing_zeros() as usize], l.smem(decode_smem(hd, kv.k.dtype, g)))
+        (DECODE[fidx(kv.k.dtype)][g.trailing_zeros() as usize], decode_smem(hd, kv.k.dtype, g))
     };
+    let gpu = be.gpu();
+    let wave = (gpu.sm_count * gpu.blocks_per_sm("sparse_decode_attention", name, 128, smem as u32)?) as usize;
+    let splits = decode_splits(p, meta.page_table.len, head_chunks, wave);
+    let part = if splits > 1 { gpu.scratch("decode_part", ns * nh * splits * (hd + 2) * 4)? } else { 0 };
+    let l = Launch::new((splits as u32, (nkv * head_chunks) as u32, ns as u32), 128).smem(smem);
     let ptrs = [
         q.ptr(),
         kv.k.ptr(),
@@ -245,7 +256,6 @@ pub fn sparse_decode_attention(
     ];
     let lens =
         [meta.page_table.len as u32, meta.ring_table.len as u32, pages.selected.len as u32, pages.counts.len as u32];
-    let gpu = be.gpu();
     gpu.launch("sparse_decode_attention", name, l, p, &ptrs, &lens)?;
     if splits > 1 {
         let l = Launch::new(((ns * nh) as u32, hd.div_ceil(32) as u32, 1), 256);

@@ -1,0 +1,139 @@
+//! CUDA-graph replay of recorded launch sequences (the decode step).
+//!
+//! Between `Backend::graph_begin` and `graph_end` the backend does not launch: each kernel
+//! launch is recorded as a [`Rec`] — function, grid, block, shared memory and the exact argument
+//! bytes (parameter struct, device pointers, scalars). At `graph_end` the recorded list is looked
+//! up in a small cache of instantiated graphs by hash and compared **exactly**: a graph is
+//! replayed only when its launches are byte-identical to the ones asked for, so replay is
+//! equivalent to launching them one by one (kernels read everything that changes from step to
+//! step — token ids, positions, page tables, lengths, selections — from device buffers, never
+//! from their arguments). A list that misses is launched one kernel at a time; a list that missed
+//! recently ([`RECENT_MISSES`]) is captured into a graph (stream capture), instantiated, cached
+//! (LRU, [`MAX_GRAPHS`]) and launched. So a steady decode loop runs eagerly once, captures once
+//! and replays from then on; a list seen once (a one-off batch shape) never pays for a capture.
+//!
+//! Invariants: while recording, every other stream operation (allocation, copy, cuBLAS, event,
+//! synchronisation, scratch growth) first flushes the recorded launches (`Gpu::flush`), so stream
+//! order is what the caller wrote. The caller must not free a buffer the recorded launches use
+//! before `graph_end` (the model's step holds all its buffers until then). Profiling records
+//! events around every launch, so it turns recording off. `LSERVE_CUDA_GRAPHS=0` (or
+//! `CudaBackend::set_graph_replay(false)`) turns replay off — every list launches eagerly — for
+//! A/B runs and the bit-identity test (tests/cuda_e2e.rs).
+
+use std::collections::VecDeque;
+
+use cudarc::driver::sys;
+
+/// Instantiated graphs kept (least recently used evicted).
+pub const MAX_GRAPHS: usize = 16;
+/// A miss whose hash is among this many recent misses is captured.
+pub const RECENT_MISSES: usize = 4;
+
+/// One recorded kernel launch.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Rec {
+    pub func: usize,
+    pub grid: (u32, u32, u32),
+    pub block: u32,
+    pub smem: u32,
+    pub params: Vec<u8>,
+    pub ptrs: Vec<u64>,
+    pub scalars: Vec<u32>,
+}
+
+impl Rec {
+    pub fn cu_function(&self) -> sys::CUfunction {
+        self.func as sys::CUfunction
+    }
+}
+
+/// Counters of what `graph_end` did, for benchmarks and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GraphStats {
+    /// Lists replayed from a cached graph.
+    pub replays: u64,
+    /// Lists captured into a new graph (then launched as that graph).
+    pub captures: u64,
+    /// Lists launched kernel by kernel (first sight, or replay turned off).
+    pub eager: u64,
+    /// Kernel launches the replays stood for.
+    pub replayed_launches: u64,
+}
+
+pub struct Cached {
+    pub hash: u64,
+    pub recs: Vec<Rec>,
+    pub graph: cudarc::driver::CudaGraph,
+    pub last_used: u64,
+}
+
+/// Recording state and the graph cache (owned by `Gpu`, behind a RefCell).
+#[derive(Default)]
+pub struct Graphs {
+    pub recording: bool,
+    pub pending: Vec<Rec>,
+    pub cache: Vec<Cached>,
+    pub recent_misses: VecDeque<u64>,
+    pub stats: GraphStats,
+    pub clock: u64,
+}
+
+/// What to do with a recorded list.
+pub enum Plan {
+    Replay(usize),
+    Capture,
+    Eager,
+}
+
+impl Graphs {
+    /// Decide for the list `recs` (hash `h`) and update the counters and recent misses.
+    pub fn plan(&mut self, recs: &[Rec], h: u64, replay_on: bool) -> Plan {
+        self.clock += 1;
+        if !replay_on {
+            self.stats.eager += 1;
+            return Plan::Eager;
+        }
+        if let Some(i) = self.cache.iter().position(|c| c.hash == h && c.recs == recs) {
+            self.cache[i].last_used = self.clock;
+            self.stats.replays += 1;
+            self.stats.replayed_launches += recs.len() as u64;
+            return Plan::Replay(i);
+        }
+        if self.recent_misses.contains(&h) {
+            self.recent_misses.retain(|&m| m != h);
+            self.stats.captures += 1;
+            return Plan::Capture;
+        }
+        if self.recent_misses.len() == RECENT_MISSES {
+            self.recent_misses.pop_front();
+        }
+        self.recent_misses.push_back(h);
+        self.stats.eager += 1;
+        Plan::Eager
+    }
+
+    /// Cache a new graph, evicting the least recently used one when full; returns its index.
+    pub fn insert(&mut self, c: Cached) -> usize {
+        if self.cache.len() == MAX_GRAPHS
+            && let Some(i) = self.cache.iter().enumerate().min_by_key(|(_, c)| c.last_used).map(|(i, _)| i)
+        {
+            self.cache.swap_remove(i);
+        }
+        self.cache.push(Cached { last_used: self.clock, ..c });
+        self.cache.len() - 1
+    }
+}
+
+/// Hash of a launch list.
+pub fn hash(recs: &[Rec]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut s = std::collections::hash_map::DefaultHasher::new();
+    recs.hash(&mut s);
+    s.finish()
+}
+
+/// Whether replay is on (`LSERVE_CUDA_GRAPHS` unset or not `0`), read once.
+pub fn replay_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LSERVE_CUDA_GRAPHS").map_or(true, |v| v != "0"))
+}
