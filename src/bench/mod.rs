@@ -233,9 +233,19 @@ fn fill_cache<B: Backend>(be: &B, cache: &mut crate::kv::KvCache<B>, seed: u32) 
     be.sync()
 }
 
-/// Prefill time of `tokens` tokens (chunked as the engine does), median of `repeats`.
-fn prefill<B: Backend>(be: B, model: Llama<B>, tokens: usize, o: &BenchOptions) -> Result<(f64, B, Llama<B>)> {
-    let opts = EngineOptions::new(o.config.clone(), tokens);
+/// Prefill time of `tokens` tokens (chunked as the engine does), median of `repeats`; `sparse`
+/// runs it with the synthetic streaming heads (their Lambda-masked prefill attention).
+fn prefill<B: Backend>(
+    be: B,
+    model: Llama<B>,
+    tokens: usize,
+    sparse: bool,
+    o: &BenchOptions,
+) -> Result<(f64, B, Llama<B>)> {
+    let mut config = o.config.clone();
+    config.sparse.enabled = sparse;
+    let layout = sparse.then(|| synthetic_layout(&model.cfg, o.streaming_ratio));
+    let opts = EngineOptions { layout, ..EngineOptions::new(config, tokens) };
     let mut e = build_engine(be, model, &opts)?;
     let ids: Vec<u32> = (0..tokens).map(|i| (i % 1000) as u32 + 1).collect();
     let mut times = vec![];
@@ -267,13 +277,13 @@ pub fn run<B: Backend>(
     let mut model = Llama::synthetic(&be, &cfg, o.dtype, o.seed)?;
     let mut be = be;
     let mut rows = vec![];
-    if o.prefill_tokens > 0 {
-        let (ms, b, m) = prefill(be, model, o.prefill_tokens, o)?;
+    for &sparse in o.sparse.iter().filter(|_| o.prefill_tokens > 0) {
+        let (ms, b, m) = prefill(be, model, o.prefill_tokens, sparse, o)?;
         (be, model) = (b, m);
         let row = BenchRow {
             backend: be.caps().name.into(),
             shape: shape_name.into(),
-            mode: "prefill".into(),
+            mode: if sparse { "prefill-sparse" } else { "prefill" }.into(),
             context: o.prefill_tokens,
             batch: 1,
             decode_ms: 0.0,
