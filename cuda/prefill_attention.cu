@@ -202,10 +202,10 @@ PF(prefill_attention_bf16_d64, bf16_t, 64)
 // retrieval heads [wlo(first row), last row]; for streaming heads the sink [0, sink) and the band
 // [first row + 1 - local, last row] (each clipped by the window), as two tile ranges merged when
 // they touch. Keys outside those ranges are zero-filled, never read, so garbage past the written
-// positions cannot reach P V. A tile visible to every row of the block (below the diagonal, above
-// the last row's window start, and for streaming heads inside the sink or inside the first... last
-// rows' band) skips the per-element mask; the others (diagonal, window and band edges) mask
-// k <= pos, k >= wlo(pos) and (k < sink or pos - k < local) element by element.
+// positions cannot reach P V. A tile visible to every row of the block (at or below the first
+// row, at or above the last row's window start, and for streaming heads inside the sink or within
+// local of the last row) skips the per-element mask; the others (diagonal, window and band edges)
+// mask k <= pos, k >= wlo(pos) and (k < sink or pos - k < local) element by element.
 
 #define PM_BQ 64
 #define PM_THREADS 128
