@@ -10,6 +10,10 @@ heads, 8 KV heads, head_dim 128, FFN 14336, vocab 128256; bf16, batch 1), at eac
              over a contiguous KV cache of `ctx` tokens, o-proj, rmsnorm, gate_up, SiLU, down),
              final norm, LM head, argmax; captured once as a CUDA graph and replayed, median ms
 
+  gemv       (once) only the step's weight products — per layer qkv, o, gate_up and down, then
+             the LM head — as bf16 x @ W^T with one row of x (cuBLAS's decode GEMV), graph-captured:
+             the reference for lserve's own GEMV kernels (`lserve bench --profile`, op matmul)
+
 plus the bandwidth floor of the step: (weight bytes + KV bytes) / --bandwidth (4.2 TB/s on the
 H200). Weights and caches are random (synthetic), as in lserve's bench. Output: one line per
 context and a CSV (--csv).
@@ -74,6 +78,14 @@ class Model:
     def kv_bytes(self):
         return sum(l["k"].numel() + l["v"].numel() for l in self.layers) * self.embed.element_size()
 
+    def projections(self, x, xf):
+        for l in self.layers:
+            x @ l["wqkv"].t()
+            x @ l["wo"].t()
+            x @ l["wgu"].t()
+            xf @ l["wd"].t()
+        return x @ self.lm_head.t()
+
     def rope(self, x):
         half = x.shape[-1] // 2
         rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
@@ -128,6 +140,20 @@ def main():
         floor = (m.weight_bytes() + m.kv_bytes()) / (a.bandwidth * 1e9) * 1e3
         print(f"{ctx:>8} {attn:>9.3f} {step:>9.3f} {floor:>9.3f} {100 * floor / step:>8.1f}%")
         rows.append((a.shape, ctx, attn, step, floor))
+        if len(rows) == 1:
+            with torch.no_grad():
+                x = torch.randn(1, s["hidden"], device=dev, dtype=dt)
+                xf = torch.randn(1, s["ffn"], device=dev, dtype=dt)
+                m.projections(x, xf)
+                torch.cuda.synchronize()
+                g2 = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g2):
+                    m.projections(x, xf)
+                gemv = median_ms(g2.replay)
+            wb = m.weight_bytes() - m.embed.numel() * m.embed.element_size()
+            print(f"gemv: cuBLAS bf16 projections of one step (m=1) {gemv:.3f} ms for {wb / 1e9:.2f} GB "
+                  f"= {wb / gemv / 1e9:.2f} TB/s")
+            del g2
         del m, graph
         torch.cuda.empty_cache()
     if a.csv:

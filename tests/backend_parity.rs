@@ -223,8 +223,13 @@ pub fn kv_pair<B: Backend>(
         layout: HeadLayout { streaming: vec![streaming] },
         kv_dtype: DType::F32,
     };
+    kv_pair_shape(t, shape, kvd)
+}
+
+/// A cache pair of any (one-layer) shape; slot 0 is taken by another sequence, `seq` is slot 1.
+pub fn kv_pair_shape<B: Backend>(t: &Pair<B>, shape: CacheShape, kvd: DType) -> KvPair<B> {
     let mut gpu = KvCache::new(t.gpu, CacheShape { kv_dtype: kvd, ..shape.clone() }).unwrap();
-    let mut cpu = KvCache::new(&t.cpu, shape).unwrap();
+    let mut cpu = KvCache::new(&t.cpu, CacheShape { kv_dtype: DType::F32, ..shape }).unwrap();
     let _ = (gpu.admit().unwrap(), cpu.admit().unwrap()); // slot 0 taken by another sequence
     let seq = gpu.admit().unwrap();
     assert_eq!(seq, cpu.admit().unwrap());
@@ -361,6 +366,88 @@ pub fn test_prefill_attention<B: Backend>(gpu: &B) {
         t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, &mut out.0).unwrap();
         t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, &mut out.1).unwrap();
         t.check(&format!("prefill_attention window {window} kv {kvd:?}"), &out, n * nh * hd, tol);
+    }
+}
+
+/// Prefill at the tensor-core kernel's scale: head_dim 128, 72 (padded to 128) and 256, one
+/// retrieval and one streaming KV head (two query heads each), a ragged batch of two sequences
+/// (a 140-row chunk after a 300-token prefix, and a 100-row first chunk), so query tiles start
+/// off the 64-key tile grid, span several key tiles, and the streaming head (sink 8, local 70)
+/// skips whole tiles between its sink and its band; with and without a window.
+pub fn test_prefill_attention_long<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let (nh, ps, sink, local) = (4, 16, 8, 70);
+    for (kvd, hd) in gpu.caps().kv_dtypes.clone().into_iter().flat_map(|d| [128, 72, 256].map(move |hd| (d, hd))) {
+        let (_, tol) = kv_tols(kvd);
+        let shape = CacheShape {
+            num_layers: 1,
+            n_kv_heads: 2,
+            head_dim: hd,
+            page_size: ps,
+            logical_page: 4,
+            num_pages: 48,
+            max_seqs: 3,
+            ring_tokens: 16 * ps, // holds sink + local + a 150-token chunk
+            sink,
+            sel_stride: 6,
+            layout: HeadLayout { streaming: vec![vec![false, true]] },
+            kv_dtype: DType::F32,
+        };
+        let mut kv = kv_pair_shape(&t, shape, kvd);
+        append(&mut t, &mut kv, 150, nh);
+        append(&mut t, &mut kv, 150, nh);
+        let qa = append(&mut t, &mut kv, 140, nh);
+        let seq_a = kv.seq.clone();
+        kv.seq = kv.gpu.admit().unwrap();
+        assert_eq!(kv.seq, kv.cpu.admit().unwrap());
+        let qb = append(&mut t, &mut kv, 100, nh);
+        let seqs = [&seq_a, &kv.seq];
+        let row = nh * hd;
+        let cat = |be_q: [Vec<f32>; 2]| be_q.concat();
+        let q = (
+            t.gpu
+                .upload_f32(
+                    DType::F32,
+                    cat([
+                        t.gpu.download_f32(&qa.0, 0, 140 * row).unwrap(),
+                        t.gpu.download_f32(&qb.0, 0, 100 * row).unwrap(),
+                    ]),
+                )
+                .unwrap(),
+            t.cpu
+                .upload_f32(
+                    DType::F32,
+                    cat([
+                        t.cpu.download_f32(&qa.1, 0, 140 * row).unwrap(),
+                        t.cpu.download_f32(&qb.1, 0, 100 * row).unwrap(),
+                    ]),
+                )
+                .unwrap(),
+        );
+        let pages: Vec<u32> = seqs.iter().flat_map(|s| s.pages.iter().copied()).collect();
+        let ring: Vec<u32> = seqs.iter().flat_map(|s| s.ring.iter().copied()).collect();
+        let m = [
+            t.up_u32(&[0, seq_a.pages.len() as u32, pages.len() as u32]),
+            t.up_u32(&pages),
+            t.up_u32(&[seq_a.len as u32, kv.seq.len as u32]),
+            t.up_u32(&ring),
+        ];
+        let qi = t.up_u32(&[0, 140, 240]);
+        let mg = PagedMeta { page_indptr: &m[0].0, page_table: &m[1].0, kv_len: &m[2].0, ring_table: &m[3].0 };
+        let mc = PagedMeta { page_indptr: &m[0].1, page_table: &m[1].1, kv_len: &m[2].1, ring_table: &m[3].1 };
+        for window in [0, 100] {
+            let p = AttentionParams {
+                num_seqs: 2,
+                sink: sink as u32,
+                local,
+                scale: 1.0 / (hd as f32).sqrt(),
+                ..attn_params(&kv, 240, nh, window)
+            };
+            let mut out = t.out(240 * row);
+            t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, &mut out.0).unwrap();
+            t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, &mut out.1).unwrap();
+            t.check(&format!("prefill_attention_long hd {hd} window {window} kv {kvd:?}"), &out, 240 * row, tol);
+        }
     }
 }
 
@@ -515,6 +602,11 @@ macro_rules! parity_tests {
             fn prefill_attention() {
                 let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_prefill_attention(&b));
+            }
+            #[test]
+            fn prefill_attention_long() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+                backend().map(|b| super::test_prefill_attention_long(&b));
             }
             #[test]
             fn decode_and_select() {

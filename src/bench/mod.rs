@@ -8,6 +8,10 @@
 //! reported time is the median over `repeats` steps after `warmup` steps. Each row also shows the
 //! bytes the step must read (weights + the KV the attention reads) and the floor those bytes imply
 //! at `bandwidth_gbs`.
+//!
+//! Prefill (`prefill_tokens` > 0) is timed once per sparse mode: `prefill` with every head a
+//! retrieval head, `prefill-sparse` with the synthetic streaming heads (`streaming_ratio`); the
+//! median of up to three runs after one warm-up, per-kernel times with `profile`.
 
 pub mod plot;
 
@@ -106,8 +110,11 @@ pub struct BenchRow {
     pub prefill_ms: Option<f64>,
     /// Per op: (op, dispatches per step, GPU microseconds per step), from GPU timestamps over
     /// the measured steps (empty where the backend has no device clock).
-    pub kernels: Vec<(String, f64, f64)>,
+    pub kernels: KernelTimes,
 }
+
+/// Per op: (op, dispatches per step, GPU microseconds per step).
+pub type KernelTimes = Vec<(String, f64, f64)>;
 
 /// Streaming heads for a synthetic model: every other KV head until `ratio` of them stream.
 pub fn synthetic_layout(cfg: &ModelConfig, ratio: f32) -> HeadLayout {
@@ -233,13 +240,27 @@ fn fill_cache<B: Backend>(be: &B, cache: &mut crate::kv::KvCache<B>, seed: u32) 
     be.sync()
 }
 
-/// Prefill time of `tokens` tokens (chunked as the engine does), median of `repeats`.
-fn prefill<B: Backend>(be: B, model: Llama<B>, tokens: usize, o: &BenchOptions) -> Result<(f64, B, Llama<B>)> {
-    let opts = EngineOptions::new(o.config.clone(), tokens);
+/// Prefill time of `tokens` tokens (chunked as the engine does), median of `repeats`; `sparse`
+/// runs it with the synthetic streaming heads (their Lambda-masked prefill attention).
+fn prefill<B: Backend>(
+    be: B,
+    model: Llama<B>,
+    tokens: usize,
+    sparse: bool,
+    o: &BenchOptions,
+) -> Result<(f64, KernelTimes, B, Llama<B>)> {
+    let mut config = o.config.clone();
+    config.sparse.enabled = sparse;
+    let layout = sparse.then(|| synthetic_layout(&model.cfg, o.streaming_ratio));
+    let opts = EngineOptions { layout, ..EngineOptions::new(config, tokens) };
     let mut e = build_engine(be, model, &opts)?;
     let ids: Vec<u32> = (0..tokens).map(|i| (i % 1000) as u32 + 1).collect();
     let mut times = vec![];
-    for i in 0..(1 + o.repeats.min(3)) {
+    let runs = 1 + o.repeats.min(3);
+    for i in 0..runs {
+        if i == 1 && o.profile {
+            e.backend.set_profiling(true)?;
+        }
         let mut seq = e.cache.admit()?;
         let t = std::time::Instant::now();
         for chunk in ids.chunks(e.prefill_chunk) {
@@ -251,7 +272,14 @@ fn prefill<B: Backend>(be: B, model: Llama<B>, tokens: usize, o: &BenchOptions) 
         }
         e.cache.release(&mut seq)?;
     }
-    Ok((median(&mut times), e.backend, e.model))
+    let mut kernels = vec![];
+    if o.profile && runs > 1 {
+        let n = (runs - 1) as f64;
+        kernels =
+            e.backend.take_profile().into_iter().map(|(op, calls, ns)| (op, calls as f64 / n, ns / n / 1e3)).collect();
+        e.backend.set_profiling(false)?;
+    }
+    Ok((median(&mut times), kernels, e.backend, e.model))
 }
 
 /// Run the whole sweep for one shape on `be`.
@@ -267,13 +295,13 @@ pub fn run<B: Backend>(
     let mut model = Llama::synthetic(&be, &cfg, o.dtype, o.seed)?;
     let mut be = be;
     let mut rows = vec![];
-    if o.prefill_tokens > 0 {
-        let (ms, b, m) = prefill(be, model, o.prefill_tokens, o)?;
+    for &sparse in o.sparse.iter().filter(|_| o.prefill_tokens > 0) {
+        let (ms, kernels, b, m) = prefill(be, model, o.prefill_tokens, sparse, o)?;
         (be, model) = (b, m);
         let row = BenchRow {
             backend: be.caps().name.into(),
             shape: shape_name.into(),
-            mode: "prefill".into(),
+            mode: if sparse { "prefill-sparse" } else { "prefill" }.into(),
             context: o.prefill_tokens,
             batch: 1,
             decode_ms: 0.0,
@@ -285,7 +313,7 @@ pub fn run<B: Backend>(
             kv_read_fraction: 1.0,
             prefill_tokens: o.prefill_tokens,
             prefill_ms: Some(ms),
-            kernels: vec![],
+            kernels,
         };
         log(&row);
         rows.push(row);

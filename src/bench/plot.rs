@@ -21,7 +21,7 @@ fn k(n: usize) -> String {
 
 /// Write the decode rows of `rows` (prefill rows are skipped) to `path`.
 pub fn write_plot(path: &Path, rows: &[BenchRow]) -> Result<()> {
-    let decode: Vec<&BenchRow> = rows.iter().filter(|r| r.mode != "prefill").collect();
+    let decode: Vec<&BenchRow> = rows.iter().filter(|r| !r.mode.starts_with("prefill")).collect();
     let mut groups: Vec<(usize, usize)> = vec![];
     for r in &decode {
         if !groups.contains(&(r.context, r.batch)) {

@@ -16,6 +16,12 @@
 //! is rounded up to a power of two so a replayed decode graph (graph.rs) stays valid while the
 //! context grows. The partials live
 //! in a scratch buffer shared by every layer (stream order keeps them apart).
+//!
+//! Prefill: a 16-bit KV cache runs the tensor-core kernel (`prefill_attention_mma_<kv>_d<D>`,
+//! mma.sync m16n8k16, D = 64/128/256 with head_dim zero-padded up to it; 64-row query tiles,
+//! grid (heads, tiles)); an f32 KV cache keeps the scalar f32 kernel, the exact reference
+//! (TF32 tensor cores would miss its tolerance). `LSERVE_CUDA_PREFILL=scalar` forces the scalar
+//! kernel for every dtype (A/B only; read once).
 
 use super::context::{Launch, err};
 use super::{CudaBackend, CudaBuffer, fidx, need, need_float};
@@ -29,6 +35,8 @@ const MAX_SPLITS: usize = 256;
 const DECODE_HEADS: usize = 8;
 /// Query rows per prefill tile (PF_TQ in the kernel).
 const PREFILL_ROWS: usize = 32;
+/// Query rows per tensor-core prefill tile (PM_BQ in the kernel).
+const PREFILL_MMA_ROWS: usize = 64;
 
 fn u(x: u32) -> usize {
     x as usize
@@ -86,6 +94,35 @@ const PREFILL: [[&str; 5]; 3] = [
     ],
 ];
 
+const PREFILL_MMA: [[&str; 3]; 2] = [
+    ["prefill_attention_mma_f16_d64", "prefill_attention_mma_f16_d128", "prefill_attention_mma_f16_d256"],
+    ["prefill_attention_mma_bf16_d64", "prefill_attention_mma_bf16_d128", "prefill_attention_mma_bf16_d256"],
+];
+
+/// The tensor-core kernel for a 16-bit KV dtype and head_dim (a multiple of 8 up to 256, padded
+/// to D = 64, 128 or 256), and its dynamic shared memory: Q [64][D+8] plus two stages of K and V
+/// [BK][D+8], 16-bit elements, BK = 64 keys (32 when D = 256).
+fn prefill_mma_kernel(kv: DType, hd: usize) -> (&'static str, usize) {
+    let tier = if hd <= 64 {
+        0
+    } else if hd <= 128 {
+        1
+    } else {
+        2
+    };
+    let d = 64 << tier;
+    let bk = if d <= 128 { 64 } else { 32 };
+    let name = PREFILL_MMA[usize::from(kv == DType::BF16)][tier];
+    (name, (PREFILL_MMA_ROWS + 4 * bk) * (d + 8) * 2)
+}
+
+/// Whether to run the scalar prefill kernel for 16-bit KV too (A/B only:
+/// `LSERVE_CUDA_PREFILL=scalar`; read once).
+fn prefill_scalar() -> bool {
+    static SCALAR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SCALAR.get_or_init(|| std::env::var("LSERVE_CUDA_PREFILL").is_ok_and(|v| v == "scalar"))
+}
+
 pub fn prefill_attention(
     be: &CudaBackend,
     p: &AttentionParams,
@@ -103,11 +140,20 @@ pub fn prefill_attention(
     if n == 0 || ns == 0 {
         return Ok(());
     }
-    // Dims per thread: head_dim <= 4 * DPT, DPT in 4..=64.
-    let dpt = hd.div_ceil(4).next_power_of_two().max(4);
-    let name = PREFILL[fidx(kv.k.dtype)][dpt.trailing_zeros() as usize - 2];
-    let tk = 32.min(4096 / hd);
-    let l = Launch::new(((n / PREFILL_ROWS + ns) as u32, nh as u32, 1), 128).smem(2 * tk * hd * 4);
+    let (name, l) = match kv.k.dtype {
+        DType::F16 | DType::BF16 if !prefill_scalar() => {
+            let (name, smem) = prefill_mma_kernel(kv.k.dtype, hd);
+            let tiles = n / PREFILL_MMA_ROWS + ns;
+            (name, Launch::new((nh as u32, tiles as u32, 1), 128).smem(smem))
+        }
+        _ => {
+            // Dims per thread: head_dim <= 4 * DPT, DPT in 4..=64.
+            let dpt = hd.div_ceil(4).next_power_of_two().max(4);
+            let tk = 32.min(4096 / hd);
+            let l = Launch::new(((n / PREFILL_ROWS + ns) as u32, nh as u32, 1), 128).smem(2 * tk * hd * 4);
+            (PREFILL[fidx(kv.k.dtype)][dpt.trailing_zeros() as usize - 2], l)
+        }
+    };
     let ptrs = [
         q.ptr(),
         q_indptr.ptr(),
