@@ -9,8 +9,8 @@
 //! device sums f32 weights in another order), so a device may differ from the CPU exactly at a
 //! boundary: each case asks the reference whether it is robust — the same token for u ± 2e-5,
 //! top_p · (1 ± 2e-5) and T · (1 ± 1e-6), ten times and more the f32 rounding of the device's
-//! sums and weights — and robust cases must be equal, non-robust ones must give one of the tokens
-//! those perturbations give, and almost all cases must be robust (the flattest rows, 50_000
+//! sums and weights — and robust cases must be equal, non-robust ones must give a token between
+//! the lowest and highest ids those perturbations give, and almost all cases must be robust (the flattest rows, 50_000
 //! tokens at T 1.5 without top-k/top-p, have tokens of probability ~1e-4, so some of those are
 //! not). A descending-order draw or a tie cut toward higher ids changes most robust cases.
 
@@ -108,7 +108,10 @@ pub fn test_sample<B: Backend>(gpu: &B) {
                 robust += 1;
                 assert_eq!(got[i], refs[0], "{what}");
             } else {
-                assert!(refs.contains(&got[i]), "{what}");
+                // The id-order draw is monotone in u, so a token drawn from inside the perturbed
+                // window lies between the ids the perturbations give.
+                let (lo, hi) = (refs.iter().min().unwrap(), refs.iter().max().unwrap());
+                assert!((lo..=hi).contains(&&got[i]), "{what}");
                 moved += (got[i] != refs[0]) as usize;
             }
         }
