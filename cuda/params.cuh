@@ -10,6 +10,7 @@ struct AddParams { u32 n; u32 _pad0; u32 _pad1; u32 _pad2; };
 struct SiluMulParams { u32 rows; u32 dim; u32 _pad0; u32 _pad1; };
 struct GatherRowsParams { u32 n_out; u32 dim; u32 n_src; u32 _pad; };
 struct ArgmaxParams { u32 rows; u32 n; u32 _pad0; u32 _pad1; };
+struct SampleParams { u32 rows; u32 n; u32 _pad0; u32 _pad1; };
 struct RopeAppendKvParams {
     u32 n_tokens; u32 n_heads; u32 n_kv_heads; u32 head_dim;
     u32 page_size; u32 num_pages; float attention_scaling; u32 logical_page;

@@ -8,6 +8,7 @@ struct AddParams { n: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
 struct SiluMulParams { rows: u32, dim: u32, _pad0: u32, _pad1: u32 }
 struct GatherRowsParams { n_out: u32, dim: u32, n_src: u32, _pad: u32 }
 struct ArgmaxParams { rows: u32, n: u32, _pad0: u32, _pad1: u32 }
+struct SampleParams { rows: u32, n: u32, _pad0: u32, _pad1: u32 }
 struct RopeAppendKvParams {
     n_tokens: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32,
     page_size: u32, num_pages: u32, attention_scaling: f32, logical_page: u32,

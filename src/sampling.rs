@@ -1,24 +1,35 @@
-//! Next-token sampling: greedy, temperature, top-k and top-p (nucleus).
+//! Next-token sampling: greedy, temperature, top-k and top-p (nucleus), one algorithm shared by
+//! the host ([`Sampler`]) and every backend's `sample` op ([`sample_row`] is the reference the
+//! CPU backend runs and the device kernels, `shaders/sample.wgsl` and `cuda/sample.cu`, mirror).
 //!
-//! Pipeline for `temperature > 0` (the order Hugging Face's logits warpers use):
-//! `softmax(logits / T)` → keep the `top_k` most probable tokens → keep the
-//! smallest prefix (by descending probability) whose mass reaches `top_p` →
-//! renormalise → draw one token with the sampler's seeded RNG.
-//! `temperature == 0` is greedy argmax.
+//! [`sample_row`] for `temperature > 0`, with weights `w_i = exp((l_i - max) / T)`:
+//! 1. rank: tokens ordered by logit descending (equivalently by weight: exp is monotone), ties
+//!    by ascending id; NaN logits are never kept, `-0.0` and `+0.0` are one value;
+//! 2. top-k (`top_k > 0`): keep the first `top_k` in rank order;
+//! 3. top-p (`top_p < 1`): of those, keep the shortest rank prefix whose weight reaches
+//!    `(top_p - 1e-6) · total` (the `1e-6` of slack keeps f32 rounding of the logits from pulling
+//!    in one token past an exact boundary; at least one token is always kept);
+//! 4. draw by inverse CDF in ascending *token-id* order over the kept set: with
+//!    `r = u · kept_mass`, the first kept token whose running weight exceeds `r`.
+//!
+//! The kept set is therefore always "rank <= cut" for one cut token, i.e. a threshold on the logit
+//! plus a tie cut by id — what lets a device find it in parallel (a bitwise search for the
+//! threshold with block-wide counts or mass sums, then scans in id order; docs/backends.md). The
+//! draw in id order (not rank order) needs no sort either. `temperature == 0` is argmax (lowest id
+//! on ties). Results differ between host and device only where a float sum lands within rounding
+//! of a boundary (`tests/backend_parity.rs` checks that only such cases differ).
 //!
 //! Invariants:
-//! * NaN logits are ignored (treated as `-inf`); a row with no finite-or-`+inf`
-//!   logit is an error, never a panic.  Invalid parameters are errors too.
-//! * Ties are broken towards the lowest token id (argmax, top-k and nucleus
-//!   ordering), so results never depend on sort stability.
-//! * Determinism: a sampler built from the same [`SamplingParams`] (hence seed)
-//!   fed the same logits sequence returns the same tokens.  Every non-greedy
-//!   draw consumes exactly one `f64` from the RNG; greedy draws consume none.
-//! * At least one token is always kept; probability mass is accumulated in
-//!   `f64`, and the nucleus test allows `1e-6` of slack so that `f32`
-//!   rounding of logits does not pull in one token past an exact boundary.
-//! * Cost for a 150k vocabulary: one linear pass plus `select_nth_unstable`
-//!   for top-k; the nucleus is grown in sorted chunks, so only the kept
+//! * NaN logits are ignored (treated as `-inf`); a row with no logit above `-inf` samples
+//!   [`NO_TOKEN`] ([`Sampler::sample`] makes it an error), never a panic. Invalid parameters are
+//!   errors in [`Sampler`]; the op itself treats `!(T > 0)` as greedy and `!(top_p < 1)` as off.
+//! * With `+inf` logits only the `+inf` tokens have weight (1 each).
+//! * Determinism: a sampler built from the same [`SamplingParams`] (hence seed) fed the same
+//!   logits sequence returns the same tokens. Every non-greedy draw consumes exactly one `f32`
+//!   `u` in `[0, 1)` from the RNG, whether the host or a device then samples; greedy draws
+//!   consume none.
+//! * The host accumulates weights in `f64`. Cost for a 150k vocabulary: one linear pass plus
+//!   `select_nth_unstable` for top-k; the nucleus is grown in sorted chunks, so only the kept
 //!   candidates (plus at most one chunk) are ever sorted.
 
 use rand::rngs::StdRng;
@@ -26,9 +37,11 @@ use rand::{RngExt, SeedableRng};
 use std::cmp::Ordering;
 
 /// Slack on the nucleus mass test (see the module docs).
-const TOP_P_SLACK: f64 = 1e-6;
+pub const TOP_P_SLACK: f64 = 1e-6;
 /// First chunk of candidates sorted when growing the nucleus.
 const NUCLEUS_CHUNK: usize = 64;
+/// What [`sample_row`] (and the `sample` op) returns for a row with no logit above `-inf`.
+pub const NO_TOKEN: u32 = u32::MAX;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
@@ -56,31 +69,147 @@ impl SamplingParams {
         }
         Ok(())
     }
+
+    /// The per-row settings the `sample` op reads (top_k saturates at u32::MAX, which is "all").
+    pub fn row(&self) -> RowSampling {
+        RowSampling {
+            temperature: self.temperature,
+            top_k: u32::try_from(self.top_k).unwrap_or(u32::MAX),
+            top_p: self.top_p,
+        }
+    }
 }
 
-/// A candidate token: id and its unnormalised weight `exp((logit - max) / T)`.
+/// One row's sampling settings as the `sample` op reads them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowSampling {
+    /// `!(> 0)` = greedy.
+    pub temperature: f32,
+    /// 0 = off.
+    pub top_k: u32,
+    /// `!(< 1)` = off.
+    pub top_p: f32,
+}
+
+impl RowSampling {
+    /// The row's four words of the op's settings buffer `[rows][4]` u32:
+    /// temperature f32 bits, top_k, top_p f32 bits, u f32 bits.
+    pub fn words(&self, u: f32) -> [u32; 4] {
+        [self.temperature.to_bits(), self.top_k, self.top_p.to_bits(), u.to_bits()]
+    }
+    /// Inverse of [`RowSampling::words`]: the settings and `u`.
+    pub fn from_words(w: [u32; 4]) -> (RowSampling, f32) {
+        let s = RowSampling { temperature: f32::from_bits(w[0]), top_k: w[1], top_p: f32::from_bits(w[2]) };
+        (s, f32::from_bits(w[3]))
+    }
+}
+
+/// A candidate token: id, logit and its unnormalised weight `exp((logit - max) / T)`.
 #[derive(Clone, Copy, Debug)]
 struct Cand {
     id: u32,
+    l: f32,
     w: f64,
 }
 
-/// Descending weight, then ascending id: a total order for finite weights.
-fn by_weight_desc(a: &Cand, b: &Cand) -> Ordering {
-    b.w.partial_cmp(&a.w).unwrap_or(Ordering::Equal).then(a.id.cmp(&b.id))
+/// Rank order: descending logit, then ascending id (a total order: candidates are never NaN).
+fn by_rank(a: &Cand, b: &Cand) -> Ordering {
+    b.l.partial_cmp(&a.l).unwrap_or(Ordering::Equal).then(a.id.cmp(&b.id))
+}
+
+/// Whether `c` is at or before `cut` in rank order.
+fn within(c: &Cand, cut: &Cand) -> bool {
+    c.l > cut.l || (c.l == cut.l && c.id <= cut.id)
+}
+
+/// Reusable buffers of [`sample_row`] (avoids two vocab-sized allocations per token).
+#[derive(Default)]
+pub struct SampleScratch {
+    /// Candidates in id order.
+    cands: Vec<Cand>,
+    /// A copy permuted by selection and sorting.
+    work: Vec<Cand>,
+}
+
+/// The reference sampler of one row (module docs): `u` in `[0, 1)` is the draw. Returns
+/// [`NO_TOKEN`] when the row has no logit above `-inf`.
+pub fn sample_row(logits: &[f32], s: &RowSampling, u: f32) -> u32 {
+    sample_row_with(&mut SampleScratch::default(), logits, s, u)
+}
+
+/// [`sample_row`] with caller-held buffers.
+pub fn sample_row_with(scratch: &mut SampleScratch, logits: &[f32], s: &RowSampling, u: f32) -> u32 {
+    let Some(max) = max_logit(logits) else { return NO_TOKEN };
+    if !(s.temperature > 0.0) {
+        return argmax(logits);
+    }
+    let SampleScratch { cands, work } = scratch;
+    fill_candidates(cands, logits, max, s.temperature);
+    work.clear();
+    work.extend_from_slice(cands);
+    let mut cut: Option<Cand> = None;
+    let mut n = work.len();
+    let k = s.top_k as usize;
+    if k > 0 && k < n {
+        work.select_nth_unstable_by(k - 1, by_rank);
+        cut = Some(work[k - 1]);
+        n = k;
+    }
+    if s.top_p < 1.0 {
+        let kept = &mut work[..n];
+        let total: f64 = kept.iter().map(|c| c.w).sum();
+        let m = nucleus_len(kept, total, s.top_p as f64);
+        cut = Some(kept[m - 1]);
+    }
+    let kept = |c: &&Cand| cut.as_ref().is_none_or(|e| within(c, e));
+    let mass: f64 = cands.iter().filter(kept).map(|c| c.w).sum();
+    let r = u as f64 * mass;
+    let mut acc = 0.0;
+    let mut last = NO_TOKEN;
+    for c in cands.iter().filter(kept) {
+        acc += c.w;
+        last = c.id;
+        if r < acc {
+            return c.id;
+        }
+    }
+    // Rounding left r at the very top: the last kept token.
+    last
+}
+
+/// Fills `cands` (in id order) with every token of non-zero weight at temperature `t` (never
+/// empty: the maximum itself has weight 1). `max` is the largest non-NaN logit (finite or +inf).
+/// Tokens of zero weight can never be drawn, so leaving them out changes no kept set's draw.
+fn fill_candidates(cands: &mut Vec<Cand>, logits: &[f32], max: f32, t: f32) {
+    let (t, maxd) = (t as f64, max as f64);
+    cands.clear();
+    for (i, &l) in logits.iter().enumerate() {
+        let ld = l as f64;
+        // NaN and -inf never qualify; with a +inf logit only the +inf tokens do.
+        let w = if maxd.is_infinite() {
+            if ld == maxd { 1.0 } else { 0.0 }
+        } else if ld.is_finite() {
+            ((ld - maxd) / t).exp()
+        } else {
+            0.0
+        };
+        if w > 0.0 {
+            // -0.0 and +0.0 are one value (the device keys them alike).
+            cands.push(Cand { id: i as u32, l: if l == 0.0 { 0.0 } else { l }, w });
+        }
+    }
 }
 
 pub struct Sampler {
     params: SamplingParams,
     rng: StdRng,
-    /// Reused candidate buffer (avoids a vocab-sized allocation per token).
-    cands: Vec<Cand>,
+    scratch: SampleScratch,
 }
 
 impl Sampler {
     pub fn new(p: SamplingParams) -> Self {
         let rng = StdRng::seed_from_u64(p.seed);
-        Sampler { params: p, rng, cands: Vec::new() }
+        Sampler { params: p, rng, scratch: SampleScratch::default() }
     }
 
     /// The parameters this sampler was built with.
@@ -88,68 +217,37 @@ impl Sampler {
         &self.params
     }
 
-    /// Greedy (argmax, lowest index on ties) when temperature == 0; else softmax(logits/T), keep top_k, then the smallest set whose probability mass >= top_p (always at least one token), renormalise, draw. Same seed + same logits sequence => same tokens. NaN logits are ignored (treated as -inf); all -inf/NaN => Err.
+    /// The next draw `u` in `[0, 1)`: one RNG step when sampling, none (0) when greedy.
+    fn next_u(&mut self) -> f32 {
+        if self.params.temperature == 0.0 { 0.0 } else { self.rng.random::<f32>() }
+    }
+
+    /// The settings words of the next token for the device `sample` op (draws `u` exactly as
+    /// [`Sampler::sample`] would, so host and device sampling consume the RNG alike).
+    pub fn device_settings(&mut self) -> [u32; 4] {
+        let u = self.next_u();
+        self.params.row().words(u)
+    }
+
+    /// [`sample_row`] with this sampler's settings and next draw. Same seed + same logits sequence
+    /// => same tokens. NaN logits are ignored (treated as -inf); all -inf/NaN or invalid
+    /// parameters => Err.
     pub fn sample(&mut self, logits: &[f32]) -> Result<u32, String> {
         self.params.validate()?;
         if u32::try_from(logits.len()).is_err() {
             return Err(format!("vocabulary of {} tokens does not fit token ids (u32)", logits.len()));
         }
-        let max = max_logit(logits).ok_or("no finite logit to sample from (all NaN or -inf)")?;
-        if self.params.temperature == 0.0 {
-            return Ok(argmax(logits));
+        if max_logit(logits).is_none() {
+            return Err(NO_LOGIT.into());
         }
-        self.fill_candidates(logits, max);
-        let mut n = self.cands.len();
-        let k = self.params.top_k;
-        if k > 0 && k < n {
-            self.cands.select_nth_unstable_by(k - 1, by_weight_desc);
-            n = k;
-        }
-        let kept = &mut self.cands[..n];
-        let total: f64 = kept.iter().map(|c| c.w).sum();
-        let n = if self.params.top_p < 1.0 {
-            nucleus_len(kept, total, self.params.top_p as f64)
-        } else {
-            kept.sort_unstable_by(by_weight_desc);
-            n
-        };
-        let kept = &self.cands[..n];
-        let mass: f64 = kept.iter().map(|c| c.w).sum();
-        let r = self.rng.random::<f64>() * mass;
-        let mut acc = 0.0;
-        for c in kept {
-            acc += c.w;
-            if r < acc {
-                return Ok(c.id);
-            }
-        }
-        // Rounding left r at the very top: the last kept token.
-        kept.last().map(|c| c.id).ok_or_else(|| "no candidate token".to_string())
-    }
-
-    /// Fills `self.cands` with every token of non-zero probability at the current
-    /// temperature (never empty: the maximum itself has weight 1).  `max` is the
-    /// largest non-NaN logit (finite or `+inf`).
-    fn fill_candidates(&mut self, logits: &[f32], max: f32) {
-        let inv_t = 1.0 / self.params.temperature as f64;
-        let max = max as f64;
-        self.cands.clear();
-        for (i, &l) in logits.iter().enumerate() {
-            let l = l as f64;
-            // NaN and -inf never qualify; with a +inf logit only the +inf tokens do.
-            let w = if max.is_infinite() {
-                if l == max { 1.0 } else { 0.0 }
-            } else if l.is_finite() {
-                ((l - max) * inv_t).exp()
-            } else {
-                0.0
-            };
-            if w > 0.0 {
-                self.cands.push(Cand { id: i as u32, w });
-            }
-        }
+        let u = self.next_u();
+        let row = self.params.row();
+        Ok(sample_row_with(&mut self.scratch, logits, &row, u))
     }
 }
+
+/// The error of a row with nothing to sample.
+pub const NO_LOGIT: &str = "no finite logit to sample from (all NaN or -inf)";
 
 /// Largest non-NaN logit, `None` when there is none above `-inf`.
 fn max_logit(logits: &[f32]) -> Option<f32> {
@@ -170,9 +268,9 @@ fn nucleus_len(c: &mut [Cand], total: f64, top_p: f64) -> usize {
         let rest = &mut c[sorted..];
         let take = chunk.min(rest.len());
         if take < rest.len() {
-            rest.select_nth_unstable_by(take - 1, by_weight_desc);
+            rest.select_nth_unstable_by(take - 1, by_rank);
         }
-        rest[..take].sort_unstable_by(by_weight_desc);
+        rest[..take].sort_unstable_by(by_rank);
         for (j, cand) in rest[..take].iter().enumerate() {
             mass += cand.w;
             if mass >= target {
@@ -385,6 +483,116 @@ mod tests {
             let id = s.sample(&big).unwrap();
             assert!(best[..50].contains(&id));
         }
+    }
+
+    /// The brute-force reference: every token sorted by (logit desc, id asc), the kept set of
+    /// top-k then the nucleus, and each kept token's probability (0 for the rest).
+    fn brute_probs(logits: &[f32], s: &RowSampling) -> Vec<f64> {
+        let max = logits.iter().copied().filter(|x| !x.is_nan()).fold(f32::NEG_INFINITY, f32::max) as f64;
+        let w: Vec<f64> = logits
+            .iter()
+            .map(|&l| match l as f64 {
+                l if l.is_nan() => 0.0,
+                l if max.is_infinite() => (l == max) as u8 as f64,
+                l if l.is_finite() => ((l - max) / s.temperature as f64).exp(),
+                _ => 0.0,
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..logits.len()).filter(|&i| w[i] > 0.0).collect();
+        order.sort_by(|&a, &b| logits[b].partial_cmp(&logits[a]).unwrap().then(a.cmp(&b)));
+        if s.top_k > 0 {
+            order.truncate(s.top_k as usize);
+        }
+        if s.top_p < 1.0 {
+            let total: f64 = order.iter().map(|&i| w[i]).sum();
+            let (mut acc, mut m) = (0.0, order.len());
+            for (j, &i) in order.iter().enumerate() {
+                acc += w[i];
+                if acc >= (s.top_p as f64 - TOP_P_SLACK) * total {
+                    m = j + 1;
+                    break;
+                }
+            }
+            order.truncate(m);
+        }
+        let mass: f64 = order.iter().map(|&i| w[i]).sum();
+        let mut p = vec![0.0; logits.len()];
+        order.iter().for_each(|&i| p[i] = w[i] / mass);
+        p
+    }
+
+    /// `sample_row` has exactly the brute-force distribution, drawn in ascending id order: over a
+    /// fine grid of u each token's share is its probability within the grid's resolution, and the
+    /// token at u is the one whose interval of the id-ordered CDF holds u.
+    #[test]
+    fn sample_row_is_the_brute_force_distribution_in_id_order() {
+        const GRID: usize = 20_000;
+        let mut rng = StdRng::seed_from_u64(2024);
+        let mut rows: Vec<Vec<f32>> = (0..6).map(|_| (0..12).map(|_| rng.random::<f32>() * 6.0 - 3.0).collect()).collect();
+        // Exact ties (quantized logits), ties at the top, ±0, NaN and -inf, +inf.
+        rows.push((0..16).map(|_| (rng.random::<f32>() * 4.0).floor()).collect());
+        rows.push(vec![1.0, 2.0, 2.0, 0.5, 2.0, 1.0, 1.0, -1.0]);
+        rows.push(vec![-0.0, 0.0, -0.0, -1.0, 0.0, -2.0]);
+        rows.push(vec![f32::NAN, 1.0, f32::NEG_INFINITY, 0.5, f32::NAN, 2.0, f32::NEG_INFINITY, 1.5]);
+        rows.push(vec![0.0, f32::INFINITY, 3.0, f32::INFINITY, f32::NAN]);
+        let settings = [
+            (1.0, 0, 1.0),
+            (0.7, 0, 1.0),
+            (1.5, 3, 1.0),
+            (1.0, 1, 1.0),
+            (1.0, 0, 0.9),
+            (0.7, 5, 0.5),
+            (2.0, 4, 0.8),
+            (1.0, 0, 0.3),
+            (1.0, 2, 1e-7),
+        ];
+        for row in &rows {
+            for &(temperature, top_k, top_p) in &settings {
+                let s = RowSampling { temperature, top_k, top_p };
+                let probs = brute_probs(row, &s);
+                // Interval ends of the id-ordered CDF.
+                let mut cdf = vec![0.0];
+                for p in &probs {
+                    cdf.push(cdf.last().unwrap() + p);
+                }
+                let mut freq = vec![0usize; row.len()];
+                for g in 0..GRID {
+                    let u = (g as f64 + 0.5) / GRID as f64;
+                    let got = sample_row(row, &s, u as f32) as usize;
+                    freq[got] += 1;
+                    let want = (0..row.len()).find(|&i| probs[i] > 0.0 && u < cdf[i + 1]).unwrap();
+                    let near = cdf.iter().any(|c| (c - u).abs() < 1e-6);
+                    assert!(near || got == want, "{row:?} {s:?} u={u}: {got} vs {want}");
+                }
+                for (i, (&f, &p)) in freq.iter().zip(&probs).enumerate() {
+                    let f = f as f64 / GRID as f64;
+                    assert!((f - p).abs() <= 2.0 / GRID as f64, "{row:?} {s:?} token {i}: {f} vs {p}");
+                    assert!(p > 0.0 || f == 0.0, "token {i} outside the kept set drawn");
+                }
+            }
+        }
+        // Greedy is argmax; a row without numbers is NO_TOKEN at any temperature.
+        let greedy = RowSampling { temperature: 0.0, top_k: 0, top_p: 1.0 };
+        assert_eq!(sample_row(&rows[7], &greedy, 0.9), 1);
+        for t in [0.0, 1.0] {
+            let s = RowSampling { temperature: t, top_k: 0, top_p: 1.0 };
+            assert_eq!(sample_row(&[f32::NAN, f32::NEG_INFINITY], &s, 0.5), NO_TOKEN);
+        }
+    }
+
+    /// The draw walks token ids upwards: u just above 0 takes the lowest kept id, u near 1 the
+    /// highest, whatever their probabilities.
+    #[test]
+    fn the_draw_is_in_ascending_id_order() {
+        let logits = [0.0f32, 5.0, 1.0, 4.0];
+        let s = RowSampling { temperature: 1.0, top_k: 0, top_p: 1.0 };
+        assert_eq!(sample_row(&logits, &s, 0.0), 0);
+        assert_eq!(sample_row(&logits, &s, 0.999_999), 3);
+        let s = RowSampling { temperature: 1.0, top_k: 2, top_p: 1.0 };
+        assert_eq!(sample_row(&logits, &s, 0.0), 1);
+        assert_eq!(sample_row(&logits, &s, 0.999_999), 3);
+        let words = s.words(0.25);
+        assert_eq!(RowSampling::from_words(words), (s, 0.25));
     }
 
     #[test]

@@ -7,11 +7,14 @@
 //! cuda: runs on CUDA device 0; skipped without one unless LSERVE_REQUIRE_CUDA=1 (scripts/gpu_run.sh).
 
 mod common;
+#[path = "parity/sample.rs"]
+mod sample;
 
 use common::naive::Rng;
 use lserve::backend::cpu::CpuBackend;
 use lserve::backend::*;
 use lserve::kv::{CacheShape, HeadLayout, KvCache, SeqPages};
+pub use sample::test_sample;
 
 /// Max |a-b| allowed relative to max(1, |b|) per comparison kind.
 const TOL_ELEMENTWISE: f32 = 1e-5;
@@ -592,6 +595,11 @@ macro_rules! parity_tests {
             fn argmax() {
                 let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_argmax(&b));
+            }
+            #[test]
+            fn sample() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+                backend().map(|b| super::test_sample(&b));
             }
             #[test]
             fn rope_append_kv() {

@@ -41,6 +41,7 @@ pub fn all_param_layouts() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
         one::<SiluMulParams>(),
         one::<GatherRowsParams>(),
         one::<ArgmaxParams>(),
+        one::<SampleParams>(),
         one::<RopeAppendKvParams>(),
         one::<AttentionParams>(),
         one::<PageSelectParams>(),
@@ -57,6 +58,9 @@ params! {
     pub struct SiluMulParams { pub rows: u32, pub dim: u32, pub _pad0: u32, pub _pad1: u32 }
     pub struct GatherRowsParams { pub n_out: u32, pub dim: u32, pub n_src: u32, pub _pad: u32 }
     pub struct ArgmaxParams { pub rows: u32, pub n: u32, pub _pad0: u32, pub _pad1: u32 }
+    /// `sample`: logits `[rows][n]`; the per-row settings are a buffer (they change every step,
+    /// and a replayed CUDA graph freezes kernel arguments).
+    pub struct SampleParams { pub rows: u32, pub n: u32, pub _pad0: u32, pub _pad1: u32 }
     pub struct RopeAppendKvParams {
         pub n_tokens: u32,
         pub n_heads: u32,

@@ -18,7 +18,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::kv::{KvCache, SeqPages};
 use crate::model::llama::{AttnSettings, LayerHook, Llama, Logits, SeqStep};
-use crate::sampling::{Sampler, SamplingParams, log_prob};
+use crate::sampling::{NO_LOGIT, NO_TOKEN, Sampler, SamplingParams, log_prob};
 use crate::sparse::{DecodePlan, SparseConfig, plan_decode};
 
 /// Tokens per prefill chunk unless configured otherwise.
@@ -171,6 +171,31 @@ impl<B: Backend> Engine<B> {
         ids.first().copied().ok_or_else(|| Error::InvalidArgument("no token came back".into()))
     }
 
+    /// One forward of `tokens` at the end of `seq` whose next token is sampled on the device with
+    /// `sampler`'s settings and next draw (greedy samplers take the argmax); only the id comes
+    /// back. Reserves pages, plans decode sparsity and advances `seq.len`.
+    pub fn step_sample(&mut self, seq: &mut SeqPages, tokens: &[u32], sampler: &mut Sampler) -> Result<u32> {
+        let plan = self.prepare(seq, tokens.len())?;
+        let step = [SeqStep { tokens, cache: seq, logits: Logits::Last, plan }];
+        let settings = [sampler.device_settings()];
+        let ids = self.model.forward_sample(&self.backend, &mut self.cache, &self.attn, &step, &settings)?;
+        seq.len += tokens.len();
+        match ids.first() {
+            Some(&NO_TOKEN) => Err(Error::InvalidArgument(NO_LOGIT.into())),
+            Some(&t) => Ok(t),
+            None => Err(Error::InvalidArgument("no token came back".into())),
+        }
+    }
+
+    /// Chunked prefill of `tokens` at the end of `seq` whose last chunk samples the next token on
+    /// the device (`step_sample`).
+    fn prefill_sample(&mut self, seq: &mut SeqPages, tokens: &[u32], sampler: &mut Sampler) -> Result<u32> {
+        let chunk = self.prefill_chunk.max(1);
+        let last = tokens.len().saturating_sub(1) / chunk * chunk;
+        self.prefill(seq, &tokens[..last], Logits::None, &mut |_| {})?;
+        self.step_sample(seq, &tokens[last..], sampler)
+    }
+
     /// Chunked prefill of `tokens` at the end of `seq`; `on_logits` sees each chunk's logits.
     fn prefill(
         &mut self,
@@ -240,19 +265,13 @@ impl<B: Backend> Engine<B> {
         seq: &mut SeqPages,
         on_token: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<GenerateOutput> {
+        // Every token is sampled on the device; only ids come back (greedy is the op's argmax).
         let mut sampler = Sampler::new(req.sampling.clone());
         let t0 = Instant::now();
-        let mut logits = vec![];
-        self.prefill(seq, &req.prompt, Logits::Last, &mut |l| {
-            if !l.is_empty() {
-                logits = l.to_vec()
-            }
-        })?;
+        let mut next = self.prefill_sample(seq, &req.prompt, &mut sampler)?;
         let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
         let t1 = Instant::now();
         let (mut tokens, mut finish, mut kv_reads) = (Vec::new(), FinishReason::Length, KvReads::default());
-        let greedy = req.sampling.temperature == 0.0;
-        let mut next = sampler.sample(&logits).map_err(Error::InvalidArgument)?;
         while tokens.len() < budget {
             tokens.push(next);
             on_token(next)?;
@@ -263,12 +282,7 @@ impl<B: Backend> Engine<B> {
             if tokens.len() == budget {
                 break;
             }
-            next = if greedy {
-                self.step_greedy(seq, next)?
-            } else {
-                let logits = self.step(seq, &[next], Logits::Last, None)?;
-                sampler.sample(&logits).map_err(Error::InvalidArgument)?
-            };
+            next = self.step_sample(seq, &[next], &mut sampler)?;
             self.count_reads(seq, &mut kv_reads);
         }
         let decode_ms = t1.elapsed().as_secs_f64() * 1e3;

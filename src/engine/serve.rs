@@ -24,7 +24,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::kv::{HostTier, SeqPages};
 use crate::model::llama::{Logits, SeqStep};
-use crate::sampling::{Sampler, SamplingParams};
+use crate::sampling::{NO_LOGIT, NO_TOKEN, Sampler, SamplingParams};
 use crate::sched::{CacheView, Chunk, Plan, PreemptMode, SchedConfig, Scheduler, SeqId};
 use crate::sparse::{DecodePlan, plan_decode};
 use crate::tokenizer::{StreamDecoder, TextTokenizer};
@@ -306,7 +306,12 @@ impl<B: Backend> ServeEngine<B> {
         if ok.is_empty() {
             return;
         }
-        let greedy = ok.iter().filter(|c| c.sample).all(|c| self.live[&c.id].req.sampling.temperature == 0.0);
+        // One `sample` op picks every wanted token on the device (greedy rows are its argmax), each
+        // with its request's settings and next draw; only the ids come back.
+        let mut settings = Vec::with_capacity(ok.len());
+        for c in ok.iter().filter(|c| c.sample) {
+            settings.push(self.live.get_mut(&c.id).expect("batch request is live").sampler.device_settings());
+        }
         let steps: Vec<SeqStep> = ok
             .iter()
             .zip(&plans)
@@ -317,11 +322,7 @@ impl<B: Backend> ServeEngine<B> {
             })
             .collect();
         let Engine { backend, model, cache, attn, .. } = &mut self.engine;
-        let out = if greedy {
-            model.forward_argmax(backend, cache, attn, &steps).map(Rows::Ids)
-        } else {
-            model.forward(backend, cache, attn, &steps, None).map(Rows::Logits)
-        };
+        let out = model.forward_sample(backend, cache, attn, &steps, &settings);
         drop(steps);
         match out {
             Ok(rows) => self.after_forward(&ok, rows),
@@ -333,8 +334,7 @@ impl<B: Backend> ServeEngine<B> {
         }
     }
 
-    fn after_forward(&mut self, batch: &[Chunk], rows: Rows) {
-        let vocab = self.engine.model.cfg.vocab_size;
+    fn after_forward(&mut self, batch: &[Chunk], ids: Vec<u32>) {
         let mut row = 0;
         for c in batch {
             let live = self.live.get_mut(&c.id).expect("batch request is live");
@@ -343,9 +343,10 @@ impl<B: Backend> ServeEngine<B> {
             if !c.sample {
                 continue;
             }
-            let token = match &rows {
-                Rows::Ids(ids) => ids.get(row).copied().ok_or_else(|| "no token came back".to_string()),
-                Rows::Logits(l) => live.sampler.sample(&l[row * vocab..(row + 1) * vocab]),
+            let token = match ids.get(row) {
+                Some(&NO_TOKEN) => Err(NO_LOGIT.to_string()),
+                Some(&t) => Ok(t),
+                None => Err("no token came back".to_string()),
             };
             row += 1;
             match token {
@@ -416,11 +417,6 @@ impl<B: Backend> ServeEngine<B> {
         s.pages_used = s.pages_total - self.engine.cache.alloc.num_free();
         s.host_bytes = self.tier.used();
     }
-}
-
-enum Rows {
-    Ids(Vec<u32>),
-    Logits(Vec<f32>),
 }
 
 /// Send the text up to byte `end` not yet sent, with the pending tokens (nothing if both empty).

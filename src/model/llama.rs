@@ -85,6 +85,14 @@ impl AttnSettings {
 pub type LayerHook<'a, B> =
     &'a mut dyn FnMut(&B, usize, &<B as Backend>::Buffer, LayerKv<B>, &PagedMeta<B>) -> Result<()>;
 
+/// What the end of a forward produces: the logits, or token ids chosen on the device.
+#[derive(Clone, Copy)]
+enum Head<'a> {
+    Logits,
+    Argmax,
+    Sample(&'a [[u32; 4]]),
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Logits {
     None,
@@ -268,7 +276,7 @@ impl<B: Backend> Llama<B> {
         seqs: &[SeqStep],
         hook: Option<LayerHook<B>>,
     ) -> Result<Vec<f32>> {
-        Ok(self.forward_inner(be, cache, attn, seqs, hook, false)?.0)
+        Ok(self.forward_inner(be, cache, attn, seqs, hook, Head::Logits)?.0)
     }
 
     /// As `forward`, but the argmax of each requested row is taken on the device and only the
@@ -280,7 +288,22 @@ impl<B: Backend> Llama<B> {
         attn: &AttnSettings,
         seqs: &[SeqStep],
     ) -> Result<Vec<u32>> {
-        Ok(self.forward_inner(be, cache, attn, seqs, None, true)?.1)
+        Ok(self.forward_inner(be, cache, attn, seqs, None, Head::Argmax)?.1)
+    }
+
+    /// As `forward`, but each requested row is sampled on the device (the `sample` op) with its
+    /// settings `[rows][4]` (`RowSampling::words`, one per requested row in step order; greedy
+    /// rows are argmax), and only the token ids come back (`NO_TOKEN` for a row without finite
+    /// logits).
+    pub fn forward_sample(
+        &self,
+        be: &B,
+        cache: &mut KvCache<B>,
+        attn: &AttnSettings,
+        seqs: &[SeqStep],
+        settings: &[[u32; 4]],
+    ) -> Result<Vec<u32>> {
+        Ok(self.forward_inner(be, cache, attn, seqs, None, Head::Sample(settings))?.1)
     }
 
     fn forward_inner(
@@ -290,7 +313,7 @@ impl<B: Backend> Llama<B> {
         attn: &AttnSettings,
         seqs: &[SeqStep],
         mut hook: Option<LayerHook<B>>,
-        argmax: bool,
+        want: Head,
     ) -> Result<(Vec<f32>, Vec<u32>)> {
         let t_record = std::time::Instant::now();
         let c = &self.cfg;
@@ -366,14 +389,16 @@ impl<B: Backend> Llama<B> {
             let mut logits = a(nl * c.vocab_size)?;
             let head = self.lm_head.as_ref().unwrap_or(&self.embed);
             be.matmul(&mm(nl, c.vocab_size, h, false), &sel, head, None, &mut logits)?;
-            if argmax {
-                let mut best = pool.take(be, DType::U32, nl)?;
-                let ap = ArgmaxParams { rows: nl as u32, n: c.vocab_size as u32, ..Default::default() };
-                be.argmax(&ap, &logits, &mut best)?;
-                ids = be.download_u32(&best, 0, nl)?;
-                pool.put(best);
-            } else {
-                out = be.download_f32(&logits, 0, nl * c.vocab_size)?;
+            match want {
+                Head::Logits => out = be.download_f32(&logits, 0, nl * c.vocab_size)?,
+                Head::Argmax => {
+                    let mut best = pool.take(be, DType::U32, nl)?;
+                    let ap = ArgmaxParams { rows: nl as u32, n: c.vocab_size as u32, ..Default::default() };
+                    be.argmax(&ap, &logits, &mut best)?;
+                    ids = be.download_u32(&best, 0, nl)?;
+                    pool.put(best);
+                }
+                Head::Sample(settings) => ids = self.sample_rows(be, &logits, nl, settings)?,
             }
             pool.put(sel);
             pool.put(logits);
@@ -382,6 +407,25 @@ impl<B: Backend> Llama<B> {
         [x, xn, qkv, q, attn_out, o, gu, act].into_iter().for_each(|b| pool.put(b));
         m.recycle(pool);
         Ok((out, ids))
+    }
+
+    /// The `sample` op over `nl` rows of logits; downloads only the ids.
+    fn sample_rows(&self, be: &B, logits: &B::Buffer, nl: usize, settings: &[[u32; 4]]) -> Result<Vec<u32>> {
+        if settings.len() != nl {
+            return Err(Error::InvalidArgument(format!(
+                "sampling settings for {} rows, the step has {nl} logits rows",
+                settings.len()
+            )));
+        }
+        let pool = &self.pool;
+        let words: Vec<u32> = settings.iter().flatten().copied().collect();
+        let set = pool.upload_u32(be, &words)?;
+        let mut ids = pool.take(be, DType::U32, nl)?;
+        let sp = SampleParams { rows: nl as u32, n: self.cfg.vocab_size as u32, ..Default::default() };
+        let r = be.sample(&sp, logits, &set, &mut ids).and_then(|_| be.download_u32(&ids, 0, nl));
+        pool.put(set);
+        pool.put(ids);
+        r
     }
 }
 

@@ -330,4 +330,25 @@ impl Backend for CpuBackend {
         }
         Ok(())
     }
+
+    fn sample(&self, p: &SampleParams, logits: &CpuBuffer, settings: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
+        use crate::sampling::{RowSampling, SampleScratch, sample_row_with};
+        let (r, n) = (u(p.rows), u(p.n));
+        let x = f32s(logits, r * n, "sample logits")?;
+        let settings = match settings {
+            CpuBuffer::U32(v) if v.len() >= 4 * r => &v[..4 * r],
+            _ => return Err(err("sample: settings must be a u32 buffer of 4 x `rows` elements")),
+        };
+        let out = match out {
+            CpuBuffer::U32(v) if v.len() >= r => &mut v[..r],
+            _ => return Err(err("sample: out must be a u32 buffer of `rows` elements")),
+        };
+        let mut scratch = SampleScratch::default();
+        for (i, o) in out.iter_mut().enumerate() {
+            let w = [settings[4 * i], settings[4 * i + 1], settings[4 * i + 2], settings[4 * i + 3]];
+            let (s, u) = RowSampling::from_words(w);
+            *o = sample_row_with(&mut scratch, &x[i * n..(i + 1) * n], &s, u);
+        }
+        Ok(())
+    }
 }

@@ -31,6 +31,7 @@ sources!(
     "silu_mul",
     "gather_rows",
     "argmax",
+    "sample",
     "fill_random",
     "rope_append_kv",
     "rope_append_kv_summary",

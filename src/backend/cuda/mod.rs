@@ -35,6 +35,7 @@ unsafe impl DeviceRepr for AddParams {}
 unsafe impl DeviceRepr for SiluMulParams {}
 unsafe impl DeviceRepr for GatherRowsParams {}
 unsafe impl DeviceRepr for ArgmaxParams {}
+unsafe impl DeviceRepr for SampleParams {}
 unsafe impl DeviceRepr for RopeAppendKvParams {}
 unsafe impl DeviceRepr for AttentionParams {}
 unsafe impl DeviceRepr for PageSelectParams {}
@@ -387,5 +388,8 @@ impl Backend for CudaBackend {
 
     fn argmax(&self, p: &ArgmaxParams, x: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
         ops_basic::argmax(self, p, x, out)
+    }
+    fn sample(&self, p: &SampleParams, logits: &CudaBuffer, settings: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
+        ops_basic::sample(self, p, logits, settings, out)
     }
 }

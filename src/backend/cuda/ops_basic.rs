@@ -1,5 +1,5 @@
 //! Launches of the elementwise and row ops: embed, rmsnorm/add_rmsnorm, add, silu_mul,
-//! gather_rows, argmax, fill_random (cuda/<op>.cu). Each checks its buffers first.
+//! gather_rows, argmax, sample, fill_random (cuda/<op>.cu). Each checks its buffers first.
 
 use super::context::{Launch, err};
 use super::{CudaBackend, CudaBuffer, fidx, need, need_float};
@@ -81,6 +81,24 @@ pub fn argmax(be: &CudaBackend, p: &ArgmaxParams, x: &CudaBuffer, out: &mut Cuda
     need(out, DType::U32, u(p.rows), "argmax out")?;
     be.gpu().launch("argmax", "argmax", Launch::new((p.rows, 1, 1), 1024), p, &[x.ptr(), out.ptr()], &[])
 }
+
+/// One block of [`SAMPLE_THREADS`] per row (cuda/sample.cu).
+pub fn sample(
+    be: &CudaBackend,
+    p: &SampleParams,
+    logits: &CudaBuffer,
+    settings: &CudaBuffer,
+    out: &mut CudaBuffer,
+) -> Result<()> {
+    need(logits, DType::F32, u(p.rows) * u(p.n), "sample logits")?;
+    need(settings, DType::U32, 4 * u(p.rows), "sample settings")?;
+    need(out, DType::U32, u(p.rows), "sample out")?;
+    let l = Launch::new((p.rows, 1, 1), SAMPLE_THREADS);
+    be.gpu().launch("sample", "sample", l, p, &[logits.ptr(), settings.ptr(), out.ptr()], &[])
+}
+
+/// Threads per block of `sample` (the kernel's shared arrays hold one slot per warp).
+const SAMPLE_THREADS: u32 = 512;
 
 pub fn fill_random(be: &CudaBackend, p: &FillRandomParams, out: &mut CudaBuffer) -> Result<()> {
     let want = match p.dtype {

@@ -310,4 +310,7 @@ impl Backend for WgpuBackend {
     fn argmax(&self, p: &ArgmaxParams, x: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {
         ops_basic::argmax(self, p, x, out)
     }
+    fn sample(&self, p: &SampleParams, logits: &WgpuBuffer, settings: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {
+        ops_basic::sample(self, p, logits, settings, out)
+    }
 }

@@ -1,5 +1,5 @@
 //! Recording of the elementwise and row ops: embed, rmsnorm / add_rmsnorm, add, silu_mul,
-//! gather_rows, argmax (shaders/<op>.wgsl).
+//! gather_rows, argmax, sample (shaders/<op>.wgsl).
 
 use bytemuck::bytes_of;
 
@@ -111,6 +111,21 @@ pub fn argmax(be: &WgpuBackend, p: &ArgmaxParams, x: &WgpuBuffer, out: &mut Wgpu
     need(x, DType::F32, r * n, "argmax x")?;
     need(out, DType::U32, r, "argmax out")?;
     be.gpu().dispatch("argmax", None, bytes_of(p), &[Bind(&x.buf), Bind(&out.buf)], rows_grid(be, r))
+}
+
+pub fn sample(
+    be: &WgpuBackend,
+    p: &SampleParams,
+    logits: &WgpuBuffer,
+    settings: &WgpuBuffer,
+    out: &mut WgpuBuffer,
+) -> Result<()> {
+    let (r, n) = (u(p.rows), u(p.n));
+    need(logits, DType::F32, r * n, "sample logits")?;
+    need(settings, DType::U32, 4 * r, "sample settings")?;
+    need(out, DType::U32, r, "sample out")?;
+    let binds = [Bind(&logits.buf), Bind(&settings.buf), Bind(&out.buf)];
+    be.gpu().dispatch("sample", None, bytes_of(p), &binds, rows_grid(be, r))
 }
 
 pub fn fill_random(be: &WgpuBackend, p: &FillRandomParams, out: &mut WgpuBuffer) -> Result<()> {

@@ -41,6 +41,7 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ("silu_mul", include_str!("../../../shaders/silu_mul.wgsl"), Reads::Nothing, false),
     ("gather_rows", include_str!("../../../shaders/gather_rows.wgsl"), Reads::Nothing, false),
     ("argmax", include_str!("../../../shaders/argmax.wgsl"), Reads::Nothing, false),
+    ("sample", include_str!("../../../shaders/sample.wgsl"), Reads::Nothing, false),
     ("rope_append_kv", include_str!("../../../shaders/rope_append_kv.wgsl"), Reads::Nothing, false),
     ("rope_append_kv_summary", include_str!("../../../shaders/rope_append_kv_summary.wgsl"), Reads::Nothing, false),
     ("prefill_attention", include_str!("../../../shaders/prefill_attention.wgsl"), Reads::Nothing, false),
