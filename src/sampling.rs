@@ -140,7 +140,7 @@ pub fn sample_row(logits: &[f32], s: &RowSampling, u: f32) -> u32 {
 /// [`sample_row`] with caller-held buffers.
 pub fn sample_row_with(scratch: &mut SampleScratch, logits: &[f32], s: &RowSampling, u: f32) -> u32 {
     let Some(max) = max_logit(logits) else { return NO_TOKEN };
-    if !(s.temperature > 0.0) {
+    if s.temperature.is_nan() || s.temperature <= 0.0 {
         return argmax(logits);
     }
     let SampleScratch { cands, work } = scratch;
@@ -528,7 +528,8 @@ mod tests {
     fn sample_row_is_the_brute_force_distribution_in_id_order() {
         const GRID: usize = 20_000;
         let mut rng = StdRng::seed_from_u64(2024);
-        let mut rows: Vec<Vec<f32>> = (0..6).map(|_| (0..12).map(|_| rng.random::<f32>() * 6.0 - 3.0).collect()).collect();
+        let mut rows: Vec<Vec<f32>> =
+            (0..6).map(|_| (0..12).map(|_| rng.random::<f32>() * 6.0 - 3.0).collect()).collect();
         // Exact ties (quantized logits), ties at the top, ±0, NaN and -inf, +inf.
         rows.push((0..16).map(|_| (rng.random::<f32>() * 4.0).floor()).collect());
         rows.push(vec![1.0, 2.0, 2.0, 0.5, 2.0, 1.0, 1.0, -1.0]);

@@ -298,6 +298,11 @@ pub trait Backend {
     /// bits; `RowSampling::words`), by the algorithm of [`crate::sampling::sample_row`]:
     /// temperature 0 is argmax, else top-k, then the nucleus, then inverse CDF in ascending id
     /// order. A row with no logit above -inf gets `NO_TOKEN` (u32::MAX). `[rows]` u32 out.
-    fn sample(&self, p: &SampleParams, logits: &Self::Buffer, settings: &Self::Buffer, out: &mut Self::Buffer)
-    -> Result<()>;
+    fn sample(
+        &self,
+        p: &SampleParams,
+        logits: &Self::Buffer,
+        settings: &Self::Buffer,
+        out: &mut Self::Buffer,
+    ) -> Result<()>;
 }

@@ -47,7 +47,13 @@ fn make_row(rng: &mut crate::common::naive::Rng, kind: usize, n: usize) -> Vec<f
         4 => {
             for v in x.iter_mut() {
                 let r = rng.next();
-                *v = if r < 0.1 { f32::NAN } else if r < 0.2 { f32::NEG_INFINITY } else { *v };
+                *v = if r < 0.1 {
+                    f32::NAN
+                } else if r < 0.2 {
+                    f32::NEG_INFINITY
+                } else {
+                    *v
+                };
             }
         }
         _ => {}

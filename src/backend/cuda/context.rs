@@ -291,12 +291,14 @@ impl Gpu {
                     .map_err(drv("begin graph capture"))?;
                 let launched = recs.iter().try_for_each(|r| self.launch_rec(r));
                 let captured = self.stream.end_capture(CUgraphInstantiate_flags(0));
-                launched.map_err(drv("launch during graph capture"))?;
-                let graph =
-                    captured.map_err(drv("end graph capture"))?.ok_or_else(|| err("graph capture was empty"))?;
-                graph.launch().map_err(drv("graph launch"))?;
-                self.graphs.borrow_mut().insert(Cached { hash: h, recs, graph, last_used: 0 });
-                Ok(())
+                if let (Ok(()), Ok(Some(graph))) = (launched, captured) {
+                    graph.launch().map_err(drv("graph launch"))?;
+                    self.graphs.borrow_mut().insert(Cached { hash: h, recs, graph, last_used: 0 });
+                    return Ok(());
+                }
+                // Nothing captured ran: run the list eagerly (a real launch error surfaces here).
+                self.graphs.borrow_mut().stats.failed_captures += 1;
+                recs.iter().try_for_each(|r| self.launch_rec(r).map_err(drv("launch")))
             }
         }
     }

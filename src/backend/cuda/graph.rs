@@ -9,7 +9,8 @@
 //! step — token ids, positions, page tables, lengths, selections — from device buffers, never
 //! from their arguments). A list that misses is launched one kernel at a time; a list that missed
 //! recently ([`RECENT_MISSES`]) is captured into a graph (stream capture), instantiated, cached
-//! (LRU, [`MAX_GRAPHS`]) and launched. So a steady decode loop runs eagerly once, captures once
+//! (LRU, [`MAX_GRAPHS`]) and launched; a capture that fails (another thread's synchronising call
+//! on the same context invalidates it) is dropped and the list runs eagerly. So a steady decode loop runs eagerly once, captures once
 //! and replays from then on; a list seen once (a one-off batch shape) never pays for a capture.
 //!
 //! Invariants: while recording, every other stream operation (allocation, copy, cuBLAS, event,
@@ -54,6 +55,9 @@ pub struct GraphStats {
     pub replays: u64,
     /// Lists captured into a new graph (then launched as that graph).
     pub captures: u64,
+    /// Captures that failed (another thread's synchronising call on the same context can
+    /// invalidate a capture); those lists ran eagerly instead.
+    pub failed_captures: u64,
     /// Lists launched kernel by kernel (first sight, or replay turned off).
     pub eager: u64,
     /// Kernel launches the replays stood for.
@@ -101,7 +105,6 @@ impl Graphs {
         }
         if self.recent_misses.contains(&h) {
             self.recent_misses.retain(|&m| m != h);
-            self.stats.captures += 1;
             return Plan::Capture;
         }
         if self.recent_misses.len() == RECENT_MISSES {
@@ -119,6 +122,7 @@ impl Graphs {
         {
             self.cache.swap_remove(i);
         }
+        self.stats.captures += 1;
         self.cache.push(Cached { last_used: self.clock, ..c });
         self.cache.len() - 1
     }
