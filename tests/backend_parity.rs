@@ -456,9 +456,11 @@ pub fn test_prefill_attention_long<B: Backend>(gpu: &B) {
 
 pub fn test_decode_and_select<B: Backend>(gpu: &B) {
     // head_dim 16 (half of a 32-dim K block in the wgpu kernel) and 72 (two blocks and a partial
-    // third), for every KV dtype the backend stores.
+    // third), for every KV dtype the backend stores; with 16-bit KV (CUDA) also 128, Llama's head
+    // size (a dim pair per thread, two key groups in the cp.async kernel).
     for kvd in gpu.caps().kv_dtypes.clone() {
-        for hd in [16, 72] {
+        let hds: &[usize] = if kvd == DType::F32 { &[16, 72] } else { &[16, 72, 128] };
+        for &hd in hds {
             decode_and_select(gpu, kvd, hd);
         }
     }
