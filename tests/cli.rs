@@ -202,6 +202,11 @@ fn bad_flags_are_refused() {
         assert_fails(&lserve(&["generate", "--model", &m, "-p", "hi", "--device", "cuda"]), "no CUDA driver");
         assert_fails(&lserve(&["bench", "--device", "cuda", "--shape", "smollm2-135m"]), "no CUDA driver");
     }
+    assert_fails(
+        &lserve(&["bench", "--device", "cpu", "--shape", "smollm2-135m", "--head", "sample", "--batch", "1,2"]),
+        "batch 1 only",
+    );
+    assert_fails(&lserve(&["bench", "--device", "cpu", "--head", "nucleus"]), "invalid value");
     let out = lserve(&["generate", "--model", &m]);
     assert_eq!(out.status.code(), Some(2), "clap usage error");
     #[cfg(feature = "wgpu")]

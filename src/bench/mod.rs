@@ -24,6 +24,7 @@ use crate::kv::HeadLayout;
 use crate::model::config::ModelConfig;
 use crate::model::llama::{Llama, Logits};
 use crate::model::rope::RopeScaling;
+use crate::sampling::{Sampler, SamplingParams};
 use crate::sparse::Config;
 
 /// A named model shape.
@@ -87,6 +88,24 @@ pub struct BenchOptions {
     /// cleaner; the timestamps add a sync per submission, so the wall times of profiled runs
     /// are slightly higher).
     pub profile: bool,
+    /// How each decode step ends (what comes back to the host).
+    pub head: DecodeHead,
+}
+
+fn batch_head_error() -> Error {
+    Error::InvalidArgument("--head argmax/sample times batch 1 only (batched steps read the logits back)".into())
+}
+
+/// The end of a timed decode step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecodeHead {
+    /// Read the logits row back (`Engine::step`).
+    Logits,
+    /// Greedy on the device, only the id comes back (`Engine::step_greedy`).
+    Argmax,
+    /// Sampled on the device with T 0.8, top-k 40, top-p 0.95 (`Engine::step_sample`).
+    Sample,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -162,6 +181,7 @@ fn point<B: Backend>(
     }
     fill_cache(&e.backend, &mut e.cache, o.seed)?;
     let mut times = vec![];
+    let mut sampler = Sampler::new(SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, seed: o.seed as u64 });
     let mut reads = KvReads::default();
     let mut kernels = vec![];
     for i in 0..steps {
@@ -170,10 +190,12 @@ fn point<B: Backend>(
         }
         let t = std::time::Instant::now();
         let tokens: Vec<u32> = (0..batch).map(|b| ((i + b) % 1000) as u32 + 1).collect();
-        if batch == 1 {
-            e.step(&mut seqs[0], &tokens, Logits::Last, None)?;
-        } else {
-            e.step_batch(&mut seqs, &tokens)?;
+        match (batch, o.head) {
+            (1, DecodeHead::Logits) => drop(e.step(&mut seqs[0], &tokens, Logits::Last, None)?),
+            (1, DecodeHead::Argmax) => drop(e.step_greedy(&mut seqs[0], tokens[0])?),
+            (1, DecodeHead::Sample) => drop(e.step_sample(&mut seqs[0], &tokens, &mut sampler)?),
+            (_, DecodeHead::Logits) => drop(e.step_batch(&mut seqs, &tokens)?),
+            _ => return Err(batch_head_error()),
         }
         if i >= o.warmup {
             times.push(t.elapsed().as_secs_f64() * 1e3);
@@ -289,6 +311,9 @@ pub fn run<B: Backend>(
     o: &BenchOptions,
     mut log: impl FnMut(&BenchRow),
 ) -> Result<Vec<BenchRow>> {
+    if o.head != DecodeHead::Logits && o.batches.iter().any(|&b| b != 1) {
+        return Err(batch_head_error());
+    }
     let mut cfg = shape(shape_name)?;
     let max_ctx = o.contexts.iter().copied().max().unwrap_or(0) + o.warmup + o.repeats + 1;
     cfg.max_position_embeddings = cfg.max_position_embeddings.max(max_ctx).max(o.prefill_tokens);

@@ -191,6 +191,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         dtype,
         seed: 7,
         profile: a.profile,
+        head: a.head,
     };
     println!(
         "{:>8} {:>7} {:>8} {:>5} {:>10} {:>9} {:>10} {:>9} {:>7} {:>11}",

@@ -94,6 +94,11 @@ pub struct BenchArgs {
     /// Time each kernel with GPU timestamps (wgpu) and print the hot kernels per point.
     #[arg(long)]
     pub profile: bool,
+    /// How each decode step ends: logits (read the logits row back, as a logprobs client would),
+    /// argmax (greedy on the device, ids only) or sample (sampling on the device, ids only:
+    /// temperature 0.8, top-k 40, top-p 0.95). argmax/sample time batch 1 only.
+    #[arg(long, value_enum, default_value = "logits")]
+    pub head: lserve::bench::DecodeHead,
     /// Copy bandwidth in GB/s for the floor column (H200 measured: 4200).
     #[arg(long, default_value_t = 4200.0)]
     pub bandwidth_gbs: f64,
