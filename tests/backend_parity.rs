@@ -406,26 +406,9 @@ pub fn test_prefill_attention_long<B: Backend>(gpu: &B) {
         let qb = append(&mut t, &mut kv, 100, nh);
         let seqs = [&seq_a, &kv.seq];
         let row = nh * hd;
-        let cat = |be_q: [Vec<f32>; 2]| be_q.concat();
         let q = (
-            t.gpu
-                .upload_f32(
-                    DType::F32,
-                    cat([
-                        t.gpu.download_f32(&qa.0, 0, 140 * row).unwrap(),
-                        t.gpu.download_f32(&qb.0, 0, 100 * row).unwrap(),
-                    ]),
-                )
-                .unwrap(),
-            t.cpu
-                .upload_f32(
-                    DType::F32,
-                    cat([
-                        t.cpu.download_f32(&qa.1, 0, 140 * row).unwrap(),
-                        t.cpu.download_f32(&qb.1, 0, 100 * row).unwrap(),
-                    ]),
-                )
-                .unwrap(),
+            concat_f32(t.gpu, &qa.0, 140 * row, &qb.0, 100 * row),
+            concat_f32(&t.cpu, &qa.1, 140 * row, &qb.1, 100 * row),
         );
         let pages: Vec<u32> = seqs.iter().flat_map(|s| s.pages.iter().copied()).collect();
         let ring: Vec<u32> = seqs.iter().flat_map(|s| s.ring.iter().copied()).collect();
@@ -452,6 +435,12 @@ pub fn test_prefill_attention_long<B: Backend>(gpu: &B) {
             t.check(&format!("prefill_attention_long hd {hd} window {window} kv {kvd:?}"), &out, 240 * row, tol);
         }
     }
+}
+
+/// A new f32 buffer holding the first `na` elements of `a`, then the first `nb` of `b`.
+fn concat_f32<B: Backend>(be: &B, a: &B::Buffer, na: usize, b: &B::Buffer, nb: usize) -> B::Buffer {
+    let v = [be.download_f32(a, 0, na).unwrap(), be.download_f32(b, 0, nb).unwrap()].concat();
+    be.upload_f32(DType::F32, v).unwrap()
 }
 
 pub fn test_decode_and_select<B: Backend>(gpu: &B) {
