@@ -8,8 +8,9 @@
 // One workgroup of 256 per row (r = wg.x + wg.y * num_workgroups.x), nothing but the logits read:
 // - logits become order-preserving u32 keys (NaN 0, -0 as +0), so "rank <= cut" is
 //   key > tau || (key == tau && id <= cut);
-// - top-k: tau = the largest key with count(key >= tau) >= k, by a bitwise search (32 block
-//   counts); the cut among the ties of tau is the (k - count(key > tau))-th in id order;
+// - top-k: tau = the largest key with count(key >= tau) >= k, by four 8-bit radix rounds
+//   (workgroup histograms); the cut among the ties of tau is the (k - count(key > tau))-th in
+//   id order;
 // - top-p: the same search on the mass of the top-k set (32 block sums; sums of non-negative
 //   weights in a fixed order are monotone in the set, so the search is exact for its own sums),
 //   then j ties at tau with mass_gt + j * w(tau) >= goal;
@@ -31,6 +32,8 @@ var<workgroup> red_u: array<u32, 256>;
 var<workgroup> red_i: array<u32, 256>;
 var<workgroup> red_f: array<f32, 256>;
 var<workgroup> bcast: u32;
+var<workgroup> hist: array<atomic<u32>, 256>;  // radix_topk's histogram (WG == 256 bins)
+var<workgroup> rad: vec2<u32>;
 
 // Larger logit, larger key; NaN is 0 (below -inf), -0 and +0 share one key.
 fn key_of(l: f32) -> u32 {
@@ -117,11 +120,41 @@ fn inclusive_scan_f(t: u32, v: f32) {
     workgroupBarrier();
 }
 
-// Tokens with key >= c.
-fn count_ge(t: u32, w: Row, c: u32) -> u32 {
-    var m = 0u;
-    for (var i = t; i < w.n; i += WG) { m += select(0u, 1u, key_of(x[w.base + i]) >= c); }
-    return sum_u(t, m);
+// The kk-th largest key (the largest c with count(key >= c) >= kk) and how many keys exceed it:
+// four 8-bit radix rounds from the top, each a workgroup histogram of the next byte among the
+// keys whose higher bytes match (integer atomics, so exact), then the highest byte whose suffix
+// count reaches kk. Four passes over the row instead of a bitwise search's 32.
+fn radix_topk(t: u32, w: Row, kk: u32) -> vec2<u32> {
+    var prefix = 0u;
+    var above = 0u;
+    for (var round = 0u; round < 4u; round++) {
+        let shift = 24u - 8u * round;
+        atomicStore(&hist[t], 0u);
+        workgroupBarrier();
+        for (var i = t; i < w.n; i += WG) {
+            let k = key_of(x[w.base + i]);
+            if (round == 0u || (k >> (shift + 8u)) == (prefix >> (shift + 8u))) {
+                atomicAdd(&hist[(k >> shift) & 255u], 1u);
+            }
+        }
+        workgroupBarrier();
+        if (t == 0u) {
+            var acc = above;
+            var b = 255u;
+            loop {
+                if (b == 0u) { break; }
+                let h = atomicLoad(&hist[b]);
+                if (acc + h >= kk) { break; }
+                acc += h;
+                b -= 1u;
+            }
+            rad = vec2<u32>(prefix | (b << shift), acc);
+        }
+        let v = workgroupUniformLoad(&rad);
+        prefix = v.x;
+        above = v.y;
+    }
+    return vec2<u32>(prefix, above);
 }
 
 // Weight of the tokens with key >= c among those kept by top-k (key > tk || key == tk && id <= ck).
@@ -219,14 +252,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     var tk = 0u;
     var ck = 0u;
     if (kk > 0u && kk < nv) {
-        var tau = 0u;
-        for (var b = 31i; b >= 0i; b -= 1i) {
-            let c = tau | (1u << u32(b));
-            if (count_ge(t, w, c) >= kk) { tau = c; }
-        }
-        let gt = count_ge(t, w, tau + 1u);
-        tk = tau;
-        ck = nth_tie(t, w, tau, NONE, kk - gt);
+        let rk = radix_topk(t, w, kk);
+        tk = rk.x;
+        ck = nth_tie(t, w, rk.x, NONE, kk - rk.y);
     }
 
     // Top-p within the top-k set: the final cut (tp, cp).
