@@ -334,6 +334,12 @@ impl<B: Backend> Llama<B> {
             has_bias: bias as u32,
         };
         let ep = EmbedParams { n_tokens: n as u32, dim: h as u32, vocab: c.vocab_size as u32, _pad: 0 };
+        // Sampling settings go up before the graph region: a write inside it would cut the
+        // step's recorded launches in two.
+        let settings = match want {
+            Head::Sample(s) if m.n_logits > 0 => Some(self.upload_settings(be, s, m.n_logits)?),
+            _ => None,
+        };
         // A decode step's launches are the same every step (all that changes lives in StepMeta's
         // buffers), so the backend may replay them as one graph; prefill shapes vary.
         let region = GraphRegion::begin(be, m.decode && hook.is_none());
@@ -398,33 +404,38 @@ impl<B: Backend> Llama<B> {
                     ids = be.download_u32(&best, 0, nl)?;
                     pool.put(best);
                 }
-                Head::Sample(settings) => ids = self.sample_rows(be, &logits, nl, settings)?,
+                Head::Sample(_) => {
+                    let set = settings.as_ref().expect("uploaded above for Head::Sample");
+                    ids = self.sample_rows(be, &logits, set, nl)?;
+                }
             }
             pool.put(sel);
             pool.put(logits);
         }
         region.finish()?;
-        [x, xn, qkv, q, attn_out, o, gu, act].into_iter().for_each(|b| pool.put(b));
+        [x, xn, qkv, q, attn_out, o, gu, act].into_iter().chain(settings).for_each(|b| pool.put(b));
         m.recycle(pool);
         Ok((out, ids))
     }
 
-    /// The `sample` op over `nl` rows of logits; downloads only the ids.
-    fn sample_rows(&self, be: &B, logits: &B::Buffer, nl: usize, settings: &[[u32; 4]]) -> Result<Vec<u32>> {
+    /// The `[rows][4]` sampling settings of a step with `nl` logits rows, on the device.
+    fn upload_settings(&self, be: &B, settings: &[[u32; 4]], nl: usize) -> Result<B::Buffer> {
         if settings.len() != nl {
             return Err(Error::InvalidArgument(format!(
                 "sampling settings for {} rows, the step has {nl} logits rows",
                 settings.len()
             )));
         }
-        let pool = &self.pool;
         let words: Vec<u32> = settings.iter().flatten().copied().collect();
-        let set = pool.upload_u32(be, &words)?;
-        let mut ids = pool.take(be, DType::U32, nl)?;
+        self.pool.upload_u32(be, &words)
+    }
+
+    /// The `sample` op over `nl` rows of logits with the uploaded settings; downloads only the ids.
+    fn sample_rows(&self, be: &B, logits: &B::Buffer, settings: &B::Buffer, nl: usize) -> Result<Vec<u32>> {
+        let mut ids = self.pool.take(be, DType::U32, nl)?;
         let sp = SampleParams { rows: nl as u32, n: self.cfg.vocab_size as u32, ..Default::default() };
-        let r = be.sample(&sp, logits, &set, &mut ids).and_then(|_| be.download_u32(&ids, 0, nl));
-        pool.put(set);
-        pool.put(ids);
+        let r = be.sample(&sp, logits, settings, &mut ids).and_then(|_| be.download_u32(&ids, 0, nl));
+        self.pool.put(ids);
         r
     }
 }
