@@ -228,15 +228,6 @@ fn decode_smem(hd: usize, kv: DType, g: usize) -> usize {
     4 * ck * row + 2 * ck * 4 + g * ck * 4 + 2 * g * hd * 4
 }
 
-/// Keys per decode split: [`KEYS_PER_SPLIT`], or `LSERVE_CUDA_KEYS_PER_SPLIT` (A/B runs; read once).
-fn keys_per_split() -> usize {
-    static K: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *K.get_or_init(|| {
-        let v = std::env::var("LSERVE_CUDA_KEYS_PER_SPLIT").ok().and_then(|v| v.parse().ok());
-        v.filter(|&k: &usize| k >= 32).unwrap_or(KEYS_PER_SPLIT)
-    })
-}
-
 /// Splits per (sequence, KV head chunk) of a decode step (see the module docs).
 fn decode_splits(p: &AttentionParams, page_table_len: usize, head_chunks: usize, wave: usize) -> usize {
     let ps = u(p.page_size);
@@ -244,7 +235,7 @@ fn decode_splits(p: &AttentionParams, page_table_len: usize, head_chunks: usize,
     let strm = if p.n_str > 0 { u(p.sink + p.local) + ps } else { 0 };
     // Rounded up to a power of two: the grid (a graph replay's frozen argument) changes only
     // when the context doubles, not every KEYS_PER_SPLIT keys; surplus splits are empty.
-    let by_len = ret.max(strm).div_ceil(keys_per_split()).next_power_of_two();
+    let by_len = ret.max(strm).div_ceil(KEYS_PER_SPLIT).next_power_of_two();
     let by_grid = wave.div_ceil(u(p.num_seqs) * u(p.n_kv_heads) * head_chunks);
     by_len.min(by_grid).clamp(1, MAX_SPLITS)
 }
