@@ -33,14 +33,14 @@ if [ "${ANCHOR:-1}" = 1 ] && python3 -c "import torch" 2>/dev/null; then
   run torch_prefill 200 python3 scripts/torch_prefill_bench.py --shape "$SHAPE" --lengths "${PREFILL_LENGTHS:-4096,32768}" \
     --csv "$OUT/torch_prefill.csv"
 fi
-bench() { "$B/lserve" bench --device cuda --shape "$SHAPE" --token-budget 4096 --head argmax "$@"; }
+bench=("$B/lserve" bench --device cuda --shape "$SHAPE" --token-budget 4096 --head argmax)
 if [ "${DECODE:-1}" = 1 ]; then
-  run decode_32k 200 bench --contexts 32k --batch "${BATCH_32K:-1,2,4,8,16,32}" --sparse on --repeats 10 --out-dir "$OUT/b32"
-  run decode_128k 200 bench --contexts 128k --batch "${BATCH_128K:-1,4,8,12}" --sparse on --repeats 8 --out-dir "$OUT/b128"
-  run decode_dense 120 bench --contexts 32k --batch 1,16 --sparse off --repeats 8
+  run decode_32k 200 "${bench[@]}" --contexts 32k --batch "${BATCH_32K:-1,2,4,8,16,32}" --sparse on --repeats 10 
+  run decode_128k 200 "${bench[@]}" --contexts 128k --batch "${BATCH_128K:-1,4,8,12}" --sparse on --repeats 8 
+  run decode_dense 120 "${bench[@]}" --contexts 32k --batch 1,16 --sparse off --repeats 8
 fi
-[ "${PREFILL:-1}" = 1 ] && run prefill 240 bench --contexts 4k --batch 1 --sparse both --repeats 3 --prefill "${PREFILL_TOKENS:-32768}"
-[ "${PROFILE:-1}" = 1 ] && run profile 120 bench --contexts 32k --batch 16 --sparse on --repeats 3 --profile
+[ "${PREFILL:-1}" = 1 ] && run prefill 240 "${bench[@]}" --contexts 4k --batch 1 --sparse both --repeats 3 --prefill "${PREFILL_TOKENS:-32768}"
+[ "${PROFILE:-1}" = 1 ] && run profile 120 "${bench[@]}" --contexts 32k --batch 16 --sparse on --repeats 3 --profile
 if [ "${SCORE:-1}" = 1 ]; then
   run score_cuda 120 "$B/lserve" score --device cuda --file "$B/doc.txt" --output json
   run score_cuda_decode 200 "$B/lserve" score --device cuda --file "$B/doc.txt" --output json --decode-after 3000
