@@ -81,6 +81,8 @@ pub struct BenchOptions {
     pub warmup: usize,
     pub repeats: usize,
     pub prefill_tokens: usize,
+    /// Tokens per prefill step (the engine's chunk; the streaming rings grow with it).
+    pub prefill_chunk: usize,
     pub bandwidth_gbs: f64,
     pub dtype: Option<DType>,
     pub seed: u32,
@@ -275,7 +277,7 @@ fn prefill<B: Backend>(
     let mut config = o.config.clone();
     config.sparse.enabled = sparse;
     let layout = sparse.then(|| synthetic_layout(&model.cfg, o.streaming_ratio));
-    let opts = EngineOptions { layout, ..EngineOptions::new(config, tokens) };
+    let opts = EngineOptions { layout, prefill_chunk: o.prefill_chunk.max(1), ..EngineOptions::new(config, tokens) };
     let mut e = build_engine(be, model, &opts)?;
     let ids: Vec<u32> = (0..tokens).map(|i| (i % 1000) as u32 + 1).collect();
     let mut times = vec![];

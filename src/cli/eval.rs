@@ -173,6 +173,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     let dtype = parse_dtype(&a.dtype)?;
     let mut config = resolve_config(None, &a.tuning)?;
     config.sparse.streaming_ratio = 0.0; // the bench uses its own synthetic head layout
+    if a.prefill_chunk == 0 {
+        bail!("--prefill-chunk must be at least 1");
+    }
     let o = lserve::bench::BenchOptions {
         contexts: parse_lengths(&a.contexts)?,
         batches: parse_lengths(&a.batch)?,
@@ -187,6 +190,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         warmup: a.warmup,
         repeats: a.repeats.max(1),
         prefill_tokens: a.prefill,
+        prefill_chunk: a.prefill_chunk,
         bandwidth_gbs: a.bandwidth_gbs,
         dtype,
         seed: 7,

@@ -91,6 +91,9 @@ pub struct BenchArgs {
     /// Also time a prefill of this many tokens (0 = skip).
     #[arg(long, default_value_t = 0)]
     pub prefill: usize,
+    /// Tokens per prefill step when timing --prefill.
+    #[arg(long, default_value_t = lserve::engine::DEFAULT_PREFILL_CHUNK)]
+    pub prefill_chunk: usize,
     /// Time each kernel with GPU timestamps (wgpu) and print the hot kernels per point.
     #[arg(long)]
     pub profile: bool,
