@@ -158,6 +158,15 @@ pub(crate) fn need_float(b: &CudaBuffer, n: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// A raw byte range inside `b`.
+fn raw_range(b: &CudaBuffer, offset: usize, len: usize, what: &str) -> Result<()> {
+    let size = context::bytes_for(b.dtype, b.len);
+    if offset + len > size {
+        return Err(err(format!("{what}: bytes {offset}..{} of a {size}-byte buffer", offset + len)));
+    }
+    Ok(())
+}
+
 /// Kernel-name suffix index of a float dtype: 0 = f32, 1 = f16, 2 = bf16.
 pub(crate) fn fidx(d: DType) -> usize {
     match d {
@@ -224,6 +233,16 @@ impl Backend for CudaBackend {
     fn write_u32_at(&self, dst: &mut CudaBuffer, offset: usize, data: &[u32]) -> Result<()> {
         need(dst, DType::U32, offset + data.len(), "write_u32_at")?;
         self.write_bytes_at(dst, offset * 4, bytemuck::cast_slice(data))
+    }
+
+    fn download_raw(&self, src: &CudaBuffer, offset: usize, len: usize) -> Result<Vec<u8>> {
+        raw_range(src, offset, len, "download_raw")?;
+        self.read_bytes(src, offset, len)
+    }
+
+    fn write_raw_at(&self, dst: &mut CudaBuffer, offset: usize, data: &[u8]) -> Result<()> {
+        raw_range(dst, offset, data.len(), "write_raw_at")?;
+        self.write_bytes_at(dst, offset, data)
     }
 
     /// f16/bf16 buffers are converted to f32 on the host.

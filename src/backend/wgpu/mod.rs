@@ -33,6 +33,7 @@ pub struct WgpuBuffer {
 fn bytes_for(dtype: DType, len: usize) -> u64 {
     match dtype {
         DType::F16 | DType::BF16 => (len.div_ceil(2) * 4) as u64,
+        DType::U8 | DType::I8 | DType::F8E4M3 => (len.div_ceil(4) * 4) as u64,
         d => (len * d.size()) as u64,
     }
 }
@@ -114,6 +115,14 @@ pub(crate) fn need_weights(b: &WgpuBuffer, n: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// A raw byte range inside `b`, 4-byte aligned (wgpu's copy alignment).
+fn raw_range(b: &WgpuBuffer, offset: usize, len: usize, what: &str) -> Result<()> {
+    if !offset.is_multiple_of(4) || !len.is_multiple_of(4) || (offset + len) as u64 > bytes_for(b.dtype, b.len) {
+        return Err(err(format!("{what}: bytes {offset}..{} of a {}-byte buffer (4-aligned)", offset + len, bytes_for(b.dtype, b.len))));
+    }
+    Ok(())
+}
+
 fn pack16(data: &[f32], f: impl Fn(f32) -> u16) -> Vec<u32> {
     data.chunks(2).map(|c| f(c[0]) as u32 | (c.get(1).map_or(0, |&x| f(x)) as u32) << 16).collect()
 }
@@ -160,6 +169,18 @@ impl Backend for WgpuBackend {
         need(dst, DType::U32, offset + data.len(), "write_u32_at")?;
         self.gpu.submit();
         self.gpu.queue.write_buffer(&dst.buf, offset as u64 * 4, bytemuck::cast_slice(data));
+        Ok(())
+    }
+
+    fn download_raw(&self, src: &WgpuBuffer, offset: usize, len: usize) -> Result<Vec<u8>> {
+        raw_range(src, offset, len, "download_raw")?;
+        self.gpu.read(&src.buf, offset as u64, len as u64)
+    }
+
+    fn write_raw_at(&self, dst: &mut WgpuBuffer, offset: usize, data: &[u8]) -> Result<()> {
+        raw_range(dst, offset, data.len(), "write_raw_at")?;
+        self.gpu.submit();
+        self.gpu.queue.write_buffer(&dst.buf, offset as u64, data);
         Ok(())
     }
 
