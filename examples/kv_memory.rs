@@ -52,7 +52,8 @@ fn main() {
             };
             token_bytes = shape.kv_bytes_per_token_head() * layers * kv;
             let b = shape.seq_bytes(tokens) as f64;
-            let (v, unit) = if b >= (1u64 << 30) as f64 { (b / (1u64 << 30) as f64, "GiB") } else { (b / (1 << 20) as f64, "MiB") };
+            let (v, unit) =
+                if b >= (1u64 << 30) as f64 { (b / (1u64 << 30) as f64, "GiB") } else { (b / (1 << 20) as f64, "MiB") };
             line += &format!(" | ratio {ratio:.2}: {v:.1} {unit}");
         }
         println!(

@@ -26,7 +26,9 @@ pub use alloc::PageAllocator;
 pub use host::HostTier;
 pub use swap::SwappedKv;
 
-use crate::backend::{Backend, DType, LayerKv, LayerKvMut, RopeAppendKvParams, STREAMING_BIT, SelectedMut, kv_pool_len};
+use crate::backend::{
+    Backend, DType, LayerKv, LayerKvMut, RopeAppendKvParams, STREAMING_BIT, SelectedMut, kv_pool_len,
+};
 use crate::error::{Error, Result};
 
 /// Which KV heads of each layer are streaming heads.

@@ -96,13 +96,32 @@ pub fn e4m3_level(xb: u32, kf: u32) -> u32 {
 }
 
 /// The value of an e4m3 code (exact in f32); 0x7f / 0xff are NaN.
-pub fn e4m3_to_f32(b: u8) -> f32 {
-    let (s, e, m) = (b >> 7, (b >> 3) & 15, (b & 7) as i32);
-    if b & 0x7f == 0x7f {
-        return f32::NAN;
+const fn e4m3_value(b: u8) -> f32 {
+    let (e, m) = (((b >> 3) & 15) as u32, (b & 7) as u32);
+    let v = if b & 0x7f == 0x7f {
+        f32::NAN
+    } else if e == 0 {
+        m as f32 * 0.001953125 // m * 2^-9
+    } else {
+        f32::from_bits(((e + 120) << 23) | (m << 20)) // (1 + m/8) * 2^(e-7)
+    };
+    if b >> 7 == 1 { -v } else { v }
+}
+
+/// Every e4m3 code's value.
+const E4M3: [f32; 256] = {
+    let mut t = [0f32; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = e4m3_value(b as u8);
+        b += 1;
     }
-    let v = if e == 0 { m as f32 * (2f32).powi(-9) } else { (8 + m) as f32 * (2f32).powi(e as i32 - 10) };
-    if s == 1 { -v } else { v }
+    t
+};
+
+/// The value of an e4m3 code (exact in f32); 0x7f / 0xff are NaN.
+pub fn e4m3_to_f32(b: u8) -> f32 {
+    E4M3[b as usize]
 }
 
 /// Quantize one row `x` into `codes` (same length) for `dtype` (I8 or F8E4M3); returns the scale.
@@ -253,6 +272,14 @@ mod tests {
 
     #[test]
     fn e4m3_decode_table() {
+        for b in 0u8..=255 {
+            let (e, m) = ((b >> 3) & 15, (b & 7) as f64);
+            let want = if e == 0 { m / 512.0 } else { (1.0 + m / 8.0) * 2f64.powi(e as i32 - 7) };
+            let want = if b >> 7 == 1 { -want } else { want };
+            if b & 0x7f != 0x7f {
+                assert_eq!(e4m3_to_f32(b) as f64, want, "code {b:#04x}");
+            }
+        }
         assert_eq!(e4m3_to_f32(0x7e), 448.0);
         assert_eq!(e4m3_to_f32(0x01), 2f32.powi(-9));
         assert_eq!(e4m3_to_f32(0x08), 2f32.powi(-6));

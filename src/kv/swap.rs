@@ -47,7 +47,12 @@ impl SwappedKv {
             .layers
             .iter()
             .map(|c| {
-                c.k.len() + c.v.len() + c.summary.len() + c.sk.len() + c.sv.len() + 4 * (c.selected.len() + c.counts.len())
+                c.k.len()
+                    + c.v.len()
+                    + c.summary.len()
+                    + c.sk.len()
+                    + c.sv.len()
+                    + 4 * (c.selected.len() + c.counts.len())
             })
             .sum();
         l + std::mem::size_of::<Self>()

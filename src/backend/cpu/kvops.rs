@@ -82,8 +82,11 @@ pub fn rope_append_kv(
             rotate_half_in_place(dst, positions[t], &freqs);
         }
         for (h, &(streaming, i)) in kinds.iter().enumerate() {
-            let (slot, heads, kd, vd): (usize, usize, &mut PoolMut, &mut PoolMut) =
-                if streaming { (u(ring_slots[t]), n_str, &mut sk, &mut sv) } else { (u(slots[t]), n_ret, &mut k, &mut v) };
+            let (slot, heads, kd, vd): (usize, usize, &mut PoolMut, &mut PoolMut) = if streaming {
+                (u(ring_slots[t]), n_str, &mut sk, &mut sv)
+            } else {
+                (u(slots[t]), n_ret, &mut k, &mut v)
+            };
             let at = (((slot / ps) * heads + i) * ps + slot % ps) * hd;
             krow.copy_from_slice(&row[(nh + h) * hd..(nh + h + 1) * hd]);
             rotate_half_in_place(&mut krow, positions[t], &freqs);

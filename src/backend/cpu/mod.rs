@@ -341,6 +341,17 @@ impl Backend for CpuBackend {
         if p.dtype != 0 {
             return Err(err("fill_random: the CPU backend stores f32 only"));
         }
+        if let CpuBuffer::Kv8(_, bytes) = out {
+            // An 8-bit KV pool is filled as f32 words (benchmark data).
+            let n = u(p.n);
+            if bytes.len() < 4 * n {
+                return Err(err("fill_random: the 8-bit pool is smaller than n f32 words"));
+            }
+            for (i, w) in bytes[..4 * n].chunks_exact_mut(4).enumerate() {
+                w.copy_from_slice(&fill_random_value(p.seed, i as u32, p.scale, p.offset).to_le_bytes());
+            }
+            return Ok(());
+        }
         let out = f32s_mut(out, u(p.n), "fill_random out")?;
         for (i, o) in out.iter_mut().enumerate() {
             *o = fill_random_value(p.seed, i as u32, p.scale, p.offset);

@@ -83,7 +83,7 @@ impl CudaBackend {
                 gpu.arch
             ),
             weight_dtypes: vec![DType::BF16, DType::F16, DType::F32],
-            kv_dtypes: vec![DType::BF16, DType::F16, DType::F32],
+            kv_dtypes: vec![DType::BF16, DType::F16, DType::F32, DType::I8, DType::F8E4M3],
             // Kernels address pools with u32 element offsets.
             max_buffer_bytes: 1 << 32,
             memory_bytes: gpu.total_mem as u64,
@@ -165,6 +165,27 @@ fn raw_range(b: &CudaBuffer, offset: usize, len: usize, what: &str) -> Result<()
         return Err(err(format!("{what}: bytes {offset}..{} of a {size}-byte buffer", offset + len)));
     }
     Ok(())
+}
+
+/// `b` is a KV pool (a float or 8-bit KV dtype) of at least `rows` token rows of `hd`.
+pub(crate) fn need_kv(b: &CudaBuffer, rows: usize, hd: usize, what: &str) -> Result<()> {
+    let n = kv_pool_len(b.dtype, rows, hd);
+    if !matches!(b.dtype, DType::F32 | DType::F16 | DType::BF16 | DType::I8 | DType::F8E4M3) || b.len < n {
+        return Err(err(format!("{what}: {:?} x {} is not a KV pool of {rows} rows of {hd}", b.dtype, b.len)));
+    }
+    if b.dtype.is_kv8() && !hd.is_multiple_of(16) {
+        return Err(err(format!("{what}: 8-bit KV needs head_dim % 16 == 0, not {hd}")));
+    }
+    Ok(())
+}
+
+/// Kernel-name suffix index of a KV dtype: 0 = f32, 1 = f16, 2 = bf16, 3 = int8, 4 = fp8.
+pub(crate) fn kidx(d: DType) -> usize {
+    match d {
+        DType::I8 => 3,
+        DType::F8E4M3 => 4,
+        d => fidx(d),
+    }
 }
 
 /// Kernel-name suffix index of a float dtype: 0 = f32, 1 = f16, 2 = bf16.
