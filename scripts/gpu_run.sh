@@ -8,7 +8,13 @@
 #   shaders               test binary of tests/shaders.rs                          (wgpu part)
 #   .gl/*.deb             the Vulkan/GL loader packages (../shared/gpu/fetch-vulkan-debs.sh)
 # Parts: CUDA=1 (default) runs the CUDA tests, compute-sanitizer memcheck over the CUDA parity
-# tests and the CUDA decode benchmark; WGPU=1 (default) the wgpu ones.
+# tests and the CUDA decode benchmark; WGPU=1 (default) the wgpu ones; KV=1 (default, with CUDA)
+# the KV-dtype rows: decode per KV dtype (KV_DTYPES, default "bf16 int8 fp8") at KV_CONTEXTS
+# (default 32k,128k), dense and sparse, batch 1, and the capacity point: CAP_BATCH (24)
+# concurrent 128K sequences, sparse, half the heads streaming, CAP_KV (int8) KV, logical page
+# CAP_LOGICAL (32: halves the f32 page summaries so 24 sequences fit beside the bf16 weights,
+# docs/kv-cache.md). The parity tests cover every KV dtype the backend lists (f32, f16, bf16,
+# int8, fp8 on CUDA and wgpu).
 set -uo pipefail
 OUT=${OUT:-/tmp/lserve-gpu-out}
 mkdir -p "$OUT"
@@ -17,6 +23,7 @@ SHAPE=${SHAPE:-llama3-8b}
 CONTEXTS=${CONTEXTS:-4k,32k,128k}
 CUDA=${CUDA:-1}
 WGPU=${WGPU:-1}
+KV=${KV:-1}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 if [ "$WGPU" = 1 ] && ! ldconfig -p | grep -q libvulkan.so.1; then
   for f in .gl/*.deb; do dpkg -x "$f" /; done
@@ -49,6 +56,17 @@ if [ "$CUDA" = 1 ]; then
     --shape "$SHAPE" --contexts "${TORCH_CONTEXTS:-4096,32768,131072}" --csv "$OUT/torch.csv" > "$OUT/torch.txt" 2>&1
   [ "${AB:-1}" = 1 ] && LSERVE_CUDA_DECODE=regs timeout 120 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts 4k,128k \
     --sparse off --repeats 5 > "$OUT/bench_cuda_regs.txt" 2>&1
+fi
+
+if [ "$CUDA" = 1 ] && [ "$KV" = 1 ]; then
+  for kv in ${KV_DTYPES:-bf16 int8 fp8}; do
+    timeout 300 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts "${KV_CONTEXTS:-32k,128k}" --sparse both \
+      --kv-dtype "$kv" --repeats "${REPEATS:-10}" --token-budget "${BUDGET:-4096}" > "$OUT/bench_kv_$kv.txt" 2>&1
+  done
+  timeout 500 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts 128k --batch "${CAP_BATCH:-24}" --sparse on \
+    --kv-dtype "${CAP_KV:-int8}" --logical-page "${CAP_LOGICAL:-32}" --warmup 2 --repeats 5 \
+    --token-budget "${BUDGET:-4096}" > "$OUT/capacity.txt" 2>&1; c_cap=$?
+  nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader >> "$OUT/capacity.txt" 2>&1
 fi
 
 if [ "$WGPU" = 1 ]; then
@@ -87,6 +105,14 @@ if [ "$CUDA" = 1 ]; then
   [ -f "$OUT/torch.txt" ] && echo "== PyTorch dense reference:" && cat "$OUT/torch.txt"
   echo "== cuda bench (rc $c_bench), $SHAPE:"
   cat "$OUT/bench_cuda.txt"
+fi
+if [ "$CUDA" = 1 ] && [ "$KV" = 1 ]; then
+  for kv in ${KV_DTYPES:-bf16 int8 fp8}; do
+    echo "== cuda decode, KV $kv:"
+    grep -E "cuda|error" "$OUT/bench_kv_$kv.txt"
+  done
+  echo "== capacity (rc $c_cap): ${CAP_BATCH:-24} x 128K, sparse, KV ${CAP_KV:-int8}:"
+  cat "$OUT/capacity.txt"
 fi
 if [ "$WGPU" = 1 ]; then
   grep -E "wgpu:" "$OUT/devices.txt" | head -3

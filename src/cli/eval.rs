@@ -198,17 +198,30 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         head: a.head,
     };
     println!(
-        "{:>8} {:>7} {:>8} {:>5} {:>10} {:>9} {:>10} {:>9} {:>7} {:>11}",
-        "backend", "mode", "context", "batch", "ms/step", "mean ms", "floor ms", "of floor", "kv read", "prefill ms"
+        "{:>8} {:>7} {:>8} {:>5} {:>5} {:>8} {:>10} {:>9} {:>10} {:>9} {:>7} {:>11}",
+        "backend",
+        "mode",
+        "context",
+        "batch",
+        "kv",
+        "kv B/tok",
+        "ms/step",
+        "mean ms",
+        "floor ms",
+        "of floor",
+        "kv read",
+        "prefill ms"
     );
     let log = |r: &lserve::bench::BenchRow| {
         let pct = if r.decode_ms > 0.0 { 100.0 * r.floor_ms / r.decode_ms } else { 0.0 };
         println!(
-            "{:>8} {:>7} {:>8} {:>5} {:>10.3} {:>9.3} {:>10.3} {:>8.1}% {:>6.1}% {:>11}",
+            "{:>8} {:>7} {:>8} {:>5} {:>5} {:>8} {:>10.3} {:>9.3} {:>10.3} {:>8.1}% {:>6.1}% {:>11}",
             r.backend,
             r.mode,
             r.context,
             r.batch,
+            r.kv_dtype,
+            r.kv_bytes_per_token,
             r.decode_ms,
             r.decode_ms_mean,
             r.floor_ms,
@@ -225,16 +238,18 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::write(dir.join("bench.json"), serde_json::to_string_pretty(&rows)?)?;
         let mut csv = String::from(
-            "backend,shape,mode,context,batch,decode_ms,decode_ms_min,decode_ms_mean,weight_bytes,kv_bytes_read,floor_ms,kv_read_fraction,prefill_tokens,prefill_ms\n",
+            "backend,shape,mode,context,batch,kv_dtype,kv_bytes_per_token,decode_ms,decode_ms_min,decode_ms_mean,weight_bytes,kv_bytes_read,floor_ms,kv_read_fraction,prefill_tokens,prefill_ms\n",
         );
         for r in &rows {
             csv += &format!(
-                "{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{:.4},{:.4},{},{}\n",
+                "{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{:.4},{:.4},{},{}\n",
                 r.backend,
                 r.shape,
                 r.mode,
                 r.context,
                 r.batch,
+                r.kv_dtype,
+                r.kv_bytes_per_token,
                 r.decode_ms,
                 r.decode_ms_min,
                 r.decode_ms_mean,

@@ -189,6 +189,9 @@ pub struct SparseArgs {
     /// KV cache size: bytes (2GiB, 512MiB) or a fraction of device memory (0.5).
     #[arg(long)]
     pub kv_memory: Option<String>,
+    /// KV cache storage: auto | f32 | f16 | bf16 | int8 | fp8 (e4m3), docs/kv-cache.md.
+    #[arg(long)]
+    pub kv_dtype: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]

@@ -117,6 +117,9 @@ pub fn resolve_config(sparse: Option<OnOff>, a: &SparseArgs) -> Result<Config> {
     if a.kv_memory.is_some() {
         c.cache.kv_memory = a.kv_memory.clone();
     }
+    if let Some(d) = &a.kv_dtype {
+        c.cache.kv_dtype = d.clone();
+    }
     c.validate()?;
     Ok(c)
 }

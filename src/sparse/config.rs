@@ -14,7 +14,7 @@
 //! [cache]
 //! physical_page = 64
 //! logical_page = 16
-//! kv_dtype = "auto"         # auto (the backend's first choice) | f32 | f16 | bf16
+//! kv_dtype = "auto"         # auto (the backend's first choice) | f32 | f16 | bf16 | int8 | fp8 (e4m3)
 //! kv_memory = "2GiB"        # bytes or a fraction of device memory ("0.5"); default: what the request needs
 //! ```
 //! Unknown keys are errors (a typo must not silently fall back to a default).
@@ -140,7 +140,11 @@ impl Config {
             "f32" => DType::F32,
             "f16" => DType::F16,
             "bf16" => DType::BF16,
-            other => return Err(Error::Config(format!("kv_dtype `{other}`: expected auto, f32, f16 or bf16"))),
+            "int8" => DType::I8,
+            "fp8" => DType::F8E4M3,
+            other => {
+                return Err(Error::Config(format!("kv_dtype `{other}`: expected auto, f32, f16, bf16, int8 or fp8")));
+            }
         }))
     }
 
@@ -200,6 +204,17 @@ mod tests {
         assert!(c.validate().is_err());
         let c: Config = toml::from_str("[cache]\nphysical_page = 8\n").unwrap();
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn kv_dtypes() {
+        for (name, want) in [("int8", Some(DType::I8)), ("fp8", Some(DType::F8E4M3)), ("bf16", Some(DType::BF16))] {
+            let c: Config = toml::from_str(&format!("[cache]\nkv_dtype = \"{name}\"\n")).unwrap();
+            assert_eq!(c.kv_dtype().unwrap(), want);
+            assert_eq!(want.unwrap().kv_name(), name);
+        }
+        let c: Config = toml::from_str("[cache]\nkv_dtype = \"int4\"\n").unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("int8 or fp8"));
     }
 
     #[test]
