@@ -371,7 +371,10 @@ fn lserve_in(dir: &std::path::Path, args: &[&str]) -> Output {
 fn sparse_on_works_out_of_the_box() {
     let dir = tempfile::tempdir().unwrap();
     // The default model: the shipped pattern is found by model identity from any directory.
-    let out = lserve_in(dir.path(), &["generate", "--sparse", "on", "--prompt", "Hello", "--max-tokens", "4", "--device", "cpu"]);
+    let out = lserve_in(
+        dir.path(),
+        &["generate", "--sparse", "on", "--prompt", "Hello", "--max-tokens", "4", "--device", "cpu"],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("45 of 90 KV heads stream"), "the shipped pattern (ratio 0.5) was not used: {err}");
@@ -400,23 +403,25 @@ fn sparse_on_works_out_of_the_box() {
 #[test]
 fn sizes_numbers_and_limits_are_plain() {
     let m = model();
-    let gen = |extra: &[&str]| lserve(&[&["generate", "--model", &m, "-p", "hi", "--device", "cpu"][..], extra].concat());
-    let out = gen(&["--kv-memory", "1.5"]);
+    let run_gen =
+        |extra: &[&str]| lserve(&[&["generate", "--model", &m, "-p", "hi", "--device", "cpu"][..], extra].concat());
+    let out = run_gen(&["--kv-memory", "1.5"]);
     assert_fails(&out, "--kv-memory 1.5");
     assert_fails(&out, "must be whole");
-    assert_fails(&gen(&["--kv-memory", "1"]), "does not hold one page"); // one byte, not all of memory
-    assert_fails(&gen(&["--kv-memory", "-5"]), "--kv-memory -5: must not be negative");
-    assert_fails(&gen(&["--kv-memory", "150%"]), "at most 100%");
-    let out = gen(&["--kv-memory", "50%", "--max-tokens", "1"]);
+    assert_fails(&run_gen(&["--kv-memory", "1"]), "does not hold one page"); // one byte, not all of memory
+    assert_fails(&run_gen(&["--kv-memory", "-5"]), "--kv-memory -5: must not be negative");
+    assert_fails(&run_gen(&["--kv-memory", "150%"]), "at most 100%");
+    let out = run_gen(&["--kv-memory", "50%", "--max-tokens", "1"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_fails(&gen(&["--max-tokens", "0"]), "--max-tokens 0");
-    let out = gen(&["--max-tokens", "-5"]);
+    assert_fails(&run_gen(&["--max-tokens", "0"]), "--max-tokens 0");
+    let out = run_gen(&["--max-tokens", "-5"]);
     assert_eq!(out.status.code(), Some(2));
     assert_fails(&out, "must not be negative");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("unexpected argument"));
-    assert_fails(&gen(&["--top-k", "x"]), "must be a whole number");
-    assert_fails(&gen(&["--sparse", "on", "--token-budget", "0"]), "token_budget 0");
-    let serve = |extra: &[&str]| lserve(&[&["serve", "--model", &m, "--device", "cpu", "--port", "0"][..], extra].concat());
+    assert_fails(&run_gen(&["--top-k", "x"]), "must be a whole number");
+    assert_fails(&run_gen(&["--sparse", "on", "--token-budget", "0"]), "token_budget 0");
+    let serve =
+        |extra: &[&str]| lserve(&[&["serve", "--model", &m, "--device", "cpu", "--port", "0"][..], extra].concat());
     for (flag, v) in [("--max-body", "50%"), ("--swap-space", "lots"), ("--max-body", "-5"), ("--swap-space", "1.5")] {
         let out = serve(&[flag, v]);
         assert_fails(&out, &format!("{flag} {v}"));
@@ -457,7 +462,10 @@ fn hostile_model_files_are_clear_errors() {
     std::fs::write(&big, "word ".repeat(2_000_000)).unwrap();
     let b = big.to_str().unwrap();
     assert_fails(&lserve(&["generate", "--model", &model(), "--prompt-file", b]), "far more than the context");
-    assert_fails(&lserve(&["generate", "--model", &model(), "--chat", "--prompt-file", b]), "far more than the context");
+    assert_fails(
+        &lserve(&["generate", "--model", &model(), "--chat", "--prompt-file", b]),
+        "far more than the context",
+    );
 }
 
 /// The Vulkan loader's probing prints nothing on a headless machine (no XDG_RUNTIME_DIR).

@@ -86,8 +86,10 @@ fn start_with(
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     listener.set_nonblocking(true).unwrap();
-    let mut sopts =
-        ServerOptions { max_body_bytes: 64 << 10, ..ServerOptions::new(addr, api_key.map(str::to_string), max_inflight) };
+    let mut sopts = ServerOptions {
+        max_body_bytes: 64 << 10,
+        ..ServerOptions::new(addr, api_key.map(str::to_string), max_inflight)
+    };
     tweak(&mut sopts);
     let state = AppState::new(cmd_tx, info, metrics, sopts);
     let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -291,10 +293,20 @@ fn bad_input_gets_openai_errors_and_hurts_nobody() {
         ("/v1/completions", vec![b' '; 100 << 10], 413, None),
         ("/v1/nothing", b"{}".to_vec(), 404, None),
         // OpenAI's documented ranges, and wrong types, name the field.
-        ("/v1/completions", json!({"prompt": "x", "temperature": 1e9}).to_string().into_bytes(), 400, Some("temperature")),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "temperature": 1e9}).to_string().into_bytes(),
+            400,
+            Some("temperature"),
+        ),
         ("/v1/completions", json!({"prompt": "x", "top_p": 1.5}).to_string().into_bytes(), 400, Some("top_p")),
         ("/v1/completions", json!({"prompt": "x", "top_k": 1u64 << 40}).to_string().into_bytes(), 400, Some("top_k")),
-        ("/v1/completions", json!({"prompt": "x", "temperature": "hot"}).to_string().into_bytes(), 400, Some("temperature")),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "temperature": "hot"}).to_string().into_bytes(),
+            400,
+            Some("temperature"),
+        ),
         (
             "/v1/chat/completions",
             json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": "many"}).to_string().into_bytes(),

@@ -120,7 +120,8 @@ fn gguf_value() -> impl Strategy<Value = GgufValue> {
         prop_oneof![Just(1e300f64), Just(f64::NEG_INFINITY), any::<f64>()].prop_map(GgufValue::F64),
         "[a-z{}%<>|. ]{0,12}".prop_map(GgufValue::String),
         any::<bool>().prop_map(GgufValue::Bool),
-        proptest::collection::vec(any::<u8>(), 0..4).prop_map(|v| GgufValue::Array(v.into_iter().map(GgufValue::U8).collect())),
+        proptest::collection::vec(any::<u8>(), 0..4)
+            .prop_map(|v| GgufValue::Array(v.into_iter().map(GgufValue::U8).collect())),
     ]
 }
 
@@ -258,7 +259,6 @@ fn hostile_gguf_cases_are_errors() {
 
 // ---------------------------------------------------------------------------------------------
 // Hugging Face folders.
-
 
 /// A JSON value of any kind, with the extremes that broke parsers before.
 fn json_value() -> impl Strategy<Value = Value> {

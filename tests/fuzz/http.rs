@@ -71,8 +71,15 @@ fn json_value() -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::from),
         prop_oneof![Just(0i64), Just(1), Just(-1), Just(i64::MAX), Just(i64::MIN), any::<i64>()].prop_map(Value::from),
-        prop_oneof![Just(1e9f64), Just(2.0), Just(1e-9), Just(-0.5), Just(1e308), any::<f64>().prop_filter("finite", |x| x.is_finite())]
-            .prop_map(Value::from),
+        prop_oneof![
+            Just(1e9f64),
+            Just(2.0),
+            Just(1e-9),
+            Just(-0.5),
+            Just(1e308),
+            any::<f64>().prop_filter("finite", |x| x.is_finite())
+        ]
+        .prop_map(Value::from),
         "[a-z <>|\u{e9}]{0,10}".prop_map(Value::from),
     ];
     leaf.prop_recursive(3, 24, 4, |inner| {
@@ -175,7 +182,10 @@ fn exchange(req: Vec<u8>) -> Vec<u8> {
         let read = tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut out)).await;
         assert!(read.is_ok(), "no answer within 10 s to {:?}", String::from_utf8_lossy(&req));
         let joined = serve.await;
-        assert!(joined.as_ref().is_ok_and(|_| true) || joined.as_ref().is_err_and(|e| !e.is_panic()), "the connection task panicked");
+        assert!(
+            joined.as_ref().is_ok_and(|_| true) || joined.as_ref().is_err_and(|e| !e.is_panic()),
+            "the connection task panicked"
+        );
         out
     })
 }
@@ -201,7 +211,15 @@ fn responses(raw: &[u8]) -> Vec<(u16, bool, Vec<u8>)> {
 }
 
 fn request_line() -> impl Strategy<Value = String> {
-    let method = prop_oneof![Just("POST"), Just("GET"), Just("PUT"), Just("DELETE"), Just("OPTIONS"), Just("PO ST"), "[A-Z]{1,8}"];
+    let method = prop_oneof![
+        Just("POST"),
+        Just("GET"),
+        Just("PUT"),
+        Just("DELETE"),
+        Just("OPTIONS"),
+        Just("PO ST"),
+        "[A-Z]{1,8}"
+    ];
     let path = prop_oneof![
         Just("/v1/completions".to_string()),
         Just("/v1/chat/completions".to_string()),
@@ -244,7 +262,13 @@ fn http_body() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn raw_request() -> impl Strategy<Value = Vec<u8>> {
-    (request_line(), headers(), http_body(), any::<bool>(), proptest::collection::vec((any::<usize>(), any::<u8>()), 0..3))
+    (
+        request_line(),
+        headers(),
+        http_body(),
+        any::<bool>(),
+        proptest::collection::vec((any::<usize>(), any::<u8>()), 0..3),
+    )
         .prop_map(|(line, hs, body, with_len, flips)| {
             let mut r = format!("{line}\r\nHost: t\r\n");
             for h in hs {
@@ -301,7 +325,8 @@ fn method_not_allowed_and_timeouts_answer_json() {
     let out = RT.block_on(async {
         let (mut client, server) = tokio::io::duplex(1 << 16);
         tokio::spawn(lserve::server::connection(server, APP.clone(), Duration::from_secs(5)));
-        let head = "POST /v1/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer k\r\nContent-Length: 100\r\n\r\n{\"pro";
+        let head =
+            "POST /v1/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer k\r\nContent-Length: 100\r\n\r\n{\"pro";
         client.write_all(head.as_bytes()).await.unwrap();
         let mut buf = vec![0u8; 4096];
         let n = tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf)).await.unwrap().unwrap();
