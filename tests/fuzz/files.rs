@@ -230,7 +230,7 @@ fn hostile_gguf_cases_are_errors() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     expect_err(d, &with_meta("llama.block_count", GgufValue::U32((1 << 31) - 1)), "num_layers");
-    expect_err(d, &with_meta("llama.block_count", GgufValue::U32(3)), "blk.2");
+    expect_err(d, &with_meta("llama.block_count", GgufValue::U32(3)), "model.layers.2");
     expect_err(d, &with_meta("llama.embedding_length", GgufValue::U64(1 << 40)), "hidden_size");
     expect_err(d, &with_meta("llama.rope.freq_base", GgufValue::String("x".into())), "rope.freq_base");
     expect_err(d, &with_meta("llama.rope.freq_base", GgufValue::F64(1e40)), "rope.freq_base");
