@@ -121,6 +121,12 @@ pub struct TextTokenizer {
     max_token_bytes: usize,
 }
 
+/// Longest GGUF token string accepted (real vocabularies stay below a few hundred bytes).
+pub const MAX_TOKEN_BYTES: usize = 4096;
+/// SentencePiece merges are derived from every split of every piece (quadratic in its length);
+/// longer pieces are not split (none of a real vocabulary comes near).
+const MAX_SPLIT_PIECE: usize = 256;
+
 /// Largest tokenizer.json read (the biggest real ones are near 35 MB).
 pub const MAX_TOKENIZER_JSON: u64 = 512 << 20;
 
@@ -226,6 +232,9 @@ impl TextTokenizer {
     pub fn from_gguf(v: &GgufVocab) -> Result<Self, TokenizerError> {
         if v.tokens.is_empty() {
             return Err(TokenizerError("GGUF vocabulary has no tokens".into()));
+        }
+        if let Some((i, t)) = v.tokens.iter().enumerate().find(|(_, t)| t.len() > MAX_TOKEN_BYTES) {
+            return Err(TokenizerError(format!("GGUF token {i} is {} bytes long: a corrupt vocabulary?", t.len())));
         }
         let tokens = gguf_token_texts(&v.tokens);
         let mut warnings = Vec::new();
@@ -347,7 +356,7 @@ fn spm_merges(tokens: &[String], scores: &[f32]) -> Vec<(String, String)> {
     }
     // (left, right, score, left chars, right chars)
     let mut all: Vec<(&str, &str, f32, usize, usize)> = Vec::new();
-    for piece in order {
+    for piece in order.into_iter().filter(|p| p.len() <= MAX_SPLIT_PIECE) {
         let score = score_of.get(piece).copied().unwrap_or(0.0);
         let mut local: Vec<(u32, u32, &str, &str)> = Vec::new();
         for (pos, _) in piece.char_indices().skip(1) {

@@ -208,7 +208,7 @@ pub fn parse_size(s: &str, share: bool) -> std::result::Result<KvMemory, String>
         return Err(format!("a plain number counts bytes and must be whole; add a unit (e.g. {num}GiB){hint}"));
     }
     let bytes = v * mult;
-    if !(bytes >= 1.0) {
+    if bytes < 1.0 {
         return Err("must be at least 1 byte".into());
     }
     if bytes >= u64::MAX as f64 {
