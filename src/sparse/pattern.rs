@@ -140,7 +140,7 @@ const SHIPPED: &[Shipped] = &[Shipped {
 
 /// [`vocab_hash`] of the SmolLM2 tokenizer (49152 tokens; the same for SmolLM2-135M, its
 /// Instruct variant, and their GGUF conversions).
-pub const SMOLLM2_VOCAB_HASH: u64 = 0;
+pub const SMOLLM2_VOCAB_HASH: u64 = 0x3ff3_b2ef_50df_d8ca;
 
 /// The shipped pattern for the model `id` names, with the pattern's name.
 pub fn shipped_pattern(id: &ModelIdentity) -> Option<(&'static str, HeadPattern)> {

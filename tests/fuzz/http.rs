@@ -168,13 +168,14 @@ fn app() -> axum::Router {
 
 static RT: LazyLock<tokio::runtime::Runtime> =
     LazyLock::new(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap());
-static APP: LazyLock<axum::Router> = LazyLock::new(|| RT.block_on(async { app() }));
+static APP: LazyLock<axum::Router> = LazyLock::new(app);
 
 /// Send `req` on a fresh in-memory connection, close the write side, read what comes back.
 fn exchange(req: Vec<u8>) -> Vec<u8> {
+    let app = APP.clone();
     RT.block_on(async move {
         let (mut client, server) = tokio::io::duplex(1 << 16);
-        let conn = lserve::server::connection(server, APP.clone(), Duration::from_millis(500));
+        let conn = lserve::server::connection(server, app, Duration::from_millis(500));
         let serve = tokio::spawn(conn);
         let _ = client.write_all(&req).await;
         let _ = client.shutdown().await;
@@ -195,7 +196,8 @@ fn responses(raw: &[u8]) -> Vec<(u16, bool, Vec<u8>)> {
         let head = String::from_utf8_lossy(&rest[..end]).to_ascii_lowercase();
         let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
         let json = head.contains("content-type: application/json");
-        let len = head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok());
+        let len: Option<usize> =
+            head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok());
         let body_start = end + 4;
         let (body, next) = match len {
             Some(n) if body_start + n <= rest.len() => (rest[body_start..body_start + n].to_vec(), body_start + n),
@@ -209,13 +211,8 @@ fn responses(raw: &[u8]) -> Vec<(u16, bool, Vec<u8>)> {
 
 fn request_line() -> impl Strategy<Value = String> {
     let method = prop_oneof![
-        Just("POST"),
-        Just("GET"),
-        Just("PUT"),
-        Just("DELETE"),
-        Just("OPTIONS"),
-        Just("PO ST"),
-        "[A-Z]{1,8}"
+        proptest::sample::select(&["POST", "GET", "PUT", "DELETE", "OPTIONS", "PO ST"][..]).prop_map(String::from),
+        "[A-Z]{1,8}",
     ];
     let path = prop_oneof![
         Just("/v1/completions".to_string()),
@@ -319,9 +316,10 @@ fn method_not_allowed_and_timeouts_answer_json() {
     assert_eq!(v["error"]["code"], "method_not_allowed");
     // A body that never finishes: 408 within the body timeout (500 ms here).
     let t0 = std::time::Instant::now();
+    let app = APP.clone();
     let out = RT.block_on(async {
         let (mut client, server) = tokio::io::duplex(1 << 16);
-        tokio::spawn(lserve::server::connection(server, APP.clone(), Duration::from_secs(5)));
+        tokio::spawn(lserve::server::connection(server, app, Duration::from_secs(5)));
         let head =
             "POST /v1/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer k\r\nContent-Length: 100\r\n\r\n{\"pro";
         client.write_all(head.as_bytes()).await.unwrap();
@@ -335,9 +333,10 @@ fn method_not_allowed_and_timeouts_answer_json() {
     assert!(t0.elapsed() < Duration::from_secs(4));
     // Half a header: the connection is closed after the header timeout (500 ms here).
     let t0 = std::time::Instant::now();
+    let app = APP.clone();
     RT.block_on(async {
         let (mut client, server) = tokio::io::duplex(1 << 16);
-        let conn = tokio::spawn(lserve::server::connection(server, APP.clone(), Duration::from_millis(500)));
+        let conn = tokio::spawn(lserve::server::connection(server, app, Duration::from_millis(500)));
         client.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nX-Half: ").await.unwrap();
         let mut buf = Vec::new();
         let r = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut buf)).await;
