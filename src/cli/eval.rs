@@ -12,7 +12,7 @@ use lserve::loader::LoadedModel;
 use lserve::model::llama::Llama;
 use lserve::sparse::Config;
 
-use super::run::{load_weights, on_device, open_model, parse_device, parse_dtype, resolve_config};
+use super::run::{load_weights, on_device, open_model, parse_device, parse_dtype, resolve_config, resolve_pattern};
 use super::{BenchArgs, CalibrateArgs, NiahArgs, NiahMode, OnOff};
 
 pub fn calibrate(a: CalibrateArgs) -> Result<()> {
@@ -62,7 +62,8 @@ pub fn niah(a: NiahArgs) -> Result<()> {
         NiahMode::Off => vec![OnOff::Off],
         NiahMode::Both => vec![OnOff::Off, OnOff::On],
     };
-    let configs = modes.iter().map(|&mode| resolve_config(Some(mode), &a.tuning)).collect::<Result<Vec<_>>>()?;
+    let mut configs = modes.iter().map(|&mode| resolve_config(Some(mode), &a.tuning)).collect::<Result<Vec<_>>>()?;
+    configs.iter_mut().for_each(|c| resolve_pattern(c, &m));
     std::fs::create_dir_all(&a.out_dir).with_context(|| format!("creating {}", a.out_dir.display()))?;
     let max_len = *lengths.iter().max().unwrap_or(&1) + ANSWER_TOKENS;
     let grid = Grid { lengths, depths, modes, configs, max_len };

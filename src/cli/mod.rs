@@ -8,7 +8,7 @@ mod serve;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
 #[command(name = "lserve", version, about = "Long-context LLM inference with unified sparse attention")]
@@ -186,7 +186,8 @@ pub struct SparseArgs {
     /// Tokens per logical page (selection unit; divides the physical page).
     #[arg(long)]
     pub logical_page: Option<usize>,
-    /// KV cache size: bytes (2GiB, 512MiB) or a fraction of device memory (0.5).
+    /// KV cache size: a size with a unit (2GiB, 512MiB, 1.5GB; a plain number is bytes) or a
+    /// share of device memory (50%).
     #[arg(long)]
     pub kv_memory: Option<String>,
     /// KV cache storage: auto | f32 | f16 | bf16 | int8 | fp8 (e4m3), docs/kv-cache.md.
@@ -221,6 +222,7 @@ pub struct GenerateArgs {
     /// System message for --chat (otherwise the template's default, if it has one).
     #[arg(long, requires = "chat")]
     pub system: Option<String>,
+    /// Tokens to generate at most (1 or more).
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
     /// 0 = greedy.
@@ -282,12 +284,22 @@ pub struct ServeArgs {
     /// What preemption does with a sequence's KV when pages run out.
     #[arg(long, value_enum, default_value = "swap")]
     pub preempt: Preempt,
-    /// Host memory for swapped-out KV (bytes, e.g. 4GiB); a full tier falls back to recompute.
+    /// Host memory for swapped-out KV (a size: 4GiB, 512MiB; a plain number is bytes); a full tier
+    /// falls back to recompute.
     #[arg(long, default_value = "4GiB")]
     pub swap_space: String,
-    /// Largest request body accepted (bytes, e.g. 4MiB).
+    /// Largest request body accepted (a size: 4MiB, 64KiB; a plain number is bytes).
     #[arg(long, default_value = "4MiB")]
     pub max_body: String,
+    /// Seconds a client has to send a request's line and headers before the connection closes.
+    #[arg(long, default_value_t = 30)]
+    pub header_timeout: u64,
+    /// Seconds a client has to send a request's body (408 after that).
+    #[arg(long, default_value_t = 60)]
+    pub body_timeout: u64,
+    /// Open connections at most; more wait (in the listen backlog) until one closes.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
 }
 
 #[derive(Args)]
@@ -320,7 +332,9 @@ pub struct ScoreArgs {
 pub fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_env("LSERVE_LOG").unwrap_or_else(|_| "warn".into());
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-    let cli = Cli::parse();
+    lserve::backend::probe::quiet_vulkan_env();
+    let matches = plain_numbers(Cli::command()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.cmd {
         Cmd::Generate(a) => run::generate(a),
         Cmd::Score(a) => run::score(a),
@@ -339,4 +353,42 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Every flag that takes a value accepts a leading `-` (so `--max-tokens -5` reaches its parser
+/// instead of being read as an unknown flag `-5`), and whole-number flags say plainly what they
+/// want: "must be a whole number, 0 or more" rather than "invalid digit found in string".
+fn plain_numbers(cmd: clap::Command) -> clap::Command {
+    use std::any::TypeId;
+    cmd.mut_args(|a| {
+        if !a.get_action().takes_values() {
+            return a;
+        }
+        let a = a.allow_negative_numbers(true);
+        let t = a.get_value_parser().type_id();
+        if t == TypeId::of::<usize>() {
+            a.value_parser(whole::<usize>)
+        } else if t == TypeId::of::<u64>() {
+            a.value_parser(whole::<u64>)
+        } else if t == TypeId::of::<u16>() {
+            a.value_parser(whole::<u16>)
+        } else {
+            a
+        }
+    })
+    .mut_subcommands(plain_numbers)
+}
+
+fn whole<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    let t = s.trim();
+    if t.starts_with('-') && t.len() > 1 {
+        return Err("must not be negative".into());
+    }
+    t.parse::<T>().map_err(|_| {
+        if t.bytes().all(|b| b.is_ascii_digit()) && !t.is_empty() {
+            "too large".to_string()
+        } else {
+            "must be a whole number (0, 1, 2, ...)".to_string()
+        }
+    })
 }

@@ -37,10 +37,16 @@ pub fn head_layout(cfg: &ModelConfig, c: &Config) -> Result<HeadLayout> {
     if !s.enabled || s.streaming_ratio == 0.0 {
         return Ok(HeadLayout::all_retrieval(cfg.num_layers, cfg.num_kv_heads));
     }
-    let path = s.head_pattern.as_ref().ok_or_else(|| {
-        Error::Config("a streaming ratio above 0 needs a head pattern: run `lserve calibrate --out FILE` and pass --head-pattern FILE".into())
-    })?;
-    HeadPattern::load(path)?.layout(cfg.num_layers, cfg.num_kv_heads, s.streaming_ratio, &s.dense_layers)
+    let pattern = match (&s.head_pattern, &s.pattern) {
+        (Some(path), _) => HeadPattern::load(path)?,
+        (None, Some(p)) => p.clone(),
+        (None, None) => {
+            return Err(Error::Config(
+                "a streaming ratio above 0 needs a head pattern: run `lserve calibrate --out FILE` and pass --head-pattern FILE (or --streaming-ratio 0)".into(),
+            ));
+        }
+    };
+    pattern.layout(cfg.num_layers, cfg.num_kv_heads, s.streaming_ratio, &s.dense_layers)
 }
 
 pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) -> Result<Engine<B>> {

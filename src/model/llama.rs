@@ -102,8 +102,8 @@ pub enum Logits {
 
 fn take<S: WeightSource + ?Sized>(src: &S, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
     let (data, got) = src.get(name)?.ok_or_else(|| Error::Format(format!("weight `{name}` is missing")))?;
-    let want: usize = shape.iter().product();
-    if data.len() != want || got.iter().product::<usize>() != want {
+    // The exact shape, not just the element count: a transposed weight must not load.
+    if got != shape || data.len() != shape.iter().product::<usize>() {
         return Err(Error::Format(format!("weight `{name}` has shape {got:?}, expected {shape:?}")));
     }
     Ok(data)

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod naive;
+pub mod tiny;
 
 use std::path::{Path, PathBuf};
 
