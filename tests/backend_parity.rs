@@ -7,6 +7,8 @@
 //! cuda: runs on CUDA device 0; skipped without one unless LSERVE_REQUIRE_CUDA=1 (scripts/gpu_run.sh).
 
 mod common;
+#[path = "parity/gemma_ops.rs"]
+mod gemma_ops;
 #[path = "parity/sample.rs"]
 mod sample;
 
@@ -14,6 +16,7 @@ use common::naive::Rng;
 use lserve::backend::cpu::CpuBackend;
 use lserve::backend::*;
 use lserve::kv::{CacheShape, HeadLayout, KvCache, SeqPages};
+pub use gemma_ops::test_gemma_ops;
 pub use sample::test_sample;
 
 /// Max |a-b| allowed relative to max(1, |b|) per comparison kind.
@@ -626,6 +629,11 @@ macro_rules! parity_tests {
             fn lambda_mass() {
                 let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_lambda_mass(&b));
+            }
+            #[test]
+            fn gemma_ops() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+                backend().map(|b| super::test_gemma_ops(&b));
             }
             #[test]
             fn fill_random() {

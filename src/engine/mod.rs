@@ -223,7 +223,15 @@ impl<B: Backend> Engine<B> {
         let len = seq.len as u64;
         let lambda = len.min((self.attn.sink + self.attn.local) as u64);
         let ps = s.page_size as u64;
+        let gemma = self.model.cfg.gemma.as_ref();
         for l in 0..s.num_layers {
+            // Gemma 3's local layers read their window, sparse or dense alike.
+            if let Some(g) = gemma.filter(|g| g.is_local(l)) {
+                let w = len.min(g.sliding_window as u64) * s.n_kv_heads as u64;
+                reads.read += w;
+                reads.dense += w;
+                continue;
+            }
             let retrieval = match seq.sel_tail {
                 Some(tail) if !self.attn.dense_layer[l] => {
                     let selected = (self.attn.k_pages as u64).min(tail as u64);
