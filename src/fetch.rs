@@ -139,3 +139,21 @@ fn fetch(a: &Alias, dest: &Path) -> Result<()> {
     eprintln!("lserve: cached {}", dest.display());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alias_files() {
+        let g = alias_path("gemma3-270m").unwrap();
+        assert!(g.ends_with("models/gemma3-270m/gemma-3-270m-q4_k_m.gguf"), "{}", g.display());
+        let s = alias_path("smollm2-135m").unwrap();
+        assert!(s.ends_with("models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"), "{}", s.display());
+        assert!(alias_path("nope").is_none());
+        // The parts join in order: part00..part03, one per pinned package.
+        let a = ALIASES.iter().find(|a| a.name == "gemma3-270m").unwrap();
+        assert_eq!(a.packages.len(), a.members.len());
+        assert!(a.members.iter().enumerate().all(|(i, m)| m.ends_with(&format!(".part{i:02}"))));
+    }
+}
