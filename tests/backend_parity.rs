@@ -13,10 +13,10 @@ mod gemma_ops;
 mod sample;
 
 use common::naive::Rng;
+pub use gemma_ops::test_gemma_ops;
 use lserve::backend::cpu::CpuBackend;
 use lserve::backend::*;
 use lserve::kv::{CacheShape, HeadLayout, KvCache, SeqPages};
-pub use gemma_ops::test_gemma_ops;
 pub use sample::test_sample;
 
 /// Max |a-b| allowed relative to max(1, |b|) per comparison kind.

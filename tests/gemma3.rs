@@ -181,7 +181,9 @@ fn tiny_gemma(seed: u64) -> (lserve::model::config::ModelConfig, lserve::loader:
         ] {
             put(&p(n), &shape, 1.0 / (shape[1] as f64).sqrt());
         }
-        for n in ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"] {
+        for n in
+            ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"]
+        {
             put(&p(&format!("{n}.weight")), &[h], 0.3);
         }
         put(&p("self_attn.q_norm.weight"), &[hd], 0.3);

@@ -19,8 +19,19 @@ use super::{AccuracyArgs, RecallArgs};
 /// The default ppl corpus: Debian's license texts (natural English prose, ~50K tokens), in this
 /// order; files that are missing are skipped.
 const CORPUS: &[&str] = &[
-    "GPL-3", "GPL-2", "LGPL-2.1", "GFDL-1.3", "MPL-2.0", "Apache-2.0", "Artistic", "CC0-1.0", "LGPL-3", "MPL-1.1",
-    "GFDL-1.2", "GPL-1", "LGPL-2",
+    "GPL-3",
+    "GPL-2",
+    "LGPL-2.1",
+    "GFDL-1.3",
+    "MPL-2.0",
+    "Apache-2.0",
+    "Artistic",
+    "CC0-1.0",
+    "LGPL-3",
+    "MPL-1.1",
+    "GFDL-1.2",
+    "GPL-1",
+    "LGPL-2",
 ];
 
 fn corpus_text(files: &[PathBuf]) -> Result<String> {
@@ -78,11 +89,18 @@ pub fn accuracy(a: AccuracyArgs) -> Result<()> {
         prefill_chunk: a.prefill_chunk.max(16),
     };
     std::fs::create_dir_all(&a.out_dir).with_context(|| format!("creating {}", a.out_dir.display()))?;
-    eprintln!("{} variants x {} lengths x {} tasks x {} samples", o.variants.len(), o.lengths.len(), o.tasks.len(), o.samples);
+    eprintln!(
+        "{} variants x {} lengths x {} tasks x {} samples",
+        o.variants.len(),
+        o.lengths.len(),
+        o.tasks.len(),
+        o.samples
+    );
     let rows = on_device!(device, be => suite_on(be, &m, dtype, &corpus, &o))?;
     let json = serde_json::json!({"model": m.path.display().to_string(), "seed": a.seed, "rows": rows});
     let jpath = a.out_dir.join("accuracy.json");
-    std::fs::write(&jpath, serde_json::to_string_pretty(&json)?).with_context(|| format!("writing {}", jpath.display()))?;
+    std::fs::write(&jpath, serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("writing {}", jpath.display()))?;
     let table = table_markdown(&rows);
     std::fs::write(a.out_dir.join("accuracy.md"), &table)?;
     let charts = draw_charts(&a.out_dir, &rows)?;
@@ -130,11 +148,28 @@ pub fn recall(a: RecallArgs) -> Result<()> {
     let rows = on_device!(device, be => recall_on(be, &m, dtype, &corpus, &a, &lengths, &pages, &budgets))?;
     let mut out = std::io::stdout().lock();
     let names: Vec<&str> = Rank::ALL.iter().map(|r| r.name()).collect();
-    writeln!(out, "{:>6} {:>6} {:>7} {:>5} {:>7} {} {:>7}", "length", "budget", "pages", "layer", "samples", names.iter().map(|n| format!("{n:>9}")).collect::<String>(), "oracle")?;
+    writeln!(
+        out,
+        "{:>6} {:>6} {:>7} {:>5} {:>7} {} {:>7}",
+        "length",
+        "budget",
+        "pages",
+        "layer",
+        "samples",
+        names.iter().map(|n| format!("{n:>9}")).collect::<String>(),
+        "oracle"
+    )?;
     for (len, budget, (p, l), layers) in &rows {
         for r in layers {
             let cells: String = r.recall.iter().map(|x| format!("{x:>9.4}")).collect();
-            writeln!(out, "{len:>6} {budget:>6} {:>7} {:>5} {:>7} {cells} {:>7.4}", format!("{p}/{l}"), r.layer, r.samples, r.oracle)?;
+            writeln!(
+                out,
+                "{len:>6} {budget:>6} {:>7} {:>5} {:>7} {cells} {:>7.4}",
+                format!("{p}/{l}"),
+                r.layer,
+                r.samples,
+                r.oracle
+            )?;
         }
     }
     if let Some(path) = &a.out {
@@ -142,7 +177,8 @@ pub fn recall(a: RecallArgs) -> Result<()> {
             .iter()
             .map(|(len, b, (p, l), layers)| serde_json::json!({"length": len, "budget": b, "pages": format!("{p}/{l}"), "layers": layers}))
             .collect();
-        std::fs::write(path, serde_json::to_string_pretty(&json)?).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
         writeln!(out, "wrote {}", path.display())?;
     }
     Ok(())

@@ -259,6 +259,9 @@ pub struct SparseArgs {
     /// KV cache size: bytes (2GiB, 512MiB) or a fraction of device memory (0.5).
     #[arg(long)]
     pub kv_memory: Option<String>,
+    /// Always select each retrieval head's first page (the attention sink).
+    #[arg(long, value_enum)]
+    pub pin_sink_page: Option<OnOff>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]

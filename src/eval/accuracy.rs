@@ -69,7 +69,9 @@ impl Variant {
     pub fn label(&self) -> String {
         match self.budget {
             None => "dense".into(),
-            Some(b) => format!("b{} s{} p{}/{}", b.label(), self.streaming_ratio, self.physical_page, self.logical_page),
+            Some(b) => {
+                format!("b{} s{} p{}/{}", b.label(), self.streaming_ratio, self.physical_page, self.logical_page)
+            }
         }
     }
 
@@ -94,12 +96,8 @@ impl Variant {
 
 /// The cross product budgets x ratios x pages, after one dense variant.
 pub fn grid(budgets: &[Budget], ratios: &[f32], pages: &[(usize, usize)], dense_pages: (usize, usize)) -> Vec<Variant> {
-    let mut v = vec![Variant {
-        budget: None,
-        streaming_ratio: 0.0,
-        physical_page: dense_pages.0,
-        logical_page: dense_pages.1,
-    }];
+    let mut v =
+        vec![Variant { budget: None, streaming_ratio: 0.0, physical_page: dense_pages.0, logical_page: dense_pages.1 }];
     for &b in budgets {
         for &r in ratios {
             for &(p, l) in pages {

@@ -31,16 +31,22 @@ pub enum Rank {
     HeadNorm,
     /// LSE per page, normalized per head, summed over heads.
     LseNorm,
+    /// [`Rank::Max`] with the first page (the attention sink) always kept.
+    MaxSink,
+    /// [`Rank::HeadNorm`] with the first page always kept.
+    HeadNormSink,
 }
 
 impl Rank {
-    pub const ALL: [Rank; 4] = [Rank::Max, Rank::Lse, Rank::HeadNorm, Rank::LseNorm];
+    pub const ALL: [Rank; 6] = [Rank::Max, Rank::Lse, Rank::HeadNorm, Rank::LseNorm, Rank::MaxSink, Rank::HeadNormSink];
     pub fn name(self) -> &'static str {
         match self {
             Rank::Max => "max",
             Rank::Lse => "lse",
             Rank::HeadNorm => "head_norm",
             Rank::LseNorm => "lse_norm",
+            Rank::MaxSink => "max+sink",
+            Rank::HeadNormSink => "hnorm+sink",
         }
     }
 }
@@ -108,11 +114,7 @@ impl HeadView<'_> {
         }
         self.q
             .chunks_exact(hd)
-            .map(|q| {
-                mm.iter()
-                    .map(|(lo, hi)| (0..hd).map(|c| (q[c] * hi[c]).max(q[c] * lo[c]) as f64).sum())
-                    .collect()
-            })
+            .map(|q| mm.iter().map(|(lo, hi)| (0..hd).map(|c| (q[c] * hi[c]).max(q[c] * lo[c]) as f64).sum()).collect())
             .collect()
     }
 
@@ -150,14 +152,23 @@ impl HeadView<'_> {
             (0..n).map(|p| h.iter().map(|r| r[p]).fold(f64::NEG_INFINITY, f64::max)).collect()
         };
         let combine_norm = |h: Vec<Vec<f64>>, mult: f64| -> Vec<f64> {
-            let normed: Vec<Vec<f64>> = h.iter().map(|r| softmax(&r.iter().map(|x| x * mult).collect::<Vec<_>>())).collect();
+            let normed: Vec<Vec<f64>> =
+                h.iter().map(|r| softmax(&r.iter().map(|x| x * mult).collect::<Vec<_>>())).collect();
             (0..n).map(|p| normed.iter().map(|r| r[p]).sum()).collect()
+        };
+        let pin = |mut v: Vec<f64>| {
+            if let Some(x) = v.first_mut() {
+                *x = f64::INFINITY;
+            }
+            v
         };
         match rank {
             Rank::Max => combine_max(per_head(&max)),
             Rank::Lse => combine_max(per_head(&lsef)),
             Rank::HeadNorm => combine_norm(per_head(&max), s),
             Rank::LseNorm => combine_norm(per_head(&lsef), 1.0),
+            Rank::MaxSink => pin(combine_max(per_head(&max))),
+            Rank::HeadNormSink => pin(combine_norm(per_head(&max), s)),
         }
     }
 
@@ -294,12 +305,13 @@ pub fn measure<B: Backend>(e: &mut Engine<B>, ids: &[u32], steps: usize, every: 
             };
             let layout = s.layout.clone();
             let mut failed = Ok(());
-            let mut hook = |be: &B, layer: usize, q: &B::Buffer, kv: LayerKv<'_, B>, meta: &PagedMeta<'_, B>| -> Result<()> {
-                if failed.is_ok() {
-                    failed = probe.observe(be, layer, q, &kv, meta, shape, layout.n_ret(layer));
-                }
-                Ok(())
-            };
+            let mut hook =
+                |be: &B, layer: usize, q: &B::Buffer, kv: LayerKv<'_, B>, meta: &PagedMeta<'_, B>| -> Result<()> {
+                    if failed.is_ok() {
+                        failed = probe.observe(be, layer, q, &kv, meta, shape, layout.n_ret(layer));
+                    }
+                    Ok(())
+                };
             e.step(&mut seq, &ids[p - 1..p], Logits::None, Some(&mut hook))?;
             failed?;
         }

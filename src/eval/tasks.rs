@@ -50,7 +50,9 @@ impl Task {
         s.split(',')
             .map(|t| {
                 Task::ALL.into_iter().find(|k| k.name() == t.trim()).ok_or_else(|| {
-                    Error::InvalidArgument(format!("--tasks: unknown task `{t}` (ppl, niah, niah_multikey, vt, cwe, all)"))
+                    Error::InvalidArgument(format!(
+                        "--tasks: unknown task `{t}` (ppl, niah, niah_multikey, vt, cwe, all)"
+                    ))
                 })
             })
             .collect()
@@ -125,17 +127,28 @@ fn assemble(
 }
 
 const KEYS: &[&str] = &[
-    "amber-falcon", "silver-otter", "quiet-meadow", "copper-kettle", "northern-lantern", "velvet-harbor",
-    "crimson-orchard", "hollow-reed", "granite-sparrow", "misty-bridge", "golden-anchor", "rusty-compass",
+    "amber-falcon",
+    "silver-otter",
+    "quiet-meadow",
+    "copper-kettle",
+    "northern-lantern",
+    "velvet-harbor",
+    "crimson-orchard",
+    "hollow-reed",
+    "granite-sparrow",
+    "misty-bridge",
+    "golden-anchor",
+    "rusty-compass",
 ];
 const VARS: &[&str] = &["QXJ", "MRV", "TZK", "BWL", "HNP", "DCF", "YGS", "LKE", "PVA", "ZOU", "FEQ", "WIT"];
 const WORDS: &[&str] = &[
-    "apple", "river", "candle", "mirror", "pepper", "ladder", "cotton", "violin", "garden", "helmet", "marble", "pencil",
-    "rocket", "saddle", "tunnel", "wallet", "basket", "carpet", "donkey", "engine", "forest", "guitar", "hammer",
-    "island", "jacket", "kitten", "lemon", "magnet", "needle", "orange", "parrot", "quilt", "rabbit", "silver",
-    "tomato", "umbrella", "valley", "window", "yogurt", "zipper", "anchor", "button", "castle", "dragon", "feather",
-    "glove", "harbor", "icicle", "jungle", "kettle", "lantern", "meadow", "napkin", "oyster", "pillow", "quarry",
-    "ribbon", "shovel", "teapot", "velvet", "walnut", "barrel", "cactus", "dolphin", "falcon", "goblet", "hazel",
+    "apple", "river", "candle", "mirror", "pepper", "ladder", "cotton", "violin", "garden", "helmet", "marble",
+    "pencil", "rocket", "saddle", "tunnel", "wallet", "basket", "carpet", "donkey", "engine", "forest", "guitar",
+    "hammer", "island", "jacket", "kitten", "lemon", "magnet", "needle", "orange", "parrot", "quilt", "rabbit",
+    "silver", "tomato", "umbrella", "valley", "window", "yogurt", "zipper", "anchor", "button", "castle", "dragon",
+    "feather", "glove", "harbor", "icicle", "jungle", "kettle", "lantern", "meadow", "napkin", "oyster", "pillow",
+    "quarry", "ribbon", "shovel", "teapot", "velvet", "walnut", "barrel", "cactus", "dolphin", "falcon", "goblet",
+    "hazel",
 ];
 
 fn number(rng: &mut TextRng) -> String {
@@ -187,7 +200,10 @@ pub fn make_sample(tok: &TextTokenizer, task: Task, length: usize, index: usize,
             }
             let mut inserts = vec![(0.05, format!("VAR {} = {n}.", names[0]))];
             for i in 1..names.len() {
-                inserts.push((0.05 + 0.9 * i as f64 / names.len() as f64, format!("VAR {} = VAR {}.", names[i], names[i - 1])));
+                inserts.push((
+                    0.05 + 0.9 * i as f64 / names.len() as f64,
+                    format!("VAR {} = VAR {}.", names[i], names[i - 1]),
+                ));
             }
             let tail = format!(
                 "\n\nQuestion: Find all variables that are assigned the value {n} in the text above.\nAnswer: The variables assigned the value {n} are:"
@@ -215,7 +231,8 @@ fn cwe_sample(tok: &TextTokenizer, rng: &mut TextRng, length: usize) -> Result<S
     if entries < 30 {
         return Err(Error::InvalidArgument(format!("length {length} is too short for cwe")));
     }
-    let mut list: Vec<&str> = (0..entries).map(|i| if i % 3 == 0 { common[(i / 3) % 5] } else { rng.pick(&rare) }).collect();
+    let mut list: Vec<&str> =
+        (0..entries).map(|i| if i % 3 == 0 { common[(i / 3) % 5] } else { rng.pick(&rare) }).collect();
     for i in (1..list.len()).rev() {
         list.swap(i, rng.below(i + 1));
     }

@@ -134,10 +134,8 @@ impl ModelConfig {
         let rope_params = v.get("rope_parameters").map(|r| r.get("full_attention").unwrap_or(r));
         let scaling = v.get("rope_scaling").filter(|s| !s.is_null()).or(rope_params);
         let rope_scaling = RopeScaling::from_hf_json(scaling, max_pos).map_err(Error::Config)?;
-        let theta = v["rope_theta"]
-            .as_f64()
-            .or_else(|| rope_params.and_then(|r| r["rope_theta"].as_f64()))
-            .unwrap_or(10000.0);
+        let theta =
+            v["rope_theta"].as_f64().or_else(|| rope_params.and_then(|r| r["rope_theta"].as_f64())).unwrap_or(10000.0);
         let sliding = v["sliding_window"].as_u64().map(|x| x as usize);
         let use_sliding = v["use_sliding_window"].as_bool().unwrap_or(arch == "mistral");
         let gemma = (arch == "gemma3").then(|| gemma_from_hf(v)).transpose()?;
@@ -248,7 +246,8 @@ fn hf_arch(model_type: &str, archs: &[&str]) -> Result<String> {
 /// Gemma 3 fields of a `config.json` (text model; a multimodal `Gemma3ForConditionalGeneration`
 /// is refused by the architecture check before this runs).
 fn gemma_from_hf(v: &Value) -> Result<GemmaParams> {
-    let window = v["sliding_window"].as_u64().ok_or_else(|| Error::Config("config.json lacks `sliding_window`".into()))?;
+    let window =
+        v["sliding_window"].as_u64().ok_or_else(|| Error::Config("config.json lacks `sliding_window`".into()))?;
     let every = match v["layer_types"].as_array() {
         Some(types) => {
             let global: Vec<bool> = types.iter().map(|t| t.as_str() == Some("full_attention")).collect();
@@ -336,7 +335,10 @@ mod gemma_tests {
         let c = ModelConfig::from_hf_json(&gemma_json(json!({}))).unwrap();
         assert_eq!((c.arch.as_str(), c.tie_word_embeddings, c.sliding_window), ("gemma3", true, None));
         let g = c.gemma.unwrap();
-        assert_eq!((g.sliding_window, g.global_every, g.local_rope_theta, g.query_pre_attn_scalar), (512, 6, 1e4, 256.0));
+        assert_eq!(
+            (g.sliding_window, g.global_every, g.local_rope_theta, g.query_pre_attn_scalar),
+            (512, 6, 1e4, 256.0)
+        );
         assert_eq!((0..18).filter(|&l| !g.is_local(l)).collect::<Vec<_>>(), [5, 11, 17]);
         assert_eq!((c.rope_theta, c.eos_token_ids), (1e6, vec![1, 106]));
     }

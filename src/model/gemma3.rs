@@ -217,7 +217,8 @@ impl<B: Backend> Gemma3<B> {
             }
             be.matmul(&mm(n, c.qkv_dim(), h), &xn, &l.w_qkv, None, &mut qkv)?;
             be.head_rmsnorm(&qk, &mut qkv, &l.qk_norm)?;
-            let (scaling, inv) = if l.local { (fl.attention_scaling, &inv_local) } else { (fg.attention_scaling, &m.inv_freq) };
+            let (scaling, inv) =
+                if l.local { (fl.attention_scaling, &inv_local) } else { (fg.attention_scaling, &m.inv_freq) };
             let rmeta = RopeAppendMeta { inv_freq: inv, ..m.rope_meta() };
             let rp = m.rope_params(cache, i, scaling);
             be.rope_append_kv(&rp, &qkv, &rmeta, &mut q, cache.layers[i].view_mut())?;
@@ -230,8 +231,12 @@ impl<B: Backend> Gemma3<B> {
                     be.page_select(&sp, &q, kv, &paged, &m.seq_slot, &m.select_mask, out)?;
                 }
                 let tail = if attn.dense_layer[i] { &m.zeros } else { &m.tail_start };
-                let hp =
-                    HeadPages { selected: &store.selected, counts: &store.counts, seq_slot: &m.seq_slot, tail_start: tail };
+                let hp = HeadPages {
+                    selected: &store.selected,
+                    counts: &store.counts,
+                    seq_slot: &m.seq_slot,
+                    tail_start: tail,
+                };
                 be.sparse_decode_attention(&ap, &q, store.view(), &paged, &hp, &mut attn_out)?;
             } else {
                 be.prefill_attention(&ap, &q, &m.q_indptr, store.view(), &paged, &mut attn_out)?;
@@ -243,7 +248,11 @@ impl<B: Backend> Gemma3<B> {
             be.rmsnorm(&norm, &o, &l.post_attn_norm, &mut o2)?;
             be.add_rmsnorm(&norm, &mut x, &o2, &l.pre_ffn_norm, &mut xn)?;
             be.matmul(&mm(n, 2 * ffn, h), &xn, &l.w_gate_up, None, &mut gu)?;
-            be.gelu_tanh_mul(&GeluTanhMulParams { rows: n as u32, dim: ffn as u32, ..Default::default() }, &gu, &mut act)?;
+            be.gelu_tanh_mul(
+                &GeluTanhMulParams { rows: n as u32, dim: ffn as u32, ..Default::default() },
+                &gu,
+                &mut act,
+            )?;
             be.matmul(&mm(n, h, ffn), &act, &l.w_down, None, &mut o)?;
             be.rmsnorm(&norm, &o, &l.post_ffn_norm, &mut o2)?;
         }

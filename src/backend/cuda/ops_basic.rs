@@ -62,7 +62,12 @@ pub fn silu_mul(be: &CudaBackend, p: &SiluMulParams, gate_up: &CudaBuffer, out: 
     be.gpu().launch("silu_mul", "silu_mul", Launch::elems(n), p, &[gate_up.ptr(), out.ptr()], &[])
 }
 
-pub fn gelu_tanh_mul(be: &CudaBackend, p: &GeluTanhMulParams, gate_up: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
+pub fn gelu_tanh_mul(
+    be: &CudaBackend,
+    p: &GeluTanhMulParams,
+    gate_up: &CudaBuffer,
+    out: &mut CudaBuffer,
+) -> Result<()> {
     let n = u(p.rows) * u(p.dim);
     need(gate_up, DType::F32, 2 * n, "gelu_tanh_mul gate_up")?;
     need(out, DType::F32, n, "gelu_tanh_mul out")?;

@@ -84,7 +84,12 @@ pub fn silu_mul(be: &WgpuBackend, p: &SiluMulParams, gate_up: &WgpuBuffer, out: 
     be.gpu().dispatch("silu_mul", None, bytes_of(p), &[Bind(&gate_up.buf), Bind(&out.buf)], grid(be, r * d))
 }
 
-pub fn gelu_tanh_mul(be: &WgpuBackend, p: &GeluTanhMulParams, gate_up: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {
+pub fn gelu_tanh_mul(
+    be: &WgpuBackend,
+    p: &GeluTanhMulParams,
+    gate_up: &WgpuBuffer,
+    out: &mut WgpuBuffer,
+) -> Result<()> {
     let (r, d) = (u(p.rows), u(p.dim));
     need(gate_up, DType::F32, r * 2 * d, "gelu_tanh_mul gate_up")?;
     need(out, DType::F32, r * d, "gelu_tanh_mul out")?;
