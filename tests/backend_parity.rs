@@ -7,10 +7,13 @@
 //! cuda: runs on CUDA device 0; skipped without one unless LSERVE_REQUIRE_CUDA=1 (scripts/gpu_run.sh).
 
 mod common;
+#[path = "parity/gemma_ops.rs"]
+mod gemma_ops;
 #[path = "parity/sample.rs"]
 mod sample;
 
 use common::naive::Rng;
+pub use gemma_ops::test_gemma_ops;
 use lserve::backend::cpu::CpuBackend;
 use lserve::backend::*;
 use lserve::kv::{CacheShape, HeadLayout, KvCache, SeqPages};
@@ -773,6 +776,11 @@ macro_rules! parity_tests {
             fn lambda_mass() {
                 let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_lambda_mass(&b));
+            }
+            #[test]
+            fn gemma_ops() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+                backend().map(|b| super::test_gemma_ops(&b));
             }
             #[test]
             fn fill_random() {

@@ -242,6 +242,15 @@ pub trait Backend {
     fn add(&self, p: &AddParams, a: &mut Self::Buffer, b: &Self::Buffer) -> Result<()>;
     /// gate_up `[rows][2*dim]` (gate | up) -> out `[rows][dim]` = silu(gate) * up.
     fn silu_mul(&self, p: &SiluMulParams, gate_up: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
+    /// gate_up `[rows][2*dim]` (gate | up) -> out `[rows][dim]` = gelu_tanh(gate) * up, with
+    /// gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (Gemma's FFN).
+    fn gelu_tanh_mul(&self, p: &GeluTanhMulParams, gate_up: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
+    /// In place: in each of `rows` rows of `row_stride` floats, segment `h < n_heads` (floats
+    /// `h*head_dim..(h+1)*head_dim`) becomes rmsnorm(segment) * w[h] (Gemma's q/k norm on the fused
+    /// qkv rows). w `[n_heads][head_dim]` f32.
+    fn head_rmsnorm(&self, p: &HeadRmsnormParams, x: &mut Self::Buffer, w: &Self::Buffer) -> Result<()>;
+    /// In place: x[i] *= scale for i < n.
+    fn scale(&self, p: &ScaleParams, x: &mut Self::Buffer) -> Result<()>;
     /// out[i, :] = src[rows[i], :]; `[n_out][dim]` f32.
     fn gather_rows(
         &self,

@@ -45,6 +45,7 @@ pub fn shape(name: &str) -> Result<ModelConfig> {
         tie_word_embeddings: false,
         attention_bias: false,
         sliding_window: None,
+        gemma: None,
         bos_token_id: None,
         eos_token_ids: vec![],
     };

@@ -1,6 +1,7 @@
 //! Argument parsing and the sub-commands. The library does the work; this module turns flags
 //! into library calls, prints results, and maps errors to exit codes.
 
+mod accuracy;
 mod eval;
 mod run;
 mod serve;
@@ -29,6 +30,11 @@ enum Cmd {
     Calibrate(CalibrateArgs),
     /// Needle-in-a-haystack sweep (context length x depth), dense vs sparse.
     Niah(NiahArgs),
+    /// Accuracy suite: perplexity, NIAH, multi-key NIAH, variable tracking, common words, at
+    /// several lengths, dense vs a grid of sparse configurations.
+    Accuracy(AccuracyArgs),
+    /// Selection recall: attention mass kept by page selection vs an oracle, per layer.
+    Recall(RecallArgs),
     /// Prefill and decode latency vs context length, dense vs sparse, synthetic weights.
     Bench(BenchArgs),
     /// OpenAI-compatible HTTP server with continuous batching.
@@ -108,6 +114,73 @@ pub struct BenchArgs {
     /// Folder for bench.json, bench.csv and bench.png.
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct AccuracyArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// sink/local/selector interval/head pattern/dense layers for the sparse variants.
+    #[command(flatten)]
+    pub tuning: SparseArgs,
+    /// ppl, niah, niah_multikey, vt, cwe, or all.
+    #[arg(long, default_value = "all")]
+    pub tasks: String,
+    /// Context lengths (k = 1024 tokens).
+    #[arg(long, default_value = "4k")]
+    pub lengths: String,
+    /// Samples per (task, length).
+    #[arg(long, default_value_t = 4)]
+    pub samples: usize,
+    /// Token budgets; `policy` = LServe's min(4096, context / 32).
+    #[arg(long, default_value = "1024,2048,4096,policy")]
+    pub budgets: String,
+    /// Streaming ratios (of the global layers' KV heads for Gemma 3).
+    #[arg(long, default_value = "0,0.25,0.5")]
+    pub ratios: String,
+    /// Page geometries physical/logical.
+    #[arg(long, default_value = "16/16,64/16,64/64")]
+    pub pages: String,
+    /// Tokens of each ppl window scored by decode steps.
+    #[arg(long, default_value_t = 128)]
+    pub score_tokens: usize,
+    /// Text files for ppl (default: /usr/share/common-licenses/*).
+    #[arg(long)]
+    pub text: Vec<PathBuf>,
+    #[arg(long, default_value_t = 1024)]
+    pub prefill_chunk: usize,
+    /// Folder for accuracy.json, accuracy.md and the charts.
+    #[arg(long)]
+    pub out_dir: PathBuf,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(Args)]
+pub struct RecallArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub tuning: SparseArgs,
+    /// Context lengths (k = 1024 tokens).
+    #[arg(long, default_value = "4k")]
+    pub lengths: String,
+    #[arg(long, default_value = "1024")]
+    pub budgets: String,
+    #[arg(long, default_value = "16/16,64/16,64/64")]
+    pub pages: String,
+    /// Decode steps after the prefill.
+    #[arg(long, default_value_t = 32)]
+    pub steps: usize,
+    /// Measure every N-th decode step.
+    #[arg(long, default_value_t = 4)]
+    pub every: usize,
+    /// Text files (default: /usr/share/common-licenses/*).
+    #[arg(long)]
+    pub text: Vec<PathBuf>,
+    /// Write the per-layer results as JSON here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
@@ -193,6 +266,9 @@ pub struct SparseArgs {
     /// KV cache storage: auto | f32 | f16 | bf16 | int8 | fp8 (e4m3), docs/kv-cache.md.
     #[arg(long)]
     pub kv_dtype: Option<String>,
+    /// Always select each retrieval head's first page (the attention sink).
+    #[arg(long, value_enum)]
+    pub pin_sink_page: Option<OnOff>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
@@ -341,6 +417,8 @@ pub fn main() -> ExitCode {
         Cmd::Devices => run::devices(),
         Cmd::Calibrate(a) => eval::calibrate(a),
         Cmd::Niah(a) => eval::niah(a),
+        Cmd::Accuracy(a) => accuracy::accuracy(a),
+        Cmd::Recall(a) => accuracy::recall(a),
         Cmd::Bench(a) => eval::bench(a),
         Cmd::Serve(a) => serve::serve(a),
         #[cfg(feature = "wgpu")]

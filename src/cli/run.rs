@@ -109,6 +109,9 @@ pub fn resolve_config(sparse: Option<OnOff>, a: &SparseArgs) -> Result<Config> {
     s.streaming_ratio = a.streaming_ratio.unwrap_or(s.streaming_ratio);
     s.selector_interval = a.selector_interval.unwrap_or(s.selector_interval);
     s.dense_below = a.dense_below.unwrap_or(s.dense_below);
+    if let Some(v) = a.pin_sink_page {
+        s.pin_sink_page = v == OnOff::On;
+    }
     if a.head_pattern.is_some() {
         s.head_pattern = a.head_pattern.clone();
     }

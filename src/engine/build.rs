@@ -46,7 +46,13 @@ pub fn head_layout(cfg: &ModelConfig, c: &Config) -> Result<HeadLayout> {
             ));
         }
     };
-    pattern.layout(cfg.num_layers, cfg.num_kv_heads, s.streaming_ratio, &s.dense_layers)
+    // Gemma 3's local layers always stream (their sliding window); the ratio applies to the
+    // global layers' heads.
+    let mut excluded = s.dense_layers.clone();
+    if let Some(g) = &cfg.gemma {
+        excluded.extend((0..cfg.num_layers).filter(|&l| g.is_local(l)));
+    }
+    pattern.layout(cfg.num_layers, cfg.num_kv_heads, s.streaming_ratio, &excluded)
 }
 
 pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) -> Result<Engine<B>> {
@@ -57,6 +63,8 @@ pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) ->
         Some(l) => l.clone(),
         None => head_layout(&cfg, c)?,
     };
+    // Gemma 3's sliding-window layers keep all their KV heads in the streaming ring.
+    let layout = crate::model::gemma3::local_layout(&cfg, layout);
     let s = &c.sparse;
     let ps = c.cache.physical_page;
     let attn = AttnSettings {
@@ -67,7 +75,8 @@ pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) ->
         window: cfg.sliding_window.unwrap_or(0),
     };
     let ring_tokens = if layout.any_streaming() {
-        (s.sink_tokens + s.local_tokens + opts.prefill_chunk).div_ceil(ps) * ps
+        let local = s.local_tokens.max(crate::model::gemma3::ring_window(&cfg));
+        (s.sink_tokens + local + opts.prefill_chunk).div_ceil(ps) * ps
     } else {
         0
     };

@@ -300,6 +300,10 @@ impl<B: Backend> ServeEngine<B> {
                 live.seq.sel_tail = None;
                 DecodePlan { select: false, tail_start: 0 }
             };
+            if let Err(e) = self.engine.pin_sink_page(&live.seq, &plan) {
+                self.fail(c.id, format!("pinning the sink page: {e}"));
+                continue;
+            }
             ok.push(*c);
             plans.push(plan);
         }

@@ -221,16 +221,38 @@ fn gguf_name(hf: &str) -> Option<String> {
     Some(format!("blk.{layer}.{mapped}"))
 }
 
+/// Gemma 3's GGUF names (llama.cpp): its four per-layer norms and the q/k norms. Note HF's
+/// `post_attention_layernorm` is a norm *after* attention here, not the pre-FFN norm as in Llama.
+fn gemma3_gguf_name(hf: &str) -> Option<String> {
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, what) = rest.split_once('.')?;
+    let mapped = match what {
+        "post_attention_layernorm.weight" => "post_attention_norm.weight",
+        "pre_feedforward_layernorm.weight" => "ffn_norm.weight",
+        "post_feedforward_layernorm.weight" => "post_ffw_norm.weight",
+        "self_attn.q_norm.weight" => "attn_q_norm.weight",
+        "self_attn.k_norm.weight" => "attn_k_norm.weight",
+        _ => return gguf_name(hf),
+    };
+    Some(format!("blk.{layer}.{mapped}"))
+}
+
 impl WeightSource for GgufWeights {
     fn get(&self, name: &str) -> Result<Option<(Vec<f32>, Vec<usize>)>> {
-        let Some(gname) = gguf_name(name) else {
+        let arch = self.g.get("general.architecture").and_then(GgufValue::as_str).unwrap_or("");
+        let gname = if arch == "gemma3" { gemma3_gguf_name(name).or_else(|| gguf_name(name)) } else { gguf_name(name) };
+        let Some(gname) = gname else {
             return Ok(None);
         };
         if self.g.tensor(&gname).is_none() {
             return Ok(None);
         }
-        let (data, shape) = self.g.tensor_f32(&gname)?;
-        let arch = self.g.get("general.architecture").and_then(GgufValue::as_str).unwrap_or("");
+        let (mut data, shape) = self.g.tensor_f32(&gname)?;
+        if arch == "gemma3" && gname.ends_with("norm.weight") {
+            // llama.cpp's converter stores Gemma's RMSNorm weights as 1 + w; HF (and the model
+            // code) hold w and multiply by 1 + w.
+            data.iter_mut().for_each(|x| *x -= 1.0);
+        }
         let heads_key = if gname.contains("attn_q") {
             Some("attention.head_count")
         } else if gname.contains("attn_k") {

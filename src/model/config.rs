@@ -34,6 +34,29 @@ pub struct ModelConfig {
     pub sliding_window: Option<usize>,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
+    /// Gemma 3's extras (arch "gemma3"); None for the Llama family.
+    pub gemma: Option<GemmaParams>,
+}
+
+/// What Gemma 3 adds to the shared fields: interleaved sliding-window ("local") and global
+/// layers, the local layers' own RoPE base, and the attention scale. Layer `i` is global when
+/// `(i + 1) % global_every == 0` (HF `sliding_window_pattern` / llama.cpp's swa pattern 6).
+/// `rope_theta` / `rope_scaling` of [`ModelConfig`] apply to the global layers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GemmaParams {
+    /// Keys a local layer's query sees, itself included (HF: `q - k < sliding_window`).
+    pub sliding_window: usize,
+    pub global_every: usize,
+    /// RoPE base of the local layers (HF `rope_local_base_freq`; llama.cpp fixes it at 10000).
+    pub local_rope_theta: f32,
+    /// Scores are scaled by `query_pre_attn_scalar^-0.5` (HF; 256 = head_dim for 270M).
+    pub query_pre_attn_scalar: f32,
+}
+
+impl GemmaParams {
+    pub fn is_local(&self, layer: usize) -> bool {
+        !(layer + 1).is_multiple_of(self.global_every)
+    }
 }
 
 impl ModelConfig {
@@ -161,18 +184,22 @@ impl ModelConfig {
         if j.f64("partial_rotary_factor")?.is_some_and(|f| f != 1.0) {
             return Err(Error::Config("partial rotary embeddings are not supported".into()));
         }
-        let scaling = v.get("rope_scaling").filter(|s| !s.is_null()).or_else(|| v.get("rope_parameters"));
+        // transformers 5 nests RoPE under `rope_parameters` (Gemma 3: per layer type, the global
+        // layers' under `rope_parameters.full_attention`).
+        let rope_params = v.get("rope_parameters").filter(|r| !r.is_null()).map(|r| r.get("full_attention").unwrap_or(r));
+        let scaling = v.get("rope_scaling").filter(|s| !s.is_null()).or(rope_params);
         let rope_scaling =
             RopeScaling::from_hf_json(scaling, max_pos).map_err(|e| Error::Config(format!("config.json: {e}")))?;
         let theta = match j.f32("rope_theta")? {
             Some(t) => Some(t),
-            None => match v.get("rope_parameters") {
+            None => match rope_params {
                 Some(p @ Value::Object(_)) => Json(p).f32("rope_theta")?,
                 _ => None,
             },
         };
         let sliding = j.usize("sliding_window")?;
         let use_sliding = j.bool("use_sliding_window")?.unwrap_or(arch == "mistral");
+        let gemma = (arch == "gemma3").then(|| gemma_from_hf(v)).transpose()?;
         let cfg = ModelConfig {
             vocab_size: j.req_usize("vocab_size")?,
             hidden_size: hidden,
@@ -185,11 +212,12 @@ impl ModelConfig {
             rope_theta: theta.unwrap_or(10000.0),
             rope_scaling,
             max_position_embeddings: max_pos,
-            tie_word_embeddings: j.bool("tie_word_embeddings")?.unwrap_or(false),
+            tie_word_embeddings: j.bool("tie_word_embeddings")?.unwrap_or(arch == "gemma3"),
             attention_bias: j.bool("attention_bias")?.unwrap_or(arch == "qwen2"),
-            sliding_window: sliding.filter(|&w| use_sliding && w < max_pos),
+            sliding_window: sliding.filter(|&w| use_sliding && w < max_pos && gemma.is_none()),
             bos_token_id: j.u32("bos_token_id")?,
             eos_token_ids: j.id_list("eos_token_id")?,
+            gemma,
             arch,
         };
         cfg.validate()?;
@@ -200,7 +228,7 @@ impl ModelConfig {
     pub fn from_gguf(g: &GgufFile) -> Result<ModelConfig> {
         let arch = g.get("general.architecture").and_then(|v| v.as_str()).unwrap_or("");
         let arch = match arch {
-            "llama" | "mistral" | "qwen2" => arch.to_string(),
+            "llama" | "mistral" | "qwen2" | "gemma3" => arch.to_string(),
             other => return Err(Error::UnsupportedArch(other.to_string())),
         };
         let m = Meta { g, arch: &arch };
@@ -225,6 +253,16 @@ impl ModelConfig {
                     .ok_or_else(|| Error::Config(format!("GGUF metadata `{k}` must be a token id, got {v:?}"))),
             }
         };
+        let gemma = (arch == "gemma3")
+            .then(|| -> Result<GemmaParams> {
+                Ok(GemmaParams {
+                    sliding_window: m.req_usize("attention.sliding_window")?,
+                    global_every: 6,
+                    local_rope_theta: 10000.0,
+                    query_pre_attn_scalar: head_dim as f32,
+                })
+            })
+            .transpose()?;
         let cfg = ModelConfig {
             vocab_size: vocab,
             hidden_size: hidden,
@@ -242,6 +280,7 @@ impl ModelConfig {
             sliding_window: None,
             bos_token_id: id("tokenizer.ggml.bos_token_id")?,
             eos_token_ids: id("tokenizer.ggml.eos_token_id")?.into_iter().collect(),
+            gemma,
             arch,
         };
         cfg.validate()?;
@@ -357,11 +396,46 @@ fn hf_arch(model_type: &str, archs: &[&str]) -> Result<String> {
         "llama" | "LlamaForCausalLM" => Some("llama"),
         "mistral" | "MistralForCausalLM" => Some("mistral"),
         "qwen2" | "Qwen2ForCausalLM" => Some("qwen2"),
+        "gemma3_text" | "Gemma3ForCausalLM" => Some("gemma3"),
         _ => None,
     };
     archs.iter().copied().chain(std::iter::once(model_type)).find_map(family).map(str::to_string).ok_or_else(|| {
         let what = archs.first().copied().unwrap_or(model_type);
         Error::UnsupportedArch(if what.is_empty() { "<none given>".into() } else { what.into() })
+    })
+}
+
+/// Gemma 3 fields of a `config.json` (text model; a multimodal `Gemma3ForConditionalGeneration`
+/// is refused by the architecture check before this runs).
+fn gemma_from_hf(v: &Value) -> Result<GemmaParams> {
+    let window =
+        v["sliding_window"].as_u64().ok_or_else(|| Error::Config("config.json lacks `sliding_window`".into()))?;
+    let every = match v["layer_types"].as_array() {
+        Some(types) => {
+            let global: Vec<bool> = types.iter().map(|t| t.as_str() == Some("full_attention")).collect();
+            let every = global.iter().position(|&g| g).map_or(global.len() + 1, |i| i + 1);
+            if global.iter().enumerate().any(|(i, &g)| g != (i + 1).is_multiple_of(every)) {
+                return Err(Error::Config("Gemma 3 layer_types must repeat one local/global pattern".into()));
+            }
+            every
+        }
+        None => v["sliding_window_pattern"].as_u64().unwrap_or(6) as usize,
+    };
+    let local = v["rope_local_base_freq"]
+        .as_f64()
+        .or_else(|| v["rope_parameters"]["sliding_attention"]["rope_theta"].as_f64())
+        .unwrap_or(10000.0) as f32;
+    if v["attn_logit_softcapping"].as_f64().is_some() || v["final_logit_softcapping"].as_f64().is_some() {
+        return Err(Error::Config("Gemma 3 logit soft-capping is not supported".into()));
+    }
+    if let Some(act) = v["hidden_activation"].as_str().filter(|a| !matches!(*a, "gelu_pytorch_tanh" | "gelu_tanh")) {
+        return Err(Error::Config(format!("Gemma 3 hidden_activation `{act}` is not supported")));
+    }
+    Ok(GemmaParams {
+        sliding_window: window as usize,
+        global_every: every.max(1),
+        local_rope_theta: local,
+        query_pre_attn_scalar: v["query_pre_attn_scalar"].as_f64().unwrap_or(256.0) as f32,
     })
 }
 
@@ -392,4 +466,56 @@ fn gguf_rope_scaling(m: &Meta, ctx: usize) -> Result<RopeScaling> {
             return Err(Error::Config(format!("GGUF rope scaling type `{other}` is not supported")));
         }
     })
+}
+
+#[cfg(test)]
+mod gemma_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn gemma_json(extra: Value) -> Value {
+        let mut v = json!({
+            "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "vocab_size": 262144,
+            "hidden_size": 640, "intermediate_size": 2048, "num_hidden_layers": 18, "num_attention_heads": 4,
+            "num_key_value_heads": 1, "head_dim": 256, "rms_norm_eps": 1e-6, "max_position_embeddings": 32768,
+            "sliding_window": 512, "query_pre_attn_scalar": 256, "hidden_activation": "gelu_pytorch_tanh",
+            "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "rope_scaling": null,
+            "bos_token_id": 2, "eos_token_id": [1, 106]
+        });
+        v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        v
+    }
+
+    #[test]
+    fn hf_gemma3_config() {
+        let c = ModelConfig::from_hf_json(&gemma_json(json!({}))).unwrap();
+        assert_eq!((c.arch.as_str(), c.tie_word_embeddings, c.sliding_window), ("gemma3", true, None));
+        let g = c.gemma.unwrap();
+        assert_eq!(
+            (g.sliding_window, g.global_every, g.local_rope_theta, g.query_pre_attn_scalar),
+            (512, 6, 1e4, 256.0)
+        );
+        assert_eq!((0..18).filter(|&l| !g.is_local(l)).collect::<Vec<_>>(), [5, 11, 17]);
+        assert_eq!((c.rope_theta, c.eos_token_ids), (1e6, vec![1, 106]));
+    }
+
+    #[test]
+    fn hf_gemma3_layer_types_and_rope_parameters() {
+        // transformers 5 style: layer_types and per-type rope_parameters.
+        let types: Vec<&str> =
+            (0..8).map(|l| if (l + 1) % 4 == 0 { "full_attention" } else { "sliding_attention" }).collect();
+        let v = gemma_json(json!({
+            "num_hidden_layers": 8, "layer_types": types, "rope_theta": null, "rope_local_base_freq": null,
+            "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 500000.0},
+                                "sliding_attention": {"rope_type": "default", "rope_theta": 20000.0}}
+        }));
+        let c = ModelConfig::from_hf_json(&v).unwrap();
+        let g = c.gemma.unwrap();
+        assert_eq!((g.global_every, g.local_rope_theta, c.rope_theta), (4, 20000.0, 500000.0));
+        let bad: Vec<&str> = vec!["sliding_attention", "full_attention", "full_attention"];
+        assert!(ModelConfig::from_hf_json(&gemma_json(json!({"num_hidden_layers": 3, "layer_types": bad}))).is_err());
+        let capped = gemma_json(json!({"final_logit_softcapping": 30.0}));
+        assert!(ModelConfig::from_hf_json(&capped).is_err(), "soft-capping is refused, not ignored");
+        assert!(ModelConfig::from_hf_json(&gemma_json(json!({"hidden_activation": "relu"}))).is_err());
+    }
 }

@@ -11,6 +11,7 @@
 //! selector_interval = 4     # re-select every C decode steps
 //! dense_below = 4096        # contexts up to this length skip page selection
 //! dense_layers = []         # layers kept fully dense
+//! pin_sink_page = false     # always select the first page (the attention sink)
 //! [cache]
 //! physical_page = 64
 //! logical_page = 16
@@ -43,6 +44,9 @@ pub struct SparseConfig {
     /// `head_pattern` names no file. Not a TOML key.
     #[serde(skip)]
     pub pattern: Option<crate::sparse::HeadPattern>,
+    /// Always select each retrieval head's first page (the attention sink) at decode, as one of
+    /// the budget's pages (`Engine::pin_sink_page`; docs/sparse-attention.md, measured there).
+    pub pin_sink_page: bool,
 }
 
 impl Default for SparseConfig {
@@ -58,6 +62,7 @@ impl Default for SparseConfig {
             dense_below: 4096,
             dense_layers: vec![],
             pattern: None,
+            pin_sink_page: false,
         }
     }
 }

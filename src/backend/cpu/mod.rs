@@ -265,6 +265,41 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn gelu_tanh_mul(&self, p: &GeluTanhMulParams, gate_up: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
+        let (r, d) = (u(p.rows), u(p.dim));
+        let gu = f32s(gate_up, r * 2 * d, "gelu_tanh_mul gate_up")?;
+        let out = f32s_mut(out, r * d, "gelu_tanh_mul out")?;
+        for (o, row) in out.chunks_exact_mut(d).zip(gu.chunks_exact(2 * d)) {
+            let (g, up) = row.split_at(d);
+            for ((o, &g), &up) in o.iter_mut().zip(g).zip(up) {
+                let t = (0.797_884_6_f32 * (g + 0.044715 * g * g * g)).tanh();
+                *o = 0.5 * g * (1.0 + t) * up;
+            }
+        }
+        Ok(())
+    }
+
+    fn head_rmsnorm(&self, p: &HeadRmsnormParams, x: &mut CpuBuffer, w: &CpuBuffer) -> Result<()> {
+        let (r, nh, hd, stride) = (u(p.rows), u(p.n_heads), u(p.head_dim), u(p.row_stride));
+        if nh * hd > stride {
+            return Err(err("head_rmsnorm: the heads do not fit in a row"));
+        }
+        let w = f32s(w, nh * hd, "head_rmsnorm w")?;
+        let x = f32s_mut(x, r * stride, "head_rmsnorm x")?;
+        for row in x.chunks_exact_mut(stride.max(1)).take(r) {
+            for (seg, wh) in row[..nh * hd].chunks_exact_mut(hd.max(1)).zip(w.chunks_exact(hd.max(1))) {
+                let v = seg.to_vec();
+                ops::rmsnorm(&v, wh, seg, hd, p.eps);
+            }
+        }
+        Ok(())
+    }
+
+    fn scale(&self, p: &ScaleParams, x: &mut CpuBuffer) -> Result<()> {
+        f32s_mut(x, u(p.n), "scale x")?.iter_mut().for_each(|v| *v *= p.scale);
+        Ok(())
+    }
+
     fn gather_rows(&self, p: &GatherRowsParams, src: &CpuBuffer, rows: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
         let (n, d) = (u(p.n_out), u(p.dim));
         let src = f32s(src, u(p.n_src) * d, "gather_rows src")?;

@@ -41,6 +41,9 @@ unsafe impl DeviceRepr for AttentionParams {}
 unsafe impl DeviceRepr for PageSelectParams {}
 unsafe impl DeviceRepr for LambdaMassParams {}
 unsafe impl DeviceRepr for FillRandomParams {}
+unsafe impl DeviceRepr for GeluTanhMulParams {}
+unsafe impl DeviceRepr for HeadRmsnormParams {}
+unsafe impl DeviceRepr for ScaleParams {}
 
 /// A device buffer.
 pub struct CudaBuffer {
@@ -344,6 +347,18 @@ impl Backend for CudaBackend {
 
     fn silu_mul(&self, p: &SiluMulParams, gate_up: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
         ops_basic::silu_mul(self, p, gate_up, out)
+    }
+
+    fn gelu_tanh_mul(&self, p: &GeluTanhMulParams, gate_up: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
+        ops_basic::gelu_tanh_mul(self, p, gate_up, out)
+    }
+
+    fn head_rmsnorm(&self, p: &HeadRmsnormParams, x: &mut CudaBuffer, w: &CudaBuffer) -> Result<()> {
+        ops_basic::head_rmsnorm(self, p, x, w)
+    }
+
+    fn scale(&self, p: &ScaleParams, x: &mut CudaBuffer) -> Result<()> {
+        ops_basic::scale(self, p, x)
     }
 
     fn gather_rows(

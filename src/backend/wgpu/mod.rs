@@ -313,6 +313,18 @@ impl Backend for WgpuBackend {
         ops_basic::silu_mul(self, p, gate_up, out)
     }
 
+    fn gelu_tanh_mul(&self, p: &GeluTanhMulParams, gate_up: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {
+        ops_basic::gelu_tanh_mul(self, p, gate_up, out)
+    }
+
+    fn head_rmsnorm(&self, p: &HeadRmsnormParams, x: &mut WgpuBuffer, w: &WgpuBuffer) -> Result<()> {
+        ops_basic::head_rmsnorm(self, p, x, w)
+    }
+
+    fn scale(&self, p: &ScaleParams, x: &mut WgpuBuffer) -> Result<()> {
+        ops_basic::scale(self, p, x)
+    }
+
     fn gather_rows(
         &self,
         p: &GatherRowsParams,
