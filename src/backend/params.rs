@@ -116,7 +116,10 @@ params! {
         /// Pages to select per (sequence, retrieval head), the newest page excluded.
         pub k_pages: u32,
         pub sel_stride: u32,
-        pub _pad0: u32,
+        /// At least the most pages any sequence of the step holds (the engine passes that count
+        /// rounded up to a power of two; 0: unknown, backends then assume the whole page table).
+        /// Sizes per-row work (the CUDA sort), never bounds memory accesses.
+        pub max_seq_pages: u32,
         pub _pad1: u32,
     }
     pub struct LambdaMassParams {

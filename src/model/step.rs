@@ -29,6 +29,8 @@ pub struct StepMeta<B: Backend> {
     pub n_tokens: usize,
     pub n_logits: usize,
     pub num_seqs: usize,
+    /// The most pages one sequence of the step holds, rounded up to a power of two.
+    pub max_seq_pages: usize,
     pub n_heads: usize,
     pub decode: bool,
     pub any_select: bool,
@@ -101,6 +103,15 @@ impl<B: Backend> StepMeta<B> {
             n_tokens: h.ids.len(),
             n_logits: h.logit_rows.len(),
             num_seqs: seqs.len(),
+            // A power of two, so the op's arguments (a graph replay's frozen bytes) change only
+            // when the longest sequence doubles.
+            max_seq_pages: h
+                .page_indptr
+                .windows(2)
+                .map(|w| (w[1] - w[0]) as usize)
+                .max()
+                .unwrap_or(0)
+                .next_power_of_two(),
             n_heads: cfg.num_heads,
             decode: seqs.iter().all(|s| s.tokens.len() == 1),
             any_select: h.select_mask.iter().any(|&m| m != 0),
@@ -200,7 +211,7 @@ impl<B: Backend> StepMeta<B> {
             n_ret: ap.n_ret,
             k_pages: k_pages.min(ap.sel_stride as usize) as u32,
             sel_stride: ap.sel_stride,
-            _pad0: 0,
+            max_seq_pages: self.max_seq_pages as u32,
             _pad1: 0,
         }
     }
