@@ -7,6 +7,7 @@
 #   cuda, cuda_e2e        test binaries of tests/cuda.rs and tests/cuda_e2e.rs     (CUDA part)
 #   shaders               test binary of tests/shaders.rs                          (wgpu part)
 #   .gl/*.deb             the Vulkan/GL loader packages (../shared/gpu/fetch-vulkan-debs.sh)
+#   smollm2-vocab.gguf    `lserve vocab-only --out .gpu/smollm2-vocab.gguf` (1.7 MB; LOAD part)
 # Parts: CUDA=1 (default) runs the CUDA tests, compute-sanitizer memcheck over the CUDA parity
 # tests and the CUDA decode benchmark; WGPU=1 (default) the wgpu ones; KV=1 (default, with CUDA)
 # the KV-dtype rows: decode per KV dtype (KV_DTYPES, default "bf16 int8 fp8") at KV_CONTEXTS
@@ -24,6 +25,11 @@
 # ignored paths between calls), then run with ACCURACY=1 CUDA=0 WGPU=0. Knobs: ACC_LENGTHS
 # (16k,32k), ACC_SAMPLES (4), ACC_BUDGETS (4096,policy), ACC_RATIOS (0,0.5), ACC_PAGES
 # (64/16,64/64,16/16), ACC_TASKS (all), ACC_TIMEOUT (540 s).
+# LOAD=1 (off by default)
+# the serving load test: `lserve serve --synthetic llama3-8b` on the GPU driven by
+# scripts/load_bench.py (stdlib HTTP client, no `openai` package needed), 1 client then 16
+# clients with 32K-token prompts, and with LOAD_PRESSURE=1 a run on a small KV pool that must
+# preempt (docs/serving.md, "Load test on the GPU").
 set -uo pipefail
 OUT=${OUT:-/tmp/lserve-gpu-out}
 mkdir -p "$OUT"
@@ -106,6 +112,50 @@ if [ "${ACCURACY:-0}" = 1 ]; then
   timeout 240 "$B/lserve" recall -m "$G" --device "$ACC_DEV" --lengths "${ACC_LENGTHS:-16k,32k}" --budgets 4096 \
     --pages 64/16,64/64,16/16 --steps 64 --every 8 --out "$OUT/recall.json" > "$OUT/recall.txt" 2>&1; c_recall=$?
 fi
+spid=""
+# Start `lserve serve` with synthetic weights in the background on port $LOAD_PORT with the extra
+# flags given, wait until it answers (up to 5 min: weights are generated, kernels compiled).
+start_server() {
+  local log=$1; shift
+  "$B/lserve" serve --device cuda --synthetic "${LOAD_SHAPE:-llama3-8b}" --model "${VOCAB:-$B/smollm2-vocab.gguf}" \
+    --port "$LOAD_PORT" --max-num-seqs 64 --max-num-batched-tokens "${LOAD_STEP_TOKENS:-4096}" \
+    --prefill-chunk "${LOAD_CHUNK:-1024}" "$@" > "$log" 2>&1 &
+  spid=$!
+  for _ in $(seq 300); do
+    python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$LOAD_PORT/health', timeout=2)" 2>/dev/null && return 0
+    kill -0 $spid 2>/dev/null || return 1
+    sleep 1
+  done
+  return 1
+}
+stop_server() { kill $spid 2>/dev/null; wait $spid 2>/dev/null; }
+# One load_bench.py run against the server: name, then its flags.
+load_run() {
+  local name=$1; shift
+  timeout "${LOAD_TIMEOUT:-400}" python3 scripts/load_bench.py --client http --base-url "http://127.0.0.1:$LOAD_PORT/v1" \
+    --model "synthetic-${LOAD_SHAPE:-llama3-8b}" --label "$name" --json "$OUT/load_$name.json" "$@" > "$OUT/load_$name.txt" 2>&1
+}
+
+if [ "${LOAD:-0}" = 1 ]; then
+  . scripts/cuda_env.sh
+  export LSERVE_CACHE=${LSERVE_CACHE:-/tmp/lserve-cache}
+  LOAD_PORT=${LOAD_PORT:-8765}
+  LT=${LOAD_MAX_TOKENS:-512}
+  # KV for 16 x (32K + LT) tokens is ~73 GiB (bf16 K+V, f32 summaries); the pool holds them all (no preemption).
+  if start_server "$OUT/load_server.txt" --kv-memory "${LOAD_KV:-80GiB}" --swap-space 16GiB; then
+    load_run b1 --clients 1 --requests "${LOAD_B1_REQUESTS:-2}" --prompt-tokens "${LOAD_PROMPT:-32k}" --max-tokens "$LT"
+    load_run b16 --clients 16 --requests 16 --prompt-tokens "${LOAD_PROMPT:-32k}" --max-tokens "$LT"
+  else
+    echo "load: the server did not start" >> "$OUT/load_server.txt"
+  fi
+  stop_server
+  # Page pressure: 8 clients of 32K tokens on a pool of ~145K tokens, so sequences are preempted
+  # (swapped to the host tier; recompute if it is full) and resumed.
+  if [ "${LOAD_PRESSURE:-0}" = 1 ] && start_server "$OUT/load_server_pressure.txt" --kv-memory "${LOAD_PRESSURE_KV:-20GiB}" --swap-space 48GiB; then
+    load_run pressure --clients 8 --requests 8 --prompt-tokens "${LOAD_PROMPT:-32k}" --max-tokens "${LOAD_PRESSURE_TOKENS:-128}"
+  fi
+  stop_server
+fi
 
 "$B/lserve" devices > "$OUT/devices.txt" 2>&1
 echo "== $(cat "$OUT/gpu.txt")"
@@ -151,4 +201,9 @@ if [ "${ACCURACY:-0}" = 1 ]; then
   cat "$OUT/accuracy/accuracy.md" 2>/dev/null || tail -20 "$OUT/accuracy.txt"
   echo "== selection recall (rc $c_recall):"
   cat "$OUT/recall.txt"
+fi
+if [ "${LOAD:-0}" = 1 ]; then
+  echo "== serving load test, synthetic ${LOAD_SHAPE:-llama3-8b} (scripts/load_bench.py):"
+  grep -E "KV cache|serving|error" "$OUT/load_server.txt" | head -5
+  for f in "$OUT"/load_b1.txt "$OUT"/load_b16.txt "$OUT"/load_pressure.txt; do [ -f "$f" ] && echo "-- $(basename "$f")" && cat "$f"; done
 fi

@@ -492,3 +492,85 @@ fn devices_prints_no_vulkan_noise() {
         eprintln!("with NODEVICE_SELECT=0: {err}");
     }
 }
+
+/// One HTTP/1.1 request to 127.0.0.1:`port` (Connection: close); returns (status, body).
+fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connects");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(120))).unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    (status, body)
+}
+
+/// Kills the spawned server however the test ends.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `vocab-only` writes the model's metadata without tensors (small, same tokenizer), and `serve
+/// --synthetic` serves synthetic weights of a named shape behind that tokenizer, with the context
+/// `--synthetic-context` gives (beyond the shape's 8K) and every sampled id detokenizable.
+#[test]
+fn vocab_only_file_serves_synthetic_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let vocab = dir.path().join("vocab.gguf");
+    let out = lserve(&["vocab-only", "--model", &model(), "--out", vocab.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let size = std::fs::metadata(&vocab).unwrap().len();
+    assert!(size < 4 << 20, "a vocab-only file is small: {size} bytes");
+    let g = lserve::loader::gguf::GgufFile::open(&vocab).unwrap();
+    assert!(g.tensors.is_empty());
+    let (full, small) = (lserve::loader::open(&common::model_path()).unwrap(), lserve::loader::open(&vocab).unwrap());
+    let text = "Tokenizers agree: naïve café, 42 tokens\n\tand more.";
+    assert_eq!(small.tokenizer.encode(text).unwrap(), full.tokenizer.encode(text).unwrap());
+    // Its weights are absent: generating from it is a clear error.
+    assert_fails(&lserve(&["generate", "--model", vocab.to_str().unwrap(), "-p", "hi", "--device", "cpu"]), "missing");
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let args = ["serve", "--device", "cpu", "--synthetic", "smollm2-135m", "--synthetic-context", "20000"];
+    let child = Command::new(env!("CARGO_BIN_EXE_lserve"))
+        .args(args)
+        .args(["--model", vocab.to_str().unwrap(), "--kv-memory", "1GiB", "--port", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("serve starts");
+    let _guard = Child(child);
+    let t0 = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(t0.elapsed().as_secs() < 120, "the server did not come up");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let (status, body) = http(port, "GET", "/v1/models", "");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["data"][0]["id"], "synthetic-smollm2-135m");
+    assert_eq!(v["data"][0]["max_model_len"], 20000);
+    let req = r#"{"model":"synthetic-smollm2-135m","prompt":"Once upon a time","max_tokens":5,"temperature":0,"ignore_eos":true}"#;
+    let (status, body) = http(port, "POST", "/v1/completions", req);
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["usage"]["completion_tokens"], 5, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert!(v["choices"][0]["text"].is_string());
+    let (_, metrics) = http(port, "GET", "/metrics", "");
+    assert!(metrics.contains("lserve_num_requests_running_peak 1"), "{metrics}");
+
+    assert_fails(&lserve(&["serve", "--device", "cpu", "--synthetic", "gpt-9", "--port", "0"]), "unknown shape `gpt-9`");
+    let out = lserve(&["serve", "--device", "cpu", "--synthetic-context", "9000"]);
+    assert_eq!(out.status.code(), Some(2), "--synthetic-context needs --synthetic");
+    assert_fails(&lserve(&["vocab-only", "--model", "/nonexistent.gguf", "--out", "/tmp/x.gguf"]), "no such file");
+}

@@ -71,6 +71,26 @@ pub fn shape(name: &str) -> Result<ModelConfig> {
     })
 }
 
+/// A named shape for synthetic weights behind a real tokenizer (`lserve serve --synthetic`): the
+/// vocabulary becomes the tokenizer's `vocab` (every id the model can sample then detokenizes; for
+/// Llama-3-8B the LM head shrinks from 128256 to the tokenizer's rows, about 4% of the weight
+/// bytes), and the context becomes `context` when given (RoPE is unscaled, so any length works).
+pub fn synthetic_shape(name: &str, vocab: usize, context: Option<usize>) -> Result<ModelConfig> {
+    let mut cfg = shape(name)?;
+    if vocab == 0 {
+        return Err(Error::InvalidArgument("the tokenizer has an empty vocabulary".into()));
+    }
+    cfg.vocab_size = vocab;
+    if let Some(ctx) = context {
+        if ctx == 0 {
+            return Err(Error::InvalidArgument("the synthetic context must be at least 1 token".into()));
+        }
+        cfg.max_position_embeddings = ctx;
+        cfg.rope_scaling = RopeScaling::None;
+    }
+    Ok(cfg)
+}
+
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
     pub contexts: Vec<usize>,

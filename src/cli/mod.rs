@@ -39,12 +39,25 @@ enum Cmd {
     Bench(BenchArgs),
     /// OpenAI-compatible HTTP server with continuous batching.
     Serve(ServeArgs),
+    /// Write a GGUF model's metadata (tokenizer, chat template, config) without its tensors: a
+    /// small file that `serve --synthetic --model FILE` takes on a machine without the model.
+    VocabOnly(VocabOnlyArgs),
     /// Write every WGSL module exactly as the wgpu backend assembles it, one file each.
     #[cfg(feature = "wgpu")]
     DumpShaders {
         #[arg(long)]
         out: PathBuf,
     },
+}
+
+#[derive(Args)]
+pub struct VocabOnlyArgs {
+    /// A .gguf file or the alias `smollm2-135m` (fetched once).
+    #[arg(long, short = 'm')]
+    pub model: Option<String>,
+    /// Where to write the vocab-only GGUF.
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 #[derive(Args)]
@@ -376,6 +389,15 @@ pub struct ServeArgs {
     /// Open connections at most; more wait (in the listen backlog) until one closes.
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
+    /// Serve synthetic weights of a model shape (llama3-8b, llama2-7b, qwen2.5-7b, smollm2-135m or
+    /// a config.json), generated on the device: no weight file is read. The tokenizer and chat
+    /// template come from --model (default smollm2-135m) and the shape's vocabulary is set to
+    /// the tokenizer's, so every sampled id detokenizes. For load tests; the text is noise.
+    #[arg(long)]
+    pub synthetic: Option<String>,
+    /// Context length of the --synthetic model (default: the shape's own).
+    #[arg(long, requires = "synthetic")]
+    pub synthetic_context: Option<usize>,
 }
 
 #[derive(Args)]
@@ -421,6 +443,7 @@ pub fn main() -> ExitCode {
         Cmd::Recall(a) => accuracy::recall(a),
         Cmd::Bench(a) => eval::bench(a),
         Cmd::Serve(a) => serve::serve(a),
+        Cmd::VocabOnly(a) => run::vocab_only(a),
         #[cfg(feature = "wgpu")]
         Cmd::DumpShaders { out } => run::dump_shaders(&out),
     };

@@ -16,7 +16,7 @@ use lserve::sparse::Config;
 use lserve::tokenizer::StreamDecoder;
 use serde_json::json;
 
-use super::{GenerateArgs, ModelArgs, OnOff, Output, ScoreArgs, SparseArgs};
+use super::{GenerateArgs, ModelArgs, OnOff, Output, ScoreArgs, SparseArgs, VocabOnlyArgs};
 
 /// The backend a `--device` value names. `auto` takes CUDA device 0 when a CUDA driver and GPU are
 /// present, else a GPU adapter through wgpu (not a CPU emulation such as lavapipe), else the CPU
@@ -330,6 +330,30 @@ fn score_on<B: Backend>(
                    "sparse": engine.sparse.enabled, "kv_read_fraction": s.kv_reads.fraction()})
         ),
     }
+    Ok(())
+}
+
+/// `lserve vocab-only`: the model's metadata in a GGUF without tensors, checked by reopening it
+/// (its tokenizer must have the model's vocabulary).
+pub fn vocab_only(a: VocabOnlyArgs) -> Result<()> {
+    let path = lserve::fetch::resolve_model(a.model.as_deref())?;
+    if path.is_dir() {
+        bail!("--model {}: vocab-only takes a .gguf file (a Hugging Face folder's tokenizer files are small already)", path.display());
+    }
+    let g = loader::gguf::GgufFile::open(&path)?;
+    let meta: Vec<_> = g.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let bytes = loader::gguf::write::to_bytes(&meta, &[]);
+    std::fs::write(&a.out, &bytes).with_context(|| format!("writing {}", a.out.display()))?;
+    let (full, small) = (loader::open(&path)?, loader::open(&a.out)?);
+    if small.tokenizer.vocab_size() != full.tokenizer.vocab_size() || small.config != full.config {
+        bail!("{}: the vocab-only file does not reproduce the model's tokenizer and config", a.out.display());
+    }
+    println!(
+        "wrote {} ({} bytes, vocabulary {}; no tensors)",
+        a.out.display(),
+        bytes.len(),
+        small.tokenizer.vocab_size()
+    );
     Ok(())
 }
 

@@ -1,7 +1,10 @@
 //! `lserve serve`: load the model on the engine thread, then run the HTTP server on a tokio
-//! runtime in this thread until ctrl-c / SIGTERM.
+//! runtime in this thread until ctrl-c / SIGTERM. With `--synthetic SHAPE` the weights are
+//! generated on the device (`Llama::synthetic`) and only the tokenizer and chat template are read
+//! from `--model`; the shape's vocabulary is the tokenizer's (`bench::synthetic_shape`).
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -10,6 +13,7 @@ use lserve::engine::serve::{ServeEngine, ServeOptions};
 use lserve::engine::{EngineOptions, build_engine};
 use lserve::loader::{LoadedModel, WeightSource};
 use lserve::model::config::ModelConfig;
+use lserve::model::llama::Llama;
 use lserve::sched::{PreemptMode, SchedConfig};
 use lserve::server::{AppState, Metrics, ModelInfo, ServerOptions, engine_loop};
 use lserve::sparse::Config;
@@ -19,6 +23,8 @@ use super::run::{on_device, parse_device, parse_dtype, resolve_config};
 use super::{Preempt, ServeArgs};
 
 const DEFAULT_KV_MEMORY: &str = "1GiB";
+/// Seed of `--synthetic` weights (fixed, so two servers of one shape serve the same model).
+const SYNTHETIC_SEED: u32 = 1;
 
 fn bytes(flag: &str, s: &str) -> Result<usize> {
     let b = parse_flag_bytes(flag, s)?;
@@ -53,10 +59,21 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         .next()
         .ok_or_else(|| anyhow!("--host {}: no address", a.host))?;
     let m = super::run::open_model(&a.model)?;
-    super::run::resolve_pattern(&mut config, &m);
-    let name = a.served_model_name.clone().unwrap_or_else(|| model_name(&a.model.model, &m));
+    if a.synthetic.is_none() {
+        // A shipped head pattern by model identity (not for synthetic weights: other shapes).
+        super::run::resolve_pattern(&mut config, &m);
+    }
     let stop_ids = m.stop_ids();
-    let LoadedModel { config: cfg, tokenizer, template, weights, .. } = m;
+    let (name, cfg, weights) = match &a.synthetic {
+        None => (model_name(&a.model.model, &m), m.config.clone(), Weights::File(m.weights)),
+        Some(shape) => {
+            let cfg = lserve::bench::synthetic_shape(shape, m.tokenizer.vocab_size(), a.synthetic_context)?;
+            let name = format!("synthetic-{}", Path::new(shape).file_stem().map_or(shape.into(), |s| s.to_string_lossy()));
+            (name, cfg, Weights::Synthetic)
+        }
+    };
+    let name = a.served_model_name.clone().unwrap_or(name);
+    let LoadedModel { tokenizer, template, .. } = m;
     let tokenizer = Arc::new(tokenizer);
     let sched = SchedConfig {
         max_num_seqs: a.max_num_seqs,
@@ -114,10 +131,17 @@ fn model_name(arg: &Option<String>, m: &LoadedModel) -> String {
     }
 }
 
+/// Where the served weights come from.
+enum Weights {
+    File(Box<dyn WeightSource>),
+    /// Generated on the device from a fixed seed (`--synthetic`).
+    Synthetic,
+}
+
 /// Everything the engine thread needs to build the serving engine.
 struct Load {
     cfg: ModelConfig,
-    weights: Box<dyn WeightSource>,
+    weights: Weights,
     dtype: Option<DType>,
     config: Config,
     tokenizer: Arc<lserve::tokenizer::TextTokenizer>,
@@ -126,8 +150,10 @@ struct Load {
 
 impl Load {
     fn build<B: Backend>(self, be: B) -> Result<ServeEngine<B>> {
-        let model = lserve::model::llama::Llama::load_as(&be, &self.cfg, self.weights.as_ref(), self.dtype, |_, _| {})?;
-        drop(self.weights);
+        let model = match self.weights {
+            Weights::File(w) => Llama::load_as(&be, &self.cfg, w.as_ref(), self.dtype, |_, _| {})?,
+            Weights::Synthetic => Llama::synthetic(&be, &self.cfg, self.dtype, SYNTHETIC_SEED)?,
+        };
         let max_seqs = self.opts.sched.max_num_seqs;
         let eopts = EngineOptions {
             config: self.config,

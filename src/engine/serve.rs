@@ -72,6 +72,8 @@ pub struct ServeOptions {
 #[derive(Clone, Debug, Default)]
 pub struct ServeStats {
     pub running: usize,
+    /// The most sequences that were running (holding KV on the device) at once, since start.
+    pub peak_running: usize,
     pub waiting: usize,
     pub swapped: usize,
     pub pages_used: usize,
@@ -220,6 +222,7 @@ impl<B: Backend> ServeEngine<B> {
         let cache = &self.engine.cache;
         let view = CacheView { free_pages: cache.alloc.num_free(), free_slots: cache.free_slots() };
         let plan = self.sched.schedule(view);
+        self.stats.peak_running = self.stats.peak_running.max(self.sched.running().len());
         self.execute_moves(&plan);
         let batch: Vec<Chunk> = plan.batch.iter().filter(|c| self.live.contains_key(&c.id)).copied().collect();
         if !batch.is_empty() {
