@@ -108,7 +108,12 @@ fn open_gguf(path: &Path) -> Result<LoadedModel> {
     let source = g.get("tokenizer.chat_template").and_then(GgufValue::as_str).unwrap_or(CHATML_TEMPLATE);
     let template = make_template(source, &tokenizer)?;
     let weights = GgufWeights { g };
-    check_tensors(&config, &weights)?;
+    // A file with no tensors at all is a vocab-only GGUF (`lserve vocab-only`: tokenizer,
+    // template and config for `serve --synthetic`); building a model from it fails on the first
+    // missing weight. Any tensor present means a model file, checked whole before use.
+    if !weights.g.tensors.is_empty() {
+        check_tensors(&config, &weights)?;
+    }
     if let Some(t) = weights.g.tensor("rope_freqs.weight")
         && t.shape() != [config.head_dim / 2]
     {
