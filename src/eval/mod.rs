@@ -1,5 +1,6 @@
-//! Long-context evaluation: generated filler text, head calibration, and needle-in-a-haystack.
+//! Long-context evaluation: generated filler text, head calibration, needle-in-a-haystack, and
+//! the charts of their results.
 pub mod calibrate;
-pub mod heatmap;
+pub mod charts;
 pub mod niah;
 pub mod text;
