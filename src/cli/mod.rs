@@ -124,9 +124,37 @@ pub struct BenchArgs {
     /// Copy bandwidth in GB/s for the floor column (H200 measured: 4200).
     #[arg(long, default_value_t = 4200.0)]
     pub bandwidth_gbs: f64,
-    /// Folder for bench.json, bench.csv and bench.png.
+    /// Folder for bench.json, bench.csv and the charts (bench.png; bench-batch.png with several
+    /// batch sizes, bench-prefill.png with --prefill).
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
+    /// Anchor runs drawn beside lserve's on the charts (PyTorch, llama.cpp, ...): a CSV with the
+    /// columns label, context, ms_per_token and optionally batch, tokens_per_s, prefill_tokens,
+    /// prefill_tokens_per_s, prefill_ms (docs/benchmarks.md).
+    #[arg(long)]
+    pub compare: Option<PathBuf>,
+    /// Draw the charts from bench CSVs (comma-separated, e.g. one per backend) into --out-dir
+    /// instead of running the benchmark.
+    #[arg(long, value_delimiter = ',', requires = "out_dir")]
+    pub plot_only: Vec<PathBuf>,
+    /// Chart formats: png, svg, or png,svg for both.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "png")]
+    pub plot_format: Vec<PlotFormat>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+pub enum PlotFormat {
+    Png,
+    Svg,
+}
+
+impl PlotFormat {
+    pub fn ext(self) -> &'static str {
+        match self {
+            PlotFormat::Png => "png",
+            PlotFormat::Svg => "svg",
+        }
+    }
 }
 
 #[derive(Args)]
