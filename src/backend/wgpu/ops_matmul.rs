@@ -51,7 +51,8 @@ const GEMV_ROWS: usize = 16;
 const GEMV_SUBGROUP_ROWS: usize = 8;
 const GEMV_BATCH_ROWS: usize = 4;
 
-/// The kernel for an m x n x k product and the number of workgroups it runs (before folding).
+/// The kernel for m rows of x against n weight rows and the number of workgroups it runs (before
+/// folding).
 /// `pairs`: the weights are 16-bit with k % 8 == 0 and the adapter has SUBGROUP.
 pub fn pick(m: usize, n: usize, pairs: bool) -> (&'static str, usize) {
     match m {
