@@ -126,8 +126,12 @@ pub fn test_embed<B: Backend>(gpu: &B) {
 
 pub fn test_matmul<B: Backend>(gpu: &B) {
     let mut t = pair(gpu);
-    // k % 8 == 0 with m <= 16 takes the subgroup GEMV for 16-bit weights where available: single
-    // and multi-chunk x rows, odd word counts, rows not a multiple of the workgroup's 8.
+    // On wgpu (ops_matmul.rs picks the kernel from m): m <= 16 takes the GEMVs (for 16-bit weights
+    // with k % 8 == 0 where SUBGROUP is available the subgroup ones: m == 1 one row per subgroup,
+    // 2..=16 the batch kernel, both halves of 8 rows of its reduction; else matmul_gemv, one pass
+    // of up to 16 x rows), 17..=96 the 32-row GEMM tiles, larger m the 128-row ones. Odd n (rows
+    // not a multiple of any workgroup's 4 or 16, or a tile's 64), k with and without k % 8 == 0,
+    // odd word counts, k shorter than one k step, and multi-tile m.
     let shapes = [
         (1, 300, 1024),
         (5, 33, 2056),
@@ -141,6 +145,24 @@ pub fn test_matmul<B: Backend>(gpu: &B) {
         (37, 100, 64),
         (130, 70, 200),
         (64, 128, 128),
+        (8, 77, 264),
+        (8, 45, 131),
+        (9, 51, 520),
+        (9, 37, 259),
+        (16, 83, 1032),
+        (16, 29, 262),
+        (24, 71, 136),
+        (24, 35, 13),
+        (32, 99, 200),
+        (32, 67, 257),
+        (48, 131, 72),
+        (48, 65, 150),
+        (64, 93, 264),
+        (64, 61, 99),
+        (100, 75, 136),
+        (100, 47, 131),
+        (256, 133, 72),
+        (256, 69, 137),
     ];
     // Where the backend multiplies in 16 bits (Caps::matmul_x16_from), the reference gets x
     // rounded the same way, so the comparison stays one of summation order only.

@@ -113,8 +113,15 @@ fn kv_snippet(op: &str, d: DType) -> Option<String> {
 pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ("embed", include_str!("../../../shaders/embed.wgsl"), Reads::Scalar, false),
     ("matmul", include_str!("../../../shaders/matmul.wgsl"), Reads::Scalar, false),
+    ("matmul_m32", include_str!("../../../shaders/matmul_m32.wgsl"), Reads::Scalar, false),
     ("matmul_gemv", include_str!("../../../shaders/matmul_gemv.wgsl"), Reads::Scalar, false),
     ("matmul_gemv_subgroup", include_str!("../../../shaders/matmul_gemv_subgroup.wgsl"), Reads::Pairs, true),
+    (
+        "matmul_gemv_subgroup_batch",
+        include_str!("../../../shaders/matmul_gemv_subgroup_batch.wgsl"),
+        Reads::Pairs,
+        true,
+    ),
     ("rmsnorm", include_str!("../../../shaders/rmsnorm.wgsl"), Reads::Nothing, false),
     ("add_rmsnorm", include_str!("../../../shaders/add_rmsnorm.wgsl"), Reads::Nothing, false),
     ("add", include_str!("../../../shaders/add.wgsl"), Reads::Nothing, false),
