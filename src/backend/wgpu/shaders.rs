@@ -5,6 +5,10 @@
 //! shader extension is needed for 16-bit weights. `lserve dump-shaders` writes these assembled
 //! modules; a test validates each with naga and translates it to SPIR-V, MSL and HLSL.
 //!
+//! KV ops ([`Reads::Kv`]) get a KV snippet instead, one module per KV dtype (`<op>_<kv>`, e.g.
+//! `sparse_decode_attention_int8`): the pool element types and an f32 accessor per pool binding,
+//! so one shader source reads f32, f16, bf16, int8 and fp8 pools (docs/kv-cache.md).
+//!
 //! Feature variants: ops flagged in [`OPS`] need SUBGROUP (the caller picks them only on adapters
 //! that have it and falls back to the plain op otherwise); f16-weight modules have a `_h` variant
 //! whose weights binding is f16 storage converted by native f16 types (SHADER_F16, `enable f16;`;
