@@ -24,7 +24,7 @@
 # call's 64 MiB carry together: carry one part per back-to-back call (a warm machine keeps
 # ignored paths between calls), then run with ACCURACY=1 CUDA=0 WGPU=0. Knobs: ACC_LENGTHS
 # (16k,32k), ACC_SAMPLES (4), ACC_BUDGETS (4096,policy), ACC_RATIOS (0,0.5), ACC_PAGES
-# (64/16,64/64,16/16), ACC_TASKS (all), ACC_TIMEOUT (540 s).
+# (64/16,64/64,16/16), ACC_TASKS (all), ACC_PIN (on: keep the sink page), ACC_TIMEOUT (540 s).
 # LOAD=1 (off by default)
 # the serving load test: `lserve serve --synthetic llama3-8b` on the GPU driven by
 # scripts/load_bench.py (stdlib HTTP client, no `openai` package needed), 1 client then 16
@@ -108,6 +108,7 @@ if [ "${ACCURACY:-0}" = 1 ]; then
   timeout "${ACC_TIMEOUT:-540}" "$B/lserve" accuracy -m "$G" --device "$ACC_DEV" --lengths "${ACC_LENGTHS:-16k,32k}" \
     --tasks "${ACC_TASKS:-all}" --samples "${ACC_SAMPLES:-4}" --budgets "${ACC_BUDGETS:-4096,policy}" \
     --ratios "${ACC_RATIOS:-0,0.5}" --pages "${ACC_PAGES:-64/16,64/64,16/16}" --head-pattern patterns/gemma3-270m.toml \
+    --pin-sink-page "${ACC_PIN:-on}" \
     --out-dir "$OUT/accuracy" > "$OUT/accuracy.txt" 2>&1; c_acc=$?
   timeout 240 "$B/lserve" recall -m "$G" --device "$ACC_DEV" --lengths "${ACC_LENGTHS:-16k,32k}" --budgets 4096 \
     --pages 64/16,64/64,16/16 --steps 64 --every 8 --out "$OUT/recall.json" > "$OUT/recall.txt" 2>&1; c_recall=$?
