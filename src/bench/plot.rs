@@ -71,6 +71,8 @@ mod tests {
             mode: mode.into(),
             context,
             batch: 1,
+            kv_dtype: "f32".into(),
+            kv_bytes_per_token: 0,
             decode_ms: ms,
             decode_ms_min: ms,
             decode_ms_mean: ms,

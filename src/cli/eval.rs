@@ -12,7 +12,7 @@ use lserve::loader::LoadedModel;
 use lserve::model::llama::Llama;
 use lserve::sparse::Config;
 
-use super::run::{load_weights, on_device, open_model, parse_device, parse_dtype, resolve_config};
+use super::run::{load_weights, on_device, open_model, parse_device, parse_dtype, resolve_config, resolve_pattern};
 use super::{BenchArgs, CalibrateArgs, NiahArgs, NiahMode, OnOff};
 
 pub fn calibrate(a: CalibrateArgs) -> Result<()> {
@@ -62,7 +62,8 @@ pub fn niah(a: NiahArgs) -> Result<()> {
         NiahMode::Off => vec![OnOff::Off],
         NiahMode::Both => vec![OnOff::Off, OnOff::On],
     };
-    let configs = modes.iter().map(|&mode| resolve_config(Some(mode), &a.tuning)).collect::<Result<Vec<_>>>()?;
+    let mut configs = modes.iter().map(|&mode| resolve_config(Some(mode), &a.tuning)).collect::<Result<Vec<_>>>()?;
+    configs.iter_mut().for_each(|c| resolve_pattern(c, &m));
     std::fs::create_dir_all(&a.out_dir).with_context(|| format!("creating {}", a.out_dir.display()))?;
     let max_len = *lengths.iter().max().unwrap_or(&1) + ANSWER_TOKENS;
     let grid = Grid { lengths, depths, modes, configs, max_len };
@@ -173,6 +174,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     let dtype = parse_dtype(&a.dtype)?;
     let mut config = resolve_config(None, &a.tuning)?;
     config.sparse.streaming_ratio = 0.0; // the bench uses its own synthetic head layout
+    if a.prefill_chunk == 0 {
+        bail!("--prefill-chunk must be at least 1");
+    }
     let o = lserve::bench::BenchOptions {
         contexts: parse_lengths(&a.contexts)?,
         batches: parse_lengths(&a.batch)?,
@@ -187,6 +191,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         warmup: a.warmup,
         repeats: a.repeats.max(1),
         prefill_tokens: a.prefill,
+        prefill_chunk: a.prefill_chunk,
         bandwidth_gbs: a.bandwidth_gbs,
         dtype,
         seed: 7,
@@ -194,17 +199,30 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         head: a.head,
     };
     println!(
-        "{:>8} {:>7} {:>8} {:>5} {:>10} {:>9} {:>10} {:>9} {:>7} {:>11}",
-        "backend", "mode", "context", "batch", "ms/step", "mean ms", "floor ms", "of floor", "kv read", "prefill ms"
+        "{:>8} {:>7} {:>8} {:>5} {:>5} {:>8} {:>10} {:>9} {:>10} {:>9} {:>7} {:>11}",
+        "backend",
+        "mode",
+        "context",
+        "batch",
+        "kv",
+        "kv B/tok",
+        "ms/step",
+        "mean ms",
+        "floor ms",
+        "of floor",
+        "kv read",
+        "prefill ms"
     );
     let log = |r: &lserve::bench::BenchRow| {
         let pct = if r.decode_ms > 0.0 { 100.0 * r.floor_ms / r.decode_ms } else { 0.0 };
         println!(
-            "{:>8} {:>7} {:>8} {:>5} {:>10.3} {:>9.3} {:>10.3} {:>8.1}% {:>6.1}% {:>11}",
+            "{:>8} {:>7} {:>8} {:>5} {:>5} {:>8} {:>10.3} {:>9.3} {:>10.3} {:>8.1}% {:>6.1}% {:>11}",
             r.backend,
             r.mode,
             r.context,
             r.batch,
+            r.kv_dtype,
+            r.kv_bytes_per_token,
             r.decode_ms,
             r.decode_ms_mean,
             r.floor_ms,
@@ -221,16 +239,18 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::write(dir.join("bench.json"), serde_json::to_string_pretty(&rows)?)?;
         let mut csv = String::from(
-            "backend,shape,mode,context,batch,decode_ms,decode_ms_min,decode_ms_mean,weight_bytes,kv_bytes_read,floor_ms,kv_read_fraction,prefill_tokens,prefill_ms\n",
+            "backend,shape,mode,context,batch,kv_dtype,kv_bytes_per_token,decode_ms,decode_ms_min,decode_ms_mean,weight_bytes,kv_bytes_read,floor_ms,kv_read_fraction,prefill_tokens,prefill_ms\n",
         );
         for r in &rows {
             csv += &format!(
-                "{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{:.4},{:.4},{},{}\n",
+                "{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{:.4},{:.4},{},{}\n",
                 r.backend,
                 r.shape,
                 r.mode,
                 r.context,
                 r.batch,
+                r.kv_dtype,
+                r.kv_bytes_per_token,
                 r.decode_ms,
                 r.decode_ms_min,
                 r.decode_ms_mean,

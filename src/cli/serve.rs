@@ -16,8 +16,8 @@ use lserve::model::config::ModelConfig;
 use lserve::model::llama::Llama;
 use lserve::sched::{PreemptMode, SchedConfig};
 use lserve::server::{AppState, Metrics, ModelInfo, ServerOptions, engine_loop};
-use lserve::sparse::config::parse_memory;
-use lserve::sparse::{Config, KvMemory};
+use lserve::sparse::Config;
+use lserve::sparse::config::parse_flag_bytes;
 
 use super::run::{on_device, parse_device, parse_dtype, resolve_config};
 use super::{Preempt, ServeArgs};
@@ -27,10 +27,8 @@ const DEFAULT_KV_MEMORY: &str = "1GiB";
 const SYNTHETIC_SEED: u32 = 1;
 
 fn bytes(flag: &str, s: &str) -> Result<usize> {
-    match parse_memory(s)? {
-        KvMemory::Bytes(b) => Ok(b as usize),
-        KvMemory::Fraction(_) => bail!("--{flag} {s}: give a size in bytes (e.g. 4GiB)"),
-    }
+    let b = parse_flag_bytes(flag, s)?;
+    usize::try_from(b).map_err(|_| anyhow!("--{flag} {s}: too large"))
 }
 
 pub fn serve(a: ServeArgs) -> Result<()> {
@@ -41,8 +39,17 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         // A server sizes its pool up front; 1 GiB unless --kv-memory / [cache] kv_memory says.
         config.cache.kv_memory = Some(DEFAULT_KV_MEMORY.into());
     }
-    if a.max_num_seqs == 0 || a.max_num_batched_tokens == 0 || a.prefill_chunk == 0 {
-        bail!("--max-num-seqs, --max-num-batched-tokens and --prefill-chunk must be at least 1");
+    for (flag, v) in [
+        ("max-num-seqs", a.max_num_seqs),
+        ("max-num-batched-tokens", a.max_num_batched_tokens),
+        ("prefill-chunk", a.prefill_chunk),
+        ("max-connections", a.max_connections),
+        ("header-timeout", a.header_timeout as usize),
+        ("body-timeout", a.body_timeout as usize),
+    ] {
+        if v == 0 {
+            bail!("--{flag} 0: must be at least 1");
+        }
     }
     let swap_bytes = bytes("swap-space", &a.swap_space)?;
     let max_body_bytes = bytes("max-body", &a.max_body)?;
@@ -52,6 +59,10 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         .next()
         .ok_or_else(|| anyhow!("--host {}: no address", a.host))?;
     let m = super::run::open_model(&a.model)?;
+    if a.synthetic.is_none() {
+        // A shipped head pattern by model identity (not for synthetic weights: other shapes).
+        super::run::resolve_pattern(&mut config, &m);
+    }
     let stop_ids = m.stop_ids();
     let (name, cfg, weights) = match &a.synthetic {
         None => (model_name(&a.model.model, &m), m.config.clone(), Weights::File(m.weights)),
@@ -98,11 +109,13 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         Err(_) => bail!("the engine thread stopped while loading"),
     };
     let info = ModelInfo { name, tokenizer, template, stop_ids, max_request_tokens };
+    let api_key = a.api_key.or_else(|| std::env::var("LSERVE_API_KEY").ok()).filter(|k| !k.is_empty());
     let opts = ServerOptions {
-        addr,
-        api_key: a.api_key.or_else(|| std::env::var("LSERVE_API_KEY").ok()).filter(|k| !k.is_empty()),
-        max_inflight: a.max_num_seqs + a.max_queue,
         max_body_bytes,
+        header_timeout: std::time::Duration::from_secs(a.header_timeout),
+        body_timeout: std::time::Duration::from_secs(a.body_timeout),
+        max_connections: a.max_connections,
+        ..ServerOptions::new(addr, api_key, a.max_num_seqs.saturating_add(a.max_queue))
     };
     let state = AppState::new(cmd_tx, info, metrics, opts);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

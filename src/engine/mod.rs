@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::kv::{KvCache, SeqPages};
 use crate::model::llama::{AttnSettings, Llama, Logits};
 use crate::sampling::{Sampler, SamplingParams, log_prob};
-use crate::sparse::SparseConfig;
+use crate::sparse::{DecodePlan, SparseConfig};
 
 /// Tokens per prefill chunk unless configured otherwise.
 pub const DEFAULT_PREFILL_CHUNK: usize = 512;
@@ -118,6 +118,35 @@ impl<B: Backend> Engine<B> {
         Ok(())
     }
 
+    /// With `pin_sink_page`, before a selecting decode step: make the min/max summaries of `seq`'s
+    /// first page (once it is full, so `rope_append_kv` never rewrites them) `-PIN / +PIN` in
+    /// every retrieval head of every selecting layer, so its Quest score `PIN * sum |q_c|` tops
+    /// every real page's and `page_select` keeps it as one of the budget's pages. Idempotent (a
+    /// swap-in restores whatever was there; the next selection pins again). Host writes before the
+    /// step's ops, so a replayed decode graph is unaffected.
+    pub fn pin_sink_page(&mut self, seq: &SeqPages, plan: &DecodePlan) -> Result<()> {
+        // 1e30 * sum |q_c| stays finite in f32 for |q_c| < 1e6 over 256 channels.
+        const PIN: f32 = 1e30;
+        let s = &self.cache.shape;
+        if !self.sparse.pin_sink_page || !plan.select || seq.len < s.page_size || seq.pages.is_empty() {
+            return Ok(());
+        }
+        let (lpp, hd) = (s.page_size / s.logical_page, s.head_dim);
+        let block: Vec<f32> = (0..lpp).flat_map(|_| [vec![-PIN; hd], vec![PIN; hd]].concat()).collect();
+        let page = seq.pages[0] as usize;
+        for l in 0..s.num_layers {
+            let n_ret = s.layout.n_ret(l);
+            if n_ret == 0 || self.attn.dense_layer[l] {
+                continue;
+            }
+            for r in 0..n_ret {
+                let at = (page * n_ret + r) * lpp * 2 * hd;
+                self.backend.write_f32_at(&mut self.cache.layers[l].summary, at, &block)?;
+            }
+        }
+        Ok(())
+    }
+
     /// One forward of `tokens` at the end of `seq` whose next token is sampled on the device with
     /// `sampler`'s settings and next draw (greedy samplers take the argmax).
     fn sample_next(&mut self, seq: &mut SeqPages, tokens: &[u32], sampler: &mut Sampler) -> Result<u32> {
@@ -161,7 +190,15 @@ impl<B: Backend> Engine<B> {
         let len = seq.len as u64;
         let lambda = len.min((self.attn.sink + self.attn.local) as u64);
         let ps = s.page_size as u64;
+        let gemma = self.model.cfg.gemma.as_ref();
         for l in 0..s.num_layers {
+            // Gemma 3's local layers read their window, sparse or dense alike.
+            if let Some(g) = gemma.filter(|g| g.is_local(l)) {
+                let w = len.min(g.sliding_window as u64) * s.n_kv_heads as u64;
+                reads.read += w;
+                reads.dense += w;
+                continue;
+            }
             let retrieval = match seq.sel_tail {
                 Some(tail) if !self.attn.dense_layer[l] => {
                     let selected = (self.attn.k_pages as u64).min(tail as u64);
