@@ -18,7 +18,7 @@ pub mod plot;
 use serde::Serialize;
 
 use crate::backend::{Backend, DType, FillRandomParams};
-use crate::engine::{EngineOptions, KvReads, build_engine};
+use crate::engine::{EngineOptions, KvReads, StepHead, StepRow, build_engine};
 use crate::error::{Error, Result};
 use crate::kv::HeadLayout;
 use crate::model::config::ModelConfig;
@@ -115,19 +115,16 @@ pub struct BenchOptions {
     pub head: DecodeHead,
 }
 
-fn batch_head_error() -> Error {
-    Error::InvalidArgument("--head sample times batch 1 only (batched steps end with logits or argmax)".into())
-}
-
 /// The end of a timed decode step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DecodeHead {
-    /// Read the logits row back (`Engine::step`).
+    /// Read the logits rows back (`StepHead::Logits`).
     Logits,
-    /// Greedy on the device, only the id comes back (`Engine::step_greedy`).
+    /// Greedy on the device, only the ids come back (`StepHead::Argmax`).
     Argmax,
-    /// Sampled on the device with T 0.8, top-k 40, top-p 0.95 (`Engine::step_sample`).
+    /// Sampled on the device with T 0.8, top-k 40, top-p 0.95, only the ids come back
+    /// (`StepHead::Sample`).
     Sample,
 }
 
@@ -218,14 +215,18 @@ fn point<B: Backend>(
         }
         let t = std::time::Instant::now();
         let tokens: Vec<u32> = (0..batch).map(|b| ((i + b) % 1000) as u32 + 1).collect();
-        match (batch, o.head) {
-            (1, DecodeHead::Logits) => drop(e.step(&mut seqs[0], &tokens, Logits::Last, None)?),
-            (1, DecodeHead::Argmax) => drop(e.step_greedy(&mut seqs[0], tokens[0])?),
-            (1, DecodeHead::Sample) => drop(e.step_sample(&mut seqs[0], &tokens, &mut sampler)?),
-            (_, DecodeHead::Logits) => drop(e.step_batch(&mut seqs, &tokens)?),
-            (_, DecodeHead::Argmax) => drop(e.step_batch_argmax(&mut seqs, &tokens)?),
-            _ => return Err(batch_head_error()),
-        }
+        let settings: Vec<[u32; 4]> = (0..batch).map(|_| sampler.device_settings()).collect();
+        let head = match o.head {
+            DecodeHead::Logits => StepHead::Logits(None),
+            DecodeHead::Argmax => StepHead::Argmax,
+            DecodeHead::Sample => StepHead::Sample(&settings),
+        };
+        let mut rows: Vec<StepRow> = seqs
+            .iter_mut()
+            .zip(&tokens)
+            .map(|(seq, t)| StepRow { seq, tokens: std::slice::from_ref(t), logits: Logits::Last })
+            .collect();
+        drop(e.step_rows(&mut rows, head)?);
         if i >= o.warmup {
             times.push(t.elapsed().as_secs_f64() * 1e3);
             seqs.iter().for_each(|seq| e.count_reads(seq, &mut reads));
@@ -345,9 +346,6 @@ pub fn run<B: Backend>(
     o: &BenchOptions,
     mut log: impl FnMut(&BenchRow),
 ) -> Result<Vec<BenchRow>> {
-    if o.head == DecodeHead::Sample && o.batches.iter().any(|&b| b != 1) {
-        return Err(batch_head_error());
-    }
     let mut cfg = shape(shape_name)?;
     let max_ctx = o.contexts.iter().copied().max().unwrap_or(0) + o.warmup + o.repeats + 1;
     cfg.max_position_embeddings = cfg.max_position_embeddings.max(max_ctx).max(o.prefill_tokens);

@@ -338,7 +338,10 @@ fn score_on<B: Backend>(
 pub fn vocab_only(a: VocabOnlyArgs) -> Result<()> {
     let path = lserve::fetch::resolve_model(a.model.as_deref())?;
     if path.is_dir() {
-        bail!("--model {}: vocab-only takes a .gguf file (a Hugging Face folder's tokenizer files are small already)", path.display());
+        bail!(
+            "--model {}: vocab-only takes a .gguf file (a Hugging Face folder's tokenizer files are small already)",
+            path.display()
+        );
     }
     let g = loader::gguf::GgufFile::open(&path)?;
     let meta: Vec<_> = g.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect();

@@ -68,7 +68,8 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         None => (model_name(&a.model.model, &m), m.config.clone(), Weights::File(m.weights)),
         Some(shape) => {
             let cfg = lserve::bench::synthetic_shape(shape, m.tokenizer.vocab_size(), a.synthetic_context)?;
-            let name = format!("synthetic-{}", Path::new(shape).file_stem().map_or(shape.into(), |s| s.to_string_lossy()));
+            let name =
+                format!("synthetic-{}", Path::new(shape).file_stem().map_or(shape.into(), |s| s.to_string_lossy()));
             (name, cfg, Weights::Synthetic)
         }
     };

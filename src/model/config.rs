@@ -186,7 +186,8 @@ impl ModelConfig {
         }
         // transformers 5 nests RoPE under `rope_parameters` (Gemma 3: per layer type, the global
         // layers' under `rope_parameters.full_attention`).
-        let rope_params = v.get("rope_parameters").filter(|r| !r.is_null()).map(|r| r.get("full_attention").unwrap_or(r));
+        let rope_params =
+            v.get("rope_parameters").filter(|r| !r.is_null()).map(|r| r.get("full_attention").unwrap_or(r));
         let scaling = v.get("rope_scaling").filter(|s| !s.is_null()).or(rope_params);
         let rope_scaling =
             RopeScaling::from_hf_json(scaling, max_pos).map_err(|e| Error::Config(format!("config.json: {e}")))?;

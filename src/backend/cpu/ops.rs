@@ -16,15 +16,15 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// Rows up to which `matmul` takes the small-m path (`gemv`). Measured on the CPU backend with
-/// SmolLM2-135M decode steps (docs/benchmarks.md, "CPU batched decode"): below this the `gemm`
-/// crate spends more time packing the weight matrix than multiplying, since a decode batch reads
-/// every weight once for only a few rows.
-pub const GEMV_MAX_ROWS: usize = 16;
+/// Rows up to which `matmul` takes the small-m path (`gemv`; before: below 4 rows). Measured on
+/// the CPU backend with SmolLM2-135M decode steps (docs/benchmarks.md, "CPU batched decode"): at
+/// 8 rows the `gemm` crate spends more time packing the weight matrix than multiplying (a decode
+/// batch reads every weight once for only a few rows).
+pub const GEMV_MAX_ROWS: usize = 8;
 
 /// out[m][n] = x[m][k] . w[n][k]^T + bias[n].
 pub fn matmul(x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32], m: usize, n: usize, k: usize) {
-    if m <= gemv_max_rows() {
+    if m <= GEMV_MAX_ROWS {
         gemv(x, w, out, m, n, k);
     } else {
         let threads = rayon::current_num_threads();
@@ -60,13 +60,6 @@ pub fn matmul(x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32], m: us
     }
 }
 
-fn gemv_max_rows() -> usize {
-    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::env::var("LSERVE_CPU_GEMV_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(GEMV_MAX_ROWS)
-    })
-}
-
 /// The dot products of two `x` rows with four weight rows, `[x row][weight row]`, each exactly
 /// what [`dot`] computes (the same 8 lanes, multiply then add, the same final sum), so a result
 /// never depends on which rows share the call or on the instruction set.
@@ -93,20 +86,20 @@ fn dot2x4_avx2(x: [&[f32]; 2], w: [&[f32]; 4]) -> [[f32; 4]; 2] {
             let xv = [_mm256_loadu_ps(x[0].as_ptr().add(c)), _mm256_loadu_ps(x[1].as_ptr().add(c))];
             for (j, r) in w.iter().enumerate() {
                 let wv = _mm256_loadu_ps(r.as_ptr().add(c));
-                for i in 0..2 {
-                    acc[i][j] = _mm256_add_ps(acc[i][j], _mm256_mul_ps(xv[i], wv));
+                for (a, xv) in acc.iter_mut().zip(&xv) {
+                    a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(*xv, wv));
                 }
             }
         }
     }
     let mut out = [[0f32; 4]; 2];
-    for i in 0..2 {
-        for j in 0..4 {
+    for ((o, a), x) in out.iter_mut().zip(&acc).zip(&x) {
+        for ((o, a), r) in o.iter_mut().zip(a).zip(&w) {
             let mut lanes = [0f32; 8];
             // SAFETY: `lanes` holds the 8 floats the store writes.
-            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc[i][j]) };
-            let tail: f32 = x[i][n8..].iter().zip(&w[j][n8..]).map(|(a, b)| a * b).sum();
-            out[i][j] = lanes.iter().sum::<f32>() + tail;
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *a) };
+            let tail: f32 = x[n8..].iter().zip(&r[n8..]).map(|(a, b)| a * b).sum();
+            *o = lanes.iter().sum::<f32>() + tail;
         }
     }
     out
