@@ -92,8 +92,7 @@ impl Table {
 pub fn read_compare(path: &Path) -> Result<Vec<CompareRow>> {
     let t = Table::read(path, &["label"])?;
     let mut out = vec![];
-    for i in 0..t.rows.len() {
-        let line = t.rows[i].0;
+    for (i, &(line, _)) in t.rows.iter().enumerate() {
         let label = t.cell(i, "label").ok_or_else(|| t.err(line, "empty label".into()))?.to_string();
         let batch = t.num::<usize>(i, "batch")?.unwrap_or(1);
         if batch == 0 {
