@@ -17,6 +17,9 @@
 //! context grows. The partials live
 //! in a scratch buffer shared by every layer (stream order keeps them apart).
 //!
+//! 8-bit KV (int8, fp8): decode runs the cp.async kernel on the raw codes (row scales staged
+//! beside them); prefill and lambda_mass run their scalar kernels, dequantizing as they stage.
+//!
 //! Prefill: a 16-bit KV cache runs the tensor-core kernel (`prefill_attention_mma_<kv>_d<D>`,
 //! mma.sync m16n8k16, D = 64/128/256 with head_dim zero-padded up to it; 64-row query tiles,
 //! grid (heads, tiles)); an f32 KV cache keeps the scalar f32 kernel, the exact reference
@@ -24,7 +27,7 @@
 //! kernel for every dtype (A/B only; read once).
 
 use super::context::{Launch, err};
-use super::{CudaBackend, CudaBuffer, fidx, need, need_float};
+use super::{CudaBackend, CudaBuffer, kidx, need, need_kv};
 use crate::backend::*;
 use crate::error::Result;
 
@@ -55,13 +58,16 @@ fn check_common(p: &AttentionParams, kv: &LayerKv<CudaBackend>, meta: &PagedMeta
     if n_str > 0 && (p.ring_tokens <= p.sink || !p.ring_tokens.is_multiple_of(p.page_size)) {
         return Err(err(format!("{op}: the streaming ring is smaller than its sink")));
     }
-    let rlen = u(p.num_pages) * n_ret * ps * hd;
-    let slen = u(p.num_str_pages) * n_str * ps * hd;
+    let rrows = u(p.num_pages) * n_ret * ps;
+    let srows = u(p.num_str_pages) * n_str * ps;
     let kt = kv.k.dtype;
-    need_float(kv.k, rlen, "k pool")?;
-    need(kv.v, kt, rlen, "v pool")?;
-    need(kv.sk, kt, slen, "streaming k pool")?;
-    need(kv.sv, kt, slen, "streaming v pool")?;
+    need_kv(kv.k, rrows, hd, "k pool")?;
+    need(kv.v, kt, kv_pool_len(kt, rrows, hd), "v pool")?;
+    need(kv.sk, kt, kv_pool_len(kt, srows, hd), "streaming k pool")?;
+    need(kv.sv, kt, kv_pool_len(kt, srows, hd), "streaming v pool")?;
+    if kt.is_kv8() && !ps.is_multiple_of(4) {
+        return Err(err(format!("{op}: 8-bit KV needs page_size % 4 == 0")));
+    }
     need(kv.head_map, DType::U32, nkv, "head_map")?;
     let ring_pages = if n_str > 0 { u(p.ring_tokens) / ps } else { 0 };
     need(meta.page_indptr, DType::U32, ns + 1, "attention page_indptr")?;
@@ -70,7 +76,7 @@ fn check_common(p: &AttentionParams, kv: &LayerKv<CudaBackend>, meta: &PagedMeta
     need(meta.ring_table, DType::U32, ns * ring_pages, "attention ring_table")
 }
 
-const PREFILL: [[&str; 5]; 3] = [
+const PREFILL: [[&str; 5]; 5] = [
     [
         "prefill_attention_f32_d4",
         "prefill_attention_f32_d8",
@@ -91,6 +97,20 @@ const PREFILL: [[&str; 5]; 3] = [
         "prefill_attention_bf16_d16",
         "prefill_attention_bf16_d32",
         "prefill_attention_bf16_d64",
+    ],
+    [
+        "prefill_attention_int8_d4",
+        "prefill_attention_int8_d8",
+        "prefill_attention_int8_d16",
+        "prefill_attention_int8_d32",
+        "prefill_attention_int8_d64",
+    ],
+    [
+        "prefill_attention_fp8_d4",
+        "prefill_attention_fp8_d8",
+        "prefill_attention_fp8_d16",
+        "prefill_attention_fp8_d32",
+        "prefill_attention_fp8_d64",
     ],
 ];
 
@@ -151,7 +171,7 @@ pub fn prefill_attention(
             let dpt = hd.div_ceil(4).next_power_of_two().max(4);
             let tk = 32.min(4096 / hd);
             let l = Launch::new(((n / PREFILL_ROWS + ns) as u32, nh as u32, 1), 128).smem(2 * tk * hd * 4);
-            (PREFILL[fidx(kv.k.dtype)][dpt.trailing_zeros() as usize - 2], l)
+            (PREFILL[kidx(kv.k.dtype)][dpt.trailing_zeros() as usize - 2], l)
         }
     };
     let ptrs = [
@@ -171,7 +191,7 @@ pub fn prefill_attention(
     be.gpu().launch("prefill_attention", name, l, p, &ptrs, &[meta.page_table.len as u32, meta.ring_table.len as u32])
 }
 
-const DECODE: [[&str; 4]; 3] = [
+const DECODE: [[&str; 4]; 5] = [
     [
         "sparse_decode_attention_f32_g1",
         "sparse_decode_attention_f32_g2",
@@ -189,6 +209,18 @@ const DECODE: [[&str; 4]; 3] = [
         "sparse_decode_attention_bf16_g2",
         "sparse_decode_attention_bf16_g4",
         "sparse_decode_attention_bf16_g8",
+    ],
+    [
+        "sparse_decode_attention_int8_g1",
+        "sparse_decode_attention_int8_g2",
+        "sparse_decode_attention_int8_g4",
+        "sparse_decode_attention_int8_g8",
+    ],
+    [
+        "sparse_decode_attention_fp8_g1",
+        "sparse_decode_attention_fp8_g2",
+        "sparse_decode_attention_fp8_g4",
+        "sparse_decode_attention_fp8_g8",
     ],
 ];
 
@@ -221,11 +253,13 @@ fn decode_regs() -> bool {
 }
 
 /// Dynamic shared memory of the cp.async decode kernel (its layout: K/V stages [2][2][ck][row],
-/// valid [2][ck], scores [G][ck], q [G][hd], acc [G][hd]; ck as `sd2_chunk`).
+/// valid [2][ck], scores [G][ck], q [G][hd], acc [G][hd], for 8-bit KV also the K and V row
+/// scales [2][2][ck]; ck as `sd2_chunk`).
 fn decode_smem(hd: usize, kv: DType, g: usize) -> usize {
     let row = hd * kv.size();
     let ck = (8192 / row).clamp(8, 64) & !7;
-    4 * ck * row + 2 * ck * 4 + g * ck * 4 + 2 * g * hd * 4
+    let scales = if kv.is_kv8() { 4 * ck * 4 } else { 0 };
+    4 * ck * row + 2 * ck * 4 + g * ck * 4 + 2 * g * hd * 4 + scales
 }
 
 /// Splits per (sequence, KV head chunk) of a decode step (see the module docs).
@@ -265,10 +299,11 @@ pub fn sparse_decode_attention(
     let group = nh / nkv;
     let g = group.min(DECODE_HEADS).next_power_of_two();
     let head_chunks = group.div_ceil(g);
-    let (name, smem) = if decode_regs() {
-        (DECODE_REGS[fidx(kv.k.dtype)][g.trailing_zeros() as usize], 0)
+    // The register-staged kernel has no 8-bit variant: 8-bit KV always runs the cp.async one.
+    let (name, smem) = if decode_regs() && !kv.k.dtype.is_kv8() {
+        (DECODE_REGS[kidx(kv.k.dtype)][g.trailing_zeros() as usize], 0)
     } else {
-        (DECODE[fidx(kv.k.dtype)][g.trailing_zeros() as usize], decode_smem(hd, kv.k.dtype, g))
+        (DECODE[kidx(kv.k.dtype)][g.trailing_zeros() as usize], decode_smem(hd, kv.k.dtype, g))
     };
     let gpu = be.gpu();
     let wave = (gpu.sm_count * gpu.blocks_per_sm("sparse_decode_attention", name, 128, smem as u32)?) as usize;
@@ -323,13 +358,14 @@ pub fn lambda_mass(
         return Err(err("lambda_mass: bad head counts or page size"));
     }
     need(q, DType::F32, n * nh * hd, "lambda_mass q")?;
-    need_float(kv.k, u(p.num_pages) * nkv * ps * hd, "lambda_mass k pool")?;
+    need_kv(kv.k, u(p.num_pages) * nkv * ps, hd, "lambda_mass k pool")?;
     need(kv.head_map, DType::U32, nkv, "head_map")?;
     need(meta.page_indptr, DType::U32, 2, "lambda_mass page_indptr")?;
     need(meta.page_table, DType::U32, 0, "lambda_mass page_table")?;
     need(meta.kv_len, DType::U32, 1, "lambda_mass kv_len")?;
     need(out, DType::F32, n * nh, "lambda_mass out")?;
-    let name = ["lambda_mass_f32", "lambda_mass_f16", "lambda_mass_bf16"][fidx(kv.k.dtype)];
+    let name = ["lambda_mass_f32", "lambda_mass_f16", "lambda_mass_bf16", "lambda_mass_int8", "lambda_mass_fp8"]
+        [kidx(kv.k.dtype)];
     let l = Launch::new((n as u32, nh as u32, 1), 256);
     let ptrs = [
         q.ptr(),

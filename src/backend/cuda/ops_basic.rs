@@ -1,4 +1,5 @@
 //! Launches of the elementwise and row ops: embed, rmsnorm/add_rmsnorm, add, silu_mul,
+//! gelu_tanh_mul, head_rmsnorm, scale,
 //! gather_rows, argmax, sample, fill_random (cuda/<op>.cu). Each checks its buffers first.
 
 use super::context::{Launch, err};
@@ -61,6 +62,37 @@ pub fn silu_mul(be: &CudaBackend, p: &SiluMulParams, gate_up: &CudaBuffer, out: 
     be.gpu().launch("silu_mul", "silu_mul", Launch::elems(n), p, &[gate_up.ptr(), out.ptr()], &[])
 }
 
+pub fn gelu_tanh_mul(
+    be: &CudaBackend,
+    p: &GeluTanhMulParams,
+    gate_up: &CudaBuffer,
+    out: &mut CudaBuffer,
+) -> Result<()> {
+    let n = u(p.rows) * u(p.dim);
+    need(gate_up, DType::F32, 2 * n, "gelu_tanh_mul gate_up")?;
+    need(out, DType::F32, n, "gelu_tanh_mul out")?;
+    be.gpu().launch("gelu_tanh_mul", "gelu_tanh_mul", Launch::elems(n), p, &[gate_up.ptr(), out.ptr()], &[])
+}
+
+pub fn head_rmsnorm(be: &CudaBackend, p: &HeadRmsnormParams, x: &mut CudaBuffer, w: &CudaBuffer) -> Result<()> {
+    let (r, nh, hd) = (u(p.rows), u(p.n_heads), u(p.head_dim));
+    if nh * hd > u(p.row_stride) {
+        return Err(err("head_rmsnorm: the heads do not fit in a row"));
+    }
+    need(x, DType::F32, r * u(p.row_stride), "head_rmsnorm x")?;
+    need(w, DType::F32, nh * hd, "head_rmsnorm w")?;
+    if r * nh == 0 {
+        return Ok(());
+    }
+    let l = Launch::new(((r * nh) as u32, 1, 1), 256);
+    be.gpu().launch("head_rmsnorm", "head_rmsnorm", l, p, &[x.ptr(), w.ptr()], &[])
+}
+
+pub fn scale(be: &CudaBackend, p: &ScaleParams, x: &mut CudaBuffer) -> Result<()> {
+    need(x, DType::F32, u(p.n), "scale x")?;
+    be.gpu().launch("scale", "scale", Launch::elems(u(p.n)), p, &[x.ptr()], &[])
+}
+
 pub fn gather_rows(
     be: &CudaBackend,
     p: &GatherRowsParams,
@@ -107,6 +139,10 @@ pub fn fill_random(be: &CudaBackend, p: &FillRandomParams, out: &mut CudaBuffer)
         2 => DType::BF16,
         d => return Err(err(format!("fill_random: dtype code {d} (0 = f32, 1 = f16, 2 = bf16)"))),
     };
-    need(out, want, u(p.n), "fill_random out")?;
+    // An 8-bit KV pool is filled as f32 words (benchmark data: its codes and scales are then
+    // arbitrary bytes).
+    if !(want == DType::F32 && out.dtype.is_kv8() && out.len >= 4 * u(p.n)) {
+        need(out, want, u(p.n), "fill_random out")?;
+    }
     be.gpu().launch("fill_random", "fill_random", Launch::elems(u(p.n)), p, &[out.ptr()], &[])
 }

@@ -2,12 +2,13 @@
 //! cuda/rope_append_kv_summary.cu when the layer has retrieval heads) and `page_select`
 //! (cuda/page_select.cu). The kernel headers give layouts and block mappings.
 //!
-//! Invariants: the four pools of a layer share one KV dtype; slots, ring slots and page tables
+//! Invariants: the four pools of a layer share one KV dtype (8-bit pools: codes + per-row scales,
+//! `kv_pool_len`); slots, ring slots and page tables
 //! live on the device and are bounds-checked by the kernels (an out-of-pool slot is skipped).
 //! Slots of one call must be distinct (the trait's contract; two writers of one slot would race).
 
 use super::context::{Launch, err};
-use super::{CudaBackend, CudaBuffer, fidx, need, need_float};
+use super::{CudaBackend, CudaBuffer, kidx, need, need_kv};
 use crate::backend::*;
 use crate::error::Result;
 
@@ -38,20 +39,29 @@ pub fn rope_append_kv(
     need(meta.inv_freq, DType::F32, hd / 2, "rope_append_kv inv_freq")?;
     need(kv.head_map, DType::U32, nkv, "head_map")?;
     need(q, DType::F32, n * nh * hd, "rope_append_kv q")?;
-    let (rlen, slen) = (u(p.num_pages) * n_ret * ps * hd, u(p.num_str_pages) * n_str * ps * hd);
+    let (rrows, srows) = (u(p.num_pages) * n_ret * ps, u(p.num_str_pages) * n_str * ps);
     let kt = kv.k.dtype;
-    need_float(kv.k, rlen, "k pool")?;
-    for (b, len, what) in
-        [(&*kv.v, rlen, "v pool"), (&*kv.sk, slen, "streaming k pool"), (&*kv.sv, slen, "streaming v pool")]
+    need_kv(kv.k, rrows, hd, "k pool")?;
+    for (b, rows, what) in
+        [(&*kv.v, rrows, "v pool"), (&*kv.sk, srows, "streaming k pool"), (&*kv.sv, srows, "streaming v pool")]
     {
-        need(b, kt, len, what)?;
+        need(b, kt, kv_pool_len(kt, rows, hd), what)?;
+    }
+    if kt.is_kv8() && (hd > 256 || !ps.is_multiple_of(4)) {
+        return Err(err("rope_append_kv: 8-bit KV needs head_dim <= 256 and page_size % 4 == 0"));
     }
     need(kv.summary, DType::F32, u(p.num_pages) * n_ret * (ps / lp) * 2 * hd, "summary")?;
     if n == 0 {
         return Ok(());
     }
     let g = be.gpu();
-    let name = ["rope_append_kv_f32", "rope_append_kv_f16", "rope_append_kv_bf16"][fidx(kt)];
+    let name = [
+        "rope_append_kv_f32",
+        "rope_append_kv_f16",
+        "rope_append_kv_bf16",
+        "rope_append_kv_int8",
+        "rope_append_kv_fp8",
+    ][kidx(kt)];
     let ptrs = [
         qkv.ptr(),
         meta.positions.ptr(),
@@ -67,8 +77,13 @@ pub fn rope_append_kv(
     ];
     g.launch("rope_append_kv", name, Launch::new((n as u32, (nh + nkv) as u32, 1), 64), p, &ptrs, &[])?;
     if n_ret > 0 {
-        let name =
-            ["rope_append_kv_summary_f32", "rope_append_kv_summary_f16", "rope_append_kv_summary_bf16"][fidx(kt)];
+        let name = [
+            "rope_append_kv_summary_f32",
+            "rope_append_kv_summary_f16",
+            "rope_append_kv_summary_bf16",
+            "rope_append_kv_summary_int8",
+            "rope_append_kv_summary_fp8",
+        ][kidx(kt)];
         let ptrs = [meta.slots.ptr(), kv.k.ptr(), kv.summary.ptr()];
         g.launch("rope_append_kv_summary", name, Launch::new((n as u32, 1, 1), 256), p, &ptrs, &[])?;
     }

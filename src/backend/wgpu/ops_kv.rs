@@ -5,9 +5,14 @@
 //! `[page][n_ret][page_size / logical_page][2][head_dim]` (min, max), streaming pool sk/sv
 //! `[str_page][n_str][page_size][head_dim]`; all f32.
 //!
-//! `rope_append_kv` is two dispatches:
+//! `rope_append_kv` is two dispatches (three for packed KV: f16, bf16, int8, fp8):
 //! 1. `rope_append_kv`: one thread per (token, head, rotation pair) rotates q and k and writes k/v
-//!    to the retrieval pool (`slots`) or the streaming ring (`ring_slots`) per `head_map`;
+//!    to the retrieval pool (`slots`) or the streaming ring (`ring_slots`) per `head_map`. For a
+//!    packed KV dtype it runs with an identity layout instead (page_size 1, every head a retrieval
+//!    head, slot t for token t) into two f32 staging buffers `[n_tokens][n_kv_heads][head_dim]`,
+//!    and `rope_append_kv_pack` (one workgroup per token and KV head) stores the rows into the
+//!    real pools: 16-bit values rounded to nearest even, 8-bit rows quantized as src/kv/quant.rs
+//!    defines (so the rotation is the same code for every dtype);
 //! 2. `rope_append_kv_summary`: one workgroup per token; the workgroup of the token that wrote the
 //!    largest offset of a logical page in this call recomputes that page's min/max over its tokens.
 //!    It runs after 1 (wgpu orders dispatches), since threads of one dispatch cannot order writes.
@@ -27,7 +32,7 @@ use bytemuck::bytes_of;
 
 use super::context::{Bind, err};
 use super::ops_basic::{grid, rows_grid};
-use super::{WgpuBackend, WgpuBuffer, need};
+use super::{WgpuBackend, WgpuBuffer, need, need_kv};
 use crate::backend::*;
 use crate::error::Result;
 
@@ -55,35 +60,97 @@ pub fn rope_append_kv(
     need(m.inv_freq, DType::F32, hd / 2, "rope_append_kv inv_freq")?;
     need(kv.head_map, DType::U32, nkv, "rope_append_kv head_map")?;
     need(q, DType::F32, n * nh * hd, "rope_append_kv q")?;
-    let (rlen, slen) = (u(p.num_pages) * n_ret * ps * hd, u(p.num_str_pages) * n_str * ps * hd);
-    need(kv.k, DType::F32, rlen, "k pool")?;
-    need(kv.v, DType::F32, rlen, "v pool")?;
-    need(kv.sk, DType::F32, slen, "streaming k pool")?;
-    need(kv.sv, DType::F32, slen, "streaming v pool")?;
+    let (rrows, srows, kt) = (u(p.num_pages) * n_ret * ps, u(p.num_str_pages) * n_str * ps, kv.k.dtype);
+    need_kv(kv.k, kt, rrows, hd, "k pool")?;
+    need_kv(kv.v, kt, rrows, hd, "v pool")?;
+    need_kv(kv.sk, kt, srows, hd, "streaming k pool")?;
+    need_kv(kv.sv, kt, srows, hd, "streaming v pool")?;
+    if kt != DType::F32 && (!hd.is_multiple_of(2) || (kt.is_kv8() && !ps.is_multiple_of(4))) {
+        return Err(err("rope_append_kv: packed KV needs an even head_dim (8-bit: page_size % 4 == 0)"));
+    }
     need(kv.summary, DType::F32, u(p.num_pages) * n_ret * (ps / lp) * 2 * hd, "summary")?;
     if n == 0 || hd == 0 {
         return Ok(());
     }
+    let threads = n * (nh + nkv) * hd.div_ceil(2);
+    if kt == DType::F32 {
+        let binds = [
+            Bind(&qkv.buf),
+            Bind(&m.positions.buf),
+            Bind(&m.slots.buf),
+            Bind(&m.ring_slots.buf),
+            Bind(&m.inv_freq.buf),
+            Bind(&kv.head_map.buf),
+            Bind(&q.buf),
+            Bind(&kv.k.buf),
+            Bind(&kv.v.buf),
+            Bind(&kv.sk.buf),
+            Bind(&kv.sv.buf),
+        ];
+        be.gpu().dispatch("rope_append_kv", None, bytes_of(p), &binds, grid(be, threads))?;
+    } else {
+        append_packed(be, p, qkv, m, q, &kv, threads)?;
+    }
+    if n_ret == 0 {
+        return Ok(());
+    }
+    let binds = [Bind(&m.slots.buf), Bind(&kv.k.buf), Bind(&kv.summary.buf)];
+    be.gpu().dispatch("rope_append_kv_summary", Some(kt), bytes_of(p), &binds, rows_grid(be, n))
+}
+
+/// Pass 1 for a packed KV dtype: rotate into f32 staging rows through the identity layout, then
+/// `rope_append_kv_pack` stores them into the pools (see the module docs).
+fn append_packed(
+    be: &WgpuBackend,
+    p: &RopeAppendKvParams,
+    qkv: &WgpuBuffer,
+    m: &RopeAppendMeta<WgpuBackend>,
+    q: &mut WgpuBuffer,
+    kv: &LayerKvMut<WgpuBackend>,
+    threads: usize,
+) -> Result<()> {
+    let (n, nkv, hd) = (u(p.n_tokens), u(p.n_kv_heads), u(p.head_dim));
+    let staged_k = be.alloc(DType::F32, n * nkv * hd)?;
+    let staged_v = be.alloc(DType::F32, n * nkv * hd)?;
+    // Bound where the identity layout never writes (no streaming heads); two buffers, so no
+    // writable binding aliases another.
+    let (spare_k, spare_v) = (be.alloc(DType::F32, 1)?, be.alloc(DType::F32, 1)?);
+    let ids = be.upload_u32(&(0..n.max(nkv) as u32).collect::<Vec<u32>>())?;
+    let identity = RopeAppendKvParams {
+        page_size: 1,
+        num_pages: p.n_tokens,
+        logical_page: 1,
+        n_ret: p.n_kv_heads,
+        n_str: 0,
+        num_str_pages: 0,
+        ..*p
+    };
     let binds = [
         Bind(&qkv.buf),
         Bind(&m.positions.buf),
+        Bind(&ids.buf),
+        Bind(&ids.buf),
+        Bind(&m.inv_freq.buf),
+        Bind(&ids.buf),
+        Bind(&q.buf),
+        Bind(&staged_k.buf),
+        Bind(&staged_v.buf),
+        Bind(&spare_k.buf),
+        Bind(&spare_v.buf),
+    ];
+    be.gpu().dispatch("rope_append_kv", None, bytes_of(&identity), &binds, grid(be, threads))?;
+    let binds = [
+        Bind(&staged_k.buf),
+        Bind(&staged_v.buf),
         Bind(&m.slots.buf),
         Bind(&m.ring_slots.buf),
-        Bind(&m.inv_freq.buf),
         Bind(&kv.head_map.buf),
-        Bind(&q.buf),
         Bind(&kv.k.buf),
         Bind(&kv.v.buf),
         Bind(&kv.sk.buf),
         Bind(&kv.sv.buf),
     ];
-    let threads = n * (nh + nkv) * hd.div_ceil(2);
-    be.gpu().dispatch("rope_append_kv", None, bytes_of(p), &binds, grid(be, threads))?;
-    if n_ret == 0 {
-        return Ok(());
-    }
-    let binds = [Bind(&m.slots.buf), Bind(&kv.k.buf), Bind(&kv.summary.buf)];
-    be.gpu().dispatch("rope_append_kv_summary", None, bytes_of(p), &binds, rows_grid(be, n))
+    be.gpu().dispatch("rope_append_kv_pack", Some(kv.k.dtype), bytes_of(p), &binds, rows_grid(be, n * nkv))
 }
 
 #[allow(clippy::too_many_arguments)]
