@@ -13,12 +13,12 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::heatmap::{Panel, write_heatmap};
 use super::tasks::{Sample, Task, make_sample, ppl_window, score_answer};
 use crate::backend::Backend;
 use crate::engine::{Engine, EngineOptions, GenerateRequest, KvReads, build_engine};
 use crate::error::{Error, Result};
 use crate::model::llama::{Llama, Logits};
+use crate::plot::{self, CellFormat, HeatmapData, HeatmapPanel};
 use crate::sampling::{SamplingParams, log_prob};
 use crate::sparse::Config;
 use crate::tokenizer::TextTokenizer;
@@ -362,10 +362,10 @@ pub fn draw_charts(dir: &Path, rows: &[Row]) -> Result<Vec<std::path::PathBuf>> 
         let mut panels = vec![];
         if task != Task::Ppl {
             let cells = lengths.iter().map(|&l| vec![cell(l, "dense")]).collect();
-            panels.push(Panel { title: "dense".into(), cells });
+            panels.push(HeatmapPanel { title: "dense".into(), cells });
         }
         let cells = lengths.iter().map(|&l| labels.iter().map(|lab| cell(l, lab)).collect()).collect();
-        panels.push(Panel { title: format!("{} sparse", task.name()), cells });
+        panels.push(HeatmapPanel { title: format!("{} sparse", task.name()), cells });
         let rl: Vec<String> = lengths.iter().map(|&l| length_label(l)).collect();
         let cols: Vec<String> = (1..=labels.len()).map(|i| format!("v{i}")).collect();
         let path = dir.join(format!("accuracy-{}.png", task.name()));
@@ -373,7 +373,22 @@ pub fn draw_charts(dir: &Path, rows: &[Row]) -> Result<Vec<std::path::PathBuf>> 
         for p in panels.iter_mut() {
             p.cells.iter_mut().for_each(|row| row.resize(cols.len().max(1), None));
         }
-        write_heatmap(&path, &panels, &rl, &cols)?;
+        let data = HeatmapData {
+            title: format!("Accuracy suite: {}", task.name()),
+            subtitle: format!(
+                "columns: {}",
+                labels.iter().enumerate().map(|(i, l)| format!("v{} = {l}", i + 1)).collect::<Vec<_>>().join("; ")
+            ),
+            x_label: "sparse setting".into(),
+            y_label: "context length (tokens)".into(),
+            x_ticks: cols,
+            y_ticks: rl,
+            panels,
+            range: (0.0, 1.0),
+            scale_label: if task == Task::Ppl { "1 - 10 x relative NLL increase".into() } else { "score".into() },
+            cell_format: CellFormat::Percent,
+        };
+        plot::heatmap(&data, &path)?;
         written.push(path);
     }
     Ok(written)
