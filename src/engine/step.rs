@@ -102,7 +102,7 @@ impl<B: Backend> Engine<B> {
             })
             .collect();
         for (r, plan) in rows.iter().zip(&plans) {
-            self.pin_sink_page(r.seq, plan)?;
+            self.pin_sink_page(&*r.seq, plan)?;
         }
         let steps: Vec<SeqStep> = rows
             .iter()
