@@ -55,12 +55,16 @@ const GEMV_BATCH_ROWS: usize = 4;
 /// folding).
 /// `pairs`: the weights are 16-bit with k % 8 == 0 and the adapter has SUBGROUP.
 pub fn pick(m: usize, n: usize, pairs: bool) -> (&'static str, usize) {
-    match m {
-        1 if pairs => ("matmul_gemv_subgroup", n.div_ceil(GEMV_SUBGROUP_ROWS)),
-        ..=GEMV_MAX_M if pairs => ("matmul_gemv_subgroup_batch", n.div_ceil(GEMV_BATCH_ROWS)),
-        ..=GEMV_MAX_M => ("matmul_gemv", n.div_ceil(GEMV_ROWS)),
-        ..=M32_MAX_M => ("matmul_m32", m.div_ceil(32) * n.div_ceil(64)),
-        _ => ("matmul", m.div_ceil(128) * n.div_ceil(64)),
+    if m == 1 && pairs {
+        ("matmul_gemv_subgroup", n.div_ceil(GEMV_SUBGROUP_ROWS))
+    } else if m <= GEMV_MAX_M && pairs {
+        ("matmul_gemv_subgroup_batch", n.div_ceil(GEMV_BATCH_ROWS))
+    } else if m <= GEMV_MAX_M {
+        ("matmul_gemv", n.div_ceil(GEMV_ROWS))
+    } else if m <= M32_MAX_M {
+        ("matmul_m32", m.div_ceil(32) * n.div_ceil(64))
+    } else {
+        ("matmul", m.div_ceil(128) * n.div_ceil(64))
     }
 }
 
