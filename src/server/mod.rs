@@ -259,6 +259,8 @@ where
     hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(header_timeout)
+        // A client that half-closes after its request (shutdown(SHUT_WR)) still gets its answer.
+        .half_close(true)
         .serve_connection(hyper_util::rt::TokioIo::new(io), hyper_util::service::TowerToHyperService::new(app))
 }
 
