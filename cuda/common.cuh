@@ -207,3 +207,33 @@ __device__ __forceinline__ float kv_elem<e4m3_t>(const e4m3_t* pool, u64 el, u32
     float s = *reinterpret_cast<const float*>(b + kv8_scale_off(el, ps, hd));
     return __fmul_rn(kv8_value_e4m3(b[kv8_code_off(el, ps, hd) + d]), s);
 }
+
+// ---- tensor-core fragments (mma.sync m16n8k16, f32 accumulation; sm_80+) --------------------------
+
+// Two f32 as one register of two 16-bit values (lo in the low half, as mma fragments expect).
+template <typename KT> __device__ __forceinline__ u32 mma_pack(float lo, float hi);
+template <> __device__ __forceinline__ u32 mma_pack<bf16_t>(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+template <> __device__ __forceinline__ u32 mma_pack<f16_t>(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// c (16x8 f32) += a (16x16 row-major) * b (16x8 col-major).
+template <typename KT> __device__ __forceinline__ void mma_16816(float* c, const u32* a, u32 b0, u32 b1);
+template <> __device__ __forceinline__ void mma_16816<bf16_t>(float* c, const u32* a, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <> __device__ __forceinline__ void mma_16816<f16_t>(float* c, const u32* a, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}

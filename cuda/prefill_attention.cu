@@ -235,34 +235,6 @@ __device__ __forceinline__ void pm_cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void pm_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void pm_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-// Two f32 as one register of two 16-bit values (lo in the low half, as mma fragments expect).
-template <typename KT> __device__ __forceinline__ u32 pm_pack(float lo, float hi);
-template <> __device__ __forceinline__ u32 pm_pack<bf16_t>(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-template <> __device__ __forceinline__ u32 pm_pack<f16_t>(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-// c (16x8 f32) += a (16x16 row-major) * b (16x8 col-major).
-template <typename KT> __device__ __forceinline__ void pm_mma(float* c, const u32* a, u32 b0, u32 b1);
-template <> __device__ __forceinline__ void pm_mma<bf16_t>(float* c, const u32* a, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <> __device__ __forceinline__ void pm_mma<f16_t>(float* c, const u32* a, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Four 8x8 16-bit matrices, transposed: thread l gives the row address of matrix l / 8.
 __device__ __forceinline__ void pm_ldsm_x4_t(u32* r, const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -350,7 +322,7 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
         u32 r = i / (D / 4), d = 4 * (i % (D / 4));
         float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (r < t.nr && d < hd) x = *reinterpret_cast<const float4*>(q + ((u64)(t.r0 + r) * nh + h) * hd + d);
-        *reinterpret_cast<uint2*>(qs + r * LD + d) = make_uint2(pm_pack<KT>(x.x, x.y), pm_pack<KT>(x.z, x.w));
+        *reinterpret_cast<uint2*>(qs + r * LD + d) = make_uint2(mma_pack<KT>(x.x, x.y), mma_pack<KT>(x.z, x.w));
     }
 
     auto stage = [&](u32 st, u32 ti) {
@@ -426,7 +398,7 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
 #pragma unroll
             for (u32 j = 0; j < NT; j++) {
                 const KT* kr = kt + (j * 8 + g) * LD + kd * 16 + 2 * tq;
-                pm_mma<KT>(sc[j], a, *reinterpret_cast<const u32*>(kr), *reinterpret_cast<const u32*>(kr + 8));
+                mma_16816<KT>(sc[j], a, *reinterpret_cast<const u32*>(kr), *reinterpret_cast<const u32*>(kr + 8));
             }
         }
 
@@ -481,10 +453,10 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
 #pragma unroll
         for (u32 kk = 0; kk < BK / 16; kk++) {
             u32 a[4];
-            a[0] = pm_pack<KT>(sc[2 * kk][0], sc[2 * kk][1]);
-            a[1] = pm_pack<KT>(sc[2 * kk][2], sc[2 * kk][3]);
-            a[2] = pm_pack<KT>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-            a[3] = pm_pack<KT>(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+            a[0] = mma_pack<KT>(sc[2 * kk][0], sc[2 * kk][1]);
+            a[1] = mma_pack<KT>(sc[2 * kk][2], sc[2 * kk][3]);
+            a[2] = mma_pack<KT>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+            a[3] = mma_pack<KT>(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
             // Lane l addresses row l % 8 of matrix l / 8: keys +8 for odd matrices, dims +8 for the
             // upper two.
             const KT* vr = vt + (kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (lane >> 4);
@@ -493,8 +465,8 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
                 if (np * 16 >= hd) break;
                 u32 b[4];
                 pm_ldsm_x4_t(b, vr + np * 16);
-                pm_mma<KT>(acc[2 * np], a, b[0], b[1]);
-                pm_mma<KT>(acc[2 * np + 1], a, b[2], b[3]);
+                mma_16816<KT>(acc[2 * np], a, b[0], b[1]);
+                mma_16816<KT>(acc[2 * np + 1], a, b[2], b[3]);
             }
         }
         __syncthreads();  // the stage consumed here is refilled next iteration

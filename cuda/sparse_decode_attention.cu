@@ -14,27 +14,25 @@
 // [i * per, (i + 1) * per), per = max(ceil(n_slots / n_splits), 32); empty splits report
 // (m, l) = (-inf, 0).
 //
-// 8-bit KV (int8 / fp8, cp.async version only): K/V rows are staged as their raw code bytes
+// 8-bit KV in the SIMT version: K/V rows are staged as their raw code bytes
 // (head_dim bytes, 16-byte copies; the host requires head_dim % 16 == 0) and each row's f32
 // scales go to shared memory beside them; a score is the dot product with the codes times the K
 // scale, and P.V multiplies each V code pair by its row's scale.
 //
-// Two implementations with one contract. `sparse_decode_attention_<kv>_g<G>` (default) stages
-// chunks of CK keys of K and V into shared memory with cp.async (16-byte copies, two stages in
-// flight, no registers held by loads), scores (key, head) pairs from shared memory, updates the
-// online softmax per head once per chunk and accumulates P.V with one thread per dim pair and
-// key group (probabilities read as float4 of four keys). Empty splits only write (-inf, 0). `sparse_decode_attention_regs_<kv>_g<G>` (the first
-// version, kept for A/B with LSERVE_CUDA_DECODE=regs) loads into registers as follows.
-// Work split (regs): a key row is read by a sub-group of LPK = head_dim / 8 lanes, each lane one 16-byte
-// load (8 elements) of K and of V; a warp holds 32 / LPK sub-groups, each taking UNROLL keys per
-// iteration (all loads issued before use), with online softmax in the exp2 domain (q pre-scaled by
-// scale * log2 e). Sub-groups merge through shared memory at the end. n_splits == 1 writes `out`;
-// otherwise part [num_seqs][n_heads][n_splits][head_dim + 2] (accumulator, m, l), merged by
-// sparse_decode_attention_merge.cu. Requires head_dim % 8 == 0 and head_dim <= 256 (host-checked);
-// device-side page ids, slots and table indices are bounds-checked (an unaddressable key is skipped).
-
-#define SDA_THREADS 128
-#define SDA_UNROLL 4
+// Two implementations with one contract. `sparse_decode_attention_<kv>_g<G>` (the SIMT one, every
+// KV dtype and head_dim) stages chunks of CK keys of K and V into shared memory with cp.async
+// (16-byte copies, two stages in flight), scores (key, head) pairs from shared memory, updates the
+// online softmax per head once per chunk and accumulates P.V with one thread per dim pair and key
+// group (probabilities read as float4 of four keys). `sparse_decode_attention_mma_<kv>_d<D>`
+// (16-bit and 8-bit KV, head_dim D = 64 or 128; described at its code) runs the same key lists on
+// tensor cores with K and V read straight into registers, so each byte is read once for the whole
+// GQA group; the SIMT kernel re-reads each staged key from shared memory once per query head and
+// is bound by that traffic (docs/benchmarks.md). Online softmax is in the exp2 domain (q
+// pre-scaled by scale * log2 e). n_splits == 1 writes `out`; otherwise part
+// [num_seqs][n_heads][n_splits][head_dim + 2] (accumulator, m, l), merged by
+// sparse_decode_attention_merge.cu; an empty split reports (m, l) = (-inf, 0). Requires head_dim %
+// 8 == 0 and head_dim <= 256 (host-checked); device-side page ids, slots and table indices are
+// bounds-checked (an unaddressable key is skipped).
 
 struct KeyList {
     bool streaming;
@@ -65,26 +63,13 @@ __device__ __forceinline__ u32 slot_offset(const AttentionParams& p, const KeyLi
     return ((page * p.n_ret + ls.hi) * ps + off) * p.head_dim;
 }
 
-template <typename KT, int G>
-__device__ void decode_impl(AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk, const KT* sv,
-                            const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len,
-                            const u32* ring_table, const u32* selected, const u32* counts, const u32* seq_slot,
-                            const u32* tail_start, float* out, float* part, u32 page_table_len,
-                            u32 ring_table_len, u32 selected_len, u32 counts_len) {
-    __shared__ float sm_m[SDA_THREADS][G];
-    __shared__ float sm_acc[G][256];
-    __shared__ float sm_l[G];
-    __shared__ u32 sm_nsel;
-    const u32 hd = p.head_dim, nh = p.n_heads, ps = p.page_size;
-    const u32 group = nh / p.n_kv_heads, hchunks = (group + G - 1) / G;
-    const u32 s = blockIdx.z, kvh = blockIdx.y / hchunks, g0 = (blockIdx.y % hchunks) * G;
-    const u32 ng = min((u32)G, group - g0), h0 = kvh * group + g0;
-    const u32 split = blockIdx.x, n_splits = gridDim.x;
-    const u32 lpk = hd / 8, kpw = 32 / lpk;  // lanes per key, keys per warp
-    const u32 lane = threadIdx.x & 31, sub = lane % lpk, sg = threadIdx.x / lpk;  // sg: sub-group id
-    const u32 n_sg = SDA_THREADS / lpk;
-
-    KeyList ls;
+// The block's key list (`ls`) and its slot count. Every thread of the block must call it (it
+// synchronises the block; the shared counter `sm_nsel` counts selected pages below tail_start).
+__device__ __forceinline__ u32 decode_key_list(const AttentionParams& p, u32 kvh, u32 s, const u32* head_map,
+                                               const u32* kv_len, const u32* selected, const u32* counts,
+                                               const u32* seq_slot, const u32* tail_start, u32 selected_len,
+                                               u32 counts_len, u32* sm_nsel, KeyList& ls) {
+    const u32 ps = p.page_size;
     u32 hm = head_map[kvh];
     ls.streaming = (hm & STREAMING_BIT) != 0u;
     ls.hi = hm & ~STREAMING_BIT;
@@ -100,14 +85,13 @@ __device__ void decode_impl(AttentionParams p, const float* q, const KT* k, cons
     u32 cnt = 0;
     if (!ls.streaming && ci < counts_len && ls.sel_base < selected_len)
         cnt = min(min(counts[ci], p.sel_stride), selected_len - ls.sel_base);
-    if (threadIdx.x == 0) sm_nsel = 0;
-    for (u32 i = threadIdx.x; i < G * 256; i += SDA_THREADS) (&sm_acc[0][0])[i] = 0.0f;
+    if (threadIdx.x == 0) *sm_nsel = 0;
     __syncthreads();
     u32 below = 0;
-    for (u32 i = threadIdx.x; i < cnt; i += SDA_THREADS) below += selected[ls.sel_base + i] < tail;
-    if (below) atomicAdd(&sm_nsel, below);
+    for (u32 i = threadIdx.x; i < cnt; i += blockDim.x) below += selected[ls.sel_base + i] < tail;
+    if (below) atomicAdd(sm_nsel, below);
     __syncthreads();
-    ls.nsel = sm_nsel;
+    ls.nsel = *sm_nsel;
     u32 n_slots = 0;
     if (ls.len > 0) {
         if (ls.streaming) {
@@ -121,142 +105,8 @@ __device__ void decode_impl(AttentionParams p, const float* q, const KT* k, cons
             n_slots = (ls.nsel + ls.n_pages - ls.tail0) * ps;
         }
     }
-    u32 per = max((n_slots + n_splits - 1) / n_splits, 32u);
-    u32 start = min(split * per, n_slots), end = min(start + per, n_slots);
-
-    // This lane's 8 dims of each head's query, pre-scaled to the exp2 domain.
-    const float qscale = p.scale * 1.4426950408889634f;
-    float qr[G][8];
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            qr[g][i] = (u32)g < ng ? q[((u64)s * nh + h0 + g) * hd + sub * 8 + i] * qscale : 0.0f;
-    }
-    float m[G], l[G], acc[G][8];
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        m[g] = -LS_INF;
-        l[g] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; i++) acc[g][i] = 0.0f;
-    }
-    const KT* kp = ls.streaming ? sk : k;
-    const KT* vp = ls.streaming ? sv : v;
-    // The trip count is the same for every lane of a warp (shuffles below use the full mask).
-    for (u32 base = start; base < end; base += n_sg * SDA_UNROLL) {
-        const u32 e0 = base + sg;
-        u32 offs[SDA_UNROLL];
-        float kr[SDA_UNROLL][8], vr[SDA_UNROLL][8];
-#pragma unroll
-        for (int u = 0; u < SDA_UNROLL; u++) {
-            u32 e = e0 + u * n_sg;
-            offs[u] = e < end ? slot_offset(p, ls, e, page_indptr, page_table, ring_table, selected, page_table_len,
-                                            ring_table_len)
-                              : NONE_U32;
-        }
-#pragma unroll
-        for (int u = 0; u < SDA_UNROLL; u++) {
-            if (offs[u] != NONE_U32) {
-                load8(kp + offs[u] + sub * 8, kr[u]);
-                load8(vp + offs[u] + sub * 8, vr[u]);
-            }
-        }
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            float sc[SDA_UNROLL];
-            float mx = m[g];
-#pragma unroll
-            for (int u = 0; u < SDA_UNROLL; u++) {
-                float d = 0.0f;
-                if (offs[u] != NONE_U32) {
-#pragma unroll
-                    for (int i = 0; i < 8; i++) d += qr[g][i] * kr[u][i];
-                }
-                for (u32 o = lpk >> 1; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-                sc[u] = offs[u] != NONE_U32 ? d : -LS_INF;
-                mx = fmaxf(mx, sc[u]);
-            }
-            if (mx == -LS_INF) continue;
-            float corr = exp2f(m[g] - mx);
-            l[g] *= corr;
-#pragma unroll
-            for (int i = 0; i < 8; i++) acc[g][i] *= corr;
-#pragma unroll
-            for (int u = 0; u < SDA_UNROLL; u++) {
-                if (offs[u] != NONE_U32) {
-                    float pr = exp2f(sc[u] - mx);
-                    l[g] += pr;
-#pragma unroll
-                    for (int i = 0; i < 8; i++) acc[g][i] += pr * vr[u][i];
-                }
-            }
-            m[g] = mx;
-        }
-    }
-    // Merge the sub-groups: block max, then rescaled sums through shared memory.
-    if (sub == 0) {
-#pragma unroll
-        for (int g = 0; g < G; g++) sm_m[sg][g] = m[g];
-    }
-    __syncthreads();
-    float bm[G];
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        bm[g] = -LS_INF;
-        for (u32 i = 0; i < n_sg; i++) bm[g] = fmaxf(bm[g], sm_m[i][g]);
-    }
-    if (threadIdx.x < G) sm_l[threadIdx.x] = 0.0f;
-    __syncthreads();
-    // Sub-groups add in a fixed order (no float atomics: the same inputs give the same bits).
-    for (u32 r = 0; r < n_sg; r++) {
-        if (sg == r) {
-#pragma unroll
-            for (int g = 0; g < G; g++) {
-                if (m[g] == -LS_INF) continue;
-                float f = exp2f(m[g] - bm[g]);
-#pragma unroll
-                for (int i = 0; i < 8; i++) sm_acc[g][sub * 8 + i] += acc[g][i] * f;
-                if (sub == 0) sm_l[g] += l[g] * f;
-            }
-        }
-        __syncthreads();
-    }
-    for (u32 i = threadIdx.x; i < ng * hd; i += SDA_THREADS) {
-        u32 g = i / hd, d = i % hd;
-        float L = sm_l[g];
-        u64 h = (u64)s * nh + h0 + g;
-        if (n_splits == 1) {
-            out[h * hd + d] = L > 0.0f ? sm_acc[g][d] / L : 0.0f;
-        } else {
-            float* pp = part + (h * n_splits + split) * (hd + 2);
-            pp[d] = sm_acc[g][d];
-            if (d == 0) { pp[hd] = bm[g]; pp[hd + 1] = L; }
-        }
-    }
+    return n_slots;
 }
-
-#define SDA_REGS(name, KT, G) \
-    extern "C" __global__ void __launch_bounds__(SDA_THREADS) name( \
-        AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk, const KT* sv, const u32* head_map, \
-        const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, const u32* selected, \
-        const u32* counts, const u32* seq_slot, const u32* tail_start, float* out, float* part, u32 ptl, u32 rtl, \
-        u32 sl, u32 cl) { \
-        decode_impl<KT, G>(p, q, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, selected, counts, \
-                           seq_slot, tail_start, out, part, ptl, rtl, sl, cl); \
-    }
-SDA_REGS(sparse_decode_attention_regs_f32_g1, float, 1)
-SDA_REGS(sparse_decode_attention_regs_f32_g2, float, 2)
-SDA_REGS(sparse_decode_attention_regs_f32_g4, float, 4)
-SDA_REGS(sparse_decode_attention_regs_f32_g8, float, 8)
-SDA_REGS(sparse_decode_attention_regs_f16_g1, f16_t, 1)
-SDA_REGS(sparse_decode_attention_regs_f16_g2, f16_t, 2)
-SDA_REGS(sparse_decode_attention_regs_f16_g4, f16_t, 4)
-SDA_REGS(sparse_decode_attention_regs_f16_g8, f16_t, 8)
-SDA_REGS(sparse_decode_attention_regs_bf16_g1, bf16_t, 1)
-SDA_REGS(sparse_decode_attention_regs_bf16_g2, bf16_t, 2)
-SDA_REGS(sparse_decode_attention_regs_bf16_g4, bf16_t, 4)
-SDA_REGS(sparse_decode_attention_regs_bf16_g8, bf16_t, 8)
 
 // ---- the cp.async version ----------------------------------------------------------------------
 
@@ -363,23 +213,6 @@ __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, con
 #define KS(st) (kv_s + ((st) * 2) * ck * hd)
 #define VS(st) (kv_s + ((st) * 2 + 1) * ck * hd)
 
-    KeyList ls;
-    u32 hm = head_map[kvh];
-    ls.streaming = (hm & STREAMING_BIT) != 0u;
-    ls.hi = hm & ~STREAMING_BIT;
-    ls.s = s;
-    ls.len = kv_len[s];
-    u32 pos = ls.len > 0 ? ls.len - 1 : 0;
-    ls.wlo = window_lo(pos, p.window);
-    ls.n_pages = (ls.len + ps - 1) / ps;
-    u32 tail = tail_start[s];
-    ls.tail0 = min(tail, ls.n_pages);
-    u32 ci = seq_slot[s] * p.n_ret + ls.hi;
-    ls.sel_base = ci * p.sel_stride;
-    u32 cnt = 0;
-    if (!ls.streaming && ci < counts_len && ls.sel_base < selected_len)
-        cnt = min(min(counts[ci], p.sel_stride), selected_len - ls.sel_base);
-    if (t == 0) sm_nsel = 0;
     if (t < G) { sm_m[t] = -LS_INF; sm_l[t] = 0.0f; }
     const float qscale = p.scale * 1.4426950408889634f;
     for (u32 i = t; i < G * hd; i += SD2_THREADS) {
@@ -387,25 +220,9 @@ __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, con
         q_s[i] = g < ng ? q[((u64)s * nh + h0 + g) * hd + i % hd] * qscale : 0.0f;
         acc_s[i] = 0.0f;
     }
-    __syncthreads();
-    u32 below = 0;
-    for (u32 i = t; i < cnt; i += SD2_THREADS) below += selected[ls.sel_base + i] < tail;
-    if (below) atomicAdd(&sm_nsel, below);
-    __syncthreads();
-    ls.nsel = sm_nsel;
-    u32 n_slots = 0;
-    if (ls.len > 0) {
-        if (ls.streaming) {
-            ls.a0 = ls.wlo;
-            u32 a1 = min(p.sink, pos + 1);
-            ls.na = a1 > ls.a0 ? a1 - ls.a0 : 0;
-            u32 recent = pos + 1 > p.local ? pos + 1 - p.local : 0;
-            ls.b0 = max(max(p.sink, ls.wlo), recent);
-            n_slots = ls.na + (pos + 1 > ls.b0 ? pos + 1 - ls.b0 : 0);
-        } else {
-            n_slots = (ls.nsel + ls.n_pages - ls.tail0) * ps;
-        }
-    }
+    KeyList ls;
+    const u32 n_slots = decode_key_list(p, kvh, s, head_map, kv_len, selected, counts, seq_slot, tail_start,
+                                        selected_len, counts_len, &sm_nsel, ls);
     u32 per = max((n_slots + n_splits - 1) / n_splits, 32u);
     u32 start = min(split * per, n_slots), end = min(start + per, n_slots);
     const u32 n_chunks = (end - start + ck - 1) / ck;
@@ -628,3 +445,334 @@ SDA(sparse_decode_attention_fp8_g1, e4m3_t, 1)
 SDA(sparse_decode_attention_fp8_g2, e4m3_t, 2)
 SDA(sparse_decode_attention_fp8_g4, e4m3_t, 4)
 SDA(sparse_decode_attention_fp8_g8, e4m3_t, 8)
+
+// ---- the tensor-core version ---------------------------------------------------------------------
+//
+// `sparse_decode_attention_mma_<kv>_d<D>` (KV f16 / bf16 / int8 / fp8, head_dim == D, 64 or 128):
+// the grid, key lists and output contract above, with G = 8 (head chunks of 8). The chunk's query
+// heads are the N = 8 columns of m16n8k16 tiles (columns past ng have q = 0 and are never
+// written); keys are the M = 16 rows. Warp w (of 4) takes 16-key tiles w, w + 4, ... of the
+// block's split; nothing is staged in shared memory. Lane l has r = l / 4, c = l % 4.
+// - S^T = K Q^T. A dot product does not depend on the order its dims are summed in, so lane
+//   (r, c) loads the 8 contiguous dims 32 j + 8 c .. + 7 of keys r and r + 8 (one 16-byte load
+//   each for 16-bit KV) and uses them as its A-fragment elements of k-steps 2 j and 2 j + 1; the
+//   B fragment (Q^T) is permuted the same way. q is split into 16-bit hi and lo parts (two mmas)
+//   so scores keep about f32 precision.
+// - Online softmax on the accumulator: lane (r, c) holds keys r and r + 8 of heads 2 c, 2 c + 1;
+//   the tile max is reduced over the 8 lanes of a column; l stays per lane until the end.
+// - O^T += V^T P^T. B = P^T: the probabilities packed to 16 bits (hi and lo parts again) and
+//   transposed in registers by movmatrix. A = V^T: lane (r, c) loads dims 64 h + 8 r .. + 7 of
+//   keys 2 c, 2 c + 1, 2 c + 8, 2 c + 9 and pairs two keys' values of one dim with byte permutes;
+//   m-tile t's row r is dim 64 (t / 4) + 8 r + 2 (t % 4), its row r + 8 the next dim.
+// - 8-bit KV: codes become exact f16 values in registers, once per key for the whole group
+//   (int8: x ^ 0x80 under the f16 bits of 1024, minus 1152; fp8: sign and low 7 bits moved under
+//   f16's exponent and mantissa, which is the value / 256, the 256 folded into the row scales).
+//   A score is multiplied by its key's K scale; P by its key's V scale divided by the tile's
+//   largest (so 16-bit P stays in range), and the tile's P.V is added to O times that largest.
+// Warps merge (m, l, O) through shared memory in a fixed order (deterministic). The host picks
+// this kernel for head_dim 64 / 128 (page_size even for 8-bit KV, so 8-byte code loads align).
+
+#define SDM_WARPS 4
+
+template <typename KT> struct mma_type { typedef f16_t T; };
+template <> struct mma_type<bf16_t> { typedef bf16_t T; };
+
+__device__ __forceinline__ u32 movmatrix_t(u32 x) {
+    u32 r;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(x));
+    return r;
+}
+
+// The 16-bit value in the low (hi = false) or high half of a packed register, as f32.
+template <typename MT> __device__ __forceinline__ float half_f32(u32 w, bool hi);
+template <> __device__ __forceinline__ float half_f32<bf16_t>(u32 w, bool hi) {
+    return __uint_as_float(hi ? (w & 0xffff0000u) : (w << 16));
+}
+template <> __device__ __forceinline__ float half_f32<f16_t>(u32 w, bool hi) {
+    return f16_to_f32((u16)(hi ? (w >> 16) : (w & 0xffffu)));
+}
+
+// x ~ hi + lo, both packed pairs of the mma type.
+template <typename MT> __device__ __forceinline__ void split_pair(float a, float b, u32& hi, u32& lo) {
+    hi = mma_pack<MT>(a, b);
+    lo = mma_pack<MT>(a - half_f32<MT>(hi, false), b - half_f32<MT>(hi, true));
+}
+
+// Four 8-bit codes (one word, lowest byte first) as two f16 pairs of their values (fp8: / 256).
+__device__ __forceinline__ void codes_f16(u32 w, u32& lo, u32& hi, i8kv_t) {
+    const u32 u = w ^ 0x80808080u, one024 = 0x64646464u, c1152 = 0x64806480u;
+    const u32 a = __byte_perm(u, one024, 0x4140), b = __byte_perm(u, one024, 0x4342);
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(lo) : "r"(a), "r"(c1152));
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(hi) : "r"(b), "r"(c1152));
+}
+__device__ __forceinline__ void codes_f16(u32 w, u32& lo, u32& hi, e4m3_t) {
+    const u32 a = __byte_perm(w, 0u, 0x4140), b = __byte_perm(w, 0u, 0x4342);
+    lo = ((a << 8) & 0x80008000u) | ((a << 7) & 0x3f803f80u);
+    hi = ((b << 8) & 0x80008000u) | ((b << 7) & 0x3f803f80u);
+}
+template <typename KT> __device__ __forceinline__ float code_scale() { return 1.0f; }
+template <> __device__ __forceinline__ float code_scale<e4m3_t>() { return 256.0f; }
+
+// A key's address for the loads below: 16-bit pools: a = the element offset of its row, b unused;
+// 8-bit pools: a = its (page, head) block, b = its row in the block. a = NONE_U32: absent key.
+struct KeyAddr { u32 a, b; };
+template <typename KT> __device__ __forceinline__ KeyAddr key_addr(u32 off, u32 ps, u32 hd) {
+    if (!is_kv8<KT>::value || off == NONE_U32) return KeyAddr{off, 0u};
+    const u32 row = off / hd, blk = row / ps;
+    return KeyAddr{blk, row - blk * ps};
+}
+template <typename KT> __device__ __forceinline__ KeyAddr shfl_addr(KeyAddr x, u32 from) {
+    KeyAddr y;
+    y.a = __shfl_sync(0xffffffffu, x.a, from);
+    y.b = is_kv8<KT>::value ? __shfl_sync(0xffffffffu, x.b, from) : 0u;
+    return y;
+}
+
+// Eight elements from element `at` of a key's row, as loaded (16 bytes of 16-bit values or 8
+// codes); zeros for an absent key. `unpack8` makes them four packed mma-type pairs: the loads of a
+// tile are all issued first and 8-bit codes are converted only where they are used.
+template <typename KT> struct Raw8 { typedef uint4 T; };
+template <> struct Raw8<i8kv_t> { typedef uint2 T; };
+template <> struct Raw8<e4m3_t> { typedef uint2 T; };
+template <typename KT>
+__device__ __forceinline__ typename Raw8<KT>::T load_row8(const KT* pool, KeyAddr x, u32 at, u32 ps, u32 hd) {
+    typedef typename Raw8<KT>::T R;
+    if (x.a == NONE_U32) return R{};
+    if constexpr (is_kv8<KT>::value) {
+        const unsigned char* b = reinterpret_cast<const unsigned char*>(pool);
+        const u64 code = (u64)x.a * ps * (hd + 4) + x.b * hd + at;
+        return __ldg(reinterpret_cast<const uint2*>(b + code));
+    } else {
+        return __ldg(reinterpret_cast<const uint4*>(pool + x.a + at));
+    }
+}
+template <typename KT> __device__ __forceinline__ void unpack8(uint4 w, u32* o) { o[0] = w.x; o[1] = w.y; o[2] = w.z; o[3] = w.w; }
+template <typename KT> __device__ __forceinline__ void unpack8(uint2 w, u32* o) {
+    codes_f16(w.x, o[0], o[1], KT{});
+    codes_f16(w.y, o[2], o[3], KT{});
+}
+// A key's row scale (8-bit pools, times code_scale), 0 for an absent key; 1 for 16-bit pools.
+template <typename KT> __device__ __forceinline__ float row_scale(const KT* pool, KeyAddr x, u32 ps, u32 hd) {
+    if constexpr (is_kv8<KT>::value) {
+        if (x.a == NONE_U32) return 0.0f;
+        const unsigned char* b = reinterpret_cast<const unsigned char*>(pool);
+        const u64 at = (u64)x.a * ps * (hd + 4) + (u64)ps * hd + 4 * x.b;
+        return __ldg(reinterpret_cast<const float*>(b + at)) * code_scale<KT>();
+    } else {
+        return 1.0f;
+    }
+}
+
+template <typename KT, int D>
+__device__ void decode_mma_impl(AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk,
+                                const KT* sv, const u32* head_map, const u32* page_indptr, const u32* page_table,
+                                const u32* kv_len, const u32* ring_table, const u32* selected, const u32* counts,
+                                const u32* seq_slot, const u32* tail_start, float* out, float* part,
+                                u32 page_table_len, u32 ring_table_len, u32 selected_len, u32 counts_len) {
+    typedef typename mma_type<KT>::T MT;
+    constexpr bool KV8 = is_kv8<KT>::value;
+    constexpr int KC = D / 32, VC = D / 64, MTILES = D / 16;
+    __shared__ u32 sm_nsel;
+    __shared__ float sm_m[SDM_WARPS][8], sm_l[SDM_WARPS][8];
+    __shared__ float sm_acc[8][D];
+    const u32 nh = p.n_heads, ps = p.page_size, t = threadIdx.x;
+    const u32 lane = t & 31, warp = t >> 5, r = lane >> 2, c = lane & 3;
+    const u32 group = nh / p.n_kv_heads, hchunks = (group + 7) / 8;
+    const u32 s = blockIdx.z, kvh = blockIdx.y / hchunks, g0 = (blockIdx.y % hchunks) * 8;
+    const u32 ng = min(8u, group - g0), h0 = kvh * group + g0;
+    const u32 split = blockIdx.x, n_splits = gridDim.x;
+    for (u32 i = t; i < 8 * D; i += blockDim.x) (&sm_acc[0][0])[i] = 0.0f;
+    KeyList ls;
+    const u32 n_slots = decode_key_list(p, kvh, s, head_map, kv_len, selected, counts, seq_slot, tail_start,
+                                        selected_len, counts_len, &sm_nsel, ls);
+    const u32 per = max((n_slots + n_splits - 1) / n_splits, 32u);
+    const u32 start = min(split * per, n_slots), end = min(start + per, n_slots);
+
+    // B fragments of Q^T (column r = head g0 + r), hi and lo parts, k-steps 2 j and 2 j + 1.
+    u32 qh[KC][4], ql[KC][4];
+    {
+        const float qscale = p.scale * 1.4426950408889634f;
+        const float* qr = q + ((u64)s * nh + h0 + r) * D;
+#pragma unroll
+        for (int j = 0; j < KC; j++) {
+            float x[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) x[i] = r < ng ? qr[32 * j + 8 * c + i] * qscale : 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; i++) split_pair<MT>(x[2 * i], x[2 * i + 1], qh[j][i], ql[j][i]);
+        }
+    }
+    float o[MTILES][4];
+#pragma unroll
+    for (int i = 0; i < MTILES; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m0 = -LS_INF, m1 = -LS_INF, l0 = 0.0f, l1 = 0.0f;  // heads 2 c, 2 c + 1
+    const KT* kp = ls.streaming ? sk : k;
+    const KT* vp = ls.streaming ? sv : v;
+    // The trip count is warp-uniform (shuffles, mma and movmatrix use the full warp). Each
+    // iteration looks up the next tile's key addresses (page-table reads) before it waits on this
+    // tile's K/V, so the two latencies overlap.
+    auto addr_of = [&](u32 tb) {
+        const u32 e = tb + (lane & 15);
+        const u32 off = e < end ? slot_offset(p, ls, e, page_indptr, page_table, ring_table, selected,
+                                              page_table_len, ring_table_len)
+                                : NONE_U32;
+        return key_addr<KT>(off, ps, D);  // one division per lane, not per load
+    };
+    KeyAddr ka_next = addr_of(start + warp * 16);
+    for (u32 tb = start + warp * 16; tb < end; tb += SDM_WARPS * 16) {
+        const KeyAddr ka = ka_next;
+        const KeyAddr ok0 = shfl_addr<KT>(ka, r), ok1 = shfl_addr<KT>(ka, r + 8);
+        KeyAddr ov[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) ov[i] = shfl_addr<KT>(ka, 2 * c + (i & 1) + 8 * (i >> 1));
+        typename Raw8<KT>::T kw[2][KC], vw[4][VC];
+#pragma unroll
+        for (int j = 0; j < KC; j++) {
+            kw[0][j] = load_row8<KT>(kp, ok0, 32 * j + 8 * c, ps, D);
+            kw[1][j] = load_row8<KT>(kp, ok1, 32 * j + 8 * c, ps, D);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int h = 0; h < VC; h++) vw[i][h] = load_row8<KT>(vp, ov[i], 64 * h + 8 * r, ps, D);
+        const float ks0 = row_scale<KT>(kp, ok0, ps, D), ks1 = row_scale<KT>(kp, ok1, ps, D);
+        float vs0 = row_scale<KT>(vp, ok0, ps, D), vs1 = row_scale<KT>(vp, ok1, ps, D);
+        if (tb + SDM_WARPS * 16 < end) ka_next = addr_of(tb + SDM_WARPS * 16);
+
+        // Two independent accumulator chains (the hi and the lo part of q), summed after.
+        float sq[2][4] = {};
+#pragma unroll
+        for (int j = 0; j < KC; j++) {
+            u32 k0[4], k1[4];
+            unpack8<KT>(kw[0][j], k0);
+            unpack8<KT>(kw[1][j], k1);
+            const u32 a0[4] = {k0[0], k1[0], k0[1], k1[1]};
+            const u32 a1[4] = {k0[2], k1[2], k0[3], k1[3]};
+            mma_16816<MT>(sq[0], a0, qh[j][0], qh[j][1]);
+            mma_16816<MT>(sq[1], a0, ql[j][0], ql[j][1]);
+            mma_16816<MT>(sq[0], a1, qh[j][2], qh[j][3]);
+            mma_16816<MT>(sq[1], a1, ql[j][2], ql[j][3]);
+        }
+        float sc[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) sc[i] = sq[0][i] + sq[1][i];
+        if (KV8) { sc[0] *= ks0; sc[1] *= ks0; sc[2] *= ks1; sc[3] *= ks1; }
+        if (ok0.a == NONE_U32) sc[0] = sc[1] = -LS_INF;
+        if (ok1.a == NONE_U32) sc[2] = sc[3] = -LS_INF;
+        float mx0 = fmaxf(sc[0], sc[2]), mx1 = fmaxf(sc[1], sc[3]);
+#pragma unroll
+        for (int x = 4; x < 32; x <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+        }
+        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        const float cr0 = m0 == -LS_INF ? 0.0f : exp2f(m0 - n0), cr1 = m1 == -LS_INF ? 0.0f : exp2f(m1 - n1);
+        float pr[4];
+        pr[0] = sc[0] == -LS_INF ? 0.0f : exp2f(sc[0] - n0);
+        pr[1] = sc[1] == -LS_INF ? 0.0f : exp2f(sc[1] - n1);
+        pr[2] = sc[2] == -LS_INF ? 0.0f : exp2f(sc[2] - n0);
+        pr[3] = sc[3] == -LS_INF ? 0.0f : exp2f(sc[3] - n1);
+        l0 = l0 * cr0 + pr[0] + pr[2];
+        l1 = l1 * cr1 + pr[1] + pr[3];
+        m0 = n0;
+        m1 = n1;
+        // 8-bit: P times its V scale over the tile's largest V scale (vmax, warp-uniform).
+        float vmax = 1.0f;
+        if (KV8) {
+            vmax = fmaxf(vs0, vs1);
+#pragma unroll
+            for (int x = 4; x < 32; x <<= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, x));
+            const float inv = vmax > 0.0f ? 1.0f / vmax : 0.0f;
+            vs0 *= inv;
+            vs1 *= inv;
+        }
+        u32 b0h, b0l, b1h, b1l;
+        split_pair<MT>(KV8 ? pr[0] * vs0 : pr[0], KV8 ? pr[1] * vs0 : pr[1], b0h, b0l);
+        split_pair<MT>(KV8 ? pr[2] * vs1 : pr[2], KV8 ? pr[3] * vs1 : pr[3], b1h, b1l);
+        b0h = movmatrix_t(b0h);
+        b0l = movmatrix_t(b0l);
+        b1h = movmatrix_t(b1h);
+        b1l = movmatrix_t(b1l);
+#pragma unroll
+        for (int h = 0; h < VC; h++) {
+            u32 vr[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) unpack8<KT>(vw[i][h], vr[i]);
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                const int mt = 4 * h + w;
+                const u32 a[4] = {__byte_perm(vr[0][w], vr[1][w], 0x5410), __byte_perm(vr[0][w], vr[1][w], 0x7632),
+                                  __byte_perm(vr[2][w], vr[3][w], 0x5410), __byte_perm(vr[2][w], vr[3][w], 0x7632)};
+                float ct[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                mma_16816<MT>(ct, a, b0h, b1h);
+                mma_16816<MT>(ct, a, b0l, b1l);
+                o[mt][0] = o[mt][0] * cr0 + vmax * ct[0];
+                o[mt][1] = o[mt][1] * cr1 + vmax * ct[1];
+                o[mt][2] = o[mt][2] * cr0 + vmax * ct[2];
+                o[mt][3] = o[mt][3] * cr1 + vmax * ct[3];
+            }
+        }
+    }
+    // l over the column's 8 lanes; the warps' (m, l) to shared memory, the block max per head.
+#pragma unroll
+    for (int x = 4; x < 32; x <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+    }
+    if (r == 0) {
+        sm_m[warp][2 * c] = m0; sm_m[warp][2 * c + 1] = m1;
+        sm_l[warp][2 * c] = l0; sm_l[warp][2 * c + 1] = l1;
+    }
+    __syncthreads();
+    float bm0 = -LS_INF, bm1 = -LS_INF;
+#pragma unroll
+    for (int w = 0; w < SDM_WARPS; w++) { bm0 = fmaxf(bm0, sm_m[w][2 * c]); bm1 = fmaxf(bm1, sm_m[w][2 * c + 1]); }
+    const float f0 = m0 == -LS_INF ? 0.0f : exp2f(m0 - bm0), f1 = m1 == -LS_INF ? 0.0f : exp2f(m1 - bm1);
+    // Warps add in a fixed order (no float atomics: the same inputs give the same bits).
+    for (u32 w = 0; w < SDM_WARPS; w++) {
+        if (warp == w) {
+#pragma unroll
+            for (int mt = 0; mt < MTILES; mt++) {
+                const u32 d = 64 * (mt / 4) + 8 * r + 2 * (mt % 4);
+                sm_acc[2 * c][d] += o[mt][0] * f0;
+                sm_acc[2 * c + 1][d] += o[mt][1] * f1;
+                sm_acc[2 * c][d + 1] += o[mt][2] * f0;
+                sm_acc[2 * c + 1][d + 1] += o[mt][3] * f1;
+            }
+        }
+        __syncthreads();
+    }
+    for (u32 i = t; i < ng * D; i += blockDim.x) {
+        const u32 g = i / D, d = i % D;
+        float M = -LS_INF, L = 0.0f;
+        for (int w = 0; w < SDM_WARPS; w++) M = fmaxf(M, sm_m[w][g]);
+        for (int w = 0; w < SDM_WARPS; w++)
+            if (sm_m[w][g] != -LS_INF) L += sm_l[w][g] * exp2f(sm_m[w][g] - M);
+        const u64 h = (u64)s * nh + h0 + g;
+        if (n_splits == 1) {
+            out[h * D + d] = L > 0.0f ? sm_acc[g][d] / L : 0.0f;
+        } else {
+            float* pp = part + (h * n_splits + split) * (D + 2);
+            pp[d] = sm_acc[g][d];
+            if (d == 0) { pp[D] = M; pp[D + 1] = L; }
+        }
+    }
+}
+
+#define SDM(name, KT, D) \
+    extern "C" __global__ void __launch_bounds__(SDM_WARPS * 32, 3) name( \
+        AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk, const KT* sv, const u32* head_map, \
+        const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, const u32* selected, \
+        const u32* counts, const u32* seq_slot, const u32* tail_start, float* out, float* part, u32 ptl, u32 rtl, \
+        u32 sl, u32 cl) { \
+        decode_mma_impl<KT, D>(p, q, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, selected, \
+                               counts, seq_slot, tail_start, out, part, ptl, rtl, sl, cl); \
+    }
+SDM(sparse_decode_attention_mma_f16_d64, f16_t, 64)
+SDM(sparse_decode_attention_mma_f16_d128, f16_t, 128)
+SDM(sparse_decode_attention_mma_bf16_d64, bf16_t, 64)
+SDM(sparse_decode_attention_mma_bf16_d128, bf16_t, 128)
+SDM(sparse_decode_attention_mma_int8_d64, i8kv_t, 64)
+SDM(sparse_decode_attention_mma_int8_d128, i8kv_t, 128)
+SDM(sparse_decode_attention_mma_fp8_d64, e4m3_t, 64)
+SDM(sparse_decode_attention_mma_fp8_d128, e4m3_t, 128)

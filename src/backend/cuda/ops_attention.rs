@@ -17,8 +17,11 @@
 //! context grows. The partials live
 //! in a scratch buffer shared by every layer (stream order keeps them apart).
 //!
-//! 8-bit KV (int8, fp8): decode runs the cp.async kernel on the raw codes (row scales staged
-//! beside them); prefill and lambda_mass run their scalar kernels, dequantizing as they stage.
+//! Decode kernels: KV f16 / bf16 / int8 / fp8 at head_dim 64 or 128 run the tensor-core kernel
+//! (`sparse_decode_attention_mma_<kv>_d<D>`, 8 query heads a block, K/V read once into registers
+//! for the whole GQA group); f32 KV and other head dims the SIMT cp.async kernel
+//! (`sparse_decode_attention_<kv>_g<G>`, G = the group rounded up to a power of two, at most 8).
+//! 8-bit KV: prefill and lambda_mass run their scalar kernels, dequantizing as they stage.
 //!
 //! Prefill: a 16-bit KV cache runs the tensor-core kernel (`prefill_attention_mma_<kv>_d<D>`,
 //! mma.sync m16n8k16, D = 64/128/256 with head_dim zero-padded up to it; 64-row query tiles,
@@ -224,32 +227,28 @@ const DECODE: [[&str; 4]; 5] = [
     ],
 ];
 
-const DECODE_REGS: [[&str; 4]; 3] = [
-    [
-        "sparse_decode_attention_regs_f32_g1",
-        "sparse_decode_attention_regs_f32_g2",
-        "sparse_decode_attention_regs_f32_g4",
-        "sparse_decode_attention_regs_f32_g8",
-    ],
-    [
-        "sparse_decode_attention_regs_f16_g1",
-        "sparse_decode_attention_regs_f16_g2",
-        "sparse_decode_attention_regs_f16_g4",
-        "sparse_decode_attention_regs_f16_g8",
-    ],
-    [
-        "sparse_decode_attention_regs_bf16_g1",
-        "sparse_decode_attention_regs_bf16_g2",
-        "sparse_decode_attention_regs_bf16_g4",
-        "sparse_decode_attention_regs_bf16_g8",
-    ],
+/// The tensor-core decode kernels, [kidx - 1][head_dim 64 / 128] (f16, bf16, int8, fp8).
+const DECODE_MMA: [[&str; 2]; 4] = [
+    ["sparse_decode_attention_mma_f16_d64", "sparse_decode_attention_mma_f16_d128"],
+    ["sparse_decode_attention_mma_bf16_d64", "sparse_decode_attention_mma_bf16_d128"],
+    ["sparse_decode_attention_mma_int8_d64", "sparse_decode_attention_mma_int8_d128"],
+    ["sparse_decode_attention_mma_fp8_d64", "sparse_decode_attention_mma_fp8_d128"],
 ];
 
-/// Whether to run the register-staged decode kernel instead of the cp.async one (A/B only:
-/// `LSERVE_CUDA_DECODE=regs`; read once).
-fn decode_regs() -> bool {
-    static REGS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *REGS.get_or_init(|| std::env::var("LSERVE_CUDA_DECODE").is_ok_and(|v| v == "regs"))
+/// The tensor-core decode kernel for this KV dtype, head_dim and page size, if there is one
+/// (16-bit and 8-bit KV at head_dim 64 or 128; 8-bit pools need an even page size so 8-byte
+/// code loads stay aligned). Its blocks take 8 query heads.
+fn decode_mma_kernel(kv: DType, hd: usize, ps: usize) -> Option<&'static str> {
+    let col = match hd {
+        64 => 0,
+        128 => 1,
+        _ => return None,
+    };
+    match kv {
+        DType::F16 | DType::BF16 => Some(DECODE_MMA[kidx(kv) - 1][col]),
+        DType::I8 | DType::F8E4M3 if ps.is_multiple_of(2) => Some(DECODE_MMA[kidx(kv) - 1][col]),
+        _ => None,
+    }
 }
 
 /// Dynamic shared memory of the cp.async decode kernel (its layout: K/V stages [2][2][ck][row],
@@ -270,9 +269,12 @@ fn decode_splits(p: &AttentionParams, page_table_len: usize, head_chunks: usize,
     // Rounded up to a power of two: the grid (a graph replay's frozen argument) changes only
     // when the context doubles, not every KEYS_PER_SPLIT keys; surplus splits are empty.
     let by_len = ret.max(strm).div_ceil(KEYS_PER_SPLIT).next_power_of_two();
-    // Rounded up: streaming heads' blocks are short, so a grid a little over one wave keeps the
-    // GPU fuller than one a little under it (measured at batch 16 / 32, docs/benchmarks.md).
-    let by_grid = wave.div_ceil(u(p.num_seqs) * u(p.n_kv_heads) * head_chunks);
+    // With streaming heads, rounded up: their blocks are short, so a grid a little over one wave
+    // keeps the GPU fuller than one a little under it (measured at batch 16 / 32). Without them
+    // every block is equally long and a second wave of a few blocks would double the time:
+    // rounded down (docs/benchmarks.md).
+    let per_split = u(p.num_seqs) * u(p.n_kv_heads) * head_chunks;
+    let by_grid = if p.n_str > 0 { wave.div_ceil(per_split) } else { (wave / per_split).max(1) };
     by_len.min(by_grid).clamp(1, MAX_SPLITS)
 }
 
@@ -297,13 +299,12 @@ pub fn sparse_decode_attention(
         return Ok(());
     }
     let group = nh / nkv;
-    let g = group.min(DECODE_HEADS).next_power_of_two();
-    let head_chunks = group.div_ceil(g);
-    // The register-staged kernel has no 8-bit variant: 8-bit KV always runs the cp.async one.
-    let (name, smem) = if decode_regs() && !kv.k.dtype.is_kv8() {
-        (DECODE_REGS[kidx(kv.k.dtype)][g.trailing_zeros() as usize], 0)
-    } else {
-        (DECODE[kidx(kv.k.dtype)][g.trailing_zeros() as usize], decode_smem(hd, kv.k.dtype, g))
+    let (name, smem, head_chunks) = match decode_mma_kernel(kv.k.dtype, hd, u(p.page_size)) {
+        Some(name) => (name, 0, group.div_ceil(DECODE_HEADS)),
+        None => {
+            let g = group.min(DECODE_HEADS).next_power_of_two();
+            (DECODE[kidx(kv.k.dtype)][g.trailing_zeros() as usize], decode_smem(hd, kv.k.dtype, g), group.div_ceil(g))
+        }
     };
     let gpu = be.gpu();
     let wave = (gpu.sm_count * gpu.blocks_per_sm("sparse_decode_attention", name, 128, smem as u32)?) as usize;
