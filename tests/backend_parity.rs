@@ -263,7 +263,7 @@ pub fn append<B: Backend>(
         t.up_u32(&kv.gpu.ring_slots(&kv.seq, kv.seq.len, n)),
         t.up(DType::F32, &inv),
     );
-    let p = kv.gpu.rope_params(0, n, nh, 1.25);
+    let p = RopeAppendKvParams::new(&kv.gpu.geometry(0), n, nh, 1.25);
     let mut q = t.out(n * nh * hd);
     let mg = RopeAppendMeta { positions: &bufs.0.0, slots: &bufs.1.0, ring_slots: &bufs.2.0, inv_freq: &bufs.3.0 };
     let mc = RopeAppendMeta { positions: &bufs.0.1, slots: &bufs.1.1, ring_slots: &bufs.2.1, inv_freq: &bufs.3.1 };

@@ -77,7 +77,9 @@ macro_rules! on_device {
             }
             #[cfg(feature = "cuda")]
             $crate::cli::run::Device::Cuda(i) => {
-                let $be = lserve::backend::cuda::CudaBackend::new(i)?;
+                let opts =
+                    lserve::backend::cuda::CudaOptions { kernel_cache: Some(lserve::fetch::cache_dir().join("cuda")) };
+                let $be = lserve::backend::cuda::CudaBackend::with_options(i, opts)?;
                 $body
             }
         }

@@ -8,15 +8,15 @@
 //! sequences, each contributing a chunk of new tokens at the end of its cached context; a step
 //! where every sequence brings exactly one token runs the decode attention op.
 
+pub use super::batch::{AttnSettings, LayerHook, Logits, SeqStep};
 use super::pool::BufferPool;
 use super::step::StepMeta;
+pub use super::weights::WeightSource;
 use crate::backend::*;
 use crate::error::{Error, Result};
-use crate::kv::{KvCache, SeqPages};
-use crate::loader::WeightSource;
+use crate::kv::KvCache;
 use crate::model::config::ModelConfig;
 use crate::model::rope::RopeConfig;
-use crate::sparse::DecodePlan;
 
 struct Layer<B: Backend> {
     attn_norm: B::Buffer,
@@ -42,62 +42,12 @@ pub struct Llama<B: Backend> {
     pool: BufferPool<B>,
 }
 
-/// One sequence's part of a step.
-pub struct SeqStep<'a> {
-    pub tokens: &'a [u32],
-    /// Pages and length *before* this step; `reserve` must already cover the new tokens.
-    pub cache: &'a SeqPages,
-    /// Which of this chunk's rows need logits.
-    pub logits: Logits,
-    /// Decode only: whether to re-select pages and where the read-in-full tail starts.
-    pub plan: DecodePlan,
-}
-
-/// Static attention settings of an engine (the sparse config resolved against the model).
-#[derive(Clone, Debug, PartialEq)]
-pub struct AttnSettings {
-    /// Lambda mask of streaming heads.
-    pub sink: usize,
-    pub local: usize,
-    /// Pages `page_select` keeps per retrieval head (the newest excluded).
-    pub k_pages: usize,
-    /// `[layer]`: never select pages in this layer.
-    pub dense_layer: Vec<bool>,
-    /// Model sliding window in tokens (Mistral v0.1); 0 = none.
-    pub window: usize,
-}
-
-impl AttnSettings {
-    /// Dense attention for `cfg` (no streaming heads, no selection).
-    pub fn dense(cfg: &ModelConfig) -> Self {
-        AttnSettings {
-            sink: 0,
-            local: 1,
-            k_pages: 0,
-            dense_layer: vec![true; cfg.num_layers],
-            window: cfg.sliding_window.unwrap_or(0),
-        }
-    }
-}
-
-/// Called after each layer's attention with (backend, layer, rotated q, the layer's KV, the step's
-/// page metadata); calibration measures attention mass through it.
-pub type LayerHook<'a, B> =
-    &'a mut dyn FnMut(&B, usize, &<B as Backend>::Buffer, LayerKv<B>, &PagedMeta<B>) -> Result<()>;
-
 /// What the end of a forward produces: the logits, or token ids chosen on the device.
 #[derive(Clone, Copy)]
 enum Head<'a> {
     Logits,
     Argmax,
     Sample(&'a [[u32; 4]]),
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Logits {
-    None,
-    Last,
-    All,
 }
 
 fn take<S: WeightSource + ?Sized>(src: &S, name: &str, shape: &[usize]) -> Result<Vec<f32>> {

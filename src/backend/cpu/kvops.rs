@@ -8,9 +8,9 @@
 use std::collections::BTreeMap;
 
 use super::{CpuBackend, CpuBuffer, err, f32s, f32s_mut, u32s};
+use crate::backend::reference::rope::{RopeFreqs, rotate_half_in_place};
 use crate::backend::*;
 use crate::error::Result;
-use crate::model::rope::{RopeFreqs, rotate_half_in_place};
 
 fn u(x: u32) -> usize {
     x as usize

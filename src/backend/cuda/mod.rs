@@ -67,10 +67,23 @@ pub struct CudaBackend {
     caps: Caps,
 }
 
+/// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md).
+#[derive(Clone, Debug, Default)]
+pub struct CudaOptions {
+    /// Directory of the on-disk PTX cache (kernels.rs); `None` compiles every kernel at start
+    /// and caches nothing. The CLI passes `<model cache>/cuda`.
+    pub kernel_cache: Option<std::path::PathBuf>,
+}
+
 impl CudaBackend {
-    /// Open CUDA device `ordinal` (see `lserve devices`) and load the kernels.
+    /// Open CUDA device `ordinal` (see `lserve devices`) with default options (no kernel cache).
     pub fn new(ordinal: usize) -> Result<Self> {
-        let gpu = Gpu::open(ordinal)?;
+        Self::with_options(ordinal, CudaOptions::default())
+    }
+
+    /// Open CUDA device `ordinal` and load the kernels.
+    pub fn with_options(ordinal: usize, opts: CudaOptions) -> Result<Self> {
+        let gpu = Gpu::open(ordinal, &opts)?;
         let caps = Caps {
             name: "cuda",
             device: format!(

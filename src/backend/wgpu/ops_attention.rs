@@ -284,7 +284,7 @@ mod tests {
     ) -> (AttentionParams, Vec<(WgpuBuffer, CpuBuffer)>, Vec<u32>) {
         let (ps, num_pages, ring_tokens, nkv) = (16usize, 48usize, 64u32, streaming.len());
         let n_str = streaming.iter().filter(|&&s| s).count();
-        let head_map = crate::kv::HeadLayout { streaming: vec![streaming.to_vec()] }.head_map(0);
+        let head_map = crate::backend::reference::kv_layout::head_map(streaming);
         let perm = rng.perm(num_pages);
         let (mut indptr, mut table) = (vec![0u32], vec![]);
         for &l in lens {

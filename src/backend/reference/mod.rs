@@ -1,0 +1,12 @@
+//! Host functions that define what an op computes, shared by the CPU backend (which runs them)
+//! and everything above it (which builds the ops' inputs). The GPU kernels mirror them; the
+//! parity tests hold the kernels to them. Nothing here depends on a layer above the backend:
+//! the model, the cache and the engine import these, never the other way round.
+//!
+//! - [`sample`]: the `sample` / `argmax` reference (`sample_row`, `argmax`, `RowSampling`).
+//! - [`rope`]: rotate-half RoPE with precomputed inverse frequencies (`rope_append_kv`).
+//! - [`kv_layout`]: how the attention ops address a streaming ring and read `head_map`.
+
+pub mod kv_layout;
+pub mod rope;
+pub mod sample;
