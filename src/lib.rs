@@ -15,6 +15,7 @@ pub mod model;
 pub mod sampling;
 pub mod sched;
 pub mod server;
+pub mod serving;
 pub mod sparse;
 pub mod tokenizer;
 

@@ -12,12 +12,12 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use lserve::backend::cpu::CpuBackend;
-use lserve::engine::serve::{ServeEngine, ServeOptions};
 use lserve::engine::{EngineOptions, build_engine};
 use lserve::loader::{self, LoadedModel};
 use lserve::model::llama::Llama;
 use lserve::sched::{PreemptMode, SchedConfig};
 use lserve::server::{AppState, Metrics, ModelInfo, ServerOptions, engine_loop, serve_on};
+use lserve::serving::{ServeEngine, ServeOptions};
 use serde_json::{Value, json};
 
 static MODEL: LazyLock<LoadedModel> = LazyLock::new(|| loader::open(&common::model_path()).expect("model opens"));

@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
 use lserve::backend::{Backend, DType};
-use lserve::engine::serve::{ServeEngine, ServeOptions};
 use lserve::engine::{EngineOptions, build_engine};
 use lserve::loader::{LoadedModel, WeightSource};
 use lserve::model::config::ModelConfig;
 use lserve::sched::{PreemptMode, SchedConfig};
 use lserve::server::{AppState, Metrics, ModelInfo, ServerOptions, engine_loop};
+use lserve::serving::{ServeEngine, ServeOptions};
 use lserve::sparse::config::parse_memory;
 use lserve::sparse::{Config, KvMemory};
 

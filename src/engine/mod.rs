@@ -8,7 +8,6 @@
 //! ends well or with an error, so one failed request never leaks cache.
 
 mod build;
-pub mod serve;
 
 use std::time::Instant;
 

@@ -28,7 +28,7 @@ use super::api::{ChatRequest, CompletionRequest, Prompt, Validated, single_promp
 use super::error::ApiError;
 use super::{AppState, Command, InflightGuard};
 use crate::engine::FinishReason;
-use crate::engine::serve::{Event, ServeRequest};
+use crate::serving::{Event, ServeRequest};
 
 pub fn router(state: Arc<AppState>) -> Router {
     let v1 = Router::new()
