@@ -125,7 +125,7 @@ impl Gpu {
             scratch: RefCell::new(HashMap::new()),
             profile: RefCell::new(None),
             graphs: RefCell::new(Graphs::default()),
-            replay: std::cell::Cell::new(graph::replay_enabled()),
+            replay: std::cell::Cell::new(opts.graph_replay),
         })
     }
 

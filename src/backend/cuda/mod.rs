@@ -67,12 +67,23 @@ pub struct CudaBackend {
     caps: Caps,
 }
 
-/// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md).
-#[derive(Clone, Debug, Default)]
+/// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md, CUDA).
+/// Kernel choices are not settings: each op runs the one kernel measured best for its dtype and
+/// shape (the measurements of the variants that were removed are in docs/benchmarks.md).
+#[derive(Clone, Debug)]
 pub struct CudaOptions {
     /// Directory of the on-disk PTX cache (kernels.rs); `None` compiles every kernel at start
     /// and caches nothing. The CLI passes `<model cache>/cuda`.
     pub kernel_cache: Option<std::path::PathBuf>,
+    /// Replay recorded decode steps as CUDA graphs (graph.rs; default true). Off, every recorded
+    /// list launches kernel by kernel (the bit-identity test and graphs-off measurements).
+    pub graph_replay: bool,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions { kernel_cache: None, graph_replay: true }
+    }
 }
 
 impl CudaBackend {
@@ -108,7 +119,7 @@ impl CudaBackend {
         &self.gpu
     }
 
-    /// Replay recorded decode steps as CUDA graphs (default on unless `LSERVE_CUDA_GRAPHS=0`).
+    /// Replay recorded decode steps as CUDA graphs (initially `CudaOptions::graph_replay`).
     pub fn set_graph_replay(&self, on: bool) {
         self.gpu.set_graph_replay(on)
     }

@@ -20,8 +20,7 @@
 //! Prefill: a 16-bit KV cache runs the tensor-core kernel (`prefill_attention_mma_<kv>_d<D>`,
 //! mma.sync m16n8k16, D = 64/128/256 with head_dim zero-padded up to it; 64-row query tiles,
 //! grid (heads, tiles)); an f32 KV cache keeps the scalar f32 kernel, the exact reference
-//! (TF32 tensor cores would miss its tolerance). `LSERVE_CUDA_PREFILL=scalar` forces the scalar
-//! kernel for every dtype (A/B only; read once).
+//! (TF32 tensor cores would miss its tolerance).
 
 use super::context::{Launch, err};
 use super::{CudaBackend, CudaBuffer, fidx, need, need_float};
@@ -116,13 +115,6 @@ fn prefill_mma_kernel(kv: DType, hd: usize) -> (&'static str, usize) {
     (name, (PREFILL_MMA_ROWS + 4 * bk) * (d + 8) * 2)
 }
 
-/// Whether to run the scalar prefill kernel for 16-bit KV too (A/B only:
-/// `LSERVE_CUDA_PREFILL=scalar`; read once).
-fn prefill_scalar() -> bool {
-    static SCALAR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SCALAR.get_or_init(|| std::env::var("LSERVE_CUDA_PREFILL").is_ok_and(|v| v == "scalar"))
-}
-
 pub fn prefill_attention(
     be: &CudaBackend,
     p: &AttentionParams,
@@ -141,7 +133,7 @@ pub fn prefill_attention(
         return Ok(());
     }
     let (name, l) = match kv.k.dtype {
-        DType::F16 | DType::BF16 if !prefill_scalar() => {
+        DType::F16 | DType::BF16 => {
             let (name, smem) = prefill_mma_kernel(kv.k.dtype, hd);
             let tiles = n / PREFILL_MMA_ROWS + ns;
             (name, Launch::new((nh as u32, tiles as u32, 1), 128).smem(smem))
@@ -192,34 +184,6 @@ const DECODE: [[&str; 4]; 3] = [
     ],
 ];
 
-const DECODE_REGS: [[&str; 4]; 3] = [
-    [
-        "sparse_decode_attention_regs_f32_g1",
-        "sparse_decode_attention_regs_f32_g2",
-        "sparse_decode_attention_regs_f32_g4",
-        "sparse_decode_attention_regs_f32_g8",
-    ],
-    [
-        "sparse_decode_attention_regs_f16_g1",
-        "sparse_decode_attention_regs_f16_g2",
-        "sparse_decode_attention_regs_f16_g4",
-        "sparse_decode_attention_regs_f16_g8",
-    ],
-    [
-        "sparse_decode_attention_regs_bf16_g1",
-        "sparse_decode_attention_regs_bf16_g2",
-        "sparse_decode_attention_regs_bf16_g4",
-        "sparse_decode_attention_regs_bf16_g8",
-    ],
-];
-
-/// Whether to run the register-staged decode kernel instead of the cp.async one (A/B only:
-/// `LSERVE_CUDA_DECODE=regs`; read once).
-fn decode_regs() -> bool {
-    static REGS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *REGS.get_or_init(|| std::env::var("LSERVE_CUDA_DECODE").is_ok_and(|v| v == "regs"))
-}
-
 /// Dynamic shared memory of the cp.async decode kernel (its layout: K/V stages [2][2][ck][row],
 /// valid [2][ck], scores [G][ck], q [G][hd], acc [G][hd]; ck as `sd2_chunk`).
 fn decode_smem(hd: usize, kv: DType, g: usize) -> usize {
@@ -263,11 +227,7 @@ pub fn sparse_decode_attention(
     let group = nh / nkv;
     let g = group.min(DECODE_HEADS).next_power_of_two();
     let head_chunks = group.div_ceil(g);
-    let (name, smem) = if decode_regs() {
-        (DECODE_REGS[fidx(kv.k.dtype)][g.trailing_zeros() as usize], 0)
-    } else {
-        (DECODE[fidx(kv.k.dtype)][g.trailing_zeros() as usize], decode_smem(hd, kv.k.dtype, g))
-    };
+    let (name, smem) = (DECODE[fidx(kv.k.dtype)][g.trailing_zeros() as usize], decode_smem(hd, kv.k.dtype, g));
     let gpu = be.gpu();
     let wave = (gpu.sm_count * gpu.blocks_per_sm("sparse_decode_attention", name, 128, smem as u32)?) as usize;
     let splits = decode_splits(p, meta.page_table.len, head_chunks, wave);
