@@ -1,8 +1,8 @@
 // matmul: out[m, n] = x[m, k] . w[n, k]^T (+ bias[n]); x, out, bias f32; w f32/f16/bf16, f32
-// accumulation. Small m (decode) runs the GEMV kernels below; larger m goes to cuBLAS (see
-// src/backend/cuda/ops_matmul.rs), which needs x in the weights' type: matmul_split_x writes
-// x = hi + lo as two 16-bit matrices so two tensor-core GEMMs keep ~16 mantissa bits of x, and
-// matmul_bias adds the bias afterwards.
+// accumulation. One row (batch-1 decode) runs the GEMV kernels below; more rows go to cuBLAS (see
+// src/backend/cuda/ops_matmul.rs), which needs x in the weights' type: matmul_round_x writes x
+// rounded to 16 bits (round to nearest even) for one tensor-core GEMM, and matmul_bias adds the
+// bias afterwards.
 //
 // GEMV: one warp per output column n, all (up to MT) rows of x at once, so each weight row is
 // read exactly once per call; lanes stride the row 8 elements (16 bytes of 16-bit weights) at a
@@ -71,35 +71,18 @@ __device__ void gemv_impl(MatmulParams p, const float* x, const W* w, const floa
 #define GEMV(name, W, MT) \
     extern "C" __global__ void name##_vec(MatmulParams p, const float* x, const W* w, const float* b, float* o) { gemv_impl<W, MT, true>(p, x, w, b, o); } \
     extern "C" __global__ void name(MatmulParams p, const float* x, const W* w, const float* b, float* o) { gemv_impl<W, MT, false>(p, x, w, b, o); }
-GEMV(matmul_gemv_f32_1, float, 1)
-GEMV(matmul_gemv_f32_2, float, 2)
-GEMV(matmul_gemv_f32_4, float, 4)
-GEMV(matmul_gemv_f32_8, float, 8)
-GEMV(matmul_gemv_f32_16, float, 16)
-GEMV(matmul_gemv_f16_1, f16_t, 1)
-GEMV(matmul_gemv_f16_2, f16_t, 2)
-GEMV(matmul_gemv_f16_4, f16_t, 4)
-GEMV(matmul_gemv_f16_8, f16_t, 8)
-GEMV(matmul_gemv_f16_16, f16_t, 16)
-GEMV(matmul_gemv_bf16_1, bf16_t, 1)
-GEMV(matmul_gemv_bf16_2, bf16_t, 2)
-GEMV(matmul_gemv_bf16_4, bf16_t, 4)
-GEMV(matmul_gemv_bf16_8, bf16_t, 8)
-GEMV(matmul_gemv_bf16_16, bf16_t, 16)
+GEMV(matmul_gemv_f32, float, 1)
+GEMV(matmul_gemv_f16, f16_t, 1)
+GEMV(matmul_gemv_bf16, bf16_t, 1)
 
-// x [m][k] f32 -> hi, lo [m][k] 16-bit with x ~= hi + lo.
+// x [m][k] f32 -> x16 [m][k] in the weights' 16-bit type.
 template <typename T>
-__device__ void split_impl(MatmulParams p, const float* x, T* hi, T* lo) {
+__device__ void round_impl(MatmulParams p, const float* x, T* x16) {
     u64 n = (u64)p.m * p.k;
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-        float v = x[i];
-        T h = from_f32<T>(v);
-        hi[i] = h;
-        lo[i] = from_f32<T>(v - to_f32(h));
-    }
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) x16[i] = from_f32<T>(x[i]);
 }
-extern "C" __global__ void matmul_split_x_bf16(MatmulParams p, const float* x, bf16_t* hi, bf16_t* lo) { split_impl(p, x, hi, lo); }
-extern "C" __global__ void matmul_split_x_f16(MatmulParams p, const float* x, f16_t* hi, f16_t* lo) { split_impl(p, x, hi, lo); }
+extern "C" __global__ void matmul_round_x_bf16(MatmulParams p, const float* x, bf16_t* x16) { round_impl(p, x, x16); }
+extern "C" __global__ void matmul_round_x_f16(MatmulParams p, const float* x, f16_t* x16) { round_impl(p, x, x16); }
 
 // out[m][n] += bias[n].
 extern "C" __global__ void matmul_bias(MatmulParams p, const float* bias, float* out) {

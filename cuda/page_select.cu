@@ -10,9 +10,11 @@
 // page, writes u64 keys (inverted order-preserving float bits << 32 | j; ~0 past the candidates)
 // to keys [num_seqs][n_kv_heads][np] (np a power of two >= the candidates, chosen by the host
 // from the page table's length). page_select: grid (n_kv_heads, num_seqs), sorts a row's keys
-// ascending by a bitonic sort in dynamic shared memory; the first k keys are the winners, put in
-// ascending page order by counting ranks. Lengths of selected/counts/page_table come as
-// arguments: nothing is read or written outside them.
+// ascending by a bitonic sort in dynamic shared memory (page_select_global: in place in the
+// scratch keys, for rows longer than shared memory holds); the first k keys are the winners, put
+// in ascending page order by counting ranks. np comes from the step's longest sequence
+// (max_seq_pages), not the batch's whole page table. Lengths of selected/counts/page_table come
+// as arguments: nothing is read or written outside them.
 
 __device__ __forceinline__ u32 ordered(float f) {
     u32 b = __float_as_uint(f);
@@ -66,21 +68,10 @@ extern "C" __global__ void page_select_score(PageSelectParams p, const float* q,
     if (lane == 0) row[j] = ((u64)(~ordered(best)) << 32) | j;
 }
 
-extern "C" __global__ void page_select(PageSelectParams p, const u32* head_map, const u32* page_indptr,
-                                       const u32* seq_slot, const u32* select_mask, const u64* keys_in,
-                                       u32* selected, u32* counts, u32 np, u32 page_table_len, u32 selected_len,
-                                       u32 counts_len) {
-    extern __shared__ u64 keys[];
-    u32 kvh = blockIdx.x, s = blockIdx.y;
-    u32 hm = head_map[kvh];
-    if ((hm & STREAMING_BIT) || select_mask[s] == 0u) return;
-    u32 r = hm;
-    u32 a = page_indptr[s], b = min(page_indptr[s + 1], page_table_len);
-    u32 n_pages = b > a ? b - a : 0;
-    u32 cand = min(n_pages > 0 ? n_pages - 1 : 0, np);
-    const u64* row = keys_in + ((u64)s * p.n_kv_heads + kvh) * np;
-    for (u32 i = threadIdx.x; i < np; i += blockDim.x) keys[i] = row[i];
-    __syncthreads();
+// Sort one row's np keys ascending (bitonic, in place in `keys`: shared or global memory) and
+// write the first k in ascending page order.
+__device__ void select_row(PageSelectParams p, u32 r, u32 cand, u32 slot, u64* keys, u32* selected, u32* counts,
+                           u32 np, u32 selected_len, u32 counts_len) {
     for (u32 size = 2; size <= np; size <<= 1) {
         for (u32 stride = size >> 1; stride > 0; stride >>= 1) {
             for (u32 i = threadIdx.x; i < np; i += blockDim.x) {
@@ -96,7 +87,6 @@ extern "C" __global__ void page_select(PageSelectParams p, const u32* head_map, 
     }
     u32 k = p.k_pages < cand ? p.k_pages : cand;
     if (k > p.sel_stride) k = p.sel_stride;
-    u32 slot = seq_slot[s];
     u64 base = ((u64)slot * p.n_ret + r) * p.sel_stride;
     u64 ci = (u64)slot * p.n_ret + r;
     if (base + p.sel_stride > selected_len || ci >= counts_len) return;
@@ -106,4 +96,41 @@ extern "C" __global__ void page_select(PageSelectParams p, const u32* head_map, 
         selected[base + rank] = mine;
     }
     if (threadIdx.x == 0) counts[ci] = k;
+}
+
+// The row's candidates: min(pages - 1, np) (the newest page is always read, never selected).
+__device__ __forceinline__ u32 row_candidates(const u32* page_indptr, u32 s, u32 np, u32 page_table_len) {
+    u32 a = page_indptr[s], b = min(page_indptr[s + 1], page_table_len);
+    u32 n_pages = b > a ? b - a : 0;
+    return min(n_pages > 0 ? n_pages - 1 : 0, np);
+}
+
+// The row's keys are copied to dynamic shared memory (np * 8 bytes) and sorted there.
+extern "C" __global__ void page_select(PageSelectParams p, const u32* head_map, const u32* page_indptr,
+                                       const u32* seq_slot, const u32* select_mask, const u64* keys_in,
+                                       u32* selected, u32* counts, u32 np, u32 page_table_len, u32 selected_len,
+                                       u32 counts_len) {
+    extern __shared__ u64 keys[];
+    u32 kvh = blockIdx.x, s = blockIdx.y;
+    u32 hm = head_map[kvh];
+    if ((hm & STREAMING_BIT) || select_mask[s] == 0u) return;
+    u32 cand = row_candidates(page_indptr, s, np, page_table_len);
+    const u64* row = keys_in + ((u64)s * p.n_kv_heads + kvh) * np;
+    for (u32 i = threadIdx.x; i < np; i += blockDim.x) keys[i] = row[i];
+    __syncthreads();
+    select_row(p, hm, cand, seq_slot[s], keys, selected, counts, np, selected_len, counts_len);
+}
+
+// The same for rows too long for shared memory: sorted in place in the scratch keys (global
+// memory, L2-resident), so no length is refused.
+extern "C" __global__ void page_select_global(PageSelectParams p, const u32* head_map, const u32* page_indptr,
+                                              const u32* seq_slot, const u32* select_mask, u64* keys_io,
+                                              u32* selected, u32* counts, u32 np, u32 page_table_len,
+                                              u32 selected_len, u32 counts_len) {
+    u32 kvh = blockIdx.x, s = blockIdx.y;
+    u32 hm = head_map[kvh];
+    if ((hm & STREAMING_BIT) || select_mask[s] == 0u) return;
+    u32 cand = row_candidates(page_indptr, s, np, page_table_len);
+    u64* row = keys_io + ((u64)s * p.n_kv_heads + kvh) * np;
+    select_row(p, hm, cand, seq_slot[s], row, selected, counts, np, selected_len, counts_len);
 }

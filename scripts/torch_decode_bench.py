@@ -49,9 +49,9 @@ def median_ms(fn, warmup=3, repeats=20):
 
 
 class Model:
-    def __init__(self, s, ctx, dev, dt):
+    def __init__(self, s, ctx, dev, dt, batch=1):
         h, hd = s["hidden"], s["hidden"] // s["heads"]
-        self.s, self.hd, self.ctx = s, hd, ctx
+        self.s, self.hd, self.ctx, self.b = s, hd, ctx, batch
         r = lambda *shape, scale=0.02: (torch.randn(*shape, device=dev, dtype=dt) * scale)
         self.embed = r(s["vocab"], h)
         self.lm_head = r(s["vocab"], h)
@@ -61,13 +61,13 @@ class Model:
                 wqkv=r((s["heads"] + 2 * s["kv"]) * hd, h), wo=r(h, s["heads"] * hd),
                 wgu=r(2 * s["ffn"], h), wd=r(h, s["ffn"]),
                 n1=torch.ones(h, device=dev, dtype=dt), n2=torch.ones(h, device=dev, dtype=dt),
-                k=r(1, s["kv"], ctx + 1, hd, scale=1.0), v=r(1, s["kv"], ctx + 1, hd, scale=1.0)))
+                k=r(batch, s["kv"], ctx + 1, hd, scale=1.0), v=r(batch, s["kv"], ctx + 1, hd, scale=1.0)))
         self.norm = torch.ones(h, device=dev, dtype=dt)
         inv = 1.0 / (500000.0 ** (torch.arange(0, hd, 2, device=dev, dtype=torch.float32) / hd))
         ang = ctx * inv
         self.cos = torch.cat([ang.cos(), ang.cos()]).to(dt)
         self.sin = torch.cat([ang.sin(), ang.sin()]).to(dt)
-        self.tok = torch.zeros(1, dtype=torch.long, device=dev)
+        self.tok = torch.zeros(batch, dtype=torch.long, device=dev)
 
     def weight_bytes(self):
         n = self.embed.numel() + self.lm_head.numel() + self.norm.numel()
@@ -92,23 +92,49 @@ class Model:
         return x * self.cos + rot * self.sin
 
     def step(self):
-        s, hd = self.s, self.hd
+        s, hd, b = self.s, self.hd, self.b
         x = self.embed[self.tok]
         for l in self.layers:
             y = F.rms_norm(x, (x.shape[-1],), l["n1"], 1e-5)
             qkv = y @ l["wqkv"].t()
             q, k, v = qkv.split([s["heads"] * hd, s["kv"] * hd, s["kv"] * hd], dim=-1)
-            q = self.rope(q.view(1, s["heads"], 1, hd))
-            k = self.rope(k.view(1, s["kv"], 1, hd))
+            q = self.rope(q.view(b, s["heads"], 1, hd))
+            k = self.rope(k.view(b, s["kv"], 1, hd))
             l["k"][:, :, self.ctx:self.ctx + 1] = k
-            l["v"][:, :, self.ctx:self.ctx + 1] = v.view(1, s["kv"], 1, hd)
+            l["v"][:, :, self.ctx:self.ctx + 1] = v.view(b, s["kv"], 1, hd)
             a = F.scaled_dot_product_attention(q, l["k"], l["v"], enable_gqa=True)
-            x = x + a.reshape(1, -1) @ l["wo"].t()
+            x = x + a.reshape(b, -1) @ l["wo"].t()
             y = F.rms_norm(x, (x.shape[-1],), l["n2"], 1e-5)
             g, u = (y @ l["wgu"].t()).chunk(2, dim=-1)
             x = x + (F.silu(g) * u) @ l["wd"].t()
         x = F.rms_norm(x, (x.shape[-1],), self.norm, 1e-5)
         return (x @ self.lm_head.t()).argmax(-1)
+
+
+def batch_steps(s, contexts, batches, dev, dt, max_kv_gb):
+    """Dense batched decode steps (graph-captured), median ms, where the KV cache fits."""
+    hd = s["hidden"] // s["heads"]
+    print(f"{'context':>8} {'batch':>6} {'step ms':>9} {'ms/token':>9}")
+    rows = []
+    for ctx in contexts:
+        for b in batches:
+            kv_gb = 2 * s["layers"] * b * s["kv"] * (ctx + 1) * hd * 2 / 1e9
+            if kv_gb > max_kv_gb:
+                print(f"{ctx:>8} {b:>6}   skipped: {kv_gb:.0f} GB of KV")
+                continue
+            m = Model(s, ctx, dev, dt, batch=b)
+            with torch.no_grad():
+                m.step()
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    m.step()
+                step = median_ms(graph.replay)
+            print(f"{ctx:>8} {b:>6} {step:>9.3f} {step / b:>9.3f}")
+            rows.append((ctx, b, step))
+            del m, graph
+            torch.cuda.empty_cache()
+    return rows
 
 
 def main():
@@ -117,6 +143,8 @@ def main():
     ap.add_argument("--contexts", default="4096,32768,131072")
     ap.add_argument("--bandwidth", type=float, default=4200.0, help="GB/s for the floor column")
     ap.add_argument("--csv")
+    ap.add_argument("--batch", default="", help="also time dense batched steps, e.g. 1,8,16 (at --contexts)")
+    ap.add_argument("--max-kv-gb", type=float, default=100.0, help="skip batch points whose KV exceeds this")
     a = ap.parse_args()
     dev, dt = "cuda", torch.bfloat16
     s = SHAPES[a.shape]
@@ -161,6 +189,14 @@ def main():
             f.write("shape,context,attention_ms,step_ms,floor_ms\n")
             for r in rows:
                 f.write(",".join(str(x) for x in r) + "\n")
+    if a.batch:
+        brows = batch_steps(s, [int(c) for c in a.contexts.split(",")], [int(b) for b in a.batch.split(",")], dev, dt,
+                            a.max_kv_gb)
+        if a.csv:
+            with open(a.csv.replace(".csv", "_batch.csv"), "w") as f:
+                f.write("shape,context,batch,step_ms\n")
+                for ctx, b, step in brows:
+                    f.write(f"{a.shape},{ctx},{b},{step}\n")
 
 
 if __name__ == "__main__":

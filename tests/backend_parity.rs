@@ -127,10 +127,19 @@ pub fn test_matmul<B: Backend>(gpu: &B) {
         (130, 70, 200),
         (64, 128, 128),
     ];
+    // Where the backend multiplies in 16 bits (Caps::matmul_x16_from), the reference gets x
+    // rounded the same way, so the comparison stays one of summation order only.
+    let x16_from = t.gpu.caps().matmul_x16_from;
     for dtype in t.gpu.caps().weight_dtypes.clone() {
         for &(m, n, k) in &shapes {
             for bias in [false, true] {
-                let x = t.rand(DType::F32, m * k, 1.0);
+                let xs = t.f32s(m * k, 1.0);
+                let x = if dtype != DType::F32 && x16_from.is_some_and(|r| m >= r) {
+                    let rounded = t.cpu.download_f32(&t.up(dtype, &xs).1, 0, m * k).unwrap();
+                    (t.gpu.upload_f32(DType::F32, xs.clone()).unwrap(), t.cpu.upload_f32(DType::F32, rounded).unwrap())
+                } else {
+                    t.up(DType::F32, &xs)
+                };
                 let w = t.rand(dtype, n * k, 0.1);
                 let b = t.rand(DType::F32, n, 1.0);
                 let mut out = t.out(m * n);
@@ -649,9 +658,17 @@ parity_tests!(wgpu_plain, crate::common::wgpu_backend_with(lserve::backend::wgpu
 /// page_select at scale: four sequences (1, 700, 2000 and 299 pages of a shuffled pool), one not
 /// selecting, k above 256 and above some rows' candidate counts, and many exactly tied scores
 /// (copied summaries), so ranking, tie order (lower index first) and row routing are all checked.
+/// Run twice: without the longest-sequence hint (`max_seq_pages` 0), and with one 40,000-page
+/// sequence and the hint set, which is longer than CUDA's shared-memory sort holds (its
+/// global-memory path).
 pub fn test_page_select_many<B: Backend>(gpu: &B) {
+    page_select_case(gpu, 3000, [1, 700, 2000, 299], 0, [300, 300, 298, 298, 0, 0]);
+    page_select_case(gpu, 42000, [1, 40000, 1500, 299], 40000, [300, 300, 298, 298, 0, 0]);
+}
+
+fn page_select_case<B: Backend>(gpu: &B, num_pages: usize, lens: [usize; 4], max_seq_pages: u32, counts: [u32; 6]) {
     let mut t = pair(gpu);
-    let (nh, n_kv, n_ret, hd, ps, lp, num_pages) = (6, 3, 2usize, 8, 16, 8, 3000usize);
+    let (nh, n_kv, n_ret, hd, ps, lp) = (6, 3, 2usize, 8, 16, 8);
     let lpp = ps / lp;
     let per_page = n_ret * lpp * 2 * hd;
     let mut summary = t.f32s(num_pages * per_page, 1.0);
@@ -665,7 +682,6 @@ pub fn test_page_select_many<B: Backend>(gpu: &B) {
     for i in (1..perm.len()).rev() {
         perm.swap(i, (t.rng.next() * (i + 1) as f64) as usize % (i + 1));
     }
-    let lens = [1usize, 700, 2000, 299];
     let mut indptr = vec![0u32];
     for l in lens {
         indptr.push(indptr.last().unwrap() + l as u32);
@@ -691,6 +707,7 @@ pub fn test_page_select_many<B: Backend>(gpu: &B) {
         n_ret: n_ret as u32,
         k_pages,
         sel_stride: sel_stride as u32,
+        max_seq_pages,
         ..Default::default()
     };
     let kvg =
@@ -707,8 +724,8 @@ pub fn test_page_select_many<B: Backend>(gpu: &B) {
         .unwrap();
     t.check_u32("page_select counts", &cnt, 4 * n_ret);
     let want = t.cpu.download_u32(&cnt.1, 0, 4 * n_ret).unwrap();
-    // Slots 0..3 hold sequences 1 (700 pages), 3 (299), 0 (1) and 2 (not selecting).
-    assert_eq!(want[..3 * n_ret], [300, 300, 298, 298, 0, 0], "k, capped by the candidates");
+    // Slots 0..3 hold sequences 1 (the long one), 3 (299 pages), 0 (1) and 2 (not selecting).
+    assert_eq!(want[..3 * n_ret], counts, "k, capped by the candidates");
     assert_eq!(want[3 * n_ret..], [u32::MAX; 2], "the row not selecting is untouched");
     t.check_u32("page_select selected", &sel, 4 * n_ret * sel_stride);
 }

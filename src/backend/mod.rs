@@ -57,6 +57,11 @@ pub struct Caps {
     pub max_buffer_bytes: u64,
     /// Memory the backend can allocate from (device memory; host RAM for the CPU), in bytes.
     pub memory_bytes: u64,
+    /// The activation precision of `matmul`: from this many rows of x on, a matmul with 16-bit
+    /// weights first rounds x to the weights' dtype (round to nearest even) and multiplies in
+    /// 16 bits with f32 accumulation, as tensor cores do; `None`: x is used in f32 at every m.
+    /// (CUDA: from 2 rows — batched decode and prefill; the batch-1 GEMV reads x in f32.)
+    pub matmul_x16_from: Option<usize>,
 }
 
 /// One layer's KV storage (docs/kv-cache.md).

@@ -116,7 +116,10 @@ params! {
         /// Pages to select per (sequence, retrieval head), the newest page excluded.
         pub k_pages: u32,
         pub sel_stride: u32,
-        pub _pad0: u32,
+        /// At least the most pages any sequence of the step holds (the engine passes that count
+        /// rounded up to a power of two; 0: unknown, backends then assume the whole page table).
+        /// Sizes per-row work (the CUDA sort), never bounds memory accesses.
+        pub max_seq_pages: u32,
         pub _pad1: u32,
     }
     pub struct LambdaMassParams {
@@ -243,8 +246,9 @@ impl AttentionParams {
 
 impl PageSelectParams {
     /// `page_select` parameters matching a decode step's attention parameters, keeping
-    /// `k_pages` pages (at most `sel_stride`) per (sequence, retrieval head).
-    pub fn new(ap: &AttentionParams, logical_page: u32, k_pages: usize) -> Self {
+    /// `k_pages` pages (at most `sel_stride`) per (sequence, retrieval head); `max_seq_pages` is
+    /// the longest sequence's page count in the step.
+    pub fn new(ap: &AttentionParams, logical_page: u32, k_pages: usize, max_seq_pages: usize) -> Self {
         PageSelectParams {
             num_seqs: ap.num_seqs,
             n_heads: ap.n_heads,
@@ -256,7 +260,7 @@ impl PageSelectParams {
             n_ret: ap.n_ret,
             k_pages: k_pages.min(ap.sel_stride as usize) as u32,
             sel_stride: ap.sel_stride,
-            _pad0: 0,
+            max_seq_pages: max_seq_pages as u32,
             _pad1: 0,
         }
     }

@@ -93,7 +93,7 @@ pub struct BenchOptions {
 }
 
 fn batch_head_error() -> Error {
-    Error::InvalidArgument("--head argmax/sample times batch 1 only (batched steps read the logits back)".into())
+    Error::InvalidArgument("--head sample times batch 1 only (batched steps end with logits or argmax)".into())
 }
 
 /// The end of a timed decode step.
@@ -195,6 +195,7 @@ fn point<B: Backend>(
             (1, DecodeHead::Argmax) => drop(e.step_greedy(&mut seqs[0], tokens[0])?),
             (1, DecodeHead::Sample) => drop(e.step_sample(&mut seqs[0], &tokens, &mut sampler)?),
             (_, DecodeHead::Logits) => drop(e.step_batch(&mut seqs, &tokens)?),
+            (_, DecodeHead::Argmax) => drop(e.step_batch_argmax(&mut seqs, &tokens)?),
             _ => return Err(batch_head_error()),
         }
         if i >= o.warmup {
@@ -311,7 +312,7 @@ pub fn run<B: Backend>(
     o: &BenchOptions,
     mut log: impl FnMut(&BenchRow),
 ) -> Result<Vec<BenchRow>> {
-    if o.head != DecodeHead::Logits && o.batches.iter().any(|&b| b != 1) {
+    if o.head == DecodeHead::Sample && o.batches.iter().any(|&b| b != 1) {
         return Err(batch_head_error());
     }
     let mut cfg = shape(shape_name)?;

@@ -96,7 +96,7 @@ pub struct BenchArgs {
     pub profile: bool,
     /// How each decode step ends: logits (read the logits row back, as a logprobs client would),
     /// argmax (greedy on the device, ids only) or sample (sampling on the device, ids only:
-    /// temperature 0.8, top-k 40, top-p 0.95). argmax/sample time batch 1 only.
+    /// temperature 0.8, top-k 40, top-p 0.95). sample times batch 1 only.
     #[arg(long, value_enum, default_value = "logits")]
     pub head: lserve::bench::DecodeHead,
     /// Copy bandwidth in GB/s for the floor column (H200 measured: 4200).

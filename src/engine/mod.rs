@@ -132,6 +132,20 @@ impl<B: Backend> Engine<B> {
     /// batch of `seqs.len()` rows through every op. Reserves pages, plans each sequence's
     /// sparsity and advances every `len`; returns the logits `[seqs][vocab]`.
     pub fn step_batch(&mut self, seqs: &mut [SeqPages], tokens: &[u32]) -> Result<Vec<f32>> {
+        self.step_batch_with(seqs, tokens, |m, be, cache, attn, steps| m.forward(be, cache, attn, steps, None))
+    }
+
+    /// `step_batch` whose next tokens are chosen greedily on the device: only the ids come back.
+    pub fn step_batch_argmax(&mut self, seqs: &mut [SeqPages], tokens: &[u32]) -> Result<Vec<u32>> {
+        self.step_batch_with(seqs, tokens, |m, be, cache, attn, steps| m.forward_argmax(be, cache, attn, steps))
+    }
+
+    fn step_batch_with<T>(
+        &mut self,
+        seqs: &mut [SeqPages],
+        tokens: &[u32],
+        run: impl FnOnce(&Llama<B>, &B, &mut KvCache<B>, &AttnSettings, &[SeqStep]) -> Result<Vec<T>>,
+    ) -> Result<Vec<T>> {
         if seqs.len() != tokens.len() {
             return Err(Error::InvalidArgument("step_batch: one token per sequence".into()));
         }
@@ -145,7 +159,7 @@ impl<B: Backend> Engine<B> {
             .zip(plans)
             .map(|((seq, t), plan)| SeqStep { tokens: std::slice::from_ref(t), cache: seq, logits: Logits::Last, plan })
             .collect();
-        let out = self.model.forward(&self.backend, &mut self.cache, &self.attn, &steps, None)?;
+        let out = run(&self.model, &self.backend, &mut self.cache, &self.attn, &steps)?;
         seqs.iter_mut().for_each(|s| s.len += 1);
         Ok(out)
     }

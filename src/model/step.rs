@@ -29,6 +29,8 @@ pub struct StepMeta<B: Backend> {
     pub n_tokens: usize,
     pub n_logits: usize,
     pub num_seqs: usize,
+    /// The most pages one sequence of the step holds, rounded up to a power of two.
+    pub max_seq_pages: usize,
     pub n_heads: usize,
     pub decode: bool,
     pub any_select: bool,
@@ -101,6 +103,15 @@ impl<B: Backend> StepMeta<B> {
             n_tokens: h.ids.len(),
             n_logits: h.logit_rows.len(),
             num_seqs: seqs.len(),
+            // A power of two, so the op's arguments (a graph replay's frozen bytes) change only
+            // when the longest sequence doubles.
+            max_seq_pages: h
+                .page_indptr
+                .windows(2)
+                .map(|w| (w[1] - w[0]) as usize)
+                .max()
+                .unwrap_or(0)
+                .next_power_of_two(),
             n_heads: cfg.num_heads,
             decode: seqs.iter().all(|s| s.tokens.len() == 1),
             any_select: h.select_mask.iter().any(|&m| m != 0),
@@ -179,6 +190,6 @@ impl<B: Backend> StepMeta<B> {
     }
 
     pub fn select_params(&self, cache: &KvCache<B>, ap: &AttentionParams, k_pages: usize) -> PageSelectParams {
-        PageSelectParams::new(ap, cache.shape.logical_page as u32, k_pages)
+        PageSelectParams::new(ap, cache.shape.logical_page as u32, k_pages, self.max_seq_pages)
     }
 }

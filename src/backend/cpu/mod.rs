@@ -41,6 +41,7 @@ impl CpuBackend {
                 kv_dtypes: vec![DType::F32],
                 max_buffer_bytes: u64::MAX,
                 memory_bytes: host_memory_bytes(),
+                matmul_x16_from: None,
             },
         }
     }

@@ -18,7 +18,10 @@ use std::sync::Arc;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr};
 
-use super::graph::{self, Cached, GraphStats, Graphs, Plan, Rec};
+use super::graph::{self, Cached, GemmRec, GraphStats, Graphs, Plan, Rec};
+
+/// Bytes of cuBLAS workspace.
+const BLAS_WORKSPACE: usize = 32 << 20;
 use super::kernels;
 use crate::backend::DType;
 use crate::error::{Error, Result};
@@ -42,6 +45,8 @@ pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub blas: CudaBlas,
+    /// cuBLAS's workspace (set on the handle at start).
+    _blas_ws: CudaSlice<u8>,
     pub cc: (i32, i32),
     pub arch: &'static str,
     pub name: String,
@@ -98,6 +103,19 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(drv("creating a stream"))?;
         let blas = CudaBlas::new(stream.clone()).map_err(|e| err(format!("cuBLAS init: {e:?}")))?;
+        // An explicit workspace: cuBLAS then allocates nothing per call, which graph capture of a
+        // step's GEMMs requires (32 MiB: NVIDIA's recommendation for Hopper).
+        let blas_ws = unsafe { stream.alloc::<u8>(BLAS_WORKSPACE) }.map_err(drv("cuBLAS workspace"))?;
+        {
+            use cudarc::driver::DevicePtr;
+            let (ptr, _rec) = blas_ws.device_ptr(&stream);
+            // SAFETY: the workspace lives as long as the handle (both owned by Gpu).
+            let rc =
+                unsafe { cudarc::cublas::sys::cublasSetWorkspace_v2(*blas.handle(), ptr as *mut _, BLAS_WORKSPACE) };
+            if rc != cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                return Err(err(format!("cublasSetWorkspace: {rc:?}")));
+            }
+        }
         let cc = ctx.compute_capability().map_err(drv("compute capability"))?;
         let arch = kernels::arch_name(cc);
         let attr = |a| ctx.attribute(a).map_err(drv("device attribute"));
@@ -115,6 +133,7 @@ impl Gpu {
             ctx,
             stream,
             blas,
+            _blas_ws: blas_ws,
             cc,
             arch,
             sm_count,
@@ -210,6 +229,7 @@ impl Gpu {
                 .to_vec(),
             ptrs: ptrs.to_vec(),
             scalars: scalars.to_vec(),
+            gemm: None,
         };
         {
             let mut g = self.graphs.borrow_mut();
@@ -218,11 +238,74 @@ impl Gpu {
                 return Ok(());
             }
         }
-        self.timed(stem, || self.launch_rec(&rec).map_err(drv(name)))
+        self.timed(stem, || self.launch_rec(&rec))
     }
 
-    /// Launch one recorded kernel on the stream (or into the graph being captured).
-    fn launch_rec(&self, r: &Rec) -> std::result::Result<(), cudarc::driver::DriverError> {
+    /// Enqueue a 16-bit cuBLAS GEMM (recorded into the current list while recording, so it is
+    /// part of the step's graph).
+    pub fn gemm16(&self, g: GemmRec) -> Result<()> {
+        if g.m <= 0 || g.n <= 0 || g.k <= 0 {
+            return Ok(());
+        }
+        let rec = Rec {
+            func: 0,
+            grid: (1, 1, 1),
+            block: 0,
+            smem: 0,
+            params: vec![],
+            ptrs: vec![],
+            scalars: vec![],
+            gemm: Some(g),
+        };
+        {
+            let mut gr = self.graphs.borrow_mut();
+            if gr.recording {
+                gr.pending.push(rec);
+                return Ok(());
+            }
+        }
+        self.timed("matmul_cublas", || self.launch_rec(&rec))
+    }
+
+    fn run_gemm(&self, g: &GemmRec) -> Result<()> {
+        use cudarc::cublas::sys as blas;
+        let (one, zero) = (1f32, 0f32);
+        let (tn, nn) = (blas::cublasOperation_t::CUBLAS_OP_T, blas::cublasOperation_t::CUBLAS_OP_N);
+        let ty = if g.bf16 { blas::cudaDataType::CUDA_R_16BF } else { blas::cudaDataType::CUDA_R_16F };
+        // Row-major out[m][n] = x . w^T is column-major out^T (n x m) = W^T(n x k) . x^T (k x m).
+        // SAFETY: the caller (ops_matmul) checked that w holds n*k, x m*k 16-bit elements and out
+        // m*n f32; the handle runs on this stream.
+        unsafe {
+            cudarc::cublas::result::gemm_ex(
+                *self.blas.handle(),
+                tn,
+                nn,
+                g.n,
+                g.m,
+                g.k,
+                &one as *const f32 as *const _,
+                g.w as *const _,
+                ty,
+                g.k,
+                g.x as *const _,
+                ty,
+                g.k,
+                &zero as *const f32 as *const _,
+                g.out as *mut _,
+                blas::cudaDataType::CUDA_R_32F,
+                g.n,
+                blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas::cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,
+            )
+        }
+        .map_err(|e| err(format!("cuBLAS GEMM {}x{}x{}: {e:?}", g.m, g.n, g.k)))
+    }
+
+    /// Launch one recorded kernel (or GEMM) on the stream (or into the graph being captured).
+    fn launch_rec(&self, r: &Rec) -> Result<()> {
+        if let Some(g) = &r.gemm {
+            return self.run_gemm(g);
+        }
         let mut args: Vec<*mut std::ffi::c_void> = Vec::with_capacity(1 + r.ptrs.len() + r.scalars.len());
         args.push(r.params.as_ptr() as *mut _);
         args.extend(r.ptrs.iter().map(|x| x as *const u64 as *mut _));
@@ -240,6 +323,7 @@ impl Gpu {
                 &mut args,
             )
         }
+        .map_err(drv("launch"))
     }
 
     /// Start recording launches (no-op while profiling: profiling times every launch).
@@ -283,7 +367,7 @@ impl Gpu {
         let plan = self.graphs.borrow_mut().plan(&recs, h, self.replay.get());
         match plan {
             Plan::Replay(i) => self.graphs.borrow().cache[i].graph.launch().map_err(drv("graph launch")),
-            Plan::Eager => recs.iter().try_for_each(|r| self.launch_rec(r).map_err(drv("launch"))),
+            Plan::Eager => recs.iter().try_for_each(|r| self.launch_rec(r)),
             Plan::Capture => {
                 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
                 self.stream
@@ -298,7 +382,7 @@ impl Gpu {
                 }
                 // Nothing captured ran: run the list eagerly (a real launch error surfaces here).
                 self.graphs.borrow_mut().stats.failed_captures += 1;
-                recs.iter().try_for_each(|r| self.launch_rec(r).map_err(drv("launch")))
+                recs.iter().try_for_each(|r| self.launch_rec(r))
             }
         }
     }

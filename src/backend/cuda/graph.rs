@@ -13,7 +13,11 @@
 //! on the same context invalidates it) is dropped and the list runs eagerly. So a steady decode loop runs eagerly once, captures once
 //! and replays from then on; a list seen once (a one-off batch shape) never pays for a capture.
 //!
-//! Invariants: while recording, every other stream operation (allocation, copy, cuBLAS, event,
+//! cuBLAS GEMMs are recorded in the list too ([`GemmRec`]; cuBLAS runs on the same stream with a
+//! workspace set at start, so a capture records its kernels): the batched decode step, whose
+//! projections are GEMMs, replays as one graph like the batch-1 step of GEMVs.
+//!
+//! Invariants: while recording, every other stream operation (allocation, copy, event,
 //! synchronisation, scratch growth) first flushes the recorded launches (`Gpu::flush`), so stream
 //! order is what the caller wrote. The caller must not free a buffer the recorded launches use
 //! before `graph_end` (the model's step holds all its buffers until then). Profiling records
@@ -30,7 +34,8 @@ pub const MAX_GRAPHS: usize = 16;
 /// A miss whose hash is among this many recent misses is captured.
 pub const RECENT_MISSES: usize = 4;
 
-/// One recorded kernel launch.
+/// One recorded kernel launch, or (with `gemm`) one cuBLAS GEMM: both are stream work that a
+/// graph capture records, so a decode step whose projections run on cuBLAS is still one list.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Rec {
     pub func: usize,
@@ -40,6 +45,20 @@ pub struct Rec {
     pub params: Vec<u8>,
     pub ptrs: Vec<u64>,
     pub scalars: Vec<u32>,
+    pub gemm: Option<GemmRec>,
+}
+
+/// A 16-bit tensor-core GEMM: out[m][n] (f32) = x[m][k] . w[n][k]^T, x and w both f16 or both
+/// bf16, f32 accumulation, out overwritten. Pointers are device addresses.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct GemmRec {
+    pub m: i32,
+    pub n: i32,
+    pub k: i32,
+    pub bf16: bool,
+    pub w: u64,
+    pub x: u64,
+    pub out: u64,
 }
 
 impl Rec {

@@ -111,6 +111,7 @@ impl CudaBackend {
             // Kernels address pools with u32 element offsets.
             max_buffer_bytes: 1 << 32,
             memory_bytes: gpu.total_mem as u64,
+            matmul_x16_from: Some(ops_matmul::X16_FROM_M),
         };
         Ok(CudaBackend { gpu, caps })
     }

@@ -107,7 +107,9 @@ pub fn page_select(
         return Err(err("page_select: head_dim above 256 is not supported"));
     }
     let ptl = meta.page_table.len;
-    let np = ptl.next_power_of_two().max(32);
+    // Keys per row: a power of two covering the longest sequence's candidates.
+    let longest = if p.max_seq_pages == 0 { ptl } else { u(p.max_seq_pages).min(ptl) };
+    let np = longest.next_power_of_two().max(32);
     let g = be.gpu();
     let keys = g.scratch("page_select_keys", ns * nkv * np * 8)?;
     let l = Launch::new(((np / 8) as u32, nkv as u32, ns as u32), 256);
@@ -121,7 +123,10 @@ pub fn page_select(
         keys,
     ];
     g.launch("page_select", "page_select_score", l, p, &ptrs, &[np as u32, ptl as u32])?;
-    let l = Launch::new((nkv as u32, ns as u32, 1), SELECT_THREADS).smem(np * 8);
+    // Rows whose keys fit in shared memory sort there; longer ones in place in the scratch.
+    let in_smem = np * 8 <= g.smem_optin as usize;
+    let (name, smem) = if in_smem { ("page_select", np * 8) } else { ("page_select_global", 0) };
+    let l = Launch::new((nkv as u32, ns as u32, 1), SELECT_THREADS).smem(smem);
     let ptrs = [
         kv.head_map.ptr(),
         meta.page_indptr.ptr(),
@@ -132,5 +137,5 @@ pub fn page_select(
         out.counts.ptr(),
     ];
     let scalars = [np as u32, ptl as u32, out.selected.len as u32, out.counts.len as u32];
-    g.launch("page_select", "page_select", l, p, &ptrs, &scalars)
+    g.launch("page_select", name, l, p, &ptrs, &scalars)
 }

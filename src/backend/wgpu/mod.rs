@@ -64,6 +64,7 @@ impl WgpuBackend {
             kv_dtypes: vec![DType::F32],
             max_buffer_bytes: gpu.limits.max_storage_buffer_binding_size,
             memory_bytes: gpu.limits.max_buffer_size.min(u64::MAX / 2),
+            matmul_x16_from: None,
         };
         Ok(WgpuBackend { gpu, caps, scratch: RefCell::new(None) })
     }
