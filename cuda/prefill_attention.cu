@@ -9,8 +9,9 @@
 // consecutive shared words of a key and rows broadcast. Keys of the tile's range are staged PF_TK
 // at a time as f32 (K and V, dynamic shared memory 2 * tk * head_dim * 4 bytes, tk = min(32, 4096 /
 // head_dim)) and consumed 8 at a time per online-softmax update (exp2 domain). Rows that see no key
-// write zeros. This scalar version serves f32 KV (the exact reference) and LSERVE_CUDA_PREFILL=scalar;
-// 16-bit KV runs the tensor-core version at the end of this file.
+// write zeros. This scalar version serves f32 KV (the exact reference); 16-bit KV runs the
+// tensor-core version at the end of this file (the scalar one on 16-bit KV was measured against it
+// and removed: docs/benchmarks.md).
 //
 // Layouts: q/out [n_tokens][n_heads][head_dim] f32; pools [page][heads][page_size][head_dim] KT.
 
@@ -171,16 +172,6 @@ PF(prefill_attention_f32_d8, float, 8)
 PF(prefill_attention_f32_d16, float, 16)
 PF(prefill_attention_f32_d32, float, 32)
 PF(prefill_attention_f32_d64, float, 64)
-PF(prefill_attention_f16_d4, f16_t, 4)
-PF(prefill_attention_f16_d8, f16_t, 8)
-PF(prefill_attention_f16_d16, f16_t, 16)
-PF(prefill_attention_f16_d32, f16_t, 32)
-PF(prefill_attention_f16_d64, f16_t, 64)
-PF(prefill_attention_bf16_d4, bf16_t, 4)
-PF(prefill_attention_bf16_d8, bf16_t, 8)
-PF(prefill_attention_bf16_d16, bf16_t, 16)
-PF(prefill_attention_bf16_d32, bf16_t, 32)
-PF(prefill_attention_bf16_d64, bf16_t, 64)
 
 // ---- the tensor-core version ---------------------------------------------------------------
 //

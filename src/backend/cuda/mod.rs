@@ -11,6 +11,7 @@
 //! launching (like the CPU reference); what only the device knows (page tables, slots, selections)
 //! is bounds-checked in the kernels, which skip what they cannot address.
 
+pub mod bindings;
 mod context;
 mod graph;
 pub mod kernels;
@@ -181,15 +182,6 @@ pub(crate) fn need_float(b: &CudaBuffer, n: usize, what: &str) -> Result<()> {
         return Err(err(format!("{what}: {:?} x {} is not a float buffer of {n} elements", b.dtype, b.len)));
     }
     Ok(())
-}
-
-/// Kernel-name suffix index of a float dtype: 0 = f32, 1 = f16, 2 = bf16.
-pub(crate) fn fidx(d: DType) -> usize {
-    match d {
-        DType::F16 => 1,
-        DType::BF16 => 2,
-        _ => 0,
-    }
 }
 
 impl Backend for CudaBackend {

@@ -22,8 +22,9 @@
 //! grid (heads, tiles)); an f32 KV cache keeps the scalar f32 kernel, the exact reference
 //! (TF32 tensor cores would miss its tolerance).
 
+use super::bindings::{self as kern, Scratch, entry};
 use super::context::{Launch, err};
-use super::{CudaBackend, CudaBuffer, fidx, need, need_float};
+use super::{CudaBackend, CudaBuffer, need, need_float};
 use crate::backend::*;
 use crate::error::Result;
 
@@ -34,6 +35,8 @@ const MAX_SPLITS: usize = 256;
 const DECODE_HEADS: usize = 8;
 /// Query rows per prefill tile (PF_TQ in the kernel).
 const PREFILL_ROWS: usize = 32;
+/// Scalar (f32 KV) prefill entries, d4 .. d64, before the tensor-core ones.
+const PREFILL_SCALAR_ENTRIES: usize = 5;
 /// Query rows per tensor-core prefill tile (PM_BQ in the kernel).
 const PREFILL_MMA_ROWS: usize = 64;
 
@@ -69,39 +72,11 @@ fn check_common(p: &AttentionParams, kv: &LayerKv<CudaBackend>, meta: &PagedMeta
     need(meta.ring_table, DType::U32, ns * ring_pages, "attention ring_table")
 }
 
-const PREFILL: [[&str; 5]; 3] = [
-    [
-        "prefill_attention_f32_d4",
-        "prefill_attention_f32_d8",
-        "prefill_attention_f32_d16",
-        "prefill_attention_f32_d32",
-        "prefill_attention_f32_d64",
-    ],
-    [
-        "prefill_attention_f16_d4",
-        "prefill_attention_f16_d8",
-        "prefill_attention_f16_d16",
-        "prefill_attention_f16_d32",
-        "prefill_attention_f16_d64",
-    ],
-    [
-        "prefill_attention_bf16_d4",
-        "prefill_attention_bf16_d8",
-        "prefill_attention_bf16_d16",
-        "prefill_attention_bf16_d32",
-        "prefill_attention_bf16_d64",
-    ],
-];
-
-const PREFILL_MMA: [[&str; 3]; 2] = [
-    ["prefill_attention_mma_f16_d64", "prefill_attention_mma_f16_d128", "prefill_attention_mma_f16_d256"],
-    ["prefill_attention_mma_bf16_d64", "prefill_attention_mma_bf16_d128", "prefill_attention_mma_bf16_d256"],
-];
-
 /// The tensor-core kernel for a 16-bit KV dtype and head_dim (a multiple of 8 up to 256, padded
 /// to D = 64, 128 or 256), and its dynamic shared memory: Q [64][D+8] plus two stages of K and V
 /// [BK][D+8], 16-bit elements, BK = 64 keys (32 when D = 256).
 fn prefill_mma_kernel(kv: DType, hd: usize) -> (&'static str, usize) {
+    debug_assert!(matches!(kv, DType::F16 | DType::BF16));
     let tier = if hd <= 64 {
         0
     } else if hd <= 128 {
@@ -111,7 +86,8 @@ fn prefill_mma_kernel(kv: DType, hd: usize) -> (&'static str, usize) {
     };
     let d = 64 << tier;
     let bk = if d <= 128 { 64 } else { 32 };
-    let name = PREFILL_MMA[usize::from(kv == DType::BF16)][tier];
+    // Entries: 15 scalar f32 .. then the tensor-core ones [f16 | bf16][tier].
+    let name = kern::prefill_attention::ENTRIES[PREFILL_SCALAR_ENTRIES + 3 * usize::from(kv == DType::BF16) + tier];
     (name, (PREFILL_MMA_ROWS + 4 * bk) * (d + 8) * 2)
 }
 
@@ -138,51 +114,33 @@ pub fn prefill_attention(
             let tiles = n / PREFILL_MMA_ROWS + ns;
             (name, Launch::new((nh as u32, tiles as u32, 1), 128).smem(smem))
         }
-        _ => {
-            // Dims per thread: head_dim <= 4 * DPT, DPT in 4..=64.
+        DType::F32 => {
+            // Dims per thread: head_dim <= 4 * DPT, DPT in 4..=64 (entries d4 .. d64).
             let dpt = hd.div_ceil(4).next_power_of_two().max(4);
             let tk = 32.min(4096 / hd);
             let l = Launch::new(((n / PREFILL_ROWS + ns) as u32, nh as u32, 1), 128).smem(2 * tk * hd * 4);
-            (PREFILL[fidx(kv.k.dtype)][dpt.trailing_zeros() as usize - 2], l)
+            (kern::prefill_attention::ENTRIES[dpt.trailing_zeros() as usize - 2], l)
         }
+        other => return Err(err(format!("prefill_attention: no kernel for {other:?} KV"))),
     };
-    let ptrs = [
-        q.ptr(),
-        q_indptr.ptr(),
-        kv.k.ptr(),
-        kv.v.ptr(),
-        kv.sk.ptr(),
-        kv.sv.ptr(),
-        kv.head_map.ptr(),
-        meta.page_indptr.ptr(),
-        meta.page_table.ptr(),
-        meta.kv_len.ptr(),
-        meta.ring_table.ptr(),
-        out.ptr(),
-    ];
-    be.gpu().launch("prefill_attention", name, l, p, &ptrs, &[meta.page_table.len as u32, meta.ring_table.len as u32])
+    let args = kern::prefill_attention::Args {
+        q,
+        q_indptr,
+        k: kv.k,
+        v: kv.v,
+        sk: kv.sk,
+        sv: kv.sv,
+        head_map: kv.head_map,
+        page_indptr: meta.page_indptr,
+        page_table: meta.page_table,
+        kv_len: meta.kv_len,
+        ring_table: meta.ring_table,
+        out,
+        ptl: meta.page_table.len as u32,
+        rtl: meta.ring_table.len as u32,
+    };
+    kern::prefill_attention::launch_variant(be.gpu(), name, l, p, args)
 }
-
-const DECODE: [[&str; 4]; 3] = [
-    [
-        "sparse_decode_attention_f32_g1",
-        "sparse_decode_attention_f32_g2",
-        "sparse_decode_attention_f32_g4",
-        "sparse_decode_attention_f32_g8",
-    ],
-    [
-        "sparse_decode_attention_f16_g1",
-        "sparse_decode_attention_f16_g2",
-        "sparse_decode_attention_f16_g4",
-        "sparse_decode_attention_f16_g8",
-    ],
-    [
-        "sparse_decode_attention_bf16_g1",
-        "sparse_decode_attention_bf16_g2",
-        "sparse_decode_attention_bf16_g4",
-        "sparse_decode_attention_bf16_g8",
-    ],
-];
 
 /// Dynamic shared memory of the cp.async decode kernel (its layout: K/V stages [2][2][ck][row],
 /// valid [2][ck], scores [G][ck], q [G][hd], acc [G][hd]; ck as `sd2_chunk`).
@@ -229,43 +187,43 @@ pub fn sparse_decode_attention(
     let group = nh / nkv;
     let g = group.min(DECODE_HEADS).next_power_of_two();
     let head_chunks = group.div_ceil(g);
-    let (name, smem) = (DECODE[fidx(kv.k.dtype)][g.trailing_zeros() as usize], decode_smem(hd, kv.k.dtype, g));
+    // Entries [kv dtype][log2 G].
+    let name = entry(kern::sparse_decode_attention::ENTRIES, kv.k.dtype, g.trailing_zeros() as usize, 4)?;
+    let smem = decode_smem(hd, kv.k.dtype, g);
     let gpu = be.gpu();
-    let wave = (gpu.sm_count * gpu.blocks_per_sm("sparse_decode_attention", name, 128, smem as u32)?) as usize;
+    let stem = kern::sparse_decode_attention::STEM;
+    let wave = (gpu.sm_count * gpu.blocks_per_sm(stem, name, 128, smem as u32)?) as usize;
     let splits = decode_splits(p, meta.page_table.len, head_chunks, wave);
-    let part = if splits > 1 { gpu.scratch("decode_part", ns * nh * splits * (hd + 2) * 4)? } else { 0 };
+    let part =
+        if splits > 1 { Scratch(gpu.scratch("decode_part", ns * nh * splits * (hd + 2) * 4)?) } else { Scratch::NONE };
     let l = Launch::new((splits as u32, (nkv * head_chunks) as u32, ns as u32), 128).smem(smem);
-    let ptrs = [
-        q.ptr(),
-        kv.k.ptr(),
-        kv.v.ptr(),
-        kv.sk.ptr(),
-        kv.sv.ptr(),
-        kv.head_map.ptr(),
-        meta.page_indptr.ptr(),
-        meta.page_table.ptr(),
-        meta.kv_len.ptr(),
-        meta.ring_table.ptr(),
-        pages.selected.ptr(),
-        pages.counts.ptr(),
-        pages.seq_slot.ptr(),
-        pages.tail_start.ptr(),
-        out.ptr(),
+    let args = kern::sparse_decode_attention::Args {
+        q,
+        k: kv.k,
+        v: kv.v,
+        sk: kv.sk,
+        sv: kv.sv,
+        head_map: kv.head_map,
+        page_indptr: meta.page_indptr,
+        page_table: meta.page_table,
+        kv_len: meta.kv_len,
+        ring_table: meta.ring_table,
+        selected: pages.selected,
+        counts: pages.counts,
+        seq_slot: pages.seq_slot,
+        tail_start: pages.tail_start,
+        out: &mut *out,
         part,
-    ];
-    let lens =
-        [meta.page_table.len as u32, meta.ring_table.len as u32, pages.selected.len as u32, pages.counts.len as u32];
-    gpu.launch("sparse_decode_attention", name, l, p, &ptrs, &lens)?;
+        ptl: meta.page_table.len as u32,
+        rtl: meta.ring_table.len as u32,
+        sl: pages.selected.len as u32,
+        cl: pages.counts.len as u32,
+    };
+    kern::sparse_decode_attention::launch_variant(gpu, name, l, p, args)?;
     if splits > 1 {
         let l = Launch::new(((ns * nh) as u32, hd.div_ceil(32) as u32, 1), 256);
-        gpu.launch(
-            "sparse_decode_attention_merge",
-            "sparse_decode_attention_merge",
-            l,
-            p,
-            &[part, out.ptr()],
-            &[splits as u32],
-        )?;
+        let args = kern::sparse_decode_attention_merge::Args { part, out, n_splits: splits as u32 };
+        kern::sparse_decode_attention_merge::launch(gpu, l, p, args)?;
     }
     Ok(())
 }
@@ -289,16 +247,17 @@ pub fn lambda_mass(
     need(meta.page_table, DType::U32, 0, "lambda_mass page_table")?;
     need(meta.kv_len, DType::U32, 1, "lambda_mass kv_len")?;
     need(out, DType::F32, n * nh, "lambda_mass out")?;
-    let name = ["lambda_mass_f32", "lambda_mass_f16", "lambda_mass_bf16"][fidx(kv.k.dtype)];
+    let name = entry(kern::lambda_mass::ENTRIES, kv.k.dtype, 0, 1)?;
     let l = Launch::new((n as u32, nh as u32, 1), 256);
-    let ptrs = [
-        q.ptr(),
-        kv.k.ptr(),
-        kv.head_map.ptr(),
-        meta.page_indptr.ptr(),
-        meta.page_table.ptr(),
-        meta.kv_len.ptr(),
-        out.ptr(),
-    ];
-    be.gpu().launch("lambda_mass", name, l, p, &ptrs, &[meta.page_table.len as u32])
+    let args = kern::lambda_mass::Args {
+        q,
+        k: kv.k,
+        head_map: kv.head_map,
+        page_indptr: meta.page_indptr,
+        page_table: meta.page_table,
+        kv_len: meta.kv_len,
+        out,
+        ptl: meta.page_table.len as u32,
+    };
+    kern::lambda_mass::launch_variant(be.gpu(), name, l, p, args)
 }

@@ -23,10 +23,9 @@
 //! checked here without a round trip; the shaders skip out-of-range ones instead of writing out of
 //! bounds (the CPU reference reports them as errors).
 
-use bytemuck::bytes_of;
-
-use super::context::{Bind, err};
+use super::context::err;
 use super::ops_basic::{grid, rows_grid};
+use super::pipelines as pl;
 use super::{WgpuBackend, WgpuBuffer, need};
 use crate::backend::*;
 use crate::error::Result;
@@ -64,26 +63,26 @@ pub fn rope_append_kv(
     if n == 0 || hd == 0 {
         return Ok(());
     }
-    let binds = [
-        Bind(&qkv.buf),
-        Bind(&m.positions.buf),
-        Bind(&m.slots.buf),
-        Bind(&m.ring_slots.buf),
-        Bind(&m.inv_freq.buf),
-        Bind(&kv.head_map.buf),
-        Bind(&q.buf),
-        Bind(&kv.k.buf),
-        Bind(&kv.v.buf),
-        Bind(&kv.sk.buf),
-        Bind(&kv.sv.buf),
-    ];
+    let binds = pl::rope_append_kv::Binds {
+        qkv,
+        positions: m.positions,
+        slots: m.slots,
+        ring_slots: m.ring_slots,
+        inv_freq: m.inv_freq,
+        head_map: kv.head_map,
+        q,
+        k: &mut *kv.k,
+        v: kv.v,
+        sk: kv.sk,
+        sv: kv.sv,
+    };
     let threads = n * (nh + nkv) * hd.div_ceil(2);
-    be.gpu().dispatch("rope_append_kv", None, bytes_of(p), &binds, grid(be, threads))?;
+    pl::rope_append_kv::dispatch(be.gpu(), None, p, binds, grid(be, threads))?;
     if n_ret == 0 {
         return Ok(());
     }
-    let binds = [Bind(&m.slots.buf), Bind(&kv.k.buf), Bind(&kv.summary.buf)];
-    be.gpu().dispatch("rope_append_kv_summary", None, bytes_of(p), &binds, rows_grid(be, n))
+    let binds = pl::rope_append_kv_summary::Binds { slots: m.slots, k: kv.k, summary: kv.summary };
+    pl::rope_append_kv_summary::dispatch(be.gpu(), None, p, binds, rows_grid(be, n))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -126,26 +125,26 @@ pub fn page_select(
     if entries * n_ret > u32::MAX as usize {
         return Err(err("page_select: page table too large for 32-bit indexing"));
     }
-    let keys = be.scratch(entries * n_ret)?;
-    let binds = [
-        Bind(&q.buf),
-        Bind(&kv.summary.buf),
-        Bind(&kv.head_map.buf),
-        Bind(&m.page_indptr.buf),
-        Bind(&m.page_table.buf),
-        Bind(&select_mask.buf),
-        Bind(&keys.buf),
-    ];
+    let mut keys = be.scratch(entries * n_ret)?;
+    let binds = pl::page_select::Binds {
+        q,
+        summary: kv.summary,
+        head_map: kv.head_map,
+        page_indptr: m.page_indptr,
+        page_table: m.page_table,
+        select_mask,
+        keys: &mut keys,
+    };
     let per_wg = 256 / (nh / nkv).clamp(1, 64); // items per workgroup, as in the shader
-    be.gpu().dispatch("page_select", None, bytes_of(p), &binds, rows_grid(be, (entries * n_ret).div_ceil(per_wg)))?;
-    let binds = [
-        Bind(&keys.buf),
-        Bind(&kv.head_map.buf),
-        Bind(&m.page_indptr.buf),
-        Bind(&seq_slot.buf),
-        Bind(&select_mask.buf),
-        Bind(&out.selected.buf),
-        Bind(&out.counts.buf),
-    ];
-    be.gpu().dispatch("page_select_topk", None, bytes_of(p), &binds, rows_grid(be, ns * n_ret))
+    pl::page_select::dispatch(be.gpu(), None, p, binds, rows_grid(be, (entries * n_ret).div_ceil(per_wg)))?;
+    let binds = pl::page_select_topk::Binds {
+        keys: &keys,
+        head_map: kv.head_map,
+        page_indptr: m.page_indptr,
+        seq_slot,
+        select_mask,
+        selected: out.selected,
+        counts: out.counts,
+    };
+    pl::page_select_topk::dispatch(be.gpu(), None, p, binds, rows_grid(be, ns * n_ret))
 }

@@ -18,10 +18,9 @@
 //! over the adapter's per-dimension limit; the shaders index `wg.x + wg.y * num_workgroups.x` and
 //! return early, as a whole workgroup, past the last tile.
 
-use bytemuck::bytes_of;
-
-use super::context::{Bind, err};
+use super::context::err;
 use super::ops_basic::rows_grid;
+use super::pipelines as pl;
 use super::{WgpuBackend, WgpuBuffer, need, need_weights};
 use crate::backend::*;
 use crate::error::Result;
@@ -61,14 +60,16 @@ pub fn matmul(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let binds = [Bind(&x.buf), Bind(&w.buf), Bind(&bias.buf), Bind(&out.buf)];
     let pairs = matches!(w.dtype, DType::F16 | DType::BF16) && k % 8 == 0;
+    let wd = Some(w.dtype);
     if m <= GEMV_MAX_M && pairs && be.has_subgroup() {
-        be.gpu().dispatch("matmul_gemv_subgroup", Some(w.dtype), bytes_of(p), &binds, rows_grid(be, n.div_ceil(8)))
+        let binds = pl::matmul_gemv_subgroup::Binds { x, w, bias, out };
+        pl::matmul_gemv_subgroup::dispatch(be.gpu(), wd, p, binds, rows_grid(be, n.div_ceil(8)))
     } else if m <= GEMV_MAX_M {
-        be.gpu().dispatch("matmul_gemv", Some(w.dtype), bytes_of(p), &binds, rows_grid(be, n.div_ceil(GEMV_ROWS)))
+        let binds = pl::matmul_gemv::Binds { x, w, bias, out };
+        pl::matmul_gemv::dispatch(be.gpu(), wd, p, binds, rows_grid(be, n.div_ceil(GEMV_ROWS)))
     } else {
         let tiles = m.div_ceil(TILE_M) * n.div_ceil(TILE_N);
-        be.gpu().dispatch("matmul", Some(w.dtype), bytes_of(p), &binds, rows_grid(be, tiles))
+        pl::matmul::dispatch(be.gpu(), wd, p, pl::matmul::Binds { x, w, bias, out }, rows_grid(be, tiles))
     }
 }
