@@ -1,12 +1,19 @@
-//! Every backend op against the CPU reference, written once and instantiated per backend
-//! (`parity_tests!`). Inputs are random (fresh seed each run, printed), outputs are poisoned
-//! (NaN / 0xFFFFFFFF) before the op runs, and each comparison has a named tolerance.
+//! Every backend op against the CPU reference: ONE test per op, named as the op (trait method =
+//! `shaders/<op>.wgsl` = `cuda/<op>.cu` = test name), written once generic over the backend and
+//! instantiated per backend by `parity_tests!`, with the KV / weight dtype and head_dim as axes
+//! of the macro (`cuda::sparse_decode_attention::kv_bf16_hd128`; an axis value the backend does not
+//! store is skipped with a message). Inputs are random (fresh seed each run, printed), outputs are
+//! poisoned (NaN / 0xFFFFFFFF) before the op runs, and each comparison has a named tolerance per
+//! dtype (`kv_tols`).
 //!
 //! wgpu: runs on whatever adapter is found (Mesa's lavapipe in CI). Without an adapter the wgpu
 //! tests are skipped, unless LSERVE_REQUIRE_WGPU=1, which makes them fail instead (CI sets it).
 //! cuda: runs on CUDA device 0; skipped without one unless LSERVE_REQUIRE_CUDA=1 (scripts/gpu_run.sh).
 
 mod common;
+#[macro_use]
+#[path = "parity/macros.rs"]
+mod macros;
 #[path = "parity/sample.rs"]
 mod sample;
 
@@ -34,6 +41,24 @@ fn kv_tols(kvd: DType) -> (f32, f32) {
         DType::F16 => (TOL_KV_F16, TOL_ATTENTION_KV_F16),
         _ => (TOL_ELEMENTWISE, TOL_ATTENTION),
     }
+}
+
+/// Whether the backend stores KV in `kvd` (else the axis is skipped, with a message).
+fn has_kv<B: Backend>(gpu: &B, kvd: DType) -> bool {
+    let ok = gpu.caps().kv_dtypes.contains(&kvd);
+    if !ok {
+        eprintln!("skipped: {} stores no {kvd:?} KV", gpu.caps().name);
+    }
+    ok
+}
+
+/// Whether the backend stores weights in `dtype` (else the axis is skipped, with a message).
+fn has_weights<B: Backend>(gpu: &B, dtype: DType) -> bool {
+    let ok = gpu.caps().weight_dtypes.contains(&dtype);
+    if !ok {
+        eprintln!("skipped: {} stores no {dtype:?} weights", gpu.caps().name);
+    }
+    ok
 }
 
 pub fn close(name: &str, got: &[f32], want: &[f32], tol: f32) {
@@ -94,9 +119,12 @@ pub fn pair<B: Backend>(gpu: &B) -> Pair<'_, B> {
     Pair { gpu, cpu: CpuBackend::new(), rng: Rng(common::seed() | 1) }
 }
 
-pub fn test_embed<B: Backend>(gpu: &B) {
+pub fn test_embed<B: Backend>(gpu: &B, dtype: DType) {
+    if !has_weights(gpu, dtype) {
+        return;
+    }
     let mut t = pair(gpu);
-    for dtype in t.gpu.caps().weight_dtypes.clone() {
+    {
         let (vocab, dim, n) = (50, 70, 13);
         let table = t.rand(dtype, vocab * dim, 1.0);
         let ids: Vec<u32> = (0..n).map(|i| ((i * 7 + 3) % vocab) as u32).collect();
@@ -109,7 +137,10 @@ pub fn test_embed<B: Backend>(gpu: &B) {
     }
 }
 
-pub fn test_matmul<B: Backend>(gpu: &B) {
+pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
+    if !has_weights(gpu, dtype) {
+        return;
+    }
     let mut t = pair(gpu);
     // k % 8 == 0 with m <= 16 takes the subgroup GEMV for 16-bit weights where available: single
     // and multi-chunk x rows, odd word counts, rows not a multiple of the workgroup's 8.
@@ -130,7 +161,7 @@ pub fn test_matmul<B: Backend>(gpu: &B) {
     // Where the backend multiplies in 16 bits (Caps::matmul_x16_from), the reference gets x
     // rounded the same way, so the comparison stays one of summation order only.
     let x16_from = t.gpu.caps().matmul_x16_from;
-    for dtype in t.gpu.caps().weight_dtypes.clone() {
+    {
         for &(m, n, k) in &shapes {
             for bias in [false, true] {
                 let xs = t.f32s(m * k, 1.0);
@@ -152,7 +183,7 @@ pub fn test_matmul<B: Backend>(gpu: &B) {
     }
 }
 
-pub fn test_norms_and_elementwise<B: Backend>(gpu: &B) {
+pub fn test_rmsnorm<B: Backend>(gpu: &B) {
     let mut t = pair(gpu);
     let (rows, dim) = (5, 576);
     let x = t.rand(DType::F32, rows * dim, 2.0);
@@ -162,12 +193,24 @@ pub fn test_norms_and_elementwise<B: Backend>(gpu: &B) {
     t.gpu.rmsnorm(&p, &x.0, &w.0, &mut out.0).unwrap();
     t.cpu.rmsnorm(&p, &x.1, &w.1, &mut out.1).unwrap();
     t.check("rmsnorm", &out, rows * dim, TOL_REDUCTION);
+}
+
+pub fn test_add_rmsnorm<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let (rows, dim) = (5, 576);
+    let x = t.rand(DType::F32, rows * dim, 2.0);
+    let w = t.rand(DType::F32, dim, 1.0);
+    let p = RmsnormParams { rows: rows as u32, dim: dim as u32, eps: 1e-5, _pad: 0 };
     let mut res = t.rand(DType::F32, rows * dim, 1.0);
     let mut out = t.out(rows * dim);
     t.gpu.add_rmsnorm(&p, &mut res.0, &x.0, &w.0, &mut out.0).unwrap();
     t.cpu.add_rmsnorm(&p, &mut res.1, &x.1, &w.1, &mut out.1).unwrap();
     t.check("add_rmsnorm out", &out, rows * dim, TOL_REDUCTION);
     t.check("add_rmsnorm residual", &res, rows * dim, TOL_ELEMENTWISE);
+}
+
+pub fn test_add<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
     let n = 1000;
     let mut a = t.rand(DType::F32, n, 1.0);
     let b = t.rand(DType::F32, n, 1.0);
@@ -175,6 +218,10 @@ pub fn test_norms_and_elementwise<B: Backend>(gpu: &B) {
     t.gpu.add(&p, &mut a.0, &b.0).unwrap();
     t.cpu.add(&p, &mut a.1, &b.1).unwrap();
     t.check("add", &a, n, TOL_ELEMENTWISE);
+}
+
+pub fn test_silu_mul<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
     let (rows, dim) = (7, 300);
     let gu = t.rand(DType::F32, rows * 2 * dim, 3.0);
     let mut out = t.out(rows * dim);
@@ -182,6 +229,10 @@ pub fn test_norms_and_elementwise<B: Backend>(gpu: &B) {
     t.gpu.silu_mul(&p, &gu.0, &mut out.0).unwrap();
     t.cpu.silu_mul(&p, &gu.1, &mut out.1).unwrap();
     t.check("silu_mul", &out, rows * dim, TOL_ELEMENTWISE);
+}
+
+pub fn test_gather_rows<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
     let src = t.rand(DType::F32, 20 * 33, 1.0);
     let rows = t.up_u32(&[19, 0, 7, 7, 3]);
     let mut out = t.out(5 * 33);
@@ -290,11 +341,12 @@ fn download_pool<B: Backend>(be: &B, b: &B::Buffer) -> Vec<f32> {
     be.download_f32(b, 0, be.len(b)).unwrap()
 }
 
-pub fn test_rope_append_kv<B: Backend>(gpu: &B) {
+pub fn test_rope_append_kv<B: Backend>(gpu: &B, kvd: DType) {
+    if !has_kv(gpu, kvd) {
+        return;
+    }
     let mut t = pair(gpu);
-    for ((ps, lp), kvd) in
-        [(16, 4), (32, 32)].into_iter().flat_map(|g| gpu.caps().kv_dtypes.clone().into_iter().map(move |d| (g, d)))
-    {
+    for (ps, lp) in [(16, 4), (32, 32)] {
         let (nh, hd) = (6, 16);
         let (tol_pool, _) = kv_tols(kvd);
         let mut kv = kv_pair(&t, vec![false, true, false], (ps, lp, hd), kvd);
@@ -357,13 +409,19 @@ fn attn_params<B: Backend>(kv: &KvPair<B>, n_tokens: usize, nh: usize, window: u
     }
 }
 
-pub fn test_prefill_attention<B: Backend>(gpu: &B) {
+/// head_dim 16: three short chained cases (window, streaming heads); 72, 128, 256: the long
+/// ragged batch of [`prefill_attention_long`].
+pub fn test_prefill_attention<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
+    if !has_kv(gpu, kvd) {
+        return;
+    }
+    if hd != 16 {
+        return prefill_attention_long(gpu, kvd, hd);
+    }
     let mut t = pair(gpu);
     let cases = [(0, vec![false, true, false]), (9, vec![false, false, false]), (0, vec![true, true, true])];
-    for ((window, streaming), kvd) in
-        cases.into_iter().flat_map(|c| gpu.caps().kv_dtypes.clone().into_iter().map(move |d| (c.clone(), d)))
-    {
-        let (nh, hd) = (6, 16);
+    for (window, streaming) in cases {
+        let nh = 6;
         let (_, tol) = kv_tols(kvd);
         let mut kv = kv_pair(&t, streaming, (16, 4, hd), kvd);
         append(&mut t, &mut kv, 20, nh);
@@ -386,10 +444,10 @@ pub fn test_prefill_attention<B: Backend>(gpu: &B) {
 /// (a 140-row chunk after a 300-token prefix, and a 100-row first chunk), so query tiles start
 /// off the 64-key tile grid, span several key tiles, and the streaming head (sink 8, local 70)
 /// skips whole tiles between its sink and its band; with and without a window.
-pub fn test_prefill_attention_long<B: Backend>(gpu: &B) {
+fn prefill_attention_long<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
     let mut t = pair(gpu);
     let (nh, ps, sink, local) = (4, 16, 8, 70);
-    for (kvd, hd) in gpu.caps().kv_dtypes.clone().into_iter().flat_map(|d| [128, 72, 256].map(move |hd| (d, hd))) {
+    {
         let (_, tol) = kv_tols(kvd);
         let shape = CacheShape {
             num_layers: 1,
@@ -452,21 +510,34 @@ fn concat_f32<B: Backend>(be: &B, a: &B::Buffer, na: usize, b: &B::Buffer, nb: u
     be.upload_f32(DType::F32, v).unwrap()
 }
 
-pub fn test_decode_and_select<B: Backend>(gpu: &B) {
-    // head_dim 16 (half of a 32-dim K block in the wgpu kernel) and 72 (two blocks and a partial
-    // third), for every KV dtype the backend stores; with 16-bit KV (CUDA) also 128, Llama's head
-    // size (a dim pair per thread, two key groups in the cp.async kernel).
-    for kvd in gpu.caps().kv_dtypes.clone() {
-        let hds: &[usize] = if kvd == DType::F32 { &[16, 72] } else { &[16, 72, 128] };
-        for &hd in hds {
-            decode_and_select(gpu, kvd, hd);
-        }
+/// head_dim axis: 16 (half of a 32-dim K block in the wgpu kernel), 72 (two blocks and a partial
+/// third) and 128, Llama's head size (a dim pair per thread, two key groups in the cp.async
+/// kernel), for each KV dtype.
+pub fn test_sparse_decode_attention<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
+    if has_kv(gpu, kvd) {
+        decode_and_select(gpu, kvd, hd, Check::Decode);
     }
 }
 
-/// With a 16-bit backend KV the page summaries differ by rounding, so the selections may too:
-/// the CPU's selection is copied to the backend before decode is compared.
-fn decode_and_select<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
+/// The selection of the chained decode scenario, per KV dtype and head_dim.
+pub fn test_page_select<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
+    if has_kv(gpu, kvd) {
+        decode_and_select(gpu, kvd, hd, Check::Select);
+    }
+}
+
+/// Which op of the chained decode scenario a test compares (the other one still runs: page_select
+/// is decode's setup).
+#[derive(Clone, Copy, PartialEq)]
+enum Check {
+    Select,
+    Decode,
+}
+
+/// With a 16-bit backend KV the page summaries differ by rounding, so the selections may too
+/// (only the counts are compared then); the decode check always copies the CPU's selection to the
+/// backend first, so it compares attention alone.
+fn decode_and_select<B: Backend>(gpu: &B, kvd: DType, hd: usize, check: Check) {
     let mut t = pair(gpu);
     let (nh, ps, lp) = (6, 16, 4);
     let (_, tol) = kv_tols(kvd);
@@ -506,17 +577,19 @@ fn decode_and_select<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
         );
         let (gc, cc) =
             (t.gpu.download_u32(&g.counts, base, 2).unwrap(), t.cpu.download_u32(&c.counts, base, 2).unwrap());
-        assert_eq!(gc, cc, "page_select counts");
-        if kvd == DType::F32 {
-            for r in 0..2 {
-                let k = cc[r] as usize;
-                assert_eq!(gs[r * 6..r * 6 + k], cs[r * 6..r * 6 + k], "page_select head {r}");
+        if check == Check::Select {
+            assert_eq!(gc, cc, "page_select counts");
+            if kvd == DType::F32 {
+                for r in 0..2 {
+                    let k = cc[r] as usize;
+                    assert_eq!(gs[r * 6..r * 6 + k], cs[r * 6..r * 6 + k], "page_select head {r}");
+                }
             }
-        } else {
-            let (sel, cnt) = (download_u32_all(&t.cpu, &c.selected), download_u32_all(&t.cpu, &c.counts));
-            t.gpu.write_u32(&mut g.selected, &sel).unwrap();
-            t.gpu.write_u32(&mut g.counts, &cnt).unwrap();
+            return;
         }
+        let (sel, cnt) = (download_u32_all(&t.cpu, &c.selected), download_u32_all(&t.cpu, &c.counts));
+        t.gpu.write_u32(&mut g.selected, &sel).unwrap();
+        t.gpu.write_u32(&mut g.counts, &cnt).unwrap();
     }
     for tail in [0u32, (kv.seq.pages.len() - 1) as u32, 3] {
         let tl = t.up_u32(&[tail]);
@@ -530,8 +603,8 @@ fn decode_and_select<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
     }
 }
 
-pub fn test_lambda_mass<B: Backend>(gpu: &B) {
-    for kvd in gpu.caps().kv_dtypes.clone() {
+pub fn test_lambda_mass<B: Backend>(gpu: &B, kvd: DType) {
+    if has_kv(gpu, kvd) {
         lambda_mass(gpu, kvd);
     }
 }
@@ -563,86 +636,6 @@ fn lambda_mass<B: Backend>(gpu: &B, kvd: DType) {
     t.gpu.lambda_mass(&p, &q.0, kv.gpu.layers[0].view(), &mg, &mut out.0).unwrap();
     t.cpu.lambda_mass(&p, &q.1, kv.cpu.layers[0].view(), &mc, &mut out.1).unwrap();
     t.check(&format!("lambda_mass kv {kvd:?}"), &out, n * nh, tol);
-}
-
-macro_rules! parity_tests {
-    ($name:ident, $ctor:expr) => {
-        mod $name {
-            /// One test of this backend at a time: each test opens its own device, and several
-            /// devices created at once in one process are a suspect of the intermittent stall
-            /// seen on the NVIDIA Vulkan driver (docs/benchmarks.md).
-            static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-            fn backend() -> Option<impl lserve::backend::Backend> {
-                $ctor
-            }
-            #[test]
-            fn embed() {
-                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-                backend().map(|b| super::test_embed(&b));
-            }
-            #[test]
-            fn matmul() {
-                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-                backend().map(|b| super::test_matmul(&b));
-            }
-            #[test]
-            fn norms_and_elementwise() {
-                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-                backend().map(|b| super::test_norms_and_elementwise(&b));
-            }
-            #[test]
-            fn argmax() {
-                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-                backend().map(|b| super::test_argmax(&b));
-            }
-            #[test]
-            fn sample() {
-                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-                backend().map(|b| super::test_sample(&b));
-            }
-            #[test]
-            fn rope_append_kv() {
-                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-                backend().map(|b| super::test_rope_append_kv(&b));
-            }
-            #[test]
-            fn prefill_attention() {
-                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-                backend().map(|b| super::test_prefill_attention(&b));
-            }
-            #[test]
-            fn prefill_attention_long() {
-                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-                backend().map(|b| super::test_prefill_attention_long(&b));
-            }
-            #[test]
-            fn decode_and_select() {
-                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-                backend().map(|b| super::test_decode_and_select(&b));
-            }
-            #[test]
-            fn write_at() {
-                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-                backend().map(|b| super::test_write_at(&b));
-            }
-            #[test]
-            fn page_select_many() {
-                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-                backend().map(|b| super::test_page_select_many(&b));
-            }
-            #[test]
-            fn lambda_mass() {
-                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-                backend().map(|b| super::test_lambda_mass(&b));
-            }
-            #[test]
-            fn fill_random() {
-                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-                backend().map(|b| super::test_fill_random(&b));
-            }
-        }
-    };
 }
 
 // The CPU against itself checks the harness (poisoning, comparisons) on every machine.
