@@ -101,3 +101,109 @@ __device__ __forceinline__ u32 ring_index(u32 pos, u32 sink, u32 ring_tokens) {
 __device__ __forceinline__ u32 window_lo(u32 pos, u32 window) {
     return (window == 0u || pos + 1u <= window) ? 0u : pos + 1u - window;
 }
+
+// ---- 8-bit KV (int8 / fp8 e4m3) -------------------------------------------------------------
+// The bytes are defined by the CPU reference (src/kv/quant.rs); these helpers reproduce them
+// exactly with integer operations and one correctly rounded multiply (__fmul_rn, never
+// contracted), identically on sm_80 and sm_90 (no fp8 hardware conversion is used: sm_89+ has
+// cvt.e4m3x2, but the software path is exact on every arch and the codes are read with integer
+// ops anyway). A pool of 8-bit KV is a byte buffer of (page, head) blocks, each [page_size]
+// [head_dim] codes followed by [page_size] f32 scales; kernels address rows by the element
+// offset a float pool would use (row * head_dim) and map it with kv8_code_off / kv8_scale_off.
+
+struct i8kv_t { unsigned char b; };
+struct e4m3_t { unsigned char b; };
+template <typename KT> struct is_kv8 { static const bool value = false; };
+template <> struct is_kv8<i8kv_t> { static const bool value = true; };
+template <> struct is_kv8<e4m3_t> { static const bool value = true; };
+
+#define KV8_TINY_BITS (27u << 23)
+#define KV8_INV127_BITS 0x3c010204u
+#define KV8_NAN_SCALE_BITS 0x7fc00000u
+
+// Byte offset of the codes / the scale of the row at float-pool element offset `el` (= row * hd).
+__device__ __forceinline__ u64 kv8_code_off(u64 el, u32 ps, u32 hd) {
+    u64 row = el / hd;
+    return (row / ps) * (u64)ps * (hd + 4) + (row % ps) * hd;
+}
+__device__ __forceinline__ u64 kv8_scale_off(u64 el, u32 ps, u32 hd) {
+    u64 row = el / hd;
+    return (row / ps) * (u64)ps * (hd + 4) + (u64)ps * hd + 4 * (row % ps);
+}
+
+// Value of a code (times the row's scale gives the stored value).
+__device__ __forceinline__ float kv8_value(i8kv_t c) { return (float)(signed char)c.b; }
+__device__ __forceinline__ float kv8_value(e4m3_t c) {
+    u32 b = c.b, e = (b >> 3) & 15u, m = b & 7u;
+    float v = e == 0u ? (float)m * 0.001953125f : __uint_as_float(((e + 120u) << 23) | (m << 20));
+    return (b & 0x80u) ? -v : v;
+}
+__device__ __forceinline__ float kv8_value_i8(u32 b) { return (float)(int)(signed char)(unsigned char)b; }
+__device__ __forceinline__ float kv8_value_e4m3(u32 b) {
+    u32 e = (b >> 3) & 15u, m = b & 7u;
+    float v = e == 0u ? (float)m * 0.001953125f : __uint_as_float(((e + 120u) << 23) | (m << 20));
+    return (b & 0x80u) ? -v : v;
+}
+
+// round-half-even(127 |x| / amax) for bits 0 <= xb <= ab (ab normal, finite), exactly.
+__device__ __forceinline__ u32 kv8_int8_level(u32 xb, u32 ab) {
+    int ex = (int)(xb >> 23), ea = (int)(ab >> 23);
+    u32 mx = xb & 0x7fffffu, ma = (ab & 0x7fffffu) | 0x800000u;
+    if (ex == 0) ex = 1; else mx |= 0x800000u;
+    int shift = ea - ex;
+    if (mx == 0u || shift > 8) return 0u;
+    u32 n = 127u * mx, d = ma << shift;
+    u32 q = n / d, r = n % d;
+    return (r > d - r || (r == d - r && (q & 1u))) ? q + 1u : q;
+}
+// Exponent field of the fp8 scale 2^k: the smallest k with amax / 2^k <= 448.
+__device__ __forceinline__ u32 kv8_fp8_scale_field(u32 ab) {
+    u32 e = ab >> 23;
+    return (ab & 0x7fffffu) <= 0x600000u ? e - 8u : e - 7u;
+}
+// e4m3 code (no sign) of |x| / 2^(kf - 127), round-to-nearest-even, saturating at 448 (0x7e).
+__device__ __forceinline__ u32 kv8_e4m3_level(u32 xb, u32 kf) {
+    int ex = (int)(xb >> 23);
+    if (ex == 0) return 0u;
+    u32 mx = (xb & 0x7fffffu) | 0x800000u;
+    int e = ex - (int)kf;
+    int sh = 23 + (max(e, -6) - 3) - e;
+    if (sh > 25) return 0u;
+    u32 n = mx >> sh, rem = mx & ((1u << sh) - 1u), half = 1u << (sh - 1);
+    if (rem > half || (rem == half && (n & 1u))) n++;
+    u32 code = ((u32)max(e + 7, 1) << 3) + n - 8u;
+    return min(code, 0x7eu);
+}
+// Scale bits of a row whose max |x| has bits ab (0 for tiny rows, NaN for non-finite ones).
+__device__ __forceinline__ u32 kv8_scale_bits(bool fp8, u32 ab) {
+    if (ab < KV8_TINY_BITS) return 0u;
+    if (ab >= 0x7f800000u) return KV8_NAN_SCALE_BITS;
+    if (fp8) return kv8_fp8_scale_field(ab) << 23;
+    return __float_as_uint(__fmul_rn(__uint_as_float(ab), __uint_as_float(KV8_INV127_BITS)));
+}
+// The code of x in a row with max bits ab.
+__device__ __forceinline__ unsigned char kv8_code(bool fp8, float x, u32 ab) {
+    if (ab < KV8_TINY_BITS || ab >= 0x7f800000u) return 0;
+    u32 xb = __float_as_uint(x), ax = xb & 0x7fffffffu, neg = xb >> 31;
+    if (fp8) return (unsigned char)(kv8_e4m3_level(ax, kv8_fp8_scale_field(ab)) | (neg << 7));
+    int l = (int)kv8_int8_level(ax, ab);
+    return (unsigned char)(neg ? -l : l);
+}
+
+// Element d of the row at element offset `el` of a pool of KT, as f32 (dequantized for 8-bit).
+template <typename KT>
+__device__ __forceinline__ float kv_elem(const KT* pool, u64 el, u32 d, u32 ps, u32 hd) {
+    return to_f32(pool[el + d]);
+}
+template <>
+__device__ __forceinline__ float kv_elem<i8kv_t>(const i8kv_t* pool, u64 el, u32 d, u32 ps, u32 hd) {
+    const unsigned char* b = reinterpret_cast<const unsigned char*>(pool);
+    float s = *reinterpret_cast<const float*>(b + kv8_scale_off(el, ps, hd));
+    return __fmul_rn(kv8_value_i8(b[kv8_code_off(el, ps, hd) + d]), s);
+}
+template <>
+__device__ __forceinline__ float kv_elem<e4m3_t>(const e4m3_t* pool, u64 el, u32 d, u32 ps, u32 hd) {
+    const unsigned char* b = reinterpret_cast<const unsigned char*>(pool);
+    float s = *reinterpret_cast<const float*>(b + kv8_scale_off(el, ps, hd));
+    return __fmul_rn(kv8_value_e4m3(b[kv8_code_off(el, ps, hd) + d]), s);
+}

@@ -22,9 +22,9 @@ __device__ void mass_impl(LambdaMassParams p, const float* q, const KT* k, const
         for (u32 kp = threadIdx.x; kp <= pos; kp += blockDim.x) {
             u32 at = base + kp / ps;
             if (at >= page_table_len || page_table[at] >= p.num_pages) continue;
-            const KT* kr = k + (((u64)page_table[at] * p.n_kv_heads + hi) * ps + kp % ps) * hd;
+            u64 el = (((u64)page_table[at] * p.n_kv_heads + hi) * ps + kp % ps) * hd;
             float d = 0.0f;
-            for (u32 c = 0; c < hd; c++) d += qr[c] * to_f32(kr[c]);
+            for (u32 c = 0; c < hd; c++) d += qr[c] * kv_elem(k, el, c, ps, hd);
             d *= p.scale;
             if (pass == 0) { mx = fmaxf(mx, d); continue; }
             float e = expf(d - mx);
@@ -47,3 +47,5 @@ __device__ void mass_impl(LambdaMassParams p, const float* q, const KT* k, const
 LM(lambda_mass_f32, float)
 LM(lambda_mass_f16, f16_t)
 LM(lambda_mass_bf16, bf16_t)
+LM(lambda_mass_int8, i8kv_t)
+LM(lambda_mass_fp8, e4m3_t)

@@ -9,9 +9,9 @@
 // consecutive shared words of a key and rows broadcast. Keys of the tile's range are staged PF_TK
 // at a time as f32 (K and V, dynamic shared memory 2 * tk * head_dim * 4 bytes, tk = min(32, 4096 /
 // head_dim)) and consumed 8 at a time per online-softmax update (exp2 domain). Rows that see no key
-// write zeros. This scalar version serves f32 KV (the exact reference); 16-bit KV runs the
-// tensor-core version at the end of this file (the scalar one on 16-bit KV was measured against it
-// and removed: docs/benchmarks.md).
+// write zeros. This scalar version serves f32 KV (the exact reference) and 8-bit KV (codes times
+// their row's scale, staged as f32); 16-bit KV runs the tensor-core version at the end of this file
+// (the scalar one on 16-bit KV was measured against it and removed: docs/benchmarks.md).
 //
 // Layouts: q/out [n_tokens][n_heads][head_dim] f32; pools [page][heads][page_size][head_dim] KT.
 
@@ -103,7 +103,10 @@ __device__ void prefill_impl(AttentionParams p, const float* q, const u32* q_ind
                 if (j < nk) {
                     u32 off = key_offset(p, streaming, hi, s, t0 + j, page_indptr, page_table, ring_table,
                                          page_table_len, ring_table_len);
-                    if (off != NONE_U32) { kx = to_f32(kp_[off + d]); vx = to_f32(vp_[off + d]); }
+                    if (off != NONE_U32) {
+                        kx = kv_elem(kp_, off, d, p.page_size, hd);
+                        vx = kv_elem(vp_, off, d, p.page_size, hd);
+                    }
                 }
                 ks[i] = kx;
                 vs[i] = vx;
@@ -172,6 +175,16 @@ PF(prefill_attention_f32_d8, float, 8)
 PF(prefill_attention_f32_d16, float, 16)
 PF(prefill_attention_f32_d32, float, 32)
 PF(prefill_attention_f32_d64, float, 64)
+PF(prefill_attention_int8_d4, i8kv_t, 4)
+PF(prefill_attention_int8_d8, i8kv_t, 8)
+PF(prefill_attention_int8_d16, i8kv_t, 16)
+PF(prefill_attention_int8_d32, i8kv_t, 32)
+PF(prefill_attention_int8_d64, i8kv_t, 64)
+PF(prefill_attention_fp8_d4, e4m3_t, 4)
+PF(prefill_attention_fp8_d8, e4m3_t, 8)
+PF(prefill_attention_fp8_d16, e4m3_t, 16)
+PF(prefill_attention_fp8_d32, e4m3_t, 32)
+PF(prefill_attention_fp8_d64, e4m3_t, 64)
 
 // ---- the tensor-core version ---------------------------------------------------------------
 //

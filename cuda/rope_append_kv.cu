@@ -5,6 +5,22 @@
 // streaming pool at ring_slots[t]. Pools [page][heads][page_size][head_dim] in KT (f32/f16/bf16).
 // Grid (n_tokens, n_heads + n_kv_heads); thread i rotates the pair (i, i + head_dim/2). Slots
 // outside their pool are skipped (the host checks the slots it uploads; this guards the rest).
+// Query head h of token t (h < n_heads): rotate into q.
+__device__ void rope_q_head(const RopeAppendKvParams& p, const float* row, float pos, const float* inv_freq, u32 t,
+                            u32 h, float* q) {
+    u32 hd = p.head_dim, half = hd / 2;
+    const float* src = row + h * hd;
+    float* dst = q + ((u64)t * p.n_heads + h) * hd;
+    for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
+        float a = __fmul_rn(pos, inv_freq[i]);
+        float c = cosf(a) * p.attention_scaling, s = sinf(a) * p.attention_scaling;
+        float x0 = src[i], x1 = src[i + half];
+        dst[i] = x0 * c - x1 * s;
+        dst[i + half] = x1 * c + x0 * s;
+    }
+    if ((hd & 1u) && threadIdx.x == 0) dst[hd - 1] = src[hd - 1];
+}
+
 template <typename KT>
 __device__ void rope_impl(RopeAppendKvParams p, const float* qkv, const u32* positions, const u32* slots,
                           const u32* ring_slots, const float* inv_freq, const u32* head_map, float* q,
@@ -14,16 +30,7 @@ __device__ void rope_impl(RopeAppendKvParams p, const float* qkv, const u32* pos
     const float* row = qkv + (u64)t * width;
     float pos = (float)positions[t];
     if (h < p.n_heads) {
-        const float* src = row + h * hd;
-        float* dst = q + ((u64)t * p.n_heads + h) * hd;
-        for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
-            float a = __fmul_rn(pos, inv_freq[i]);
-            float c = cosf(a) * p.attention_scaling, s = sinf(a) * p.attention_scaling;
-            float x0 = src[i], x1 = src[i + half];
-            dst[i] = x0 * c - x1 * s;
-            dst[i + half] = x1 * c + x0 * s;
-        }
-        if ((hd & 1u) && threadIdx.x == 0) dst[hd - 1] = src[hd - 1];
+        rope_q_head(p, row, pos, inv_freq, t, h, q);
         return;
     }
     u32 kvh = h - p.n_heads;
@@ -59,3 +66,77 @@ __device__ void rope_impl(RopeAppendKvParams p, const float* qkv, const u32* pos
 ROPE(rope_append_kv_f32, float)
 ROPE(rope_append_kv_f16, f16_t)
 ROPE(rope_append_kv_bf16, bf16_t)
+
+// 8-bit KV (int8 / fp8, common.cuh): a KV row is quantized as a whole, so the block first puts
+// the rotated k and the v row in shared memory and takes their max |x| (as u32 bits, atomicMax:
+// exact and order-independent), then writes codes and scales. head_dim <= 256 and % 16 == 0
+// (host-checked). Pools are byte buffers of [page_size][head_dim] codes + [page_size] f32 scales
+// per (page, head).
+template <bool FP8>
+__device__ void rope8_impl(RopeAppendKvParams p, const float* qkv, const u32* positions, const u32* slots,
+                           const u32* ring_slots, const float* inv_freq, const u32* head_map, float* q,
+                           unsigned char* k, unsigned char* v, unsigned char* sk, unsigned char* sv) {
+    __shared__ float kr[256], vr[256];
+    __shared__ u32 kmax, vmax;
+    u32 t = blockIdx.x, h = blockIdx.y, hd = p.head_dim, half = hd / 2;
+    u32 width = (p.n_heads + 2 * p.n_kv_heads) * hd;
+    const float* row = qkv + (u64)t * width;
+    float pos = (float)positions[t];
+    if (h < p.n_heads) {
+        rope_q_head(p, row, pos, inv_freq, t, h, q);
+        return;
+    }
+    u32 kvh = h - p.n_heads;
+    u32 hm = head_map[kvh];
+    bool streaming = (hm & STREAMING_BIT) != 0u;
+    u32 hi = hm & ~STREAMING_BIT;
+    u32 slot = streaming ? ring_slots[t] : slots[t];
+    u32 heads = streaming ? p.n_str : p.n_ret;
+    u32 pages = streaming ? p.num_str_pages : p.num_pages;
+    if (hi >= heads || slot >= pages * p.page_size || hd > 256u) return;  // block-uniform
+    if (threadIdx.x == 0) { kmax = 0u; vmax = 0u; }
+    __syncthreads();
+    const float* ks = row + (p.n_heads + kvh) * hd;
+    const float* vs = row + (p.n_heads + p.n_kv_heads + kvh) * hd;
+    u32 km = 0u, vm = 0u;
+    for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
+        float a = __fmul_rn(pos, inv_freq[i]);
+        float c = cosf(a) * p.attention_scaling, s = sinf(a) * p.attention_scaling;
+        float x0 = ks[i], x1 = ks[i + half];
+        float k0 = x0 * c - x1 * s, k1 = x1 * c + x0 * s;
+        kr[i] = k0;
+        kr[i + half] = k1;
+        km = max(km, max(__float_as_uint(k0) & 0x7fffffffu, __float_as_uint(k1) & 0x7fffffffu));
+    }
+    for (u32 i = threadIdx.x; i < hd; i += blockDim.x) {
+        float x = vs[i];
+        vr[i] = x;
+        vm = max(vm, __float_as_uint(x) & 0x7fffffffu);
+    }
+    atomicMax(&kmax, km);
+    atomicMax(&vmax, vm);
+    __syncthreads();
+    u32 ps = p.page_size;
+    u64 el = (((u64)(slot / ps) * heads + hi) * ps + slot % ps) * hd;
+    unsigned char* kd = streaming ? sk : k;
+    unsigned char* vd = streaming ? sv : v;
+    u64 co = kv8_code_off(el, ps, hd), so = kv8_scale_off(el, ps, hd);
+    u32 ka = kmax, va = vmax;
+    for (u32 i = threadIdx.x; i < hd; i += blockDim.x) {
+        kd[co + i] = kv8_code(FP8, kr[i], ka);
+        vd[co + i] = kv8_code(FP8, vr[i], va);
+    }
+    if (threadIdx.x == 0) {
+        *reinterpret_cast<u32*>(kd + so) = kv8_scale_bits(FP8, ka);
+        *reinterpret_cast<u32*>(vd + so) = kv8_scale_bits(FP8, va);
+    }
+}
+
+#define ROPE8(name, FP8) \
+    extern "C" __global__ void name(RopeAppendKvParams p, const float* qkv, const u32* positions, const u32* slots, \
+                                    const u32* ring_slots, const float* inv_freq, const u32* head_map, float* q, \
+                                    unsigned char* k, unsigned char* v, unsigned char* sk, unsigned char* sv) { \
+        rope8_impl<FP8>(p, qkv, positions, slots, ring_slots, inv_freq, head_map, q, k, v, sk, sv); \
+    }
+ROPE8(rope_append_kv_int8, false)
+ROPE8(rope_append_kv_fp8, true)

@@ -1,7 +1,8 @@
 // rope_append_kv, pass 2 of 2: refresh the min/max summary of every logical page this call wrote
 // (a separate launch, so pass 1's keys are in the pool). Retrieval pool k [page][n_ret][page_size]
 // [head_dim] in KT; summary [page][n_ret][page_size / logical_page][2][head_dim] f32 (0 = min,
-// 1 = max). Token t wrote slot page * ps + off in logical page l = off / logical_page; the summary
+// 1 = max); 8-bit pools are read dequantized (code * scale), so summaries bound the keys as
+// stored. Token t wrote slot page * ps + off in logical page l = off / logical_page; the summary
 // of (page, l) becomes min/max over offsets l * logical_page ..= last, last = the largest offset
 // this call wrote there (tokens are appended in position order).
 //
@@ -33,7 +34,7 @@ __device__ void summary_impl(RopeAppendKvParams p, const u32* slots, const KT* k
         u32 r = i / hd, c = i % hd;
         float mn = LS_INF, mx = -LS_INF;
         for (u32 o = l * lp; o <= off; o++) {
-            float x = to_f32(k[(((u64)page * p.n_ret + r) * ps + o) * hd + c]);
+            float x = kv_elem(k, (((u64)page * p.n_ret + r) * ps + o) * hd, c, ps, hd);
             mn = fminf(mn, x);
             mx = fmaxf(mx, x);
         }
@@ -45,3 +46,5 @@ __device__ void summary_impl(RopeAppendKvParams p, const u32* slots, const KT* k
 extern "C" __global__ void rope_append_kv_summary_f32(RopeAppendKvParams p, const u32* s, const float* k, float* sum) { summary_impl(p, s, k, sum); }
 extern "C" __global__ void rope_append_kv_summary_f16(RopeAppendKvParams p, const u32* s, const f16_t* k, float* sum) { summary_impl(p, s, k, sum); }
 extern "C" __global__ void rope_append_kv_summary_bf16(RopeAppendKvParams p, const u32* s, const bf16_t* k, float* sum) { summary_impl(p, s, k, sum); }
+extern "C" __global__ void rope_append_kv_summary_int8(RopeAppendKvParams p, const u32* s, const i8kv_t* k, float* sum) { summary_impl(p, s, k, sum); }
+extern "C" __global__ void rope_append_kv_summary_fp8(RopeAppendKvParams p, const u32* s, const e4m3_t* k, float* sum) { summary_impl(p, s, k, sum); }

@@ -14,6 +14,11 @@
 // [i * per, (i + 1) * per), per = max(ceil(n_slots / n_splits), 32); empty splits report
 // (m, l) = (-inf, 0).
 //
+// 8-bit KV (int8 / fp8): K/V rows are staged as their raw code bytes (head_dim bytes, 16-byte
+// copies; the host requires head_dim % 16 == 0) and each row's f32 scales go to shared memory
+// beside them; a score is the dot product with the codes times the K scale, and P.V multiplies
+// each V code pair by its row's scale.
+//
 // Implementation: `sparse_decode_attention_<kv>_g<G>` stages chunks of CK keys of K and V into
 // shared memory with cp.async (16-byte copies, two stages in flight, no registers held by loads),
 // scores (key, head) pairs from shared memory, updates the online softmax per head once per chunk
@@ -97,6 +102,36 @@ __device__ __forceinline__ void ld2(const f16_t* p, float& a, float& b) {
     b = f16_to_f32((u16)(w >> 16));
 }
 
+// 8-bit KV: sixteen codes from 16 bytes of shared memory, and a pair of codes (values before
+// the row's scale, which the caller applies).
+__device__ __forceinline__ void smem16(const i8kv_t* p, float* o) {
+    uint4 v = *reinterpret_cast<const uint4*>(p);
+    u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int b = 0; b < 4; b++) o[4 * i + b] = kv8_value_i8((w[i] >> (8 * b)) & 0xffu);
+}
+__device__ __forceinline__ void smem16(const e4m3_t* p, float* o) {
+    uint4 v = *reinterpret_cast<const uint4*>(p);
+    u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int b = 0; b < 4; b++) o[4 * i + b] = kv8_value_e4m3((w[i] >> (8 * b)) & 0xffu);
+}
+template <typename KT> __device__ __forceinline__ void smem16(const KT* p, float* o) {}
+__device__ __forceinline__ void ld2(const i8kv_t* p, float& a, float& b) {
+    u32 w = *reinterpret_cast<const unsigned short*>(p);
+    a = kv8_value_i8(w & 0xffu);
+    b = kv8_value_i8(w >> 8);
+}
+__device__ __forceinline__ void ld2(const e4m3_t* p, float& a, float& b) {
+    u32 w = *reinterpret_cast<const unsigned short*>(p);
+    a = kv8_value_e4m3(w & 0xffu);
+    b = kv8_value_e4m3(w >> 8);
+}
+
 template <typename KT, int G>
 __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk, const KT* sv,
                              const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len,
@@ -111,13 +146,18 @@ __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, con
     const u32 s = blockIdx.z, kvh = blockIdx.y / hchunks, g0 = (blockIdx.y % hchunks) * G;
     const u32 ng = min((u32)G, group - g0), h0 = kvh * group + g0;
     const u32 split = blockIdx.x, n_splits = gridDim.x;
+    constexpr bool KV8 = is_kv8<KT>::value;
+    constexpr u32 EPC = 16 / sizeof(KT);  // elements per 16-byte copy
     const u32 row_bytes = hd * sizeof(KT), cpr = row_bytes / 16, ck = sd2_chunk(row_bytes);
-    // Shared layout: K/V stages [2][2][ck][row], valid [2][ck], scores [G][ck], q [G][hd], acc [G][hd].
+    // Shared layout: K/V stages [2][2][ck][row], valid [2][ck], scores [G][ck], q [G][hd], acc [G][hd],
+    // and for 8-bit KV the rows' scales, K then V, [2][ck] each.
     KT* kv_s = reinterpret_cast<KT*>(smem);
     u32* valid = reinterpret_cast<u32*>(smem + 4 * ck * row_bytes);
     float* sc = reinterpret_cast<float*>(valid + 2 * ck);
     float* q_s = sc + G * ck;
     float* acc_s = q_s + G * hd;
+    float* ksc = acc_s + G * hd;
+    float* vsc = ksc + 2 * ck;
 #define KS(st) (kv_s + ((st) * 2) * ck * hd)
 #define VS(st) (kv_s + ((st) * 2 + 1) * ck * hd)
 
@@ -186,12 +226,26 @@ __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, con
             u32 off = e < end ? slot_offset(p, ls, e, page_indptr, page_table, ring_table, selected, page_table_len,
                                             ring_table_len)
                               : NONE_U32;
-            KT* dk = KS(st) + j * hd + prt * (16 / sizeof(KT));
-            KT* dv = VS(st) + j * hd + prt * (16 / sizeof(KT));
+            KT* dk = KS(st) + j * hd + prt * EPC;
+            KT* dv = VS(st) + j * hd + prt * EPC;
             if (off != NONE_U32) {
-                cp_async16(dk, kp + off + prt * (16 / sizeof(KT)));
-                cp_async16(dv, vp + off + prt * (16 / sizeof(KT)));
+                if constexpr (KV8) {
+                    const unsigned char* kb = reinterpret_cast<const unsigned char*>(kp);
+                    const unsigned char* vb = reinterpret_cast<const unsigned char*>(vp);
+                    u64 co = kv8_code_off(off, ps, hd) + prt * 16;
+                    cp_async16(dk, kb + co);
+                    cp_async16(dv, vb + co);
+                    if (prt == 0) {
+                        u64 so = kv8_scale_off(off, ps, hd);
+                        ksc[st * ck + j] = *reinterpret_cast<const float*>(kb + so);
+                        vsc[st * ck + j] = *reinterpret_cast<const float*>(vb + so);
+                    }
+                } else {
+                    cp_async16(dk, kp + off + prt * EPC);
+                    cp_async16(dv, vp + off + prt * EPC);
+                }
             } else {
+                if (KV8 && prt == 0) { ksc[st * ck + j] = 0.0f; vsc[st * ck + j] = 0.0f; }
                 *reinterpret_cast<uint4*>(dk) = make_uint4(0, 0, 0, 0);
                 *reinterpret_cast<uint4*>(dv) = make_uint4(0, 0, 0, 0);
             }
@@ -223,17 +277,25 @@ __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, con
             if (valid[st * ck + j] && g < ng) {
                 for (u32 i = 0; i < cpr; i++) {
                     u32 cc = (i + j) % cpr;
-                    float kx[8];
-                    smem8(ks + j * hd + cc * (16 / sizeof(KT)), kx);
-                    const float* qq = q_s + g * hd + cc * (16 / sizeof(KT));
-                    if (sizeof(KT) == 2) {
+                    const float* qq = q_s + g * hd + cc * EPC;
+                    if constexpr (KV8) {
+                        float kx[16];
+                        smem16(ks + j * hd + cc * EPC, kx);
 #pragma unroll
-                        for (int x = 0; x < 8; x++) d += qq[x] * kx[x];
+                        for (int x = 0; x < 16; x++) d += qq[x] * kx[x];
                     } else {
+                        float kx[8];
+                        smem8(ks + j * hd + cc * EPC, kx);
+                        if (sizeof(KT) == 2) {
 #pragma unroll
-                        for (int x = 0; x < 4; x++) d += qq[x] * kx[x];
+                            for (int x = 0; x < 8; x++) d += qq[x] * kx[x];
+                        } else {
+#pragma unroll
+                            for (int x = 0; x < 4; x++) d += qq[x] * kx[x];
+                        }
                     }
                 }
+                if constexpr (KV8) d *= ksc[st * ck + j];
                 sc[g * ck + j] = d;
             } else {
                 sc[g * ck + j] = -LS_INF;
@@ -280,6 +342,10 @@ __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, con
                     ld2(vs + (j + u) * hd + 2 * dp0, va[u][0], va[u][1]);
                     if (two) ld2(vs + (j + u) * hd + 2 * (dp0 + SD2_THREADS), vb[u][0], vb[u][1]);
                     else vb[u][0] = vb[u][1] = 0.0f;
+                    if constexpr (KV8) {
+                        float f = vsc[st * ck + j + u];
+                        va[u][0] *= f; va[u][1] *= f; vb[u][0] *= f; vb[u][1] *= f;
+                    }
                 }
 #pragma unroll
                 for (int g = 0; g < G; g++) {
@@ -352,3 +418,11 @@ SDA(sparse_decode_attention_bf16_g1, bf16_t, 1)
 SDA(sparse_decode_attention_bf16_g2, bf16_t, 2)
 SDA(sparse_decode_attention_bf16_g4, bf16_t, 4)
 SDA(sparse_decode_attention_bf16_g8, bf16_t, 8)
+SDA(sparse_decode_attention_int8_g1, i8kv_t, 1)
+SDA(sparse_decode_attention_int8_g2, i8kv_t, 2)
+SDA(sparse_decode_attention_int8_g4, i8kv_t, 4)
+SDA(sparse_decode_attention_int8_g8, i8kv_t, 8)
+SDA(sparse_decode_attention_fp8_g1, e4m3_t, 1)
+SDA(sparse_decode_attention_fp8_g2, e4m3_t, 2)
+SDA(sparse_decode_attention_fp8_g4, e4m3_t, 4)
+SDA(sparse_decode_attention_fp8_g8, e4m3_t, 8)

@@ -28,3 +28,6 @@ done
 "$bin" niah --lengths 1k,2k,4k,8k --depths 0,25,50,75,100 --out-dir "$out/niah" --sparse both \
   --head-pattern "$pattern" --streaming-ratio 0.5 --token-budget 1024 --dense-below 0 | tee "$out/niah.txt"
 column -s, -t "$out/ppl.csv"
+# The perplexity chart (cargo build --release --example plot_ppl first).
+plot=$(dirname "$bin")/examples/plot_ppl
+if [ -x "$plot" ]; then "$plot" "$out/ppl.csv" "$out/ppl.png"; else echo "no $plot: skipping ppl.png"; fi

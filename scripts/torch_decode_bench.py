@@ -16,7 +16,8 @@ heads, 8 KV heads, head_dim 128, FFN 14336, vocab 128256; bf16, batch 1), at eac
 
 plus the bandwidth floor of the step: (weight bytes + KV bytes) / --bandwidth (4.2 TB/s on the
 H200). Weights and caches are random (synthetic), as in lserve's bench. Output: one line per
-context and a CSV (--csv).
+context and a CSV (--csv) in the `lserve bench --compare` layout (docs/benchmarks.md): label,
+shape, context, ms_per_token (the whole step), attention_ms, floor_ms.
 
   python3 scripts/torch_decode_bench.py --contexts 4096,32768,131072 --csv torch.csv
 """
@@ -167,7 +168,7 @@ def main():
             step = median_ms(graph.replay)
         floor = (m.weight_bytes() + m.kv_bytes()) / (a.bandwidth * 1e9) * 1e3
         print(f"{ctx:>8} {attn:>9.3f} {step:>9.3f} {floor:>9.3f} {100 * floor / step:>8.1f}%")
-        rows.append((a.shape, ctx, attn, step, floor))
+        rows.append(("PyTorch dense step", a.shape, ctx, step, attn, floor))
         if len(rows) == 1:
             with torch.no_grad():
                 x = torch.randn(1, s["hidden"], device=dev, dtype=dt)
@@ -186,7 +187,7 @@ def main():
         torch.cuda.empty_cache()
     if a.csv:
         with open(a.csv, "w") as f:
-            f.write("shape,context,attention_ms,step_ms,floor_ms\n")
+            f.write("label,shape,context,ms_per_token,attention_ms,floor_ms\n")
             for r in rows:
                 f.write(",".join(str(x) for x in r) + "\n")
     if a.batch:

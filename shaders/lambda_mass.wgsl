@@ -10,7 +10,8 @@
 
 @group(0) @binding(0) var<uniform> p: LambdaMassParams;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k_pool: array<f32>;
+// kv_k_pool (any KV dtype) comes from the KV snippet (src/backend/wgpu/shaders.rs).
+@group(0) @binding(2) var<storage, read> k_pool: array<KV_EL>;
 @group(0) @binding(3) var<storage, read> head_map: array<u32>;
 @group(0) @binding(4) var<storage, read> page_indptr: array<u32>;
 @group(0) @binding(5) var<storage, read> page_table: array<u32>;
@@ -32,7 +33,7 @@ fn score(hi: u32, k: u32) -> f32 {
     if (page >= p.num_pages) { return NEG_INF; }
     let base = ((page * p.n_kv_heads + hi) * ps + k % ps) * p.head_dim;
     var s = 0.0;
-    for (var d = 0u; d < p.head_dim; d = d + 1u) { s = s + qs[d] * k_pool[base + d]; }
+    for (var d = 0u; d < p.head_dim; d = d + 1u) { s = s + qs[d] * kv_k_pool(base + d); }
     return s;
 }
 

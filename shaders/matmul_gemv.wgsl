@@ -6,10 +6,12 @@
 // 128 elements, 4 per lane: for even k the pairs 2l, 2l + 1 and 2l + 64, 2l + 65 (indices written
 // 2P (+ 1), so a 16-bit pair is one coalesced word load), for odd k the elements l + 32i; the last
 // k % 128 elements go one per lane. Each weight value is converted once and multiplied with up to
-// 8 x rows (a chunk; m > 8 walks the rows again per chunk, then from cache), each x value feeds
-// both rows. The 32 lane partials are tree-reduced in workgroup memory (8 KiB, 4 x rows at a time).
+// MX = 16 x rows (a pass: every decode batch the host sends here reads the weights once; larger m
+// walks the rows again per pass), each x value feeds both rows. The 32 lane partials are
+// tree-reduced in workgroup memory (8 KiB, 4 x rows at a time).
 
 const ROWS: u32 = 16u; // weight rows per workgroup
+const MX: u32 = 16u; // x rows per pass over the weights
 
 @group(0) @binding(0) var<uniform> p: MatmulParams;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -20,36 +22,51 @@ const ROWS: u32 = 16u; // weight rows per workgroup
 // red[t] and red[256 + t]: thread t's partial sums for its two rows (one x row per component).
 var<workgroup> red: array<vec4<f32>, 512>;
 
-// a / b: weight rows A / B times x rows 0..3 of the chunk; c / d: times x rows 4..7.
-struct Acc { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, d: vec4<f32> }
+// a / b: weight rows A / B times x rows 0..3 of the pass; c / d: times x rows 4..7; e / f: 8..11;
+// g / h: 12..15.
+struct Acc { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, d: vec4<f32>, e: vec4<f32>, f: vec4<f32>, g: vec4<f32>, h: vec4<f32> }
+
+// Weight rows A / B (wa4, wb4) against four x rows (x0..x3): the A sums, then the B sums.
+fn dots4(x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>, wa4: vec4<f32>, wb4: vec4<f32>) -> array<vec4<f32>, 2> {
+    return array<vec4<f32>, 2>(
+        vec4<f32>(dot(x0, wa4), dot(x1, wa4), dot(x2, wa4), dot(x3, wa4)),
+        vec4<f32>(dot(x0, wb4), dot(x1, wb4), dot(x2, wb4), dot(x3, wb4)),
+    );
+}
 
 // Four elements e of x row r (at offset o) as a vector.
 fn xg(o: u32, e: vec4<u32>) -> vec4<f32> {
     return vec4<f32>(x[o + e.x], x[o + e.y], x[o + e.z], x[o + e.w]);
 }
 
-// Adds the dot products of elements e of the chunk's x rows (offsets xo, xo2) with the weight
-// values wa4 / wb4: only row 0 when nx == 1, rows 0..3 when nx <= 4, else rows 0..7 (rows past m
-// are clamped copies whose sums are discarded). Each weight value is converted once.
-fn dots(acc: ptr<function, Acc>, xo: vec4<u32>, xo2: vec4<u32>, nx: u32, e: vec4<u32>, wa4: vec4<f32>, wb4: vec4<f32>) {
-    let x0 = xg(xo.x, e);
+// Adds the dot products of elements e of the pass's x rows (offsets xo[0] for rows 0..3, xo[1]
+// for 4..7, ...) with the weight values wa4 / wb4: only row 0 when nx == 1, else the groups of four
+// rows up to the one holding row nx - 1 (rows past m are clamped copies whose sums are discarded).
+// Each weight value is converted once.
+fn dots(acc: ptr<function, Acc>, xo: array<vec4<u32>, 4>, nx: u32, e: vec4<u32>, wa4: vec4<f32>, wb4: vec4<f32>) {
+    let x0 = xg(xo[0].x, e);
     if (nx == 1u) {
         (*acc).a.x += dot(x0, wa4);
         (*acc).b.x += dot(x0, wb4);
         return;
     }
-    let x1 = xg(xo.y, e);
-    let x2 = xg(xo.z, e);
-    let x3 = xg(xo.w, e);
-    (*acc).a += vec4<f32>(dot(x0, wa4), dot(x1, wa4), dot(x2, wa4), dot(x3, wa4));
-    (*acc).b += vec4<f32>(dot(x0, wb4), dot(x1, wb4), dot(x2, wb4), dot(x3, wb4));
+    let s0 = dots4(x0, xg(xo[0].y, e), xg(xo[0].z, e), xg(xo[0].w, e), wa4, wb4);
+    (*acc).a += s0[0];
+    (*acc).b += s0[1];
     if (nx > 4u) {
-        let x4 = xg(xo2.x, e);
-        let x5 = xg(xo2.y, e);
-        let x6 = xg(xo2.z, e);
-        let x7 = xg(xo2.w, e);
-        (*acc).c += vec4<f32>(dot(x4, wa4), dot(x5, wa4), dot(x6, wa4), dot(x7, wa4));
-        (*acc).d += vec4<f32>(dot(x4, wb4), dot(x5, wb4), dot(x6, wb4), dot(x7, wb4));
+        let s1 = dots4(xg(xo[1].x, e), xg(xo[1].y, e), xg(xo[1].z, e), xg(xo[1].w, e), wa4, wb4);
+        (*acc).c += s1[0];
+        (*acc).d += s1[1];
+    }
+    if (nx > 8u) {
+        let s2 = dots4(xg(xo[2].x, e), xg(xo[2].y, e), xg(xo[2].z, e), xg(xo[2].w, e), wa4, wb4);
+        (*acc).e += s2[0];
+        (*acc).f += s2[1];
+    }
+    if (nx > 12u) {
+        let s3 = dots4(xg(xo[3].x, e), xg(xo[3].y, e), xg(xo[3].z, e), xg(xo[3].w, e), wa4, wb4);
+        (*acc).g += s3[0];
+        (*acc).h += s3[1];
     }
 }
 
@@ -93,12 +110,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let wa = ra * k;
     let wb = rb * k;
     let full = k - k % 128u; // elements covered by whole steps of 128 (4 per lane)
-    for (var m0 = 0u; m0 < p.m; m0 += 8u) {
-        let nx = min(p.m - m0, 8u);
-        let last = p.m - 1u;
-        let xo = min(vec4<u32>(m0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(last)) * k;
-        let xo2 = min(vec4<u32>(m0) + vec4<u32>(4u, 5u, 6u, 7u), vec4<u32>(last)) * k;
-        var acc = Acc(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var m0 = 0u; m0 < p.m; m0 += MX) {
+        let nx = min(p.m - m0, MX);
+        let last = vec4<u32>(p.m - 1u);
+        let r4 = vec4<u32>(m0) + vec4<u32>(0u, 1u, 2u, 3u);
+        let xo = array<vec4<u32>, 4>(min(r4, last) * k, min(r4 + 4u, last) * k, min(r4 + 8u, last) * k, min(r4 + 12u, last) * k);
+        let z = vec4<f32>(0.0);
+        var acc = Acc(z, z, z, z, z, z, z, z);
         if ((k & 1u) == 0u) {
             // Even k: every row starts on a word, and lane l takes the element pairs 2l, 2l + 1
             // and 2l + 64, 2l + 65 of each step. Indices are written 2 * P (+ 1) so the compiler
@@ -111,24 +129,32 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
                 let wa4 = vec4<f32>(load_w(2u * pa), load_w(2u * pa + 1u), load_w(2u * pa + 64u), load_w(2u * pa + 65u));
                 let wb4 = vec4<f32>(load_w(2u * pb), load_w(2u * pb + 1u), load_w(2u * pb + 64u), load_w(2u * pb + 65u));
                 let e = vec4<u32>(0u, 1u, 64u, 65u) + (s + 2u * lane);
-                dots(&acc, xo, xo2, nx, e, wa4, wb4);
+                dots(&acc, xo, nx, e, wa4, wb4);
             }
         } else {
             for (var s = 0u; s < full; s += 128u) {
                 let e = vec4<u32>(0u, 32u, 64u, 96u) + (s + lane);
                 let wa4 = vec4<f32>(load_w(wa + e.x), load_w(wa + e.y), load_w(wa + e.z), load_w(wa + e.w));
                 let wb4 = vec4<f32>(load_w(wb + e.x), load_w(wb + e.y), load_w(wb + e.z), load_w(wb + e.w));
-                dots(&acc, xo, xo2, nx, e, wa4, wb4);
+                dots(&acc, xo, nx, e, wa4, wb4);
             }
         }
         for (var j = full + lane; j < k; j += 32u) { // the last k % 128 elements, one at a time
-            dots(&acc, xo, xo2, nx, vec4<u32>(j), vec4<f32>(load_w(wa + j), 0.0, 0.0, 0.0), vec4<f32>(load_w(wb + j), 0.0, 0.0, 0.0));
+            dots(&acc, xo, nx, vec4<u32>(j), vec4<f32>(load_w(wa + j), 0.0, 0.0, 0.0), vec4<f32>(load_w(wb + j), 0.0, 0.0, 0.0));
         }
         reduce(t, lane, acc.a, acc.b);
         if (lane == 0u) { write(t, row, m0, min(nx, 4u)); }
         if (nx > 4u) {
             reduce(t, lane, acc.c, acc.d);
-            if (lane == 0u) { write(t, row, m0 + 4u, nx - 4u); }
+            if (lane == 0u) { write(t, row, m0 + 4u, min(nx - 4u, 4u)); }
+        }
+        if (nx > 8u) {
+            reduce(t, lane, acc.e, acc.f);
+            if (lane == 0u) { write(t, row, m0 + 8u, min(nx - 8u, 4u)); }
+        }
+        if (nx > 12u) {
+            reduce(t, lane, acc.g, acc.h);
+            if (lane == 0u) { write(t, row, m0 + 12u, nx - 12u); }
         }
     }
 }

@@ -1,4 +1,5 @@
-// matmul_gemv_subgroup (decode, small m, adapters with SUBGROUP): out[m][n] = x[m][k] . w[n][k]^T
+// matmul_gemv_subgroup (decode, adapters with SUBGROUP; the host sends m == 1 here and batches of
+// 2..16 rows to matmul_gemv_subgroup_batch, any m works): out[m][n] = x[m][k] . w[n][k]^T
 // (+ bias[n]), f32 accumulation, for 16-bit weights with k % 8 == 0 (the host checks; else it
 // uses matmul_gemv). Same math and layout as matmul_gemv, different reduction:
 //

@@ -32,8 +32,9 @@
 @group(0) @binding(0) var<uniform> p: AttentionParams;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read> q_indptr: array<u32>;
-@group(0) @binding(3) var<storage, read> k_pool: array<f32>;
-@group(0) @binding(4) var<storage, read> v_pool: array<f32>;
+// KV dtype accessors kv_k_pool / kv_v_pool come from the KV snippet (src/backend/wgpu/shaders.rs).
+@group(0) @binding(3) var<storage, read> k_pool: array<KV_EL>;
+@group(0) @binding(4) var<storage, read> v_pool: array<KV_EL>;
 @group(0) @binding(5) var<storage, read> head_map: array<u32>;
 @group(0) @binding(6) var<storage, read> page_indptr: array<u32>;
 @group(0) @binding(7) var<storage, read> page_table: array<u32>;
@@ -102,9 +103,9 @@ fn fetch(values: bool, buf: u32, idx: u32, bk: u32) -> vec4<f32> {
     let d = (idx % hd4) * 4u;
     let e = hd - 1u;
     if (values) {
-        return vec4(v_pool[at + min(d, e)], v_pool[at + min(d + 1u, e)], v_pool[at + min(d + 2u, e)], v_pool[at + min(d + 3u, e)]);
+        return vec4(kv_v_pool(at + min(d, e)), kv_v_pool(at + min(d + 1u, e)), kv_v_pool(at + min(d + 2u, e)), kv_v_pool(at + min(d + 3u, e)));
     }
-    return vec4(k_pool[at + min(d, e)], k_pool[at + min(d + 1u, e)], k_pool[at + min(d + 2u, e)], k_pool[at + min(d + 3u, e)]);
+    return vec4(kv_k_pool(at + min(d, e)), kv_k_pool(at + min(d + 1u, e)), kv_k_pool(at + min(d + 2u, e)), kv_k_pool(at + min(d + 3u, e)));
 }
 
 // Stores a fetched vec4 into kvs, zero for absent keys and past head_dim.

@@ -15,7 +15,8 @@
 // threads then each reduce channels (r, c) of the n_ret heads over the logical page's tokens.
 @group(0) @binding(0) var<uniform> p: RopeAppendKvParams;
 @group(0) @binding(1) var<storage, read> slots: array<u32>;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
+// kv_k_pool (any KV dtype, dequantized for 8-bit) comes from the KV snippet (shaders.rs).
+@group(0) @binding(2) var<storage, read> k_pool: array<KV_EL>;
 @group(0) @binding(3) var<storage, read_write> summary: array<f32>;
 
 var<workgroup> beaten: atomic<u32>;
@@ -55,10 +56,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         let r = i / hd;
         let c = i % hd;
         let base = (page * p.n_ret + r) * ps * hd + c;
-        var mn = k[base + first * hd];
+        var mn = kv_k_pool(base + first * hd);
         var mx = mn;
         for (var o = first + 1u; o <= off; o = o + 1u) {
-            let x = k[base + o * hd];
+            let x = kv_k_pool(base + o * hd);
             mn = min(mn, x);
             mx = max(mx, x);
         }

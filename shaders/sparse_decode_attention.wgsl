@@ -29,8 +29,10 @@
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k_pool: array<vec4<f32>>; // head_dim % 4 == 0 (host checks)
-@group(0) @binding(3) var<storage, read> v_pool: array<f32>;
+// KV dtype accessors kv4_k_pool / kv_v_pool (f32, f16, bf16, int8, fp8) come from the KV snippet
+// (src/backend/wgpu/shaders.rs); KV_K4 is vec4<f32> for f32 pools, else u32 words.
+@group(0) @binding(2) var<storage, read> k_pool: array<KV_K4>; // head_dim % 4 == 0 (host checks)
+@group(0) @binding(3) var<storage, read> v_pool: array<KV_EL>;
 @group(0) @binding(4) var<storage, read> head_map: array<u32>;
 @group(0) @binding(5) var<storage, read> page_indptr: array<u32>;
 @group(0) @binding(6) var<storage, read> page_table: array<u32>;
@@ -102,7 +104,7 @@ fn slot_offset(ls: List, slot: u32) -> u32 {
 // Four K values of a row from element `i` (a multiple of 4), clamped to the row's last vector
 // `lim` (past head_dim the query is zero, so the clamped values add nothing).
 fn k4(i: u32, lim: u32) -> vec4<f32> {
-    return k_pool[min(i, lim) / 4u];
+    return kv4_k_pool(min(i, lim));
 }
 
 // Dot of head g's query (16 values from vec4 index c) with four K vec4s.
@@ -120,7 +122,7 @@ fn dots(g0: u32, hv: u32, c: u32, a: vec4<f32>, b: vec4<f32>, x: vec4<f32>, y: v
 fn v4(j: u32, d: u32) -> vec4<f32> {
     let o = vec4(kb[j], kb[j + 1u], kb[j + 2u], kb[j + 3u]);
     let at = select(o, vec4(0u), o == vec4(NONE)) + d;
-    return vec4(v_pool[at.x], v_pool[at.y], v_pool[at.z], v_pool[at.w]);
+    return vec4(kv_v_pool(at.x), kv_v_pool(at.y), kv_v_pool(at.z), kv_v_pool(at.w));
 }
 
 // sum over keys j..j+4 of p(key, heads half h) * v, from sc index i = 2 j.

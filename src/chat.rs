@@ -14,8 +14,15 @@
 //! * Context: `messages` (list of `{role, content}`), `add_generation_prompt`, `bos_token`,
 //!   `eos_token` (empty strings when the model has none).
 //!
-//! Not supported: `{% break %}`/`{% continue %}` (minijinja's `loop_controls` feature is not
-//! enabled in this build) and HF's `{% generation %}` tag.
+//! Not supported: HF's `{% generation %}` tag.
+//!
+//! Bounds (a template comes from a model file and may be hostile): a render has [`RENDER_FUEL`]
+//! instructions (minijinja's fuel: a loop nest that would run for hours is an error), minijinja
+//! refuses `range` beyond 100 000 items and string repetition beyond 100 MB, and
+//! [`ChatTemplate::render_bounded`] stops writing as soon as the output passes a byte limit (the
+//! caller derives it from the context length), so a template that expands a message into
+//! millions of tokens is refused before the text is tokenized. Not bounded: memory of strings a
+//! template builds internally by repeated self-concatenation (minijinja has no hook for it).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -52,6 +59,9 @@ pub const CHATML_TEMPLATE: &str = "{% for message in messages %}\
 
 const TEMPLATE_NAME: &str = "chat_template";
 
+/// Instructions one render may execute (real templates use a few hundred per message).
+pub const RENDER_FUEL: u64 = 50_000_000;
+
 /// A compiled chat template plus the special-token strings it is rendered with.
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -84,6 +94,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
+        env.set_fuel(Some(RENDER_FUEL));
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| TemplateError(format!("compile: {e}")))?;
         Ok(Self { env, bos_token: bos_token.unwrap_or_default(), eos_token: eos_token.unwrap_or_default() })
@@ -92,14 +103,60 @@ impl ChatTemplate {
     /// Render `messages`; with `add_generation_prompt` the template appends the assistant
     /// header so the model continues as the assistant.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, TemplateError> {
+        let tmpl = self.env.get_template(TEMPLATE_NAME).map_err(|e| TemplateError(e.to_string()))?;
+        tmpl.render(self.context(messages, add_generation_prompt)).map_err(|e| TemplateError(format!("render: {e}")))
+    }
+
+    /// As [`render`](Self::render), but Ok(None) as soon as the output would pass `max_bytes`
+    /// (or the messages alone do): the rendering stops there instead of building the whole text.
+    pub fn render_bounded(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        max_bytes: usize,
+    ) -> Result<Option<String>, TemplateError> {
+        if messages.iter().map(|m| m.content.len()).fold(0usize, usize::saturating_add) > max_bytes {
+            return Ok(None);
+        }
+        let tmpl = self.env.get_template(TEMPLATE_NAME).map_err(|e| TemplateError(e.to_string()))?;
+        let mut out = BoundedWriter { buf: Vec::new(), max: max_bytes, over: false };
+        let r = tmpl.render_captured_to(self.context(messages, add_generation_prompt), &mut out);
+        if out.over {
+            return Ok(None);
+        }
+        r.map_err(|e| TemplateError(format!("render: {e}")))?;
+        String::from_utf8(out.buf).map(Some).map_err(|_| TemplateError("render: output is not UTF-8".into()))
+    }
+
+    fn context(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Value {
         let msgs: Vec<Value> = messages.iter().map(|m| Value::from_object(MessageObj(m.clone()))).collect();
         let mut ctx: BTreeMap<String, Value> = BTreeMap::new();
         ctx.insert("messages".into(), Value::from(msgs));
         ctx.insert("add_generation_prompt".into(), Value::from(add_generation_prompt));
         ctx.insert("bos_token".into(), Value::from(self.bos_token.as_str()));
         ctx.insert("eos_token".into(), Value::from(self.eos_token.as_str()));
-        let tmpl = self.env.get_template(TEMPLATE_NAME).map_err(|e| TemplateError(e.to_string()))?;
-        tmpl.render(Value::from(ctx)).map_err(|e| TemplateError(format!("render: {e}")))
+        Value::from(ctx)
+    }
+}
+
+/// Collects render output up to `max` bytes, then fails every write (which ends the render).
+struct BoundedWriter {
+    buf: Vec<u8>,
+    max: usize,
+    over: bool,
+}
+
+impl std::io::Write for BoundedWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len().saturating_add(data.len()) > self.max {
+            self.over = true;
+            return Err(std::io::Error::other("chat template output is over the limit"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -459,6 +516,35 @@ mod tests {
         assert_eq!(strftime("%F %a %j", -31_536_000), "1969-01-01 Wed 001");
         let today = render("{{ strftime_now('%d %b %Y') }}", &[], false).unwrap();
         assert_eq!(today.len(), 11, "{today}");
+    }
+
+    #[test]
+    fn hostile_templates_are_bounded() {
+        let t = ChatTemplate::new(
+            "{% for i in range(100000) %}{% for m in messages %}{{ m.content }}{% endfor %}{% endfor %}",
+            None,
+            None,
+        )
+        .unwrap();
+        let msgs = [msg("user", "0123456789")];
+        // 1 MB of output: stops at the 4 KiB limit, long before it is built.
+        assert_eq!(t.render_bounded(&msgs, true, 4096).unwrap(), None);
+        let small = ChatTemplate::new("{{ messages[0].content }}!", None, None).unwrap();
+        assert_eq!(small.render_bounded(&msgs, true, 11).unwrap().as_deref(), Some("0123456789!"));
+        assert_eq!(small.render_bounded(&msgs, true, 10).unwrap(), None);
+        assert_eq!(small.render_bounded(&[msg("user", &"x".repeat(100))], true, 50).unwrap(), None);
+        // A loop nest that produces nothing but would run for 10^10 steps runs out of fuel.
+        let spin = ChatTemplate::new(
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            None,
+            None,
+        )
+        .unwrap();
+        let e = spin.render_bounded(&msgs, true, 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("fuel"), "{e}");
+        // String repetition past minijinja's limit is an error, not a 10 GB string.
+        let rep = ChatTemplate::new("{{ 'x' * 10000000000 }}", None, None).unwrap();
+        assert!(rep.render_bounded(&msgs, true, 1 << 20).is_err());
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod fetch;
 pub mod kv;
 pub mod loader;
 pub mod model;
+pub mod plot;
 pub mod sampling;
 pub mod sched;
 pub mod server;

@@ -116,6 +116,22 @@ pub struct TextTokenizer {
     add_bos: bool,
     stop_ids: Vec<u32>,
     warnings: Vec<String>,
+    /// Bytes of the longest token string (at least 1): no token stands for more text than this
+    /// in byte-level BPE and SentencePiece, which [`TextTokenizer::byte_bound`] builds on.
+    max_token_bytes: usize,
+}
+
+/// Longest GGUF token string accepted (real vocabularies stay below a few hundred bytes).
+pub const MAX_TOKEN_BYTES: usize = 4096;
+/// SentencePiece merges are derived from every split of every piece (quadratic in its length);
+/// longer pieces are not split (none of a real vocabulary comes near).
+const MAX_SPLIT_PIECE: usize = 256;
+
+/// Largest tokenizer.json read (the biggest real ones are near 35 MB).
+pub const MAX_TOKENIZER_JSON: u64 = 512 << 20;
+
+fn longest_token(t: &Tokenizer) -> usize {
+    t.get_vocab(true).keys().map(String::len).max().unwrap_or(1).max(1)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -217,6 +233,9 @@ impl TextTokenizer {
         if v.tokens.is_empty() {
             return Err(TokenizerError("GGUF vocabulary has no tokens".into()));
         }
+        if let Some((i, t)) = v.tokens.iter().enumerate().find(|(_, t)| t.len() > MAX_TOKEN_BYTES) {
+            return Err(TokenizerError(format!("GGUF token {i} is {} bytes long: a corrupt vocabulary?", t.len())));
+        }
         let tokens = gguf_token_texts(&v.tokens);
         let mut warnings = Vec::new();
         let (mut inner, default_add_bos) = match v.model.as_str() {
@@ -233,12 +252,13 @@ impl TextTokenizer {
         let eot = id_ok(v.eot).or_else(|| detect_eot(&tokens, &v.token_types));
         let (bos, eos) = (id_ok(v.bos), id_ok(v.eos));
         Ok(Self {
-            inner,
             bos,
             eos,
             add_bos: v.add_bos.unwrap_or(default_add_bos),
             stop_ids: dedup([eos, eot].into_iter().flatten()),
             warnings,
+            max_token_bytes: longest_token(&inner),
+            inner,
         })
     }
 }
@@ -336,7 +356,7 @@ fn spm_merges(tokens: &[String], scores: &[f32]) -> Vec<(String, String)> {
     }
     // (left, right, score, left chars, right chars)
     let mut all: Vec<(&str, &str, f32, usize, usize)> = Vec::new();
-    for piece in order {
+    for piece in order.into_iter().filter(|p| p.len() <= MAX_SPLIT_PIECE) {
         let score = score_of.get(piece).copied().unwrap_or(0.0);
         let mut local: Vec<(u32, u32, &str, &str)> = Vec::new();
         for (pos, _) in piece.char_indices().skip(1) {
@@ -438,7 +458,15 @@ impl TextTokenizer {
     /// string or `{content}`), plus `generation_config.json` `eos_token_id` (int or list).
     pub fn from_hf_dir(dir: &Path) -> Result<Self, TokenizerError> {
         let tj = dir.join("tokenizer.json");
-        let inner = Tokenizer::from_file(&tj).map_err(|e| terr(&tj.display().to_string(), e))?;
+        let size = std::fs::metadata(&tj).map_err(|e| terr(&tj.display().to_string(), e))?.len();
+        if size > MAX_TOKENIZER_JSON {
+            return Err(TokenizerError(format!("{}: {size} bytes is larger than lserve reads", tj.display())));
+        }
+        // The tokenizers crate is not ours to audit: a panic inside it on a malformed file becomes
+        // an error here instead of ending the process.
+        let parsed = std::panic::catch_unwind(|| Tokenizer::from_file(&tj))
+            .map_err(|_| TokenizerError(format!("{}: the tokenizers crate failed on this file", tj.display())))?;
+        let inner = parsed.map_err(|e| terr(&tj.display().to_string(), e))?;
         let cfg = read_json(&dir.join("tokenizer_config.json"))?.unwrap_or(Json::Null);
         let gen_cfg = read_json(&dir.join("generation_config.json"))?.unwrap_or(Json::Null);
         let id_of = |s: Option<String>| s.and_then(|s| inner.token_to_id(&s));
@@ -461,7 +489,8 @@ impl TextTokenizer {
             }
         };
         let stop_ids = dedup(eos.into_iter().chain(gen_eos));
-        Ok(Self { inner, bos, eos, add_bos, stop_ids, warnings: Vec::new() })
+        let max_token_bytes = longest_token(&inner);
+        Ok(Self { inner, bos, eos, add_bos, stop_ids, warnings: Vec::new(), max_token_bytes })
     }
 }
 
@@ -488,6 +517,14 @@ impl TextTokenizer {
             }
             _ => Ok(ids.to_vec()),
         }
+    }
+
+    /// Bytes of text beyond which a prompt is refused without tokenizing it, for a limit of
+    /// `max_tokens` tokens: twice what `max_tokens` of the longest token could cover, plus 4 KiB.
+    /// Text that long cannot fit unless the tokenizer drops most of it (a whitespace-splitting
+    /// word-level vocabulary), so prompts are bounded before the tokenizer allocates per token.
+    pub fn byte_bound(&self, max_tokens: usize) -> usize {
+        max_tokens.saturating_mul(self.max_token_bytes).saturating_mul(2).saturating_add(4096)
     }
 
     /// Decode ids to text; `skip_special` drops special (added) tokens such as BOS/EOS.

@@ -12,7 +12,7 @@ mod common;
 use lserve::backend::cpu::CpuBackend;
 use lserve::backend::{Backend, DType};
 use lserve::bench::{shape, synthetic_layout};
-use lserve::engine::{Engine, EngineOptions, GenerateRequest, build_engine};
+use lserve::engine::{Engine, EngineOptions, GenerateRequest, StepHead, StepRow, build_engine};
 use lserve::model::config::ModelConfig;
 use lserve::model::llama::{Llama, Logits};
 use lserve::sampling::SamplingParams;
@@ -110,7 +110,7 @@ fn sparse_bf16_kv_matches_cpu_up_to_near_ties() {
 /// A ragged batch on CUDA equals the same batch on the CPU: three sequences of different lengths
 /// prefilled one by one, then one mixed step (a 40-token prefill chunk of one sequence beside
 /// decode rows of the other two, all through prefill attention) and eight batched decode steps
-/// (`Engine::step_batch`, per-sequence page selection when sparse). Both engines are fed the
+/// (`Engine::step_rows`, per-sequence page selection when sparse). Both engines are fed the
 /// CPU's greedy tokens, so every step compares like with like; logits agree within 2e-3
 /// relative (f32 KV: only summation order differs).
 fn ragged<G: Backend>(gpu: G, sparse: bool) {
@@ -145,8 +145,9 @@ fn ragged<G: Backend>(gpu: G, sparse: bool) {
     close("mixed step", &la, &lb);
     let mut next: Vec<u32> = la.chunks(2048).map(lserve::sampling::argmax).collect();
     for step in 0..8 {
-        let la = cpu.step_batch(&mut seqs.0, &next).unwrap();
-        let lb = cu.step_batch(&mut seqs.1, &next).unwrap();
+        let rows: Vec<Vec<u32>> = next.iter().map(|&t| vec![t]).collect();
+        let la = mixed_step(&mut cpu, &mut seqs.0, &rows);
+        let lb = mixed_step(&mut cu, &mut seqs.1, &rows);
         close(&format!("decode step {step}"), &la, &lb);
         next = la.chunks(2048).map(lserve::sampling::argmax).collect();
     }
@@ -162,19 +163,11 @@ fn ragged_engine<B: Backend>(be: B, sparse: bool) -> Engine<B> {
 }
 
 /// One forward of `rows[i]` at the end of `seqs[i]` for every i (prefill attention for all rows).
+/// One engine step (`Engine::step_rows`) in which sequence i brings `rows[i]`; last-row logits.
 fn mixed_step<B: Backend>(e: &mut Engine<B>, seqs: &mut [lserve::kv::SeqPages], rows: &[Vec<u32>]) -> Vec<f32> {
-    for (seq, t) in seqs.iter_mut().zip(rows) {
-        e.cache.reserve(seq, t.len()).unwrap();
-    }
-    let plan = lserve::sparse::DecodePlan { select: false, tail_start: 0 };
-    let steps: Vec<lserve::model::llama::SeqStep> = seqs
-        .iter()
-        .zip(rows)
-        .map(|(seq, t)| lserve::model::llama::SeqStep { tokens: t, cache: seq, logits: Logits::Last, plan })
-        .collect();
-    let out = e.model.forward(&e.backend, &mut e.cache, &e.attn, &steps, None).unwrap();
-    seqs.iter_mut().zip(rows).for_each(|(seq, t)| seq.len += t.len());
-    out
+    let mut steps: Vec<StepRow> =
+        seqs.iter_mut().zip(rows).map(|(seq, t)| StepRow { seq, tokens: t, logits: Logits::Last }).collect();
+    e.step_rows(&mut steps, StepHead::Logits(None)).and_then(|o| o.logits()).unwrap()
 }
 
 #[test]

@@ -42,6 +42,17 @@ impl Drop for Server {
 /// A server with `pages` KV pages of 16 tokens, up to `max_num_seqs` running and `max_inflight`
 /// accepted requests.
 fn start(pages: usize, max_num_seqs: usize, max_inflight: usize, api_key: Option<&str>) -> Server {
+    start_with(pages, max_num_seqs, max_inflight, api_key, |_| {})
+}
+
+/// As [`start`], with the server options changed by `tweak` (limits, timeouts).
+fn start_with(
+    pages: usize,
+    max_num_seqs: usize,
+    max_inflight: usize,
+    api_key: Option<&str>,
+    tweak: impl FnOnce(&mut ServerOptions),
+) -> Server {
     let be = CpuBackend::new();
     let llama = Llama::load(&be, &MODEL.config, MODEL.weights.as_ref(), |_, _| {}).expect("weights load");
     let mut config = common::paged_config(16, 16);
@@ -75,7 +86,11 @@ fn start(pages: usize, max_num_seqs: usize, max_inflight: usize, api_key: Option
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     listener.set_nonblocking(true).unwrap();
-    let sopts = ServerOptions { addr, api_key: api_key.map(str::to_string), max_inflight, max_body_bytes: 64 << 10 };
+    let mut sopts = ServerOptions {
+        max_body_bytes: 64 << 10,
+        ..ServerOptions::new(addr, api_key.map(str::to_string), max_inflight)
+    };
+    tweak(&mut sopts);
     let state = AppState::new(cmd_tx, info, metrics, sopts);
     let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::spawn(move || {
@@ -274,9 +289,36 @@ fn bad_input_gets_openai_errors_and_hurts_nobody() {
             400,
             Some("messages[0]"),
         ),
-        ("/v1/chat/completions", json!({"messages": "hi"}).to_string().into_bytes(), 400, None),
+        ("/v1/chat/completions", json!({"messages": "hi"}).to_string().into_bytes(), 400, Some("messages")),
         ("/v1/completions", vec![b' '; 100 << 10], 413, None),
         ("/v1/nothing", b"{}".to_vec(), 404, None),
+        // OpenAI's documented ranges, and wrong types, name the field.
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "temperature": 1e9}).to_string().into_bytes(),
+            400,
+            Some("temperature"),
+        ),
+        ("/v1/completions", json!({"prompt": "x", "top_p": 1.5}).to_string().into_bytes(), 400, Some("top_p")),
+        ("/v1/completions", json!({"prompt": "x", "top_k": 1u64 << 40}).to_string().into_bytes(), 400, Some("top_k")),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "temperature": "hot"}).to_string().into_bytes(),
+            400,
+            Some("temperature"),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": "many"}).to_string().into_bytes(),
+            400,
+            Some("max_tokens"),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "word ".repeat(10_000)}]}).to_string().into_bytes(),
+            400,
+            Some("messages"),
+        ),
     ];
     for (path, body, status, param) in cases {
         let r = raw(addr, "POST", path, &[("Content-Type", "application/json")], &body);
@@ -373,12 +415,49 @@ fn many_clients_under_page_pressure_all_finish_with_the_sequential_answers() {
     let handles: Vec<_> = prompts.iter().cloned().map(|p| std::thread::spawn(move || ask(&p))).collect();
     let got: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     assert_eq!(got, want);
-    let m = raw(addr, "GET", "/metrics", &[], b"").body;
+    // A finished request's pages are freed by the engine thread after its last chunk is sent:
+    // poll the gauge (bounded) instead of reading it once.
+    let t = Instant::now();
+    let mut m = raw(addr, "GET", "/metrics", &[], b"").body;
+    while !m.contains("lserve_kv_cache_pages_used 0\n") && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+        m = raw(addr, "GET", "/metrics", &[], b"").body;
+    }
     let swaps: f64 =
         m.lines().find_map(|l| l.strip_prefix("lserve_preemptions_total{mode=\"swap\"} ")).unwrap().parse().unwrap();
     assert!(swaps > 0.0, "no preemption happened:\n{m}");
-    assert!(
-        m.contains("lserve_kv_cache_pages_used 0\n")
-            && m.contains("lserve_request_success_total{finished_reason=\"length\"} 64")
-    );
+    assert!(m.contains("lserve_kv_cache_pages_used 0\n"), "pages still held:\n{m}");
+    assert!(m.contains("lserve_request_success_total{finished_reason=\"length\"} 64"), "{m}");
+}
+
+#[test]
+fn every_error_has_a_json_body_and_connections_are_limited() {
+    let srv = start_with(64, 2, 8, None, |o| {
+        o.max_connections = 2;
+        o.header_timeout = Duration::from_secs(2);
+    });
+    let addr = srv.addr;
+    // 405 from the router itself carries a JSON body and the Allow header.
+    let r = raw(addr, "DELETE", "/v1/completions", &[], b"");
+    assert_eq!(r.status, 405);
+    assert_eq!(r.json()["error"]["code"], "method_not_allowed", "{}", r.body);
+    // Two idle connections take both slots: a third client waits...
+    let idle: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    let waiting = std::thread::spawn(move || raw(addr, "GET", "/health", &[], b""));
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(!waiting.is_finished(), "served past the connection limit");
+    // ...until the header timeout (2 s) drops the idle ones and frees their slots.
+    let r = waiting.join().unwrap();
+    assert_eq!(r.status, 200);
+    let waited = t0.elapsed();
+    assert!(waited >= Duration::from_millis(1000) && waited < Duration::from_secs(10), "{waited:?}");
+    for mut c in idle {
+        let mut buf = [0u8; 64];
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // Closed by the server: EOF (or a reset), not a timeout.
+        let r = c.read(&mut buf);
+        assert!(matches!(r, Ok(0)) || r.as_ref().is_err_and(|e| e.kind() != std::io::ErrorKind::WouldBlock), "{r:?}");
+    }
 }

@@ -77,23 +77,25 @@ fn every_pipeline_matches_its_wgsl_bindings() {
     let modules = all_modules();
     let mut bad = vec![];
     for (op, ..) in OPS {
-        if !ALL.iter().any(|p| p.op == *op) {
-            bad.push(format!("shader {op} has no pipeline declaration"));
+        if ALL.iter().filter(|p| p.ops.contains(op)).count() != 1 {
+            bad.push(format!("shader {op} has no pipeline declaration, or more than one"));
         }
     }
-    for p in ALL {
-        // The op's modules: its own name, or `<op>_<dtype>[_h]` for weight variants.
+    // Every (declaration, op) pair with the op's modules: its own name, or `<op>_<dtype>[_h]` for
+    // weight and KV variants.
+    let pairs = ALL.iter().flat_map(|p| p.ops.iter().map(move |op| (p, *op)));
+    for (p, op) in pairs {
         let mine: Vec<_> = modules
             .iter()
             .filter(|m| {
-                m.name == p.op
-                    || ["_f32", "_f16", "_bf16"]
+                m.name == op
+                    || ["_f32", "_f16", "_bf16", "_int8", "_fp8"]
                         .iter()
-                        .any(|d| m.name.strip_prefix(p.op).is_some_and(|r| r.starts_with(d)))
+                        .any(|d| m.name.strip_prefix(op).is_some_and(|r| r.starts_with(d)))
             })
             .collect();
         if mine.is_empty() {
-            bad.push(format!("{}: no shader module", p.op));
+            bad.push(format!("{op}: no shader module"));
         }
         for m in mine {
             let module = parse(&m.name, &m.source);

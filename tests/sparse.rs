@@ -416,3 +416,103 @@ fn lambda_mass_matches_brute_force() {
         }
     }
 }
+
+/// The recall diagnostic's `Rank::Max` is exactly what `page_select` keeps (so its recall
+/// numbers describe the engine's selection); the oracle bounds every ranking; a budget covering
+/// every page recalls all the mass.
+#[test]
+fn recall_probe_ranks_like_page_select() {
+    use lserve::eval::recall::{HeadView, Rank, top_k};
+    let mut rng = Rng(common::seed() | 1);
+    let be = CpuBackend::new();
+    for (ps, lp) in PAGE_SIZES {
+        let (hd, nh) = (8, 4);
+        let (mut cache, mut seq) = one_layer_cache(&be, 1, vec![false], ps, lp, hd);
+        let mut keys = vec![];
+        for _ in 0..9 {
+            keys.extend(append(&be, &mut cache, &mut seq, ps, nh, &mut rng));
+        }
+        keys.extend(append(&be, &mut cache, &mut seq, 3, nh, &mut rng));
+        let q = rng.normal_vec(nh * hd, 1.0);
+        let k = 4;
+        let bufs = (
+            be.upload_u32(&[0, seq.pages.len() as u32]).unwrap(),
+            be.upload_u32(&seq.pages).unwrap(),
+            be.upload_u32(&[seq.len as u32]).unwrap(),
+            be.upload_u32(&seq.ring).unwrap(),
+        );
+        let meta = PagedMeta { page_indptr: &bufs.0, page_table: &bufs.1, kv_len: &bufs.2, ring_table: &bufs.3 };
+        let p = PageSelectParams {
+            num_seqs: 1,
+            n_heads: nh as u32,
+            n_kv_heads: 1,
+            head_dim: hd as u32,
+            page_size: ps as u32,
+            logical_page: lp as u32,
+            num_pages: cache.shape.num_pages as u32,
+            n_ret: 1,
+            k_pages: k as u32,
+            sel_stride: 8,
+            ..Default::default()
+        };
+        let (slot, mask) = (be.upload_u32(&[seq.slot]).unwrap(), be.upload_u32(&[1]).unwrap());
+        let qb = be.upload_f32(DType::F32, q.clone()).unwrap();
+        let store = &mut cache.layers[0];
+        let (kv, out) = store.select_view();
+        be.page_select(&p, &qb, kv, &meta, &slot, &mask, out).unwrap();
+        let base = seq.slot as usize * 8;
+        let got: Vec<usize> = as_u32(&store.selected)[base..base + k].iter().map(|&x| x as usize).collect();
+        let view = HeadView { q: &q, keys: &keys, head_dim: hd, page_size: ps, logical_page: lp, scale: 0.35 };
+        assert_eq!(top_k(&view.rank_scores(Rank::Max, &view.bounds()), k), got, "pages {ps}/{lp}");
+        let (recalls, oracle) = view.recall(k);
+        assert!(recalls.iter().all(|&r| r <= oracle + 1e-9 && r > 0.0), "{recalls:?} vs oracle {oracle}");
+        let (all, oracle_all) = view.recall(100);
+        assert!(all.iter().chain([&oracle_all]).all(|&r| (r - 1.0).abs() < 1e-9), "full budget: {all:?}");
+    }
+}
+
+/// `pin_sink_page`: after a selecting decode step every retrieval head of every layer has the
+/// sequence's first page among its selected pages (a small budget, random model, so without
+/// pinning some heads drop it), the list still holds `k_pages` ascending pages, and with pinning
+/// off the same run selects page 0 in fewer heads.
+#[test]
+fn pinned_sink_page_is_always_selected() {
+    let mut rng = Rng(common::seed() | 1);
+    let c = lserve::model::config::ModelConfig { max_position_embeddings: 512, ..base_config() };
+    let w = random_weights(&c, &mut rng);
+    let ids: Vec<u32> = (0..300).map(|_| (rng.next() * c.vocab_size as f64) as u32).collect();
+    let mut with_page0 = [0usize; 2];
+    for (i, pin) in [false, true].into_iter().enumerate() {
+        let mut cfg = sparse_config(16, 4);
+        cfg.sparse.token_budget = 48; // 2 selected pages + the newest
+        cfg.sparse.pin_sink_page = pin;
+        let model = Llama::load(&CpuBackend::new(), &c, &w, |_, _| {}).unwrap();
+        let mut e = common::engine(model, 512, cfg, 64);
+        let mut seq = e.cache.admit().unwrap();
+        e.step(&mut seq, &ids[..256], Logits::None, None).unwrap();
+        for t in 256..260 {
+            e.step(&mut seq, &ids[t..t + 1], Logits::Last, None).unwrap();
+        }
+        let k = e.attn.k_pages;
+        let page0 = seq.pages[0];
+        for l in 0..c.num_layers {
+            let n_ret = e.cache.shape.layout.n_ret(l);
+            let sel = as_u32(&e.cache.layers[l].selected).to_vec();
+            let counts = as_u32(&e.cache.layers[l].counts).to_vec();
+            for r in 0..n_ret {
+                let ci = seq.slot as usize * n_ret + r;
+                let list = &sel[ci * e.cache.shape.sel_stride..][..counts[ci] as usize];
+                assert_eq!(list.len(), k);
+                assert!(list.windows(2).all(|p| p[0] < p[1]), "ascending: {list:?}");
+                // Selected entries are logical page indices of the sequence; page 0 is index 0.
+                with_page0[i] += list.contains(&0) as usize;
+                if pin {
+                    assert!(list.contains(&0), "layer {l} head {r}: {list:?} lacks the sink page ({page0})");
+                }
+            }
+        }
+        e.cache.release(&mut seq).unwrap();
+    }
+    eprintln!("heads selecting page 0: pin off {}, pin on {}", with_page0[0], with_page0[1]);
+    assert!(with_page0[0] < with_page0[1], "pinning changed nothing: {with_page0:?}");
+}

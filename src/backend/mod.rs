@@ -33,16 +33,46 @@ pub enum DType {
     BF16,
     U32,
     U8,
+    /// 8-bit KV cache, symmetric int8 with one f32 scale per token and KV head (docs/kv-cache.md).
+    I8,
+    /// 8-bit KV cache, fp8 e4m3 with one power-of-two f32 scale per token and KV head.
+    F8E4M3,
 }
 
 impl DType {
+    /// Bytes per element (for the 8-bit KV types: per value; the scales come on top, see
+    /// [`kv_pool_len`]).
     pub fn size(self) -> usize {
         match self {
             DType::F32 | DType::U32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::U8 => 1,
+            DType::U8 | DType::I8 | DType::F8E4M3 => 1,
         }
     }
+    /// An 8-bit quantized KV type (values and per-token scales in one byte buffer).
+    pub fn is_kv8(self) -> bool {
+        matches!(self, DType::I8 | DType::F8E4M3)
+    }
+    /// The `--kv-dtype` / `kv_dtype` spelling of a KV type.
+    pub fn kv_name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::I8 => "int8",
+            DType::F8E4M3 => "fp8",
+            DType::U32 => "u32",
+            DType::U8 => "u8",
+        }
+    }
+}
+
+/// Elements (bytes for the 8-bit types) of a KV pool buffer holding `rows` token rows of
+/// `head_dim` values, rows grouped `page_size` to a (page, head) block. Float types: `rows *
+/// head_dim`. 8-bit types: each block is `[page_size][head_dim]` value bytes followed by
+/// `[page_size]` f32 scales, so `rows * (head_dim + 4)` (docs/kv-cache.md).
+pub fn kv_pool_len(dtype: DType, rows: usize, head_dim: usize) -> usize {
+    if dtype.is_kv8() { rows * (head_dim + 4) } else { rows * head_dim }
 }
 
 /// What a backend can do; checked by the engine before it plans work.
@@ -155,6 +185,12 @@ pub trait Backend {
     fn write_f32(&self, dst: &mut Self::Buffer, data: &[f32]) -> Result<()> {
         self.write_f32_at(dst, 0, data)
     }
+    /// Read `len` bytes from byte `offset` of any buffer, as stored (KV swap-out of every KV
+    /// dtype, bit-exact; waits for queued work). `offset` and `len` must be multiples of 4.
+    fn download_raw(&self, src: &Self::Buffer, offset: usize, len: usize) -> Result<Vec<u8>>;
+    /// Overwrite bytes `offset..offset + data.len()` of any buffer with `data` as stored (KV
+    /// swap-in). `offset` and `data.len()` must be multiples of 4.
+    fn write_raw_at(&self, dst: &mut Self::Buffer, offset: usize, data: &[u8]) -> Result<()>;
     /// Read `len` elements from `offset` as f32 (waits for queued work).
     fn download_f32(&self, src: &Self::Buffer, offset: usize, len: usize) -> Result<Vec<f32>>;
     fn download_u32(&self, src: &Self::Buffer, offset: usize, len: usize) -> Result<Vec<u32>>;
@@ -207,6 +243,15 @@ pub trait Backend {
     fn add(&self, p: &AddParams, a: &mut Self::Buffer, b: &Self::Buffer) -> Result<()>;
     /// gate_up `[rows][2*dim]` (gate | up) -> out `[rows][dim]` = silu(gate) * up.
     fn silu_mul(&self, p: &SiluMulParams, gate_up: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
+    /// gate_up `[rows][2*dim]` (gate | up) -> out `[rows][dim]` = gelu_tanh(gate) * up, with
+    /// gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (Gemma's FFN).
+    fn gelu_tanh_mul(&self, p: &GeluTanhMulParams, gate_up: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
+    /// In place: in each of `rows` rows of `row_stride` floats, segment `h < n_heads` (floats
+    /// `h*head_dim..(h+1)*head_dim`) becomes rmsnorm(segment) * w[h] (Gemma's q/k norm on the fused
+    /// qkv rows). w `[n_heads][head_dim]` f32.
+    fn head_rmsnorm(&self, p: &HeadRmsnormParams, x: &mut Self::Buffer, w: &Self::Buffer) -> Result<()>;
+    /// In place: x[i] *= scale for i < n.
+    fn scale(&self, p: &ScaleParams, x: &mut Self::Buffer) -> Result<()>;
     /// out[i, :] = src[rows[i], :]; `[n_out][dim]` f32.
     fn gather_rows(
         &self,

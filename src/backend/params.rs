@@ -47,6 +47,9 @@ pub fn all_param_layouts() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
         one::<PageSelectParams>(),
         one::<LambdaMassParams>(),
         one::<FillRandomParams>(),
+        one::<GeluTanhMulParams>(),
+        one::<HeadRmsnormParams>(),
+        one::<ScaleParams>(),
     ]
 }
 
@@ -56,6 +59,23 @@ params! {
     pub struct RmsnormParams { pub rows: u32, pub dim: u32, pub eps: f32, pub _pad: u32 }
     pub struct AddParams { pub n: u32, pub _pad0: u32, pub _pad1: u32, pub _pad2: u32 }
     pub struct SiluMulParams { pub rows: u32, pub dim: u32, pub _pad0: u32, pub _pad1: u32 }
+    /// `gelu_tanh_mul` (Gemma's gated FFN): gate_up `[rows][2*dim]` -> out `[rows][dim]`.
+    pub struct GeluTanhMulParams { pub rows: u32, pub dim: u32, pub _pad0: u32, pub _pad1: u32 }
+    /// `head_rmsnorm` (Gemma's q/k norm), in place: in each of `rows` rows of `row_stride` floats,
+    /// the first `n_heads` segments of `head_dim` floats are RMS-normalized and scaled by their
+    /// weight row `w[head][head_dim]`; the rest of the row is left alone.
+    pub struct HeadRmsnormParams {
+        pub rows: u32,
+        pub n_heads: u32,
+        pub head_dim: u32,
+        pub row_stride: u32,
+        pub eps: f32,
+        pub _pad0: u32,
+        pub _pad1: u32,
+        pub _pad2: u32,
+    }
+    /// `scale`, in place: x[i] *= scale for i < n (Gemma's embedding scale).
+    pub struct ScaleParams { pub n: u32, pub scale: f32, pub _pad0: u32, pub _pad1: u32 }
     pub struct GatherRowsParams { pub n_out: u32, pub dim: u32, pub n_src: u32, pub _pad: u32 }
     pub struct ArgmaxParams { pub rows: u32, pub n: u32, pub _pad0: u32, pub _pad1: u32 }
     /// `sample`: logits `[rows][n]`; the per-row settings are a buffer (they change every step,

@@ -22,10 +22,30 @@ impl super::cpu::CpuBackend {
     }
 }
 
+/// Keep the Vulkan loader's probing quiet on headless machines. wgpu enables every surface
+/// extension the driver offers (VK_KHR_wayland_surface among them) even for compute; Mesa's
+/// implicit `VK_LAYER_MESA_device_select` layer then connects to a Wayland display to find the
+/// default GPU while adapters are enumerated, and libwayland prints `error: XDG_RUNTIME_DIR is
+/// invalid or not set` when there is none. lserve enumerates and chooses adapters itself, so it
+/// disables that layer the way its manifest provides (`NODEVICE_SELECT=1`, unless the user set
+/// it). Call it before any thread starts (the binary does, first thing in `main`): changing the
+/// environment is only sound while no other thread reads it.
+pub fn quiet_vulkan_env() {
+    if std::env::var_os("NODEVICE_SELECT").is_none() {
+        // SAFETY: called at the start of `main`, before any other thread exists.
+        unsafe { std::env::set_var("NODEVICE_SELECT", "1") };
+    }
+}
+
+/// The wgpu instance every probe and backend uses (compute only: no display handle).
+#[cfg(feature = "wgpu")]
+pub fn wgpu_instance() -> wgpu::Instance {
+    wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
+}
+
 #[cfg(feature = "wgpu")]
 fn probe_wgpu() -> Vec<String> {
-    let desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
-    let instance = wgpu::Instance::new(desc);
+    let instance = wgpu_instance();
     let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
     if adapters.is_empty() {
         return vec!["no adapter found (is a Vulkan/Metal/DX12 driver installed?)".into()];
@@ -100,8 +120,7 @@ pub fn cuda_device_count() -> usize {
 /// Index of the first wgpu adapter that is real hardware (not a CPU emulation), if any.
 #[cfg(feature = "wgpu")]
 pub fn first_gpu_adapter() -> Option<usize> {
-    let desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
-    let instance = wgpu::Instance::new(desc);
+    let instance = wgpu_instance();
     let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
     adapters.iter().position(|a| a.get_info().device_type != wgpu::DeviceType::Cpu)
 }

@@ -18,7 +18,7 @@ pub mod plot;
 use serde::Serialize;
 
 use crate::backend::{Backend, DType, FillRandomParams};
-use crate::engine::{EngineOptions, KvReads, build_engine};
+use crate::engine::{EngineOptions, KvReads, StepHead, StepRow, build_engine};
 use crate::error::{Error, Result};
 use crate::kv::HeadLayout;
 use crate::model::config::ModelConfig;
@@ -45,6 +45,7 @@ pub fn shape(name: &str) -> Result<ModelConfig> {
         tie_word_embeddings: false,
         attention_bias: false,
         sliding_window: None,
+        gemma: None,
         bos_token_id: None,
         eos_token_ids: vec![],
     };
@@ -70,6 +71,26 @@ pub fn shape(name: &str) -> Result<ModelConfig> {
     })
 }
 
+/// A named shape for synthetic weights behind a real tokenizer (`lserve serve --synthetic`): the
+/// vocabulary becomes the tokenizer's `vocab` (every id the model can sample then detokenizes; for
+/// Llama-3-8B the LM head shrinks from 128256 to the tokenizer's rows, about 4% of the weight
+/// bytes), and the context becomes `context` when given (RoPE is unscaled, so any length works).
+pub fn synthetic_shape(name: &str, vocab: usize, context: Option<usize>) -> Result<ModelConfig> {
+    let mut cfg = shape(name)?;
+    if vocab == 0 {
+        return Err(Error::InvalidArgument("the tokenizer has an empty vocabulary".into()));
+    }
+    cfg.vocab_size = vocab;
+    if let Some(ctx) = context {
+        if ctx == 0 {
+            return Err(Error::InvalidArgument("the synthetic context must be at least 1 token".into()));
+        }
+        cfg.max_position_embeddings = ctx;
+        cfg.rope_scaling = RopeScaling::None;
+    }
+    Ok(cfg)
+}
+
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
     pub contexts: Vec<usize>,
@@ -81,6 +102,8 @@ pub struct BenchOptions {
     pub warmup: usize,
     pub repeats: usize,
     pub prefill_tokens: usize,
+    /// Tokens per prefill step (the engine's chunk; the streaming rings grow with it).
+    pub prefill_chunk: usize,
     pub bandwidth_gbs: f64,
     pub dtype: Option<DType>,
     pub seed: u32,
@@ -92,19 +115,16 @@ pub struct BenchOptions {
     pub head: DecodeHead,
 }
 
-fn batch_head_error() -> Error {
-    Error::InvalidArgument("--head sample times batch 1 only (batched steps end with logits or argmax)".into())
-}
-
 /// The end of a timed decode step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DecodeHead {
-    /// Read the logits row back (`Engine::step`).
+    /// Read the logits rows back (`StepHead::Logits`).
     Logits,
-    /// Greedy on the device, only the id comes back (`Engine::step_greedy`).
+    /// Greedy on the device, only the ids come back (`StepHead::Argmax`).
     Argmax,
-    /// Sampled on the device with T 0.8, top-k 40, top-p 0.95 (`Engine::step_sample`).
+    /// Sampled on the device with T 0.8, top-k 40, top-p 0.95, only the ids come back
+    /// (`StepHead::Sample`).
     Sample,
 }
 
@@ -116,6 +136,11 @@ pub struct BenchRow {
     pub context: usize,
     /// Sequences per decode step; times and bytes are per step (all sequences).
     pub batch: usize,
+    /// KV cache storage (`--kv-dtype` spelling).
+    pub kv_dtype: String,
+    /// KV bytes one token occupies across all layers and KV heads (K+V, 8-bit scales included;
+    /// page summaries and the streaming ring's fixed cost excluded).
+    pub kv_bytes_per_token: u64,
     pub decode_ms: f64,
     pub decode_ms_min: f64,
     /// Mean over the measured steps: unlike the median it includes the page-selection steps
@@ -190,14 +215,18 @@ fn point<B: Backend>(
         }
         let t = std::time::Instant::now();
         let tokens: Vec<u32> = (0..batch).map(|b| ((i + b) % 1000) as u32 + 1).collect();
-        match (batch, o.head) {
-            (1, DecodeHead::Logits) => drop(e.step(&mut seqs[0], &tokens, Logits::Last, None)?),
-            (1, DecodeHead::Argmax) => drop(e.step_greedy(&mut seqs[0], tokens[0])?),
-            (1, DecodeHead::Sample) => drop(e.step_sample(&mut seqs[0], &tokens, &mut sampler)?),
-            (_, DecodeHead::Logits) => drop(e.step_batch(&mut seqs, &tokens)?),
-            (_, DecodeHead::Argmax) => drop(e.step_batch_argmax(&mut seqs, &tokens)?),
-            _ => return Err(batch_head_error()),
-        }
+        let settings: Vec<[u32; 4]> = (0..batch).map(|_| sampler.device_settings()).collect();
+        let head = match o.head {
+            DecodeHead::Logits => StepHead::Logits(None),
+            DecodeHead::Argmax => StepHead::Argmax,
+            DecodeHead::Sample => StepHead::Sample(&settings),
+        };
+        let mut rows: Vec<StepRow> = seqs
+            .iter_mut()
+            .zip(&tokens)
+            .map(|(seq, t)| StepRow { seq, tokens: std::slice::from_ref(t), logits: Logits::Last })
+            .collect();
+        drop(e.step_rows(&mut rows, head)?);
         if i >= o.warmup {
             times.push(t.elapsed().as_secs_f64() * 1e3);
             seqs.iter().for_each(|seq| e.count_reads(seq, &mut reads));
@@ -212,7 +241,7 @@ fn point<B: Backend>(
     for seq in seqs.iter_mut() {
         e.cache.release(seq)?;
     }
-    let kv_token_bytes = (2 * cfg.head_dim * e.cache.shape.kv_dtype.size()) as u64;
+    let kv_token_bytes = e.cache.shape.kv_bytes_per_token_head() as u64;
     let kv_bytes_read = reads.read / o.repeats.max(1) as u64 * kv_token_bytes;
     let floor_ms = (weight_bytes + kv_bytes_read) as f64 / (o.bandwidth_gbs * 1e9) * 1e3;
     let min = times.iter().copied().fold(f64::INFINITY, f64::min);
@@ -223,6 +252,8 @@ fn point<B: Backend>(
         mode: if sparse { "sparse" } else { "dense" }.into(),
         context,
         batch,
+        kv_dtype: e.cache.shape.kv_dtype.kv_name().into(),
+        kv_bytes_per_token: kv_token_bytes * (cfg.num_layers * cfg.num_kv_heads) as u64,
         decode_ms: median(&mut times),
         decode_ms_min: min,
         decode_ms_mean: mean,
@@ -237,13 +268,16 @@ fn point<B: Backend>(
     Ok((row, e.backend, e.model))
 }
 
-/// Fill every pool, summary and ring of the cache with random values on the device.
+/// Fill every pool, summary and ring of the cache with random values on the device. 8-bit pools
+/// are filled as f32 words (random code bytes, and scales that are random f32 values in [-1, 1)
+/// or pieces of them): the timing does not depend on the values.
 fn fill_cache<B: Backend>(be: &B, cache: &mut crate::kv::KvCache<B>, seed: u32) -> Result<()> {
     for (l, store) in cache.layers.iter_mut().enumerate() {
         for (j, b) in
             [&mut store.k, &mut store.v, &mut store.summary, &mut store.sk, &mut store.sv].into_iter().enumerate()
         {
-            let n = be.len(b) as u32;
+            let kv8 = be.dtype(b).is_kv8();
+            let n = if kv8 { be.len(b) / 4 } else { be.len(b) } as u32;
             let dtype = match be.dtype(b) {
                 DType::F16 => 1,
                 DType::BF16 => 2,
@@ -275,7 +309,7 @@ fn prefill<B: Backend>(
     let mut config = o.config.clone();
     config.sparse.enabled = sparse;
     let layout = sparse.then(|| synthetic_layout(&model.cfg, o.streaming_ratio));
-    let opts = EngineOptions { layout, ..EngineOptions::new(config, tokens) };
+    let opts = EngineOptions { layout, prefill_chunk: o.prefill_chunk.max(1), ..EngineOptions::new(config, tokens) };
     let mut e = build_engine(be, model, &opts)?;
     let ids: Vec<u32> = (0..tokens).map(|i| (i % 1000) as u32 + 1).collect();
     let mut times = vec![];
@@ -312,13 +346,18 @@ pub fn run<B: Backend>(
     o: &BenchOptions,
     mut log: impl FnMut(&BenchRow),
 ) -> Result<Vec<BenchRow>> {
-    if o.head == DecodeHead::Sample && o.batches.iter().any(|&b| b != 1) {
-        return Err(batch_head_error());
-    }
     let mut cfg = shape(shape_name)?;
     let max_ctx = o.contexts.iter().copied().max().unwrap_or(0) + o.warmup + o.repeats + 1;
     cfg.max_position_embeddings = cfg.max_position_embeddings.max(max_ctx).max(o.prefill_tokens);
     let mut model = Llama::synthetic(&be, &cfg, o.dtype, o.seed)?;
+    let kv = match o.config.kv_dtype()? {
+        Some(d) => d,
+        None => be.caps().kv_dtypes[0],
+    };
+    let (kv_dtype, kv_bytes_per_token) = (
+        kv.kv_name().to_string(),
+        (2 * crate::backend::kv_pool_len(kv, 1, cfg.head_dim) * kv.size() * cfg.num_layers * cfg.num_kv_heads) as u64,
+    );
     let mut be = be;
     let mut rows = vec![];
     for &sparse in o.sparse.iter().filter(|_| o.prefill_tokens > 0) {
@@ -330,6 +369,8 @@ pub fn run<B: Backend>(
             mode: if sparse { "prefill-sparse" } else { "prefill" }.into(),
             context: o.prefill_tokens,
             batch: 1,
+            kv_dtype: kv_dtype.clone(),
+            kv_bytes_per_token,
             decode_ms: 0.0,
             decode_ms_min: 0.0,
             decode_ms_mean: 0.0,

@@ -1,18 +1,21 @@
 //! `lserve calibrate` and `lserve niah`.
 
 use std::io::Write;
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use lserve::backend::{Backend, DType};
+use lserve::bench::BenchRow;
+use lserve::bench::plot::CompareRow;
 use lserve::engine::{EngineOptions, build_engine};
 use lserve::eval::calibrate::{CalibrateOptions, calibrate as run_calibration};
-use lserve::eval::heatmap::{Panel, write_heatmap};
+use lserve::eval::charts::niah_heatmap;
 use lserve::eval::niah::{ANSWER_TOKENS, NiahCell, cell_prompt, parse_depths, parse_lengths, run_cell};
 use lserve::loader::LoadedModel;
 use lserve::model::llama::Llama;
 use lserve::sparse::Config;
 
-use super::run::{load_weights, on_device, open_model, parse_device, parse_dtype, resolve_config};
+use super::run::{load_weights, on_device, open_model, parse_device, parse_dtype, resolve_config, resolve_pattern};
 use super::{BenchArgs, CalibrateArgs, NiahArgs, NiahMode, OnOff};
 
 pub fn calibrate(a: CalibrateArgs) -> Result<()> {
@@ -62,12 +65,19 @@ pub fn niah(a: NiahArgs) -> Result<()> {
         NiahMode::Off => vec![OnOff::Off],
         NiahMode::Both => vec![OnOff::Off, OnOff::On],
     };
-    let configs = modes.iter().map(|&mode| resolve_config(Some(mode), &a.tuning)).collect::<Result<Vec<_>>>()?;
+    let mut configs = modes.iter().map(|&mode| resolve_config(Some(mode), &a.tuning)).collect::<Result<Vec<_>>>()?;
+    configs.iter_mut().for_each(|c| resolve_pattern(c, &m));
     std::fs::create_dir_all(&a.out_dir).with_context(|| format!("creating {}", a.out_dir.display()))?;
     let max_len = *lengths.iter().max().unwrap_or(&1) + ANSWER_TOKENS;
     let grid = Grid { lengths, depths, modes, configs, max_len };
     let cells = on_device!(device, be => niah_on(be, &a, &m, dtype, &grid))?;
-    report(&a, &grid.lengths, &grid.depths, &cells)
+    let sparse = grid.modes.iter().position(|&mode| mode == OnOff::On).map(|i| &grid.configs[i]);
+    let name = m.path.file_name().map_or_else(|| m.path.display().to_string(), |f| f.to_string_lossy().into_owned());
+    report(&a, &grid.lengths, &grid.depths, &cells)?;
+    let ppath = a.out_dir.join("heatmap.png");
+    lserve::plot::heatmap(&niah_heatmap(&name, &cells, &grid.lengths, &grid.depths, sparse), &ppath)?;
+    println!("wrote {}", ppath.display());
+    Ok(())
 }
 
 struct Grid {
@@ -149,30 +159,30 @@ fn report(a: &NiahArgs, lengths: &[usize], depths: &[u32], cells: &[NiahCell]) -
     let jpath = a.out_dir.join("results.json");
     std::fs::write(&jpath, serde_json::to_string_pretty(&json)?)
         .with_context(|| format!("writing {}", jpath.display()))?;
-    let panels: Vec<Panel> = modes
-        .iter()
-        .map(|m| Panel {
-            title: m.to_string(),
-            cells: lengths
-                .iter()
-                .map(|&l| depths.iter().map(|&d| find(m, l, d).map(|c| c.correct as u8 as f64)).collect())
-                .collect(),
-        })
-        .collect();
-    let rows: Vec<String> =
-        lengths.iter().map(|l| if l % 1024 == 0 { format!("{}k", l / 1024) } else { l.to_string() }).collect();
-    let cols: Vec<String> = depths.iter().map(|d| format!("{d}%")).collect();
-    let ppath = a.out_dir.join("heatmap.png");
-    write_heatmap(&ppath, &panels, &rows, &cols)?;
-    writeln!(out, "wrote {} and {}", jpath.display(), ppath.display())?;
+    writeln!(out, "wrote {}", jpath.display())?;
     Ok(())
 }
 
 pub fn bench(a: BenchArgs) -> Result<()> {
+    let compare = match &a.compare {
+        Some(p) => lserve::bench::plot::read_compare(p)?,
+        None => vec![],
+    };
+    let exts: Vec<&str> = a.plot_format.iter().map(|f| f.ext()).collect();
+    if let (false, Some(dir)) = (a.plot_only.is_empty(), &a.out_dir) {
+        let mut rows = vec![];
+        for p in &a.plot_only {
+            rows.extend(lserve::bench::plot::read_bench_csv(p)?);
+        }
+        return write_charts(dir, &exts, &rows, &compare);
+    }
     let device = parse_device(&a.device)?;
     let dtype = parse_dtype(&a.dtype)?;
     let mut config = resolve_config(None, &a.tuning)?;
     config.sparse.streaming_ratio = 0.0; // the bench uses its own synthetic head layout
+    if a.prefill_chunk == 0 {
+        bail!("--prefill-chunk must be at least 1");
+    }
     let o = lserve::bench::BenchOptions {
         contexts: parse_lengths(&a.contexts)?,
         batches: parse_lengths(&a.batch)?,
@@ -187,6 +197,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         warmup: a.warmup,
         repeats: a.repeats.max(1),
         prefill_tokens: a.prefill,
+        prefill_chunk: a.prefill_chunk,
         bandwidth_gbs: a.bandwidth_gbs,
         dtype,
         seed: 7,
@@ -194,17 +205,30 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         head: a.head,
     };
     println!(
-        "{:>8} {:>7} {:>8} {:>5} {:>10} {:>9} {:>10} {:>9} {:>7} {:>11}",
-        "backend", "mode", "context", "batch", "ms/step", "mean ms", "floor ms", "of floor", "kv read", "prefill ms"
+        "{:>8} {:>7} {:>8} {:>5} {:>5} {:>8} {:>10} {:>9} {:>10} {:>9} {:>7} {:>11}",
+        "backend",
+        "mode",
+        "context",
+        "batch",
+        "kv",
+        "kv B/tok",
+        "ms/step",
+        "mean ms",
+        "floor ms",
+        "of floor",
+        "kv read",
+        "prefill ms"
     );
-    let log = |r: &lserve::bench::BenchRow| {
+    let log = |r: &BenchRow| {
         let pct = if r.decode_ms > 0.0 { 100.0 * r.floor_ms / r.decode_ms } else { 0.0 };
         println!(
-            "{:>8} {:>7} {:>8} {:>5} {:>10.3} {:>9.3} {:>10.3} {:>8.1}% {:>6.1}% {:>11}",
+            "{:>8} {:>7} {:>8} {:>5} {:>5} {:>8} {:>10.3} {:>9.3} {:>10.3} {:>8.1}% {:>6.1}% {:>11}",
             r.backend,
             r.mode,
             r.context,
             r.batch,
+            r.kv_dtype,
+            r.kv_bytes_per_token,
             r.decode_ms,
             r.decode_ms_mean,
             r.floor_ms,
@@ -220,31 +244,17 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     if let Some(dir) = &a.out_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::write(dir.join("bench.json"), serde_json::to_string_pretty(&rows)?)?;
-        let mut csv = String::from(
-            "backend,shape,mode,context,batch,decode_ms,decode_ms_min,decode_ms_mean,weight_bytes,kv_bytes_read,floor_ms,kv_read_fraction,prefill_tokens,prefill_ms\n",
-        );
-        for r in &rows {
-            csv += &format!(
-                "{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{:.4},{:.4},{},{}\n",
-                r.backend,
-                r.shape,
-                r.mode,
-                r.context,
-                r.batch,
-                r.decode_ms,
-                r.decode_ms_min,
-                r.decode_ms_mean,
-                r.weight_bytes,
-                r.kv_bytes_read,
-                r.floor_ms,
-                r.kv_read_fraction,
-                r.prefill_tokens,
-                r.prefill_ms.map_or(String::new(), |m| format!("{m:.3}"))
-            );
-        }
-        std::fs::write(dir.join("bench.csv"), csv)?;
-        lserve::bench::plot::write_plot(&dir.join("bench.png"), &rows)?;
-        println!("wrote {}/bench.json, bench.csv and bench.png", dir.display());
+        std::fs::write(dir.join("bench.csv"), lserve::bench::plot::to_csv(&rows))?;
+        println!("wrote {}/bench.json and bench.csv", dir.display());
+        write_charts(dir, &exts, &rows, &compare)?;
+    }
+    Ok(())
+}
+
+fn write_charts(dir: &Path, exts: &[&str], rows: &[BenchRow], compare: &[CompareRow]) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for path in lserve::bench::plot::write_plots(dir, exts, rows, compare)? {
+        println!("wrote {}", path.display());
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Argument parsing and the sub-commands. The library does the work; this module turns flags
 //! into library calls, prints results, and maps errors to exit codes.
 
+mod accuracy;
 mod eval;
 mod run;
 mod serve;
@@ -8,7 +9,7 @@ mod serve;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
 #[command(name = "lserve", version, about = "Long-context LLM inference with unified sparse attention")]
@@ -29,16 +30,34 @@ enum Cmd {
     Calibrate(CalibrateArgs),
     /// Needle-in-a-haystack sweep (context length x depth), dense vs sparse.
     Niah(NiahArgs),
+    /// Accuracy suite: perplexity, NIAH, multi-key NIAH, variable tracking, common words, at
+    /// several lengths, dense vs a grid of sparse configurations.
+    Accuracy(AccuracyArgs),
+    /// Selection recall: attention mass kept by page selection vs an oracle, per layer.
+    Recall(RecallArgs),
     /// Prefill and decode latency vs context length, dense vs sparse, synthetic weights.
     Bench(BenchArgs),
     /// OpenAI-compatible HTTP server with continuous batching.
     Serve(ServeArgs),
+    /// Write a GGUF model's metadata (tokenizer, chat template, config) without its tensors: a
+    /// small file that `serve --synthetic --model FILE` takes on a machine without the model.
+    VocabOnly(VocabOnlyArgs),
     /// Write every WGSL module exactly as the wgpu backend assembles it, one file each.
     #[cfg(feature = "wgpu")]
     DumpShaders {
         #[arg(long)]
         out: PathBuf,
     },
+}
+
+#[derive(Args)]
+pub struct VocabOnlyArgs {
+    /// A .gguf file or the alias `smollm2-135m` (fetched once).
+    #[arg(long, short = 'm')]
+    pub model: Option<String>,
+    /// Where to write the vocab-only GGUF.
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 #[derive(Args)]
@@ -91,20 +110,118 @@ pub struct BenchArgs {
     /// Also time a prefill of this many tokens (0 = skip).
     #[arg(long, default_value_t = 0)]
     pub prefill: usize,
+    /// Tokens per prefill step when timing --prefill.
+    #[arg(long, default_value_t = lserve::engine::DEFAULT_PREFILL_CHUNK)]
+    pub prefill_chunk: usize,
     /// Time each kernel with GPU timestamps (wgpu) and print the hot kernels per point.
     #[arg(long)]
     pub profile: bool,
     /// How each decode step ends: logits (read the logits row back, as a logprobs client would),
     /// argmax (greedy on the device, ids only) or sample (sampling on the device, ids only:
-    /// temperature 0.8, top-k 40, top-p 0.95). sample times batch 1 only.
+    /// temperature 0.8, top-k 40, top-p 0.95), at any batch size.
     #[arg(long, value_enum, default_value = "logits")]
     pub head: lserve::bench::DecodeHead,
     /// Copy bandwidth in GB/s for the floor column (H200 measured: 4200).
     #[arg(long, default_value_t = 4200.0)]
     pub bandwidth_gbs: f64,
-    /// Folder for bench.json, bench.csv and bench.png.
+    /// Folder for bench.json, bench.csv and the charts (bench.png; bench-batch.png with several
+    /// batch sizes, bench-prefill.png with --prefill).
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
+    /// Anchor runs drawn beside lserve's on the charts (PyTorch, llama.cpp, ...): a CSV with the
+    /// columns label, context, ms_per_token and optionally batch, tokens_per_s, prefill_tokens,
+    /// prefill_tokens_per_s, prefill_ms (docs/benchmarks.md).
+    #[arg(long)]
+    pub compare: Option<PathBuf>,
+    /// Draw the charts from bench CSVs (comma-separated, e.g. one per backend) into --out-dir
+    /// instead of running the benchmark.
+    #[arg(long, value_delimiter = ',', requires = "out_dir")]
+    pub plot_only: Vec<PathBuf>,
+    /// Chart formats: png, svg, or png,svg for both.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "png")]
+    pub plot_format: Vec<PlotFormat>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+pub enum PlotFormat {
+    Png,
+    Svg,
+}
+
+impl PlotFormat {
+    pub fn ext(self) -> &'static str {
+        match self {
+            PlotFormat::Png => "png",
+            PlotFormat::Svg => "svg",
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct AccuracyArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// sink/local/selector interval/head pattern/dense layers for the sparse variants.
+    #[command(flatten)]
+    pub tuning: SparseArgs,
+    /// ppl, niah, niah_multikey, vt, cwe, or all.
+    #[arg(long, default_value = "all")]
+    pub tasks: String,
+    /// Context lengths (k = 1024 tokens).
+    #[arg(long, default_value = "4k")]
+    pub lengths: String,
+    /// Samples per (task, length).
+    #[arg(long, default_value_t = 4)]
+    pub samples: usize,
+    /// Token budgets; `policy` = LServe's min(4096, context / 32).
+    #[arg(long, default_value = "1024,2048,4096,policy")]
+    pub budgets: String,
+    /// Streaming ratios (of the global layers' KV heads for Gemma 3).
+    #[arg(long, default_value = "0,0.25,0.5")]
+    pub ratios: String,
+    /// Page geometries physical/logical.
+    #[arg(long, default_value = "16/16,64/16,64/64")]
+    pub pages: String,
+    /// Tokens of each ppl window scored by decode steps.
+    #[arg(long, default_value_t = 128)]
+    pub score_tokens: usize,
+    /// Text files for ppl (default: /usr/share/common-licenses/*).
+    #[arg(long)]
+    pub text: Vec<PathBuf>,
+    #[arg(long, default_value_t = 1024)]
+    pub prefill_chunk: usize,
+    /// Folder for accuracy.json, accuracy.md and the charts.
+    #[arg(long)]
+    pub out_dir: PathBuf,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(Args)]
+pub struct RecallArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub tuning: SparseArgs,
+    /// Context lengths (k = 1024 tokens).
+    #[arg(long, default_value = "4k")]
+    pub lengths: String,
+    #[arg(long, default_value = "1024")]
+    pub budgets: String,
+    #[arg(long, default_value = "16/16,64/16,64/64")]
+    pub pages: String,
+    /// Decode steps after the prefill.
+    #[arg(long, default_value_t = 32)]
+    pub steps: usize,
+    /// Measure every N-th decode step.
+    #[arg(long, default_value_t = 4)]
+    pub every: usize,
+    /// Text files (default: /usr/share/common-licenses/*).
+    #[arg(long)]
+    pub text: Vec<PathBuf>,
+    /// Write the per-layer results as JSON here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
@@ -183,9 +300,16 @@ pub struct SparseArgs {
     /// Tokens per logical page (selection unit; divides the physical page).
     #[arg(long)]
     pub logical_page: Option<usize>,
-    /// KV cache size: bytes (2GiB, 512MiB) or a fraction of device memory (0.5).
+    /// KV cache size: a size with a unit (2GiB, 512MiB, 1.5GB; a plain number is bytes) or a
+    /// share of device memory (50%).
     #[arg(long)]
     pub kv_memory: Option<String>,
+    /// KV cache storage: auto | f32 | f16 | bf16 | int8 | fp8 (e4m3), docs/kv-cache.md.
+    #[arg(long)]
+    pub kv_dtype: Option<String>,
+    /// Always select each retrieval head's first page (the attention sink).
+    #[arg(long, value_enum)]
+    pub pin_sink_page: Option<OnOff>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
@@ -215,6 +339,7 @@ pub struct GenerateArgs {
     /// System message for --chat (otherwise the template's default, if it has one).
     #[arg(long, requires = "chat")]
     pub system: Option<String>,
+    /// Tokens to generate at most (1 or more).
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
     /// 0 = greedy.
@@ -276,12 +401,31 @@ pub struct ServeArgs {
     /// What preemption does with a sequence's KV when pages run out.
     #[arg(long, value_enum, default_value = "swap")]
     pub preempt: Preempt,
-    /// Host memory for swapped-out KV (bytes, e.g. 4GiB); a full tier falls back to recompute.
+    /// Host memory for swapped-out KV (a size: 4GiB, 512MiB; a plain number is bytes); a full tier
+    /// falls back to recompute.
     #[arg(long, default_value = "4GiB")]
     pub swap_space: String,
-    /// Largest request body accepted (bytes, e.g. 4MiB).
+    /// Largest request body accepted (a size: 4MiB, 64KiB; a plain number is bytes).
     #[arg(long, default_value = "4MiB")]
     pub max_body: String,
+    /// Seconds a client has to send a request's line and headers before the connection closes.
+    #[arg(long, default_value_t = 30)]
+    pub header_timeout: u64,
+    /// Seconds a client has to send a request's body (408 after that).
+    #[arg(long, default_value_t = 60)]
+    pub body_timeout: u64,
+    /// Open connections at most; more wait (in the listen backlog) until one closes.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Serve synthetic weights of a model shape (llama3-8b, llama2-7b, qwen2.5-7b, smollm2-135m or
+    /// a config.json), generated on the device: no weight file is read. The tokenizer and chat
+    /// template come from --model (default smollm2-135m) and the shape's vocabulary is set to
+    /// the tokenizer's, so every sampled id detokenizes. For load tests; the text is noise.
+    #[arg(long)]
+    pub synthetic: Option<String>,
+    /// Context length of the --synthetic model (default: the shape's own).
+    #[arg(long, requires = "synthetic")]
+    pub synthetic_context: Option<usize>,
 }
 
 #[derive(Args)]
@@ -314,15 +458,20 @@ pub struct ScoreArgs {
 pub fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_env("LSERVE_LOG").unwrap_or_else(|_| "warn".into());
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-    let cli = Cli::parse();
+    lserve::backend::probe::quiet_vulkan_env();
+    let matches = plain_numbers(Cli::command()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.cmd {
         Cmd::Generate(a) => run::generate(a),
         Cmd::Score(a) => run::score(a),
         Cmd::Devices => run::devices(),
         Cmd::Calibrate(a) => eval::calibrate(a),
         Cmd::Niah(a) => eval::niah(a),
+        Cmd::Accuracy(a) => accuracy::accuracy(a),
+        Cmd::Recall(a) => accuracy::recall(a),
         Cmd::Bench(a) => eval::bench(a),
         Cmd::Serve(a) => serve::serve(a),
+        Cmd::VocabOnly(a) => run::vocab_only(a),
         #[cfg(feature = "wgpu")]
         Cmd::DumpShaders { out } => run::dump_shaders(&out),
     };
@@ -333,4 +482,42 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Every flag that takes a value accepts a leading `-` (so `--max-tokens -5` reaches its parser
+/// instead of being read as an unknown flag `-5`), and whole-number flags say plainly what they
+/// want: "must be a whole number, 0 or more" rather than "invalid digit found in string".
+fn plain_numbers(cmd: clap::Command) -> clap::Command {
+    use std::any::TypeId;
+    cmd.mut_args(|a| {
+        if !a.get_action().takes_values() {
+            return a;
+        }
+        let a = a.allow_negative_numbers(true);
+        let t = a.get_value_parser().type_id();
+        if t == TypeId::of::<usize>() {
+            a.value_parser(whole::<usize>)
+        } else if t == TypeId::of::<u64>() {
+            a.value_parser(whole::<u64>)
+        } else if t == TypeId::of::<u16>() {
+            a.value_parser(whole::<u16>)
+        } else {
+            a
+        }
+    })
+    .mut_subcommands(plain_numbers)
+}
+
+fn whole<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    let t = s.trim();
+    if t.starts_with('-') && t.len() > 1 {
+        return Err("must not be negative".into());
+    }
+    t.parse::<T>().map_err(|_| {
+        if t.bytes().all(|b| b.is_ascii_digit()) && !t.is_empty() {
+            "too large".to_string()
+        } else {
+            "must be a whole number (0, 1, 2, ...)".to_string()
+        }
+    })
 }

@@ -16,7 +16,7 @@ use lserve::sparse::Config;
 use lserve::tokenizer::StreamDecoder;
 use serde_json::json;
 
-use super::{GenerateArgs, ModelArgs, OnOff, Output, ScoreArgs, SparseArgs};
+use super::{GenerateArgs, ModelArgs, OnOff, Output, ScoreArgs, SparseArgs, VocabOnlyArgs};
 
 /// The backend a `--device` value names. `auto` takes CUDA device 0 when a CUDA driver and GPU are
 /// present, else a GPU adapter through wgpu (not a CPU emulation such as lavapipe), else the CPU
@@ -113,13 +113,20 @@ pub fn resolve_config(sparse: Option<OnOff>, a: &SparseArgs) -> Result<Config> {
     s.streaming_ratio = a.streaming_ratio.unwrap_or(s.streaming_ratio);
     s.selector_interval = a.selector_interval.unwrap_or(s.selector_interval);
     s.dense_below = a.dense_below.unwrap_or(s.dense_below);
+    if let Some(v) = a.pin_sink_page {
+        s.pin_sink_page = v == OnOff::On;
+    }
     if a.head_pattern.is_some() {
         s.head_pattern = a.head_pattern.clone();
     }
     c.cache.physical_page = a.physical_page.unwrap_or(c.cache.physical_page);
     c.cache.logical_page = a.logical_page.unwrap_or(c.cache.logical_page);
-    if a.kv_memory.is_some() {
-        c.cache.kv_memory = a.kv_memory.clone();
+    if let Some(m) = &a.kv_memory {
+        lserve::sparse::config::parse_size(m, true).map_err(|e| anyhow::anyhow!("--kv-memory {m}: {e}"))?;
+        c.cache.kv_memory = Some(m.clone());
+    }
+    if let Some(d) = &a.kv_dtype {
+        c.cache.kv_dtype = d.clone();
     }
     c.validate()?;
     Ok(c)
@@ -139,15 +146,40 @@ pub fn load_weights<B: Backend>(be: &B, m: &LoadedModel, dtype: Option<DType>) -
     Ok(model?)
 }
 
+/// `--sparse on` without `--head-pattern`: the shipped pattern for this model (by identity), or
+/// no streaming heads and a one-line notice on stderr.
+pub fn resolve_pattern(c: &mut Config, m: &LoadedModel) {
+    let s = &c.sparse;
+    if !s.enabled || s.streaming_ratio == 0.0 || s.head_pattern.is_some() {
+        return;
+    }
+    if let Some(note) = lserve::sparse::pattern::resolve_pattern(&mut c.sparse, &m.identity()) {
+        eprintln!("{note}");
+    }
+}
+
+/// The prompt text, refused before it is tokenized (or, for --chat, before the template has
+/// rendered all of it) when it is far longer than the context could hold.
 fn prompt_text(a: &GenerateArgs, m: &LoadedModel) -> Result<String> {
+    let ctx = m.config.context_len();
+    let limit = m.tokenizer.byte_bound(ctx);
+    let too_long =
+        |what: &str| anyhow::anyhow!("{what} is over {limit} bytes, far more than the context of {ctx} tokens holds");
     let raw = match (&a.prompt, &a.prompt_file) {
         (Some(p), _) => p.clone(),
         (None, Some(f)) => {
+            let len = std::fs::metadata(f).with_context(|| format!("reading --prompt-file {}", f.display()))?.len();
+            if len > limit as u64 {
+                return Err(too_long(&format!("--prompt-file {}", f.display())));
+            }
             std::fs::read_to_string(f).with_context(|| format!("reading --prompt-file {}", f.display()))?
         }
         (None, None) => bail!("give --prompt or --prompt-file"),
     };
     if !a.chat {
+        if raw.len() > limit {
+            return Err(too_long("the prompt"));
+        }
         return Ok(raw);
     }
     let mut msgs = Vec::new();
@@ -155,18 +187,23 @@ fn prompt_text(a: &GenerateArgs, m: &LoadedModel) -> Result<String> {
         msgs.push(ChatMessage { role: "system".into(), content: s.clone() });
     }
     msgs.push(ChatMessage { role: "user".into(), content: raw });
-    Ok(m.template.render(&msgs, true).map_err(|e| lserve::Error::Template(e.0))?)
+    let text = m.template.render_bounded(&msgs, true, limit).map_err(|e| lserve::Error::Template(e.0))?;
+    text.ok_or_else(|| too_long("the prompt rendered by the chat template"))
 }
 
 pub fn generate(a: GenerateArgs) -> Result<()> {
     let device = parse_device(&a.model.device)?;
     let dtype = parse_dtype(&a.model.dtype)?;
-    let config = resolve_config(a.sparse, &a.tuning)?;
+    let mut config = resolve_config(a.sparse, &a.tuning)?;
+    if a.max_tokens == 0 {
+        bail!("--max-tokens 0: must be at least 1");
+    }
     let seed =
         a.seed.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64));
     let sampling = SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed };
     sampling.validate().map_err(|e| anyhow::anyhow!("bad sampling flags: {e}"))?;
     let m = open_model(&a.model)?;
+    resolve_pattern(&mut config, &m);
     let text = prompt_text(&a, &m)?;
     let prompt = m.tokenizer.encode(&text).map_err(|e| lserve::Error::Tokenizer(e.0))?;
     let ctx = m.config.context_len();
@@ -243,10 +280,11 @@ fn generate_on<B: Backend>(be: B, a: &GenerateArgs, m: &LoadedModel, r: Run) -> 
 pub fn score(a: ScoreArgs) -> Result<()> {
     let device = parse_device(&a.model.device)?;
     let dtype = parse_dtype(&a.model.dtype)?;
-    let config = resolve_config(a.sparse, &a.tuning)?;
+    let mut config = resolve_config(a.sparse, &a.tuning)?;
     let bytes = std::fs::read(&a.file).with_context(|| format!("reading --file {}", a.file.display()))?;
     let text = String::from_utf8(bytes).map_err(|e| anyhow::anyhow!("{}: not UTF-8 text ({e})", a.file.display()))?;
     let m = open_model(&a.model)?;
+    resolve_pattern(&mut config, &m);
     let ids = m.tokenizer.encode(&text).map_err(|e| lserve::Error::Tokenizer(e.0))?;
     if ids.len() < 2 {
         bail!("{}: needs at least two tokens to score, has {}", a.file.display(), ids.len());
@@ -296,6 +334,33 @@ fn score_on<B: Backend>(
                    "sparse": engine.sparse.enabled, "kv_read_fraction": s.kv_reads.fraction()})
         ),
     }
+    Ok(())
+}
+
+/// `lserve vocab-only`: the model's metadata in a GGUF without tensors, checked by reopening it
+/// (its tokenizer must have the model's vocabulary).
+pub fn vocab_only(a: VocabOnlyArgs) -> Result<()> {
+    let path = lserve::fetch::resolve_model(a.model.as_deref())?;
+    if path.is_dir() {
+        bail!(
+            "--model {}: vocab-only takes a .gguf file (a Hugging Face folder's tokenizer files are small already)",
+            path.display()
+        );
+    }
+    let g = loader::gguf::GgufFile::open(&path)?;
+    let meta: Vec<_> = g.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let bytes = loader::gguf::write::to_bytes(&meta, &[]);
+    std::fs::write(&a.out, &bytes).with_context(|| format!("writing {}", a.out.display()))?;
+    let (full, small) = (loader::open(&path)?, loader::open(&a.out)?);
+    if small.tokenizer.vocab_size() != full.tokenizer.vocab_size() || small.config != full.config {
+        bail!("{}: the vocab-only file does not reproduce the model's tokenizer and config", a.out.display());
+    }
+    println!(
+        "wrote {} ({} bytes, vocabulary {}; no tensors)",
+        a.out.display(),
+        bytes.len(),
+        small.tokenizer.vocab_size()
+    );
     Ok(())
 }
 

@@ -1,7 +1,10 @@
 //! `lserve serve`: load the model on the engine thread, then run the HTTP server on a tokio
-//! runtime in this thread until ctrl-c / SIGTERM.
+//! runtime in this thread until ctrl-c / SIGTERM. With `--synthetic SHAPE` the weights are
+//! generated on the device (`Llama::synthetic`) and only the tokenizer and chat template are read
+//! from `--model`; the shape's vocabulary is the tokenizer's (`bench::synthetic_shape`).
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -9,22 +12,23 @@ use lserve::backend::{Backend, DType};
 use lserve::engine::{EngineOptions, build_engine};
 use lserve::loader::{LoadedModel, WeightSource};
 use lserve::model::config::ModelConfig;
+use lserve::model::llama::Llama;
 use lserve::sched::{PreemptMode, SchedConfig};
 use lserve::server::{AppState, Metrics, ModelInfo, ServerOptions, engine_loop};
 use lserve::serving::{ServeEngine, ServeOptions};
-use lserve::sparse::config::parse_memory;
-use lserve::sparse::{Config, KvMemory};
+use lserve::sparse::Config;
+use lserve::sparse::config::parse_flag_bytes;
 
 use super::run::{on_device, parse_device, parse_dtype, resolve_config};
 use super::{Preempt, ServeArgs};
 
 const DEFAULT_KV_MEMORY: &str = "1GiB";
+/// Seed of `--synthetic` weights (fixed, so two servers of one shape serve the same model).
+const SYNTHETIC_SEED: u32 = 1;
 
 fn bytes(flag: &str, s: &str) -> Result<usize> {
-    match parse_memory(s)? {
-        KvMemory::Bytes(b) => Ok(b as usize),
-        KvMemory::Fraction(_) => bail!("--{flag} {s}: give a size in bytes (e.g. 4GiB)"),
-    }
+    let b = parse_flag_bytes(flag, s)?;
+    usize::try_from(b).map_err(|_| anyhow!("--{flag} {s}: too large"))
 }
 
 pub fn serve(a: ServeArgs) -> Result<()> {
@@ -35,8 +39,17 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         // A server sizes its pool up front; 1 GiB unless --kv-memory / [cache] kv_memory says.
         config.cache.kv_memory = Some(DEFAULT_KV_MEMORY.into());
     }
-    if a.max_num_seqs == 0 || a.max_num_batched_tokens == 0 || a.prefill_chunk == 0 {
-        bail!("--max-num-seqs, --max-num-batched-tokens and --prefill-chunk must be at least 1");
+    for (flag, v) in [
+        ("max-num-seqs", a.max_num_seqs),
+        ("max-num-batched-tokens", a.max_num_batched_tokens),
+        ("prefill-chunk", a.prefill_chunk),
+        ("max-connections", a.max_connections),
+        ("header-timeout", a.header_timeout as usize),
+        ("body-timeout", a.body_timeout as usize),
+    ] {
+        if v == 0 {
+            bail!("--{flag} 0: must be at least 1");
+        }
     }
     let swap_bytes = bytes("swap-space", &a.swap_space)?;
     let max_body_bytes = bytes("max-body", &a.max_body)?;
@@ -46,9 +59,22 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         .next()
         .ok_or_else(|| anyhow!("--host {}: no address", a.host))?;
     let m = super::run::open_model(&a.model)?;
-    let name = a.served_model_name.clone().unwrap_or_else(|| model_name(&a.model.model, &m));
+    if a.synthetic.is_none() {
+        // A shipped head pattern by model identity (not for synthetic weights: other shapes).
+        super::run::resolve_pattern(&mut config, &m);
+    }
     let stop_ids = m.stop_ids();
-    let LoadedModel { config: cfg, tokenizer, template, weights, .. } = m;
+    let (name, cfg, weights) = match &a.synthetic {
+        None => (model_name(&a.model.model, &m), m.config.clone(), Weights::File(m.weights)),
+        Some(shape) => {
+            let cfg = lserve::bench::synthetic_shape(shape, m.tokenizer.vocab_size(), a.synthetic_context)?;
+            let name =
+                format!("synthetic-{}", Path::new(shape).file_stem().map_or(shape.into(), |s| s.to_string_lossy()));
+            (name, cfg, Weights::Synthetic)
+        }
+    };
+    let name = a.served_model_name.clone().unwrap_or(name);
+    let LoadedModel { tokenizer, template, .. } = m;
     let tokenizer = Arc::new(tokenizer);
     let sched = SchedConfig {
         max_num_seqs: a.max_num_seqs,
@@ -83,11 +109,13 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         Err(_) => bail!("the engine thread stopped while loading"),
     };
     let info = ModelInfo { name, tokenizer, template, stop_ids, max_request_tokens };
+    let api_key = a.api_key.or_else(|| std::env::var("LSERVE_API_KEY").ok()).filter(|k| !k.is_empty());
     let opts = ServerOptions {
-        addr,
-        api_key: a.api_key.or_else(|| std::env::var("LSERVE_API_KEY").ok()).filter(|k| !k.is_empty()),
-        max_inflight: a.max_num_seqs + a.max_queue,
         max_body_bytes,
+        header_timeout: std::time::Duration::from_secs(a.header_timeout),
+        body_timeout: std::time::Duration::from_secs(a.body_timeout),
+        max_connections: a.max_connections,
+        ..ServerOptions::new(addr, api_key, a.max_num_seqs.saturating_add(a.max_queue))
     };
     let state = AppState::new(cmd_tx, info, metrics, opts);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -104,10 +132,17 @@ fn model_name(arg: &Option<String>, m: &LoadedModel) -> String {
     }
 }
 
+/// Where the served weights come from.
+enum Weights {
+    File(Box<dyn WeightSource>),
+    /// Generated on the device from a fixed seed (`--synthetic`).
+    Synthetic,
+}
+
 /// Everything the engine thread needs to build the serving engine.
 struct Load {
     cfg: ModelConfig,
-    weights: Box<dyn WeightSource>,
+    weights: Weights,
     dtype: Option<DType>,
     config: Config,
     tokenizer: Arc<lserve::tokenizer::TextTokenizer>,
@@ -116,8 +151,10 @@ struct Load {
 
 impl Load {
     fn build<B: Backend>(self, be: B) -> Result<ServeEngine<B>> {
-        let model = lserve::model::llama::Llama::load_as(&be, &self.cfg, self.weights.as_ref(), self.dtype, |_, _| {})?;
-        drop(self.weights);
+        let model = match self.weights {
+            Weights::File(w) => Llama::load_as(&be, &self.cfg, w.as_ref(), self.dtype, |_, _| {})?,
+            Weights::Synthetic => Llama::synthetic(&be, &self.cfg, self.dtype, SYNTHETIC_SEED)?,
+        };
         let max_seqs = self.opts.sched.max_num_seqs;
         let eopts = EngineOptions {
             config: self.config,

@@ -37,10 +37,22 @@ pub fn head_layout(cfg: &ModelConfig, c: &Config) -> Result<HeadLayout> {
     if !s.enabled || s.streaming_ratio == 0.0 {
         return Ok(HeadLayout::all_retrieval(cfg.num_layers, cfg.num_kv_heads));
     }
-    let path = s.head_pattern.as_ref().ok_or_else(|| {
-        Error::Config("a streaming ratio above 0 needs a head pattern: run `lserve calibrate --out FILE` and pass --head-pattern FILE".into())
-    })?;
-    HeadPattern::load(path)?.layout(cfg.num_layers, cfg.num_kv_heads, s.streaming_ratio, &s.dense_layers)
+    let pattern = match (&s.head_pattern, &s.pattern) {
+        (Some(path), _) => HeadPattern::load(path)?,
+        (None, Some(p)) => p.clone(),
+        (None, None) => {
+            return Err(Error::Config(
+                "a streaming ratio above 0 needs a head pattern: run `lserve calibrate --out FILE` and pass --head-pattern FILE (or --streaming-ratio 0)".into(),
+            ));
+        }
+    };
+    // Gemma 3's local layers always stream (their sliding window); the ratio applies to the
+    // global layers' heads.
+    let mut excluded = s.dense_layers.clone();
+    if let Some(g) = &cfg.gemma {
+        excluded.extend((0..cfg.num_layers).filter(|&l| g.is_local(l)));
+    }
+    pattern.layout(cfg.num_layers, cfg.num_kv_heads, s.streaming_ratio, &excluded)
 }
 
 pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) -> Result<Engine<B>> {
@@ -51,6 +63,8 @@ pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) ->
         Some(l) => l.clone(),
         None => head_layout(&cfg, c)?,
     };
+    // Gemma 3's sliding-window layers keep all their KV heads in the streaming ring.
+    let layout = crate::model::gemma3::local_layout(&cfg, layout);
     let s = &c.sparse;
     let ps = c.cache.physical_page;
     let attn = AttnSettings {
@@ -61,7 +75,8 @@ pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) ->
         window: cfg.sliding_window.unwrap_or(0),
     };
     let ring_tokens = if layout.any_streaming() {
-        (s.sink_tokens + s.local_tokens + opts.prefill_chunk).div_ceil(ps) * ps
+        let local = s.local_tokens.max(crate::model::gemma3::ring_window(&cfg));
+        (s.sink_tokens + local + opts.prefill_chunk).div_ceil(ps) * ps
     } else {
         0
     };

@@ -3,22 +3,27 @@
 //! scoring (per-token log-likelihood over windows, optionally through decode steps so sparse
 //! decode attention is what gets measured).
 //!
+//! Every forward goes through the one step, `Engine::step_rows` (step.rs: reserve, plan, forward,
+//! advance), which the serving loop (serve.rs) calls with its ragged batches too.
+//!
 //! Invariants: a sequence is admitted (slot + streaming ring) before its first forward, pages are
 //! reserved before each forward, and everything is released when the request ends, whether it
 //! ends well or with an error, so one failed request never leaks cache.
 
 mod build;
+mod step;
 
 use std::time::Instant;
 
 pub use build::{EngineOptions, build_engine};
+pub use step::{StepHead, StepOut, StepRow};
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::kv::{KvCache, SeqPages};
-use crate::model::llama::{AttnSettings, LayerHook, Llama, Logits, SeqStep};
-use crate::sampling::{NO_LOGIT, NO_TOKEN, Sampler, SamplingParams, log_prob};
-use crate::sparse::{DecodePlan, SparseConfig, plan_decode};
+use crate::model::llama::{AttnSettings, Llama, Logits};
+use crate::sampling::{Sampler, SamplingParams, log_prob};
+use crate::sparse::{DecodePlan, SparseConfig};
 
 /// Tokens per prefill chunk unless configured otherwise.
 pub const DEFAULT_PREFILL_CHUNK: usize = 512;
@@ -112,101 +117,49 @@ impl<B: Backend> Engine<B> {
         Ok(())
     }
 
-    /// One forward of `tokens` at the end of `seq`: reserves pages, plans decode sparsity, and
-    /// advances `seq.len`.
-    pub fn step(
-        &mut self,
-        seq: &mut SeqPages,
-        tokens: &[u32],
-        logits: Logits,
-        hook: Option<LayerHook<B>>,
-    ) -> Result<Vec<f32>> {
-        let plan = self.prepare(seq, tokens.len())?;
-        let step = [SeqStep { tokens, cache: seq, logits, plan }];
-        let out = self.model.forward(&self.backend, &mut self.cache, &self.attn, &step, hook)?;
-        seq.len += tokens.len();
-        Ok(out)
-    }
-
-    /// One decode step of several sequences at once (one token each, logits of each row): a
-    /// batch of `seqs.len()` rows through every op. Reserves pages, plans each sequence's
-    /// sparsity and advances every `len`; returns the logits `[seqs][vocab]`.
-    pub fn step_batch(&mut self, seqs: &mut [SeqPages], tokens: &[u32]) -> Result<Vec<f32>> {
-        self.step_batch_with(seqs, tokens, |m, be, cache, attn, steps| m.forward(be, cache, attn, steps, None))
-    }
-
-    /// `step_batch` whose next tokens are chosen greedily on the device: only the ids come back.
-    pub fn step_batch_argmax(&mut self, seqs: &mut [SeqPages], tokens: &[u32]) -> Result<Vec<u32>> {
-        self.step_batch_with(seqs, tokens, |m, be, cache, attn, steps| m.forward_argmax(be, cache, attn, steps))
-    }
-
-    fn step_batch_with<T>(
-        &mut self,
-        seqs: &mut [SeqPages],
-        tokens: &[u32],
-        run: impl FnOnce(&Llama<B>, &B, &mut KvCache<B>, &AttnSettings, &[SeqStep]) -> Result<Vec<T>>,
-    ) -> Result<Vec<T>> {
-        if seqs.len() != tokens.len() {
-            return Err(Error::InvalidArgument("step_batch: one token per sequence".into()));
+    /// With `pin_sink_page`, before a selecting decode step: make the min/max summaries of `seq`'s
+    /// first page (once it is full, so `rope_append_kv` never rewrites them) `-PIN / +PIN` in
+    /// every retrieval head of every selecting layer, so its Quest score `PIN * sum |q_c|` tops
+    /// every real page's and `page_select` keeps it as one of the budget's pages. Idempotent (a
+    /// swap-in restores whatever was there; the next selection pins again). Host writes before the
+    /// step's ops, so a replayed decode graph is unaffected.
+    pub fn pin_sink_page(&mut self, seq: &SeqPages, plan: &DecodePlan) -> Result<()> {
+        // 1e30 * sum |q_c| stays finite in f32 for |q_c| < 1e6 over 256 channels.
+        const PIN: f32 = 1e30;
+        let s = &self.cache.shape;
+        if !self.sparse.pin_sink_page || !plan.select || seq.len < s.page_size || seq.pages.is_empty() {
+            return Ok(());
         }
-        let mut plans = Vec::with_capacity(seqs.len());
-        for seq in seqs.iter_mut() {
-            plans.push(self.prepare(seq, 1)?);
+        let (lpp, hd) = (s.page_size / s.logical_page, s.head_dim);
+        let block: Vec<f32> = (0..lpp).flat_map(|_| [vec![-PIN; hd], vec![PIN; hd]].concat()).collect();
+        let page = seq.pages[0] as usize;
+        for l in 0..s.num_layers {
+            let n_ret = s.layout.n_ret(l);
+            if n_ret == 0 || self.attn.dense_layer[l] {
+                continue;
+            }
+            for r in 0..n_ret {
+                let at = (page * n_ret + r) * lpp * 2 * hd;
+                self.backend.write_f32_at(&mut self.cache.layers[l].summary, at, &block)?;
+            }
         }
-        let steps: Vec<SeqStep> = seqs
-            .iter()
-            .zip(tokens)
-            .zip(plans)
-            .map(|((seq, t), plan)| SeqStep { tokens: std::slice::from_ref(t), cache: seq, logits: Logits::Last, plan })
-            .collect();
-        let out = run(&self.model, &self.backend, &mut self.cache, &self.attn, &steps)?;
-        seqs.iter_mut().for_each(|s| s.len += 1);
-        Ok(out)
-    }
-
-    /// Reserve pages for `n` more tokens of `seq` and plan the step's decode sparsity (a step of
-    /// one token is a decode step; longer ones are prefill chunks).
-    fn prepare(&mut self, seq: &mut SeqPages, n: usize) -> Result<DecodePlan> {
-        self.cache.reserve(seq, n)?;
-        Ok(if n == 1 {
-            plan_decode(&self.sparse, seq, seq.len + 1, self.cache.shape.page_size)
-        } else {
-            DecodePlan { select: false, tail_start: 0 }
-        })
-    }
-
-    /// A decode step whose token is chosen greedily on the device (only the id comes back).
-    pub fn step_greedy(&mut self, seq: &mut SeqPages, token: u32) -> Result<u32> {
-        let plan = self.prepare(seq, 1)?;
-        let step = [SeqStep { tokens: &[token], cache: seq, logits: Logits::Last, plan }];
-        let ids = self.model.forward_argmax(&self.backend, &mut self.cache, &self.attn, &step)?;
-        seq.len += 1;
-        ids.first().copied().ok_or_else(|| Error::InvalidArgument("no token came back".into()))
+        Ok(())
     }
 
     /// One forward of `tokens` at the end of `seq` whose next token is sampled on the device with
-    /// `sampler`'s settings and next draw (greedy samplers take the argmax); only the id comes
-    /// back. Reserves pages, plans decode sparsity and advances `seq.len`.
-    pub fn step_sample(&mut self, seq: &mut SeqPages, tokens: &[u32], sampler: &mut Sampler) -> Result<u32> {
-        let plan = self.prepare(seq, tokens.len())?;
-        let step = [SeqStep { tokens, cache: seq, logits: Logits::Last, plan }];
+    /// `sampler`'s settings and next draw (greedy samplers take the argmax).
+    fn sample_next(&mut self, seq: &mut SeqPages, tokens: &[u32], sampler: &mut Sampler) -> Result<u32> {
         let settings = [sampler.device_settings()];
-        let ids = self.model.forward_sample(&self.backend, &mut self.cache, &self.attn, &step, &settings)?;
-        seq.len += tokens.len();
-        match ids.first() {
-            Some(&NO_TOKEN) => Err(Error::InvalidArgument(NO_LOGIT.into())),
-            Some(&t) => Ok(t),
-            None => Err(Error::InvalidArgument("no token came back".into())),
-        }
+        self.step_rows(&mut [StepRow { seq, tokens, logits: Logits::Last }], StepHead::Sample(&settings))?.token()
     }
 
     /// Chunked prefill of `tokens` at the end of `seq` whose last chunk samples the next token on
-    /// the device (`step_sample`).
+    /// the device (`sample_next`).
     fn prefill_sample(&mut self, seq: &mut SeqPages, tokens: &[u32], sampler: &mut Sampler) -> Result<u32> {
         let chunk = self.prefill_chunk.max(1);
         let last = tokens.len().saturating_sub(1) / chunk * chunk;
         self.prefill(seq, &tokens[..last], Logits::None, &mut |_| {})?;
-        self.step_sample(seq, &tokens[last..], sampler)
+        self.sample_next(seq, &tokens[last..], sampler)
     }
 
     /// Chunked prefill of `tokens` at the end of `seq`; `on_logits` sees each chunk's logits.
@@ -236,7 +189,15 @@ impl<B: Backend> Engine<B> {
         let len = seq.len as u64;
         let lambda = len.min((self.attn.sink + self.attn.local) as u64);
         let ps = s.page_size as u64;
+        let gemma = self.model.cfg.gemma.as_ref();
         for l in 0..s.num_layers {
+            // Gemma 3's local layers read their window, sparse or dense alike.
+            if let Some(g) = gemma.filter(|g| g.is_local(l)) {
+                let w = len.min(g.sliding_window as u64) * s.n_kv_heads as u64;
+                reads.read += w;
+                reads.dense += w;
+                continue;
+            }
             let retrieval = match seq.sel_tail {
                 Some(tail) if !self.attn.dense_layer[l] => {
                     let selected = (self.attn.k_pages as u64).min(tail as u64);
@@ -295,7 +256,7 @@ impl<B: Backend> Engine<B> {
             if tokens.len() == budget {
                 break;
             }
-            next = self.step_sample(seq, &[next], &mut sampler)?;
+            next = self.sample_next(seq, &[next], &mut sampler)?;
             self.count_reads(seq, &mut kv_reads);
         }
         let decode_ms = t1.elapsed().as_secs_f64() * 1e3;

@@ -11,6 +11,7 @@ use super::text::{TextRng, sentence};
 use crate::backend::{Backend, DType, LambdaMassParams, LayerKv, PagedMeta};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::kv::HeadLayout;
 use crate::model::llama::Logits;
 use crate::sparse::HeadPattern;
 use crate::tokenizer::TextTokenizer;
@@ -51,9 +52,14 @@ pub fn passkey_document(tok: &TextTokenizer, length: usize, rng: &mut TextRng) -
 /// Measure every KV head; the engine must run dense (no streaming heads, no selection).
 pub fn calibrate<B: Backend>(e: &mut Engine<B>, tok: &TextTokenizer, o: &CalibrateOptions) -> Result<HeadPattern> {
     let c = e.model.cfg.clone();
-    if e.cache.shape.layout.any_streaming() {
+    // Dense: no streaming heads beyond Gemma 3's local layers, which always keep only their
+    // window and are not measured (they have no retrieval pool; patterns apply to global layers).
+    let dense = crate::model::gemma3::local_layout(&c, HeadLayout::all_retrieval(c.num_layers, c.num_kv_heads));
+    if e.cache.shape.layout != dense {
         return Err(Error::InvalidArgument("calibration needs an engine without streaming heads".into()));
     }
+    let measured: Vec<bool> = (0..c.num_layers).map(|l| dense.n_ret(l) > 0).collect();
+    let scale = c.gemma.as_ref().map_or(c.head_dim as f32, |g| g.query_pre_attn_scalar).sqrt().recip();
     if o.length <= o.sink + o.local || o.docs == 0 {
         return Err(Error::InvalidArgument(format!(
             "calibration needs documents longer than sink {} + local {} tokens (got {} docs of {})",
@@ -77,6 +83,9 @@ pub fn calibrate<B: Backend>(e: &mut Engine<B>, tok: &TextTokenizer, o: &Calibra
             let first = (o.sink + o.local).saturating_sub(start).min(n);
             let mut hook =
                 |be: &B, layer: usize, q: &B::Buffer, kv: LayerKv<'_, B>, meta: &PagedMeta<'_, B>| -> Result<()> {
+                    if !measured[layer] {
+                        return Ok(());
+                    }
                     let p = LambdaMassParams {
                         n_tokens: n as u32,
                         n_heads: c.num_heads as u32,
@@ -84,7 +93,7 @@ pub fn calibrate<B: Backend>(e: &mut Engine<B>, tok: &TextTokenizer, o: &Calibra
                         head_dim: c.head_dim as u32,
                         page_size: ps as u32,
                         num_pages: num_pages as u32,
-                        scale: 1.0 / (c.head_dim as f32).sqrt(),
+                        scale,
                         sink: o.sink as u32,
                         local: o.local as u32,
                         ..Default::default()

@@ -1,5 +1,10 @@
-//! Long-context evaluation: generated filler text, head calibration, and needle-in-a-haystack.
+//! Long-context evaluation: generated filler text, head calibration, needle-in-a-haystack, the
+//! accuracy suite (`accuracy`, `tasks`), the selection-recall diagnostic (`recall`), and the
+//! charts of their results.
+pub mod accuracy;
 pub mod calibrate;
-pub mod heatmap;
+pub mod charts;
 pub mod niah;
+pub mod recall;
+pub mod tasks;
 pub mod text;

@@ -19,6 +19,7 @@
 
 pub mod alloc;
 pub mod host;
+pub mod quant;
 pub mod swap;
 
 pub use alloc::PageAllocator;
@@ -27,7 +28,7 @@ pub use swap::SwappedKv;
 
 use crate::backend::reference::kv_layout::head_map;
 pub use crate::backend::reference::kv_layout::ring_index;
-use crate::backend::{Backend, DType, KvGeometry, LayerKv, LayerKvMut, SelectedMut};
+use crate::backend::{Backend, DType, KvGeometry, LayerKv, LayerKvMut, SelectedMut, kv_pool_len};
 use crate::error::{Error, Result};
 
 /// Which KV heads of each layer are streaming heads.
@@ -88,15 +89,19 @@ impl CacheShape {
     fn str_heads(&self) -> usize {
         (0..self.num_layers).map(|l| self.layout.n_str(l)).sum()
     }
+    /// Bytes of K+V (scales included for the 8-bit types) per token and KV head.
+    pub fn kv_bytes_per_token_head(&self) -> usize {
+        2 * kv_pool_len(self.kv_dtype, 1, self.head_dim) * self.kv_dtype.size()
+    }
     /// Bytes of one retrieval page across all layers: K+V plus its f32 summaries.
     pub fn page_bytes(&self) -> usize {
-        let kv = 2 * self.page_size * self.head_dim * self.kv_dtype.size();
+        let kv = self.page_size * self.kv_bytes_per_token_head();
         let summary = 2 * (self.page_size / self.logical_page) * self.head_dim * 4;
         self.ret_heads() * (kv + summary)
     }
     /// Bytes of one sequence's streaming ring across all layers.
     pub fn ring_bytes(&self) -> usize {
-        self.str_heads() * 2 * self.ring_tokens * self.head_dim * self.kv_dtype.size()
+        self.str_heads() * self.ring_tokens * self.kv_bytes_per_token_head()
     }
     /// Total bytes of the cache's pools.
     pub fn total_bytes(&self) -> usize {
@@ -120,6 +125,12 @@ impl CacheShape {
         }
         if (self.num_pages * self.page_size) as u64 > u32::MAX as u64 {
             return bad(format!("{} pages of {} tokens overflow 32-bit slots", self.num_pages, self.page_size));
+        }
+        if self.kv_dtype.is_kv8() && (!self.head_dim.is_multiple_of(16) || !self.page_size.is_multiple_of(4)) {
+            return bad(format!(
+                "8-bit KV needs head_dim a multiple of 16 and page_size a multiple of 4 (16-byte aligned rows), not {} / {}",
+                self.head_dim, self.page_size
+            ));
         }
         if self.layout.any_streaming()
             && (!self.ring_tokens.is_multiple_of(self.page_size) || self.ring_tokens <= self.sink)
@@ -221,8 +232,8 @@ impl<B: Backend> KvCache<B> {
         for l in 0..shape.num_layers {
             let (n_ret, n_str) = (shape.layout.n_ret(l), shape.layout.n_str(l));
             let a = |dt: DType, n: usize| be.alloc(dt, n.max(1));
-            let ret = shape.num_pages * n_ret * ps * hd;
-            let strm = num_str_pages * n_str * ps * hd;
+            let ret = kv_pool_len(shape.kv_dtype, shape.num_pages * n_ret * ps, hd);
+            let strm = kv_pool_len(shape.kv_dtype, num_str_pages * n_str * ps, hd);
             layers.push(LayerStore {
                 k: a(shape.kv_dtype, ret)?,
                 v: a(shape.kv_dtype, ret)?,

@@ -8,21 +8,22 @@
 //!
 //! Invariants: `swap_out` changes nothing on the device or in the accounting (the caller releases
 //! the sequence afterwards); `swap_in` is all or nothing (on failure nothing stays held); after a
-//! swap-out and a swap-in the sequence's KV, summaries and selection are bit-identical (KV dtypes
-//! are f32 on every backend today, so the f32 round trip is exact).
+//! swap-out and a swap-in the sequence's KV, summaries and selection are bit-identical: pools are
+//! copied as raw bytes (`download_raw` / `write_raw_at`) whatever the KV dtype, so 16-bit values
+//! and the 8-bit codes with their per-row scales come back exactly as stored.
 
 use super::{KvCache, SeqPages};
-use crate::backend::Backend;
+use crate::backend::{Backend, DType, kv_pool_len};
 use crate::error::Result;
 
-/// One layer's copy: regions in the order of the sequence's pages / ring pages.
+/// One layer's copy: regions in the order of the sequence's pages / ring pages, as stored bytes.
 #[derive(Clone, Debug, PartialEq)]
 struct LayerCopy {
-    k: Vec<f32>,
-    v: Vec<f32>,
-    summary: Vec<f32>,
-    sk: Vec<f32>,
-    sv: Vec<f32>,
+    k: Vec<u8>,
+    v: Vec<u8>,
+    summary: Vec<u8>,
+    sk: Vec<u8>,
+    sv: Vec<u8>,
     selected: Vec<u32>,
     counts: Vec<u32>,
 }
@@ -46,13 +47,12 @@ impl SwappedKv {
             .layers
             .iter()
             .map(|c| {
-                4 * (c.k.len()
+                c.k.len()
                     + c.v.len()
                     + c.summary.len()
                     + c.sk.len()
                     + c.sv.len()
-                    + c.selected.len()
-                    + c.counts.len())
+                    + 4 * (c.selected.len() + c.counts.len())
             })
             .sum();
         l + std::mem::size_of::<Self>()
@@ -64,7 +64,7 @@ impl SwappedKv {
     #[cfg(test)]
     pub(crate) fn filler(floats: usize) -> Self {
         let layer = LayerCopy {
-            k: vec![0.0; floats],
+            k: vec![0; 4 * floats],
             v: vec![],
             summary: vec![],
             sk: vec![],
@@ -80,7 +80,8 @@ impl SwappedKv {
         let mut out = vec![self.len as u32, self.n_pages as u32];
         for c in &self.layers {
             for v in [&c.k, &c.v, &c.summary, &c.sk, &c.sv] {
-                out.extend(v.iter().map(|x| x.to_bits()));
+                out.push(v.len() as u32);
+                out.extend(v.chunks(4).map(|w| w.iter().rev().fold(0u32, |a, &b| (a << 8) | b as u32)));
             }
             out.extend(&c.selected);
             out.extend(&c.counts);
@@ -101,40 +102,40 @@ fn runs(ids: &[u32]) -> Vec<(usize, usize)> {
     out
 }
 
-/// Download the regions of `ids` (each `per` elements) from `buf`, in the order of `ids`.
-fn gather<B: Backend>(be: &B, buf: &B::Buffer, ids: &[u32], per: usize) -> Result<Vec<f32>> {
+/// Download the regions of `ids` (each `per` bytes) from `buf`, in the order of `ids`.
+fn gather<B: Backend>(be: &B, buf: &B::Buffer, ids: &[u32], per: usize) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(ids.len() * per);
     if per == 0 {
         return Ok(out);
     }
     for (first, n) in runs(ids) {
-        out.extend(be.download_f32(buf, first * per, n * per)?);
+        out.extend(be.download_raw(buf, first * per, n * per)?);
     }
     Ok(out)
 }
 
-/// Write `data` (regions of `per` elements in the order of `ids`) into `buf` at `ids`.
-fn scatter<B: Backend>(be: &B, buf: &mut B::Buffer, ids: &[u32], per: usize, data: &[f32]) -> Result<()> {
+/// Write `data` (regions of `per` bytes in the order of `ids`) into `buf` at `ids`.
+fn scatter<B: Backend>(be: &B, buf: &mut B::Buffer, ids: &[u32], per: usize, data: &[u8]) -> Result<()> {
     if per == 0 {
         return Ok(());
     }
     let mut at = 0;
     for (first, n) in runs(ids) {
-        be.write_f32_at(buf, first * per, &data[at..at + n * per])?;
+        be.write_raw_at(buf, first * per, &data[at..at + n * per])?;
         at += n * per;
     }
     Ok(())
 }
 
 impl<B: Backend> KvCache<B> {
-    /// Elements per page of the retrieval pool, summaries and streaming pool, and per slot of the
-    /// selection buffers, in `layer`.
+    /// Bytes per page of the retrieval pool, summaries and streaming pool, and u32 elements per
+    /// slot of the selection buffers, in `layer`.
     fn region_sizes(&self, layer: usize) -> [usize; 4] {
         let s = &self.shape;
         let (n_ret, n_str) = (s.layout.n_ret(layer), s.layout.n_str(layer));
-        let kv = n_ret * s.page_size * s.head_dim;
-        let summary = n_ret * (s.page_size / s.logical_page) * 2 * s.head_dim;
-        [kv, summary, n_str * s.page_size * s.head_dim, n_ret * s.sel_stride]
+        let pool = |heads: usize| kv_pool_len(s.kv_dtype, heads * s.page_size, s.head_dim) * s.kv_dtype.size();
+        let summary = n_ret * (s.page_size / s.logical_page) * 2 * s.head_dim * DType::F32.size();
+        [pool(n_ret), summary, pool(n_str), n_ret * s.sel_stride]
     }
 
     /// Copy `seq`'s KV to host memory. Nothing on the device or in the accounting changes.

@@ -17,6 +17,14 @@ use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 4] = b"GGUF";
 const DEFAULT_ALIGNMENT: u64 = 32;
+/// Longest metadata array read (vocabularies and merge lists are below 2^20 entries); each value
+/// takes 32 bytes in memory, so a 1-byte-per-item array of a huge file cannot ask for a buffer
+/// many times the file size.
+const MAX_ARRAY: usize = 1 << 24;
+/// Smallest encoding of one tensor info (empty name, one dim): 8 + 4 + 8 + 4 + 8 bytes.
+const MIN_TENSOR_INFO: usize = 32;
+/// Smallest encoding of one metadata pair (empty key, a one-byte value): 8 + 4 + 1 bytes.
+const MIN_KV: usize = 13;
 
 /// One metadata value.
 #[derive(Clone, Debug, PartialEq)]
@@ -180,6 +188,9 @@ impl<'a> Reader<'a> {
                     _ => 8,
                 };
                 let n = self.count(min_item, "array")?;
+                if n > MAX_ARRAY {
+                    return Err(format!("array of {n} values is longer than lserve accepts ({MAX_ARRAY})"));
+                }
                 // Capacity is bounded by the bytes left, but stay modest and let it grow.
                 let mut v = Vec::with_capacity(n.min(1 << 16));
                 for _ in 0..n {
@@ -247,8 +258,8 @@ fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
     if !(2..=3).contains(&version) {
         return Err(format!("GGUF version {version} is not supported (2 and 3 are)"));
     }
-    let n_tensors = r.count(8, "tensor")?;
-    let n_kv = r.count(8, "metadata")?;
+    let n_tensors = r.count(MIN_TENSOR_INFO, "tensor")?;
+    let n_kv = r.count(MIN_KV, "metadata")?;
     let mut metadata = BTreeMap::new();
     for _ in 0..n_kv {
         let key = r.string()?;
@@ -256,20 +267,56 @@ fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
         let value = r.value(ty, 0).map_err(|e| format!("metadata `{key}`: {e}"))?;
         metadata.insert(key, value);
     }
-    let mut infos = Vec::with_capacity(n_tensors);
+    let mut infos = Vec::with_capacity(n_tensors.min(1 << 16));
     for _ in 0..n_tensors {
         infos.push(read_tensor_info(&mut r)?);
     }
     let align = match metadata.get("general.alignment") {
         None => DEFAULT_ALIGNMENT,
-        Some(v) => v.as_u64().filter(|a| a.is_power_of_two()).ok_or("general.alignment is not a power of two")?,
+        Some(v) => v
+            .as_u64()
+            .filter(|a| a.is_power_of_two() && *a <= 1 << 20)
+            .ok_or("general.alignment is not a power of two up to 1 MiB")?,
     };
     let data_start = (r.pos as u64).div_ceil(align) * align;
     let tensors = infos
         .into_iter()
         .map(|(name, dims, ty_id, rel)| locate(name, dims, ty_id, rel, data_start, align, buf.len() as u64))
         .collect::<std::result::Result<Vec<_>, _>>()?;
+    check_layout(&tensors, data_start, align, buf.len() as u64)?;
     Ok((version, metadata, tensors))
+}
+
+/// The data section as ggml writes it and llama.cpp requires it: tensors in index order, each at
+/// the previous one's end rounded up to the alignment, the file ending within one alignment of
+/// the last tensor. So a tensor's byte size (from its type and shape) must match the room the
+/// file gives it: a type changed to one of another size, or a shape that does not fit the data,
+/// is an error instead of reading a neighbour's bytes.
+fn check_layout(
+    tensors: &[GgufTensorInfo],
+    data_start: u64,
+    align: u64,
+    file_len: u64,
+) -> std::result::Result<(), String> {
+    let mut expect = data_start;
+    for t in tensors {
+        if t.offset != expect {
+            return Err(format!(
+                "tensor `{}` starts at byte {} but the tensors before it end at {expect}: a type or shape does not match the data",
+                t.name, t.offset
+            ));
+        }
+        // No overflow: locate checked offset + n_bytes <= file_len, and align <= 2^63.
+        expect = (t.offset + t.n_bytes).div_ceil(align).saturating_mul(align);
+    }
+    let end = tensors.last().map_or(file_len, |t| t.offset + t.n_bytes);
+    if file_len - end >= align {
+        return Err(format!(
+            "{} bytes follow the last tensor's data: a type or shape does not match the data",
+            file_len - end
+        ));
+    }
+    Ok(())
 }
 
 fn read_tensor_info(r: &mut Reader) -> std::result::Result<(String, Vec<u64>, u32, u64), String> {
@@ -300,7 +347,8 @@ fn locate(
     if !rel.is_multiple_of(align) {
         return Err(format!("tensor `{name}` offset {rel} is not aligned to {align}"));
     }
-    let offset = data_start + rel;
+    let offset = data_start.checked_add(rel).filter(|&o| o <= file_len);
+    let offset = offset.ok_or_else(|| format!("tensor `{name}` offset {rel} is past the end of the file"))?;
     if offset.checked_add(n_bytes).is_none_or(|end| end > file_len) {
         return Err(format!(
             "tensor `{name}` ({n_bytes} bytes at {offset}) runs past the end of the file ({file_len} bytes): truncated?"

@@ -18,6 +18,27 @@ pub use crate::model::weights::WeightSource;
 use crate::tokenizer::{GgufVocab, TextTokenizer};
 use gguf::{GgufFile, GgufValue};
 
+/// Every tensor the model needs is present with exactly the shape the config implies (a
+/// transposed or reshaped weight is an error even when its element count matches). Runs on the
+/// file's index only, before any weight is read or any buffer is sized by the config.
+pub fn check_tensors(config: &ModelConfig, weights: &dyn WeightSource) -> Result<()> {
+    for (name, want) in config.expected_tensors() {
+        match weights.shape(&name)? {
+            None => {
+                return Err(Error::Format(format!(
+                    "weight `{name}` is missing (the config says {} layers, hidden size {}, vocabulary {})",
+                    config.num_layers, config.hidden_size, config.vocab_size
+                )));
+            }
+            Some(got) if got != want => {
+                return Err(Error::Format(format!("weight `{name}` has shape {got:?}, the config implies {want:?}")));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// Everything loaded from a model path except the weights themselves.
 pub struct LoadedModel {
     pub path: PathBuf,
@@ -36,6 +57,24 @@ impl LoadedModel {
         ids.sort_unstable();
         ids.dedup();
         ids
+    }
+
+    /// What shipped head patterns are matched on (see [`crate::sparse::pattern::ModelIdentity`]).
+    pub fn identity(&self) -> crate::sparse::pattern::ModelIdentity {
+        let mut vocab: Vec<(u32, String)> =
+            self.tokenizer.inner().get_vocab(true).into_iter().map(|(t, id)| (id, t)).collect();
+        vocab.sort_unstable();
+        let c = &self.config;
+        crate::sparse::pattern::ModelIdentity {
+            arch: c.arch.clone(),
+            num_layers: c.num_layers,
+            num_heads: c.num_heads,
+            num_kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+            hidden_size: c.hidden_size,
+            vocab_size: c.vocab_size,
+            vocab_hash: crate::sparse::pattern::vocab_hash(vocab.iter().map(|(_, t)| t.as_str())),
+        }
     }
 }
 
@@ -57,7 +96,23 @@ fn open_gguf(path: &Path) -> Result<LoadedModel> {
     let tokenizer = TextTokenizer::from_gguf(&vocab).map_err(|e| Error::Tokenizer(e.0))?;
     let source = g.get("tokenizer.chat_template").and_then(GgufValue::as_str).unwrap_or(CHATML_TEMPLATE);
     let template = make_template(source, &tokenizer)?;
-    Ok(LoadedModel { path: path.to_path_buf(), config, tokenizer, template, weights: Box::new(GgufWeights { g }) })
+    let weights = GgufWeights { g };
+    // A file with no tensors at all is a vocab-only GGUF (`lserve vocab-only`: tokenizer,
+    // template and config for `serve --synthetic`); building a model from it fails on the first
+    // missing weight. Any tensor present means a model file, checked whole before use.
+    if !weights.g.tensors.is_empty() {
+        check_tensors(&config, &weights)?;
+    }
+    if let Some(t) = weights.g.tensor("rope_freqs.weight")
+        && t.shape() != [config.head_dim / 2]
+    {
+        return Err(Error::Format(format!(
+            "rope_freqs.weight has shape {:?}, expected [{}]",
+            t.shape(),
+            config.head_dim / 2
+        )));
+    }
+    Ok(LoadedModel { path: path.to_path_buf(), config, tokenizer, template, weights: Box::new(weights) })
 }
 
 fn open_hf_dir(dir: &Path) -> Result<LoadedModel> {
@@ -70,6 +125,7 @@ fn open_hf_dir(dir: &Path) -> Result<LoadedModel> {
     let source = load_hf_chat_template(dir).map_err(|e| Error::Template(e.0))?;
     let template = make_template(source.as_deref().unwrap_or(CHATML_TEMPLATE), &tokenizer)?;
     let weights = safetensors::SafetensorsWeights::open(dir)?;
+    check_tensors(&config, &weights)?;
     Ok(LoadedModel { path: dir.to_path_buf(), config, tokenizer, template, weights: Box::new(weights) })
 }
 
@@ -159,16 +215,38 @@ fn gguf_name(hf: &str) -> Option<String> {
     Some(format!("blk.{layer}.{mapped}"))
 }
 
+/// Gemma 3's GGUF names (llama.cpp): its four per-layer norms and the q/k norms. Note HF's
+/// `post_attention_layernorm` is a norm *after* attention here, not the pre-FFN norm as in Llama.
+fn gemma3_gguf_name(hf: &str) -> Option<String> {
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, what) = rest.split_once('.')?;
+    let mapped = match what {
+        "post_attention_layernorm.weight" => "post_attention_norm.weight",
+        "pre_feedforward_layernorm.weight" => "ffn_norm.weight",
+        "post_feedforward_layernorm.weight" => "post_ffw_norm.weight",
+        "self_attn.q_norm.weight" => "attn_q_norm.weight",
+        "self_attn.k_norm.weight" => "attn_k_norm.weight",
+        _ => return gguf_name(hf),
+    };
+    Some(format!("blk.{layer}.{mapped}"))
+}
+
 impl WeightSource for GgufWeights {
     fn get(&self, name: &str) -> Result<Option<(Vec<f32>, Vec<usize>)>> {
-        let Some(gname) = gguf_name(name) else {
+        let arch = self.g.get("general.architecture").and_then(GgufValue::as_str).unwrap_or("");
+        let gname = if arch == "gemma3" { gemma3_gguf_name(name).or_else(|| gguf_name(name)) } else { gguf_name(name) };
+        let Some(gname) = gname else {
             return Ok(None);
         };
         if self.g.tensor(&gname).is_none() {
             return Ok(None);
         }
-        let (data, shape) = self.g.tensor_f32(&gname)?;
-        let arch = self.g.get("general.architecture").and_then(GgufValue::as_str).unwrap_or("");
+        let (mut data, shape) = self.g.tensor_f32(&gname)?;
+        if arch == "gemma3" && gname.ends_with("norm.weight") {
+            // llama.cpp's converter stores Gemma's RMSNorm weights as 1 + w; HF (and the model
+            // code) hold w and multiply by 1 + w.
+            data.iter_mut().for_each(|x| *x -= 1.0);
+        }
         let heads_key = if gname.contains("attn_q") {
             Some("attention.head_count")
         } else if gname.contains("attn_k") {
@@ -196,6 +274,16 @@ impl WeightSource for GgufWeights {
         }
     }
 
+    fn shape(&self, name: &str) -> Result<Option<Vec<usize>>> {
+        let Some(t) = gguf_name(name).and_then(|g| self.g.tensor(&g)) else {
+            return Ok(None);
+        };
+        if !t.ty.can_dequantize() {
+            return Err(Error::UnsupportedTensorType { name: t.name.clone(), ty: t.ty.name().to_string() });
+        }
+        Ok(Some(t.shape()))
+    }
+
     fn rope_freq_factors(&self) -> Result<Option<Vec<f32>>> {
         if self.g.tensor("rope_freqs.weight").is_none() {
             return Ok(None);
@@ -219,5 +307,8 @@ impl MemWeights {
 impl WeightSource for MemWeights {
     fn get(&self, name: &str) -> Result<Option<(Vec<f32>, Vec<usize>)>> {
         Ok(self.tensors.get(name).cloned())
+    }
+    fn shape(&self, name: &str) -> Result<Option<Vec<usize>>> {
+        Ok(self.tensors.get(name).map(|(_, s)| s.clone()))
     }
 }

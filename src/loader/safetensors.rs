@@ -1,6 +1,8 @@
 //! Hugging Face safetensors weights: one `model.safetensors` or shards listed in
 //! `model.safetensors.index.json`, memory-mapped; F32, F16 and BF16 tensors are converted to f32
-//! on request. Headers are parsed (and so validated) when the folder is opened.
+//! on request. Headers are parsed (and so validated: the safetensors crate checks every tensor's
+//! byte range against its dtype and shape and the file size) when the folder is opened; the
+//! shapes are kept so the loader can check them against the config before reading any data.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -13,8 +15,8 @@ use crate::error::{Error, Result};
 
 pub struct SafetensorsWeights {
     files: Vec<(PathBuf, Mmap)>,
-    /// tensor name -> index into `files`.
-    where_: HashMap<String, usize>,
+    /// tensor name -> index into `files`, row-major shape, dtype.
+    where_: HashMap<String, (usize, Vec<usize>, Dtype)>,
 }
 
 impl SafetensorsWeights {
@@ -47,8 +49,8 @@ impl SafetensorsWeights {
             // SAFETY: read-only map; see loader::gguf.
             let mmap = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
             let st = SafeTensors::deserialize(&mmap).map_err(|e| Error::Format(format!("{}: {e}", path.display())))?;
-            for n in st.names() {
-                where_.insert(n.to_string(), files.len());
+            for (n, view) in st.tensors() {
+                where_.insert(n, (files.len(), view.shape().to_vec(), view.dtype()));
             }
             files.push((path, mmap));
         }
@@ -68,7 +70,7 @@ fn to_f32(dtype: Dtype, bytes: &[u8]) -> Option<Vec<f32>> {
 
 impl WeightSource for SafetensorsWeights {
     fn get(&self, name: &str) -> Result<Option<(Vec<f32>, Vec<usize>)>> {
-        let Some(&i) = self.where_.get(name) else {
+        let Some(&(i, _, _)) = self.where_.get(name) else {
             return Ok(None);
         };
         let (path, mmap) = &self.files[i];
@@ -77,5 +79,15 @@ impl WeightSource for SafetensorsWeights {
         let data = to_f32(t.dtype(), t.data())
             .ok_or_else(|| Error::UnsupportedTensorType { name: name.to_string(), ty: format!("{:?}", t.dtype()) })?;
         Ok(Some((data, t.shape().to_vec())))
+    }
+
+    fn shape(&self, name: &str) -> Result<Option<Vec<usize>>> {
+        let Some((_, shape, dtype)) = self.where_.get(name) else {
+            return Ok(None);
+        };
+        if !matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+            return Err(Error::UnsupportedTensorType { name: name.to_string(), ty: format!("{dtype:?}") });
+        }
+        Ok(Some(shape.clone()))
     }
 }

@@ -40,11 +40,14 @@ pub struct Llama<B: Backend> {
     layers: Vec<Layer<B>>,
     /// Activation and step-metadata buffers reused across steps.
     pool: BufferPool<B>,
+    /// Gemma 3 (`cfg.arch == "gemma3"`): the whole model lives here and every call is forwarded
+    /// to it; the Llama fields above are then empty placeholders.
+    gemma: Option<Box<super::gemma3::Gemma3<B>>>,
 }
 
 /// What the end of a forward produces: the logits, or token ids chosen on the device.
 #[derive(Clone, Copy)]
-enum Head<'a> {
+pub(crate) enum Head<'a> {
     Logits,
     Argmax,
     Sample(&'a [[u32; 4]]),
@@ -52,8 +55,8 @@ enum Head<'a> {
 
 fn take<S: WeightSource + ?Sized>(src: &S, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
     let (data, got) = src.get(name)?.ok_or_else(|| Error::Format(format!("weight `{name}` is missing")))?;
-    let want: usize = shape.iter().product();
-    if data.len() != want || got.iter().product::<usize>() != want {
+    // The exact shape, not just the element count: a transposed weight must not load.
+    if got != shape || data.len() != shape.iter().product::<usize>() {
         return Err(Error::Format(format!("weight `{name}` has shape {got:?}, expected {shape:?}")));
     }
     Ok(data)
@@ -86,6 +89,20 @@ impl<B: Backend> Llama<B> {
                 be.caps().name,
                 be.caps().weight_dtypes
             )));
+        }
+        if cfg.arch == "gemma3" {
+            let g = super::gemma3::Gemma3::load(be, cfg, src, dt, progress)?;
+            return Ok(Llama {
+                cfg: cfg.clone(),
+                rope: cfg.rope(),
+                freq_factors: None,
+                embed: be.alloc(DType::F32, 1)?,
+                lm_head: None,
+                norm: be.alloc(DType::F32, 1)?,
+                layers: vec![],
+                pool: BufferPool::default(),
+                gemma: Some(Box::new(g)),
+            });
         }
         let up = |v: Vec<f32>| be.upload_f32(dt, v);
         let upf = |v: Vec<f32>| be.upload_f32(DType::F32, v);
@@ -138,6 +155,7 @@ impl<B: Backend> Llama<B> {
             norm: upf(take(src, "model.norm.weight", &[h])?)?,
             layers,
             pool: BufferPool::default(),
+            gemma: None,
         })
     }
 
@@ -145,6 +163,9 @@ impl<B: Backend> Llama<B> {
     /// `seed` (no download, no host copy). Matrices are uniform with variance 1/fan_in, norms
     /// near 1, so activations stay finite through the layers.
     pub fn synthetic(be: &B, cfg: &ModelConfig, dtype: Option<DType>, seed: u32) -> Result<Self> {
+        if cfg.gemma.is_some() {
+            return Err(Error::InvalidArgument("synthetic weights are made for Llama-family shapes only".into()));
+        }
         let dt = dtype.unwrap_or(be.caps().weight_dtypes[0]);
         let code = match dt {
             DType::F32 => 0,
@@ -187,11 +208,15 @@ impl<B: Backend> Llama<B> {
             norm,
             layers,
             pool: BufferPool::default(),
+            gemma: None,
         })
     }
 
     /// Bytes of all weights as stored (what a decode step streams at least once).
     pub fn weight_bytes(&self, be: &B) -> usize {
+        if let Some(g) = &self.gemma {
+            return g.weight_bytes(be);
+        }
         let size = |b: &B::Buffer| {
             let d = be.dtype(b);
             be.len(b) * d.size()
@@ -265,6 +290,9 @@ impl<B: Backend> Llama<B> {
         mut hook: Option<LayerHook<B>>,
         want: Head,
     ) -> Result<(Vec<f32>, Vec<u32>)> {
+        if let Some(g) = &self.gemma {
+            return g.forward_inner(be, cache, attn, seqs, hook, want);
+        }
         let t_record = std::time::Instant::now();
         let c = &self.cfg;
         let (inv, attention_scaling) =
@@ -392,20 +420,20 @@ impl<B: Backend> Llama<B> {
 
 /// A backend graph region (`Backend::graph_begin`) ended on every path: `finish` runs what was
 /// recorded; dropping it unfinished (an op failed halfway) discards the recorded ops.
-struct GraphRegion<'a, B: Backend> {
+pub(crate) struct GraphRegion<'a, B: Backend> {
     be: &'a B,
     open: bool,
 }
 
 impl<'a, B: Backend> GraphRegion<'a, B> {
-    fn begin(be: &'a B, on: bool) -> Self {
+    pub(crate) fn begin(be: &'a B, on: bool) -> Self {
         if on {
             be.graph_begin();
         }
         GraphRegion { be, open: on }
     }
 
-    fn finish(mut self) -> Result<()> {
+    pub(crate) fn finish(mut self) -> Result<()> {
         self.open = false;
         self.be.graph_end(true)
     }

@@ -12,4 +12,7 @@ pub trait WeightSource: Send + Sync {
     fn rope_freq_factors(&self) -> Result<Option<Vec<f32>>> {
         Ok(None)
     }
+    /// The row-major shape of a tensor from the file's index, without reading its data; Ok(None)
+    /// if the file does not have it, Err if it has a type lserve cannot convert.
+    fn shape(&self, name: &str) -> Result<Option<Vec<usize>>>;
 }

@@ -1,7 +1,10 @@
 //! OpenAI request bodies and their validation into engine requests. Unknown fields are ignored
 //! (clients send many); fields this server cannot honour are refused with a 400 naming them
 //! rather than silently ignored (`n` > 1, `logprobs`, penalties, `logit_bias`, `echo`, `suffix`,
-//! `best_of` > 1, tools, non-text response formats).
+//! `best_of` > 1, tools, non-text response formats). Ranges follow OpenAI's API reference:
+//! `temperature` 0..=2, `top_p` in (0, 1], `max_tokens` >= 1, penalties -2..=2, at most 4 `stop`
+//! strings; `top_k` (vLLM's extension) is -1, 0 (both: off) or 1..=vocabulary size. A field of the
+//! wrong type is a 400 whose `param` names it.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -122,10 +125,42 @@ fn truthy(v: &Option<Value>) -> bool {
     }
 }
 
+/// Parse a request body as `T`. Not UTF-8, not JSON or not an object: 400 for the request as a
+/// whole; a field of the wrong type (or a missing required one): 400 naming that field. `fillers`
+/// are valid stand-ins for `T`'s required fields, used to find which field is at fault.
+pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8], fillers: &[(&str, Value)]) -> Result<T, ApiError> {
+    if std::str::from_utf8(bytes).is_err() {
+        return Err(ApiError::invalid("the request body is not valid UTF-8", None));
+    }
+    let v: Value =
+        serde_json::from_slice(bytes).map_err(|e| ApiError::invalid(format!("malformed request body: {e}"), None))?;
+    let Value::Object(obj) = &v else {
+        return Err(ApiError::invalid("the request body must be a JSON object", None));
+    };
+    let err = match serde_json::from_value::<T>(v.clone()) {
+        Ok(t) => return Ok(t),
+        Err(e) => e,
+    };
+    for (k, val) in obj {
+        let mut probe: serde_json::Map<String, Value> =
+            fillers.iter().map(|(f, x)| (f.to_string(), x.clone())).collect();
+        probe.insert(k.clone(), val.clone());
+        if let Err(e) = serde_json::from_value::<T>(Value::Object(probe)) {
+            return Err(ApiError::invalid(format!("`{k}`: {e}"), Some(k)));
+        }
+    }
+    let missing = fillers.iter().map(|(f, _)| *f).find(|f| !obj.contains_key(*f));
+    Err(ApiError::invalid(format!("invalid request body: {err}"), missing))
+}
+
+fn range_error(name: &str, want: &str, got: f64) -> ApiError {
+    ApiError::invalid(format!("`{name}` must be {want}, got {got}"), Some(name))
+}
+
 impl Common {
     /// Validate everything but the model and the prompt; `max_tokens` may come from
-    /// `max_completion_tokens` (chat). `seed` None draws a fresh one.
-    pub fn validate(&self, max_tokens: Option<i64>, fresh_seed: u64) -> Result<Validated, ApiError> {
+    /// `max_completion_tokens` (chat). `seed` None draws a fresh one; `vocab_size` bounds `top_k`.
+    pub fn validate(&self, max_tokens: Option<i64>, fresh_seed: u64, vocab_size: usize) -> Result<Validated, ApiError> {
         if let Some(n) = self.n
             && n != 1
         {
@@ -140,6 +175,11 @@ impl Common {
             return Err(ApiError::unsupported("logprobs", "log-probabilities are not returned"));
         }
         for (name, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
+            if let Some(x) = v
+                && !(-2.0..=2.0).contains(&x)
+            {
+                return Err(range_error(name, "between -2 and 2", x));
+            }
             if nonzero(v) {
                 return Err(ApiError::unsupported(name, "penalties are not implemented"));
             }
@@ -158,18 +198,21 @@ impl Common {
             Some(m) => Some(usize::try_from(m).unwrap_or(usize::MAX)),
         };
         let temperature = self.temperature.unwrap_or(1.0);
-        if !(temperature.is_finite() && temperature >= 0.0) {
-            return Err(ApiError::invalid(format!("temperature must be >= 0, got {temperature}"), Some("temperature")));
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(range_error("temperature", "between 0 and 2", temperature));
         }
         let top_p = self.top_p.unwrap_or(1.0);
         if !(top_p > 0.0 && top_p <= 1.0) {
-            return Err(ApiError::invalid(format!("top_p must be in (0, 1], got {top_p}"), Some("top_p")));
+            return Err(range_error("top_p", "above 0 and at most 1", top_p));
         }
         let top_k = match self.top_k.unwrap_or(0) {
-            k if k < -1 => {
-                return Err(ApiError::invalid(format!("top_k must be -1, 0 or positive, got {k}"), Some("top_k")));
-            }
             -1 => 0,
+            k if k < -1 || k as u64 > vocab_size as u64 => {
+                return Err(ApiError::invalid(
+                    format!("`top_k` must be -1 or 0 (off) or between 1 and the vocabulary size {vocab_size}, got {k}"),
+                    Some("top_k"),
+                ));
+            }
             k => k as usize,
         };
         let stop = match &self.stop {
@@ -178,8 +221,8 @@ impl Common {
             Some(StopInput::Many(v)) => v.clone(),
         };
         let stop: Vec<String> = stop.into_iter().filter(|s| !s.is_empty()).collect();
-        if stop.len() > 16 {
-            return Err(ApiError::invalid("at most 16 stop strings", Some("stop")));
+        if stop.len() > 4 {
+            return Err(ApiError::invalid(format!("at most 4 stop strings, got {}", stop.len()), Some("stop")));
         }
         let mut stop_token_ids = Vec::new();
         for &t in self.stop_token_ids.iter().flatten() {
@@ -253,6 +296,11 @@ impl ChatRequest {
         if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
             return Err(ApiError::unsupported("tools", "tool calling is not implemented"));
         }
+        if let Some(n) = self.top_logprobs
+            && !(0..=20).contains(&n)
+        {
+            return Err(range_error("top_logprobs", "between 0 and 20", n as f64));
+        }
         if self.top_logprobs.is_some_and(|n| n > 0) {
             return Err(ApiError::unsupported("top_logprobs", "log-probabilities are not returned"));
         }
@@ -306,7 +354,46 @@ mod tests {
     use super::*;
 
     fn common(v: serde_json::Value) -> Result<Validated, ApiError> {
-        serde_json::from_value::<Common>(v).unwrap().validate(None, 7)
+        serde_json::from_value::<Common>(v).unwrap().validate(None, 7, 1000)
+    }
+
+    #[test]
+    fn openai_ranges_name_the_field() {
+        for (body, param) in [
+            (serde_json::json!({"temperature": 1e9}), "temperature"),
+            (serde_json::json!({"temperature": 2.01}), "temperature"),
+            (serde_json::json!({"top_p": 1.5}), "top_p"),
+            (serde_json::json!({"top_p": -0.1}), "top_p"),
+            (serde_json::json!({"top_k": 1001}), "top_k"),
+            (serde_json::json!({"top_k": -2}), "top_k"),
+            (serde_json::json!({"presence_penalty": 3}), "presence_penalty"),
+            (serde_json::json!({"stop": ["a", "b", "c", "d", "e"]}), "stop"),
+        ] {
+            let e = common(body.clone()).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
+        }
+        assert_eq!(
+            common(serde_json::json!({"temperature": 2, "top_k": 1000, "top_p": 1})).unwrap().sampling.top_k,
+            1000
+        );
+    }
+
+    #[test]
+    fn wrong_types_name_the_field() {
+        let fill = [("prompt", serde_json::json!(""))];
+        for (body, param) in [
+            (r#"{"prompt": "x", "temperature": "hot"}"#, Some("temperature")),
+            (r#"{"prompt": "x", "max_tokens": 1.5}"#, Some("max_tokens")),
+            (r#"{"prompt": 5}"#, Some("prompt")),
+            (r#"{"stream": "yes", "prompt": "x"}"#, Some("stream")),
+            (r#"{"max_tokens": 5}"#, Some("prompt")),
+            (r#"[1, 2]"#, None),
+            (r#"{"prompt": "#, None),
+        ] {
+            let e = parse_body::<CompletionRequest>(body.as_bytes(), &fill).unwrap_err();
+            assert_eq!(e.param.as_deref(), param, "{body}: {}", e.message);
+        }
+        assert!(parse_body::<CompletionRequest>(br#"{"prompt": "x", "foo": {}}"#, &fill).is_ok());
     }
 
     #[test]
@@ -323,9 +410,9 @@ mod tests {
         assert!(common(serde_json::json!({"top_p": 0})).is_err());
         assert!(common(serde_json::json!({"presence_penalty": 0.5})).is_err());
         let c: Common = serde_json::from_value(serde_json::json!({})).unwrap();
-        assert!(c.validate(Some(-5), 0).is_err());
-        assert!(c.validate(Some(0), 0).is_err());
-        assert_eq!(c.validate(Some(1 << 40), 0).unwrap().max_tokens, Some(1 << 40));
+        assert!(c.validate(Some(-5), 0, 10).is_err());
+        assert!(c.validate(Some(0), 0, 10).is_err());
+        assert_eq!(c.validate(Some(1 << 40), 0, 10).unwrap().max_tokens, Some(1 << 40));
     }
 
     #[test]

@@ -121,6 +121,7 @@ impl Metrics {
                 let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
             };
             g("lserve_num_requests_running", "gauge", "Requests in the running batch.", s.running.to_string());
+            g("lserve_num_requests_running_peak", "gauge", "The most requests that were in the running batch at once since start.", s.peak_running.to_string());
             g("lserve_num_requests_waiting", "gauge", "Requests queued (not yet admitted or preempted for recompute).", s.waiting.to_string());
             g("lserve_num_requests_swapped", "gauge", "Preempted requests whose KV is in the host tier.", s.swapped.to_string());
             let usage = if s.pages_total == 0 { 0.0 } else { 100.0 * s.pages_used as f64 / s.pages_total as f64 };

@@ -11,6 +11,11 @@
 //! Invariants: no handler panics on input (every failure is an [`ApiError`]); the number of
 //! accepted, unfinished requests never exceeds `max_inflight` (more get 429); once the engine
 //! thread is gone every request gets 503.
+//!
+//! Connections (docs/serving.md, "Limits"): HTTP/1.1 served by hyper directly so its header-read
+//! timeout applies (a client that sends half a header is dropped after `header_timeout`); a
+//! request body must arrive within `body_timeout` (408 otherwise); at most `max_connections` are
+//! open at once — beyond that new connections wait in the listen backlog until one closes.
 
 pub mod api;
 pub mod error;
@@ -20,7 +25,7 @@ mod routes;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::oneshot;
@@ -58,6 +63,31 @@ pub struct ServerOptions {
     pub max_inflight: usize,
     /// Largest request body in bytes (413 beyond).
     pub max_body_bytes: usize,
+    /// A request's head (request line and headers) must arrive within this.
+    pub header_timeout: Duration,
+    /// A request's body must arrive within this after its head (408 beyond).
+    pub body_timeout: Duration,
+    /// Open connections at most; more wait in the listen backlog.
+    pub max_connections: usize,
+}
+
+impl ServerOptions {
+    pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+    pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+    /// Options with the default limits (4 MiB bodies, the timeouts and connection limit above).
+    pub fn new(addr: SocketAddr, api_key: Option<String>, max_inflight: usize) -> Self {
+        ServerOptions {
+            addr,
+            api_key,
+            max_inflight,
+            max_body_bytes: 4 << 20,
+            header_timeout: Self::DEFAULT_HEADER_TIMEOUT,
+            body_timeout: Self::DEFAULT_BODY_TIMEOUT,
+            max_connections: Self::DEFAULT_MAX_CONNECTIONS,
+        }
+    }
 }
 
 pub struct AppState {
@@ -161,14 +191,77 @@ pub async fn run(state: AppState) -> std::io::Result<()> {
     serve_on(listener, state, shutdown_signal()).await
 }
 
-/// Serve on `listener` until `shutdown` completes (tests pass their own).
+/// Serve on `listener` until `shutdown` completes (tests pass their own), then let the open
+/// connections finish.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let (header_timeout, max_conns) = (state.opts.header_timeout, state.opts.max_connections.max(1));
     let app = routes::router(Arc::new(state));
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_conns));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        // Take a connection slot first: at the limit, new connections wait in the backlog.
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait instead of spinning.
+                    tracing::warn!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = graceful.watch(connection(stream, app.clone(), header_timeout));
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("connection: {e}");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// The router serving `state` (tests drive it over in-memory connections with [`connection`]).
+pub fn app(state: AppState) -> axum::Router {
+    routes::router(Arc::new(state))
+}
+
+/// One HTTP/1.1 connection on `io` served by `app`, as [`serve_on`] runs it for each socket:
+/// hyper's header-read timeout armed with tokio's timer.
+pub fn connection<IO>(
+    io: IO,
+    app: axum::Router,
+    header_timeout: Duration,
+) -> hyper::server::conn::http1::Connection<
+    hyper_util::rt::TokioIo<IO>,
+    hyper_util::service::TowerToHyperService<axum::Router>,
+>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        // A client that half-closes after its request (shutdown(SHUT_WR)) still gets its answer.
+        .half_close(true)
+        .serve_connection(hyper_util::rt::TokioIo::new(io), hyper_util::service::TowerToHyperService::new(app))
 }
 
 async fn shutdown_signal() {

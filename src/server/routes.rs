@@ -24,17 +24,19 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio::sync::oneshot;
 
-use super::api::{ChatRequest, CompletionRequest, Prompt, Validated, single_prompt};
+use super::api::{ChatRequest, CompletionRequest, Prompt, Validated, parse_body, single_prompt};
 use super::error::ApiError;
 use super::{AppState, Command, InflightGuard};
 use crate::engine::FinishReason;
 use crate::serving::{Event, ServeRequest};
 
 pub fn router(state: Arc<AppState>) -> Router {
+    // route_layer: the last added runs first, so the key is checked before the body is read.
     let v1 = Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
+        .route_layer(middleware::from_fn_with_state(state.clone(), read_body))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .merge(v1)
@@ -42,7 +44,78 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(state.opts.max_body_bytes))
+        .layer(middleware::map_response(json_errors))
         .with_state(state)
+}
+
+/// Read the whole body within `body_timeout` and `max_body_bytes` (408 / 413 otherwise), so a
+/// slow or endless body cannot hold a handler; the handler then gets the buffered bytes.
+async fn read_body(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let limit = s.opts.max_body_bytes;
+    let too_large = || {
+        ApiError::invalid(format!("the request body is larger than {limit} bytes"), None)
+            .with_status(StatusCode::PAYLOAD_TOO_LARGE)
+            .with_code("body_too_large")
+    };
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return too_large().into_response();
+    }
+    let (parts, body) = req.into_parts();
+    let read = async {
+        let mut stream = body.into_data_stream();
+        let mut buf = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| ApiError::invalid(format!("reading the request body: {e}"), None))?;
+            if buf.len() + chunk.len() > limit {
+                return Err(too_large());
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(buf)
+    };
+    match tokio::time::timeout(s.opts.body_timeout, read).await {
+        Err(_) => ApiError::invalid(
+            format!("the request body did not arrive within {} s", s.opts.body_timeout.as_secs_f64()),
+            None,
+        )
+        .with_status(StatusCode::REQUEST_TIMEOUT)
+        .with_code("body_timeout")
+        .into_response(),
+        Ok(Err(e)) => e.into_response(),
+        Ok(Ok(buf)) => next.run(Request::from_parts(parts, axum::body::Body::from(buf))).await,
+    }
+}
+
+/// Every error status leaves with an OpenAI-style JSON body, also those axum produces itself
+/// (405 with its `Allow` header, extractor rejections): a non-JSON error body becomes the
+/// message of one.
+async fn json_errors(res: Response) -> Response {
+    let status = res.status();
+    let is_json = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return res;
+    }
+    let (mut parts, body) = res.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.ok().map(|b| String::from_utf8_lossy(&b).trim().to_string());
+    let reason = status.canonical_reason().unwrap_or("error");
+    let message = text.filter(|t| !t.is_empty()).unwrap_or_else(|| reason.to_string());
+    let mut e = ApiError::invalid(message, None).with_status(status);
+    if status.is_server_error() {
+        e.kind = "server_error";
+    }
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        e = e.with_code("method_not_allowed");
+    }
+    let mut out = e.into_response();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(header::CONTENT_TYPE);
+    out.headers_mut().extend(parts.headers);
+    out
 }
 
 async fn auth(State(s): State<Arc<AppState>>, headers: HeaderMap, req: Request, next: Next) -> Response {
@@ -82,12 +155,12 @@ async fn models(State(s): State<Arc<AppState>>) -> Json<Value> {
     }]}))
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+fn parse<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+    fillers: &[(&str, Value)],
+) -> Result<T, ApiError> {
     let bytes = body.map_err(|r| ApiError::invalid(r.body_text(), None).with_status(r.status()))?;
-    if std::str::from_utf8(&bytes).is_err() {
-        return Err(ApiError::invalid("the request body is not valid UTF-8", None));
-    }
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid(format!("malformed request body: {e}"), None))
+    parse_body(&bytes, fillers)
 }
 
 fn check_model(s: &AppState, model: &Option<String>) -> Result<(), ApiError> {
@@ -167,13 +240,18 @@ async fn completions(State(s): State<Arc<AppState>>, body: Result<Bytes, BytesRe
 }
 
 async fn completions_inner(s: Arc<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let req: CompletionRequest = parse(body)?;
+    let req: CompletionRequest = parse(body, &[("prompt", json!(""))])?;
     check_model(&s, &req.common.model)?;
     req.check_unsupported()?;
     let id = s.next_id();
-    let v = req.common.validate(req.common.max_tokens, s.fresh_seed(id))?;
+    let v = req.common.validate(req.common.max_tokens, s.fresh_seed(id), s.model.tokenizer.vocab_size())?;
     let prompt = match single_prompt(req.prompt)? {
-        Prompt::Text(t) => s.model.tokenizer.encode(&t).map_err(|e| ApiError::invalid(e.0, Some("prompt")))?,
+        Prompt::Text(t) => {
+            if t.len() > s.model.tokenizer.byte_bound(s.model.max_request_tokens) {
+                return Err(too_long(&s, "prompt"));
+            }
+            s.model.tokenizer.encode(&t).map_err(|e| ApiError::invalid(e.0, Some("prompt")))?
+        }
         Prompt::Ids(ids) => ids,
     };
     generate(s, id, prompt, v, Kind::Completion).await
@@ -187,19 +265,32 @@ async fn chat(State(s): State<Arc<AppState>>, body: Result<Bytes, BytesRejection
 }
 
 async fn chat_inner(s: Arc<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let req: ChatRequest = parse(body)?;
+    let req: ChatRequest = parse(body, &[("messages", json!([]))])?;
     check_model(&s, &req.common.model)?;
     req.check_unsupported()?;
     let id = s.next_id();
-    let v = req.common.validate(req.max_completion_tokens.or(req.common.max_tokens), s.fresh_seed(id))?;
+    let max_tokens = req.max_completion_tokens.or(req.common.max_tokens);
+    let v = req.common.validate(max_tokens, s.fresh_seed(id), s.model.tokenizer.vocab_size())?;
     let msgs = req.messages()?;
+    let limit = s.model.tokenizer.byte_bound(s.model.max_request_tokens);
     let text = s
         .model
         .template
-        .render(&msgs, req.add_generation_prompt.unwrap_or(true))
-        .map_err(|e| ApiError::invalid(e.0, Some("messages")))?;
+        .render_bounded(&msgs, req.add_generation_prompt.unwrap_or(true), limit)
+        .map_err(|e| ApiError::invalid(e.0, Some("messages")))?
+        .ok_or_else(|| too_long(&s, "messages"))?;
     let prompt = s.model.tokenizer.encode(&text).map_err(|e| ApiError::invalid(e.0, Some("messages")))?;
     generate(s, id, prompt, v, Kind::Chat).await
+}
+
+/// A prompt refused by its size in bytes, before the tokenizer (or the template) went through it.
+fn too_long(s: &AppState, param: &str) -> ApiError {
+    let limit = s.model.max_request_tokens;
+    ApiError::invalid(
+        format!("This model's maximum context length is {limit} tokens. However, your prompt is far longer."),
+        Some(param),
+    )
+    .with_code("context_length_exceeded")
 }
 
 /// Check lengths, take an in-flight unit, hand the request to the engine, answer.

@@ -11,10 +11,10 @@
 //! forward, which fails the requests of that step and nobody else. A request whose client went
 //! away (its event receiver dropped) is cancelled at the start of the next step.
 //!
-//! A step whose rows are all single decode tokens runs decode attention (with page selection when
-//! sparse attention is on); a step that mixes prefill chunks and decode tokens runs prefill
-//! attention for all rows (dense for retrieval heads, the Lambda mask for streaming heads), and
-//! the decode rows re-select their pages at their next pure decode step.
+//! A scheduled batch is one engine step, `Engine::step_rows` (src/engine/step.rs), the same step
+//! generation and scoring run: its decode rule (all rows single tokens: decode attention with page
+//! selection; otherwise prefill attention for every row, and decode rows re-select at their next
+//! pure decode step) is the engine's, not re-implemented here.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,13 +22,12 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend::Backend;
-use crate::engine::{Engine, FinishReason};
+use crate::engine::{Engine, FinishReason, StepHead, StepRow};
 use crate::error::{Error, Result};
 use crate::kv::{HostTier, SeqPages};
-use crate::model::llama::{Logits, SeqStep};
+use crate::model::llama::Logits;
 use crate::sampling::{NO_LOGIT, NO_TOKEN, Sampler, SamplingParams};
 use crate::sched::{CacheView, Chunk, Plan, PreemptMode, SchedConfig, Scheduler, SeqId};
-use crate::sparse::{DecodePlan, plan_decode};
 use crate::tokenizer::{StreamDecoder, TextTokenizer};
 
 /// One completion request, tokenized and validated.
@@ -74,6 +73,8 @@ pub struct ServeOptions {
 #[derive(Clone, Debug, Default)]
 pub struct ServeStats {
     pub running: usize,
+    /// The most sequences that were running (holding KV on the device) at once, since start.
+    pub peak_running: usize,
     pub waiting: usize,
     pub swapped: usize,
     pub pages_used: usize,
@@ -222,6 +223,7 @@ impl<B: Backend> ServeEngine<B> {
         let cache = &self.engine.cache;
         let view = CacheView { free_pages: cache.alloc.num_free(), free_slots: cache.free_slots() };
         let plan = self.sched.schedule(view);
+        self.stats.peak_running = self.stats.peak_running.max(self.sched.running().len());
         self.execute_moves(&plan);
         let batch: Vec<Chunk> = plan.batch.iter().filter(|c| self.live.contains_key(&c.id)).copied().collect();
         if !batch.is_empty() {
@@ -282,28 +284,19 @@ impl<B: Backend> ServeEngine<B> {
         }
     }
 
-    /// Reserve, plan, forward, then sample and stream the rows that want a token.
+    /// Reserve each request's pages (a failed reservation fails that request alone), run the
+    /// batch as one engine step (`Engine::step_rows`: its plan and decode rule are the engine's),
+    /// then stream the rows that sampled a token.
     fn run_batch(&mut self, batch: &[Chunk]) {
-        let decode = batch.iter().all(|c| c.n == 1);
         let mut ok = Vec::with_capacity(batch.len());
-        let mut plans = Vec::with_capacity(batch.len());
         for c in batch {
-            let ps = self.engine.cache.shape.page_size;
             let live = self.live.get_mut(&c.id).expect("scheduled request is live");
-            if let Err(e) = self.engine.cache.reserve(&mut live.seq, c.n) {
+            if let Err(e) = self.engine.reserve(&mut live.seq, c.n) {
                 let msg = format!("KV reservation: {e}");
                 self.fail(c.id, msg);
                 continue;
             }
-            let plan = if decode {
-                let kv_len = live.seq.len + 1;
-                plan_decode(&self.engine.sparse, &mut live.seq, kv_len, ps)
-            } else {
-                live.seq.sel_tail = None;
-                DecodePlan { select: false, tail_start: 0 }
-            };
             ok.push(*c);
-            plans.push(plan);
         }
         if ok.is_empty() {
             return;
@@ -314,20 +307,28 @@ impl<B: Backend> ServeEngine<B> {
         for c in ok.iter().filter(|c| c.sample) {
             settings.push(self.live.get_mut(&c.id).expect("batch request is live").sampler.device_settings());
         }
-        let steps: Vec<SeqStep> = ok
+        // The step advances the sequences: they leave their requests for it and come back after.
+        let mut seqs: Vec<SeqPages> = ok
             .iter()
-            .zip(&plans)
-            .map(|(c, &plan)| {
-                let l = &self.live[&c.id];
-                let logits = if c.sample { Logits::Last } else { Logits::None };
-                SeqStep { tokens: &l.tokens[c.start..c.start + c.n], cache: &l.seq, logits, plan }
+            .map(|c| std::mem::take(&mut self.live.get_mut(&c.id).expect("batch request is live").seq))
+            .collect();
+        let live = &self.live;
+        let mut rows: Vec<StepRow> = ok
+            .iter()
+            .zip(seqs.iter_mut())
+            .map(|(c, seq)| StepRow {
+                seq,
+                tokens: &live[&c.id].tokens[c.start..c.start + c.n],
+                logits: if c.sample { Logits::Last } else { Logits::None },
             })
             .collect();
-        let Engine { backend, model, cache, attn, .. } = &mut self.engine;
-        let out = model.forward_sample(backend, cache, attn, &steps, &settings);
-        drop(steps);
+        let out = self.engine.step_rows(&mut rows, StepHead::Sample(&settings)).and_then(|o| o.ids());
+        drop(rows);
+        for (c, seq) in ok.iter().zip(seqs) {
+            self.live.get_mut(&c.id).expect("batch request is live").seq = seq;
+        }
         match out {
-            Ok(rows) => self.after_forward(&ok, rows),
+            Ok(ids) => self.after_forward(&ok, ids),
             Err(e) => {
                 for c in &ok {
                     self.fail(c.id, format!("engine step failed: {e}"));
@@ -339,8 +340,6 @@ impl<B: Backend> ServeEngine<B> {
     fn after_forward(&mut self, batch: &[Chunk], ids: Vec<u32>) {
         let mut row = 0;
         for c in batch {
-            let live = self.live.get_mut(&c.id).expect("batch request is live");
-            live.seq.len += c.n;
             self.sched.on_computed(c.id, c.n);
             if !c.sample {
                 continue;

@@ -11,11 +11,13 @@
 //! selector_interval = 4     # re-select every C decode steps
 //! dense_below = 4096        # contexts up to this length skip page selection
 //! dense_layers = []         # layers kept fully dense
+//! pin_sink_page = false     # always select the first page (the attention sink)
 //! [cache]
 //! physical_page = 64
 //! logical_page = 16
-//! kv_dtype = "auto"         # auto (the backend's first choice) | f32 | f16 | bf16
-//! kv_memory = "2GiB"        # bytes or a fraction of device memory ("0.5"); default: what the request needs
+//! kv_dtype = "auto"         # auto (the backend's first choice) | f32 | f16 | bf16 | int8 | fp8 (e4m3)
+//! kv_memory = "2GiB"        # a size (2GiB, 512MiB; plain = bytes) or a share of device memory ("50%");
+//!                           # default: what the request needs
 //! ```
 //! Unknown keys are errors (a typo must not silently fall back to a default).
 
@@ -38,6 +40,13 @@ pub struct SparseConfig {
     pub selector_interval: usize,
     pub dense_below: usize,
     pub dense_layers: Vec<usize>,
+    /// A head pattern already in memory (a shipped one, found by model identity); used when
+    /// `head_pattern` names no file. Not a TOML key.
+    #[serde(skip)]
+    pub pattern: Option<crate::sparse::HeadPattern>,
+    /// Always select each retrieval head's first page (the attention sink) at decode, as one of
+    /// the budget's pages (`Engine::pin_sink_page`; docs/sparse-attention.md, measured there).
+    pub pin_sink_page: bool,
 }
 
 impl Default for SparseConfig {
@@ -52,6 +61,8 @@ impl Default for SparseConfig {
             selector_interval: 4,
             dense_below: 4096,
             dense_layers: vec![],
+            pattern: None,
+            pin_sink_page: false,
         }
     }
 }
@@ -123,11 +134,11 @@ impl Config {
         }
         self.kv_dtype()?;
         self.kv_memory()?;
-        if s.enabled && s.streaming_ratio > 0.0 && s.head_pattern.is_none() {
+        // Below one physical page no page but the newest could ever be selected.
+        if s.enabled && s.token_budget < c.physical_page {
             return bad(format!(
-                "streaming_ratio {} needs a head pattern: run `lserve calibrate --out FILE` and pass --head-pattern FILE \
-                 (or set --streaming-ratio 0)",
-                s.streaming_ratio
+                "token_budget {} is below one physical page ({} tokens): retrieval heads would read nothing but the newest page",
+                s.token_budget, c.physical_page
             ));
         }
         Ok(())
@@ -140,7 +151,11 @@ impl Config {
             "f32" => DType::F32,
             "f16" => DType::F16,
             "bf16" => DType::BF16,
-            other => return Err(Error::Config(format!("kv_dtype `{other}`: expected auto, f32, f16 or bf16"))),
+            "int8" => DType::I8,
+            "fp8" => DType::F8E4M3,
+            other => {
+                return Err(Error::Config(format!("kv_dtype `{other}`: expected auto, f32, f16, bf16, int8 or fp8")));
+            }
         }))
     }
 
@@ -149,28 +164,75 @@ impl Config {
     }
 }
 
-/// "2GiB", "512MiB", "1.5GB", "1000000" (bytes) or a fraction "0.5".
+/// A kv_memory value: a size (see [`parse_size`]) or a share of device memory, "50%".
 pub fn parse_memory(s: &str) -> Result<KvMemory> {
+    parse_size(s, true).map_err(|e| Error::Config(format!("[cache] kv_memory `{s}`: {e}")))
+}
+
+/// How every size in lserve is written (flags and config alike): a number with a unit — `B`,
+/// decimal `KB`/`MB`/`GB`/`TB` (also `K`/`M`/`G`/`T`), binary `KiB`/`MiB`/`GiB`/`TiB`, any case —
+/// where a plain number is a count of bytes (so `1` is one byte and must be whole), and, where
+/// `share` allows it, a percentage of device memory (`50%`, above 0 and at most 100). The error
+/// (no flag name: the caller adds it) says what was expected.
+pub fn parse_size(s: &str, share: bool) -> std::result::Result<KvMemory, String> {
     let t = s.trim();
-    let bad = || Error::Config(format!("kv memory `{s}`: expected bytes like 2GiB / 512MiB or a fraction like 0.5"));
-    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num.trim().parse().map_err(|_| bad())?;
-    if !v.is_finite() || v <= 0.0 {
-        return Err(bad());
+    let expected = if share {
+        "expected a size such as 2GiB, 512MiB or 1000000 (bytes), or a share of device memory such as 50%"
+    } else {
+        "expected a size such as 4MiB, 64KiB or 1000000 (bytes)"
+    };
+    if t.starts_with('-') {
+        return Err("must not be negative".into());
     }
-    let mult = match unit.trim().to_ascii_lowercase().as_str() {
-        "" if v <= 1.0 => return Ok(KvMemory::Fraction(v)),
+    if let Some(p) = t.strip_suffix('%') {
+        if !share {
+            return Err(format!("a percentage is not a size here; {expected}"));
+        }
+        let v: f64 = p.trim().parse().map_err(|_| expected.to_string())?;
+        if !(v.is_finite() && v > 0.0 && v <= 100.0) {
+            return Err(format!("a share of device memory must be above 0% and at most 100%, got {p}%"));
+        }
+        return Ok(KvMemory::Fraction(v / 100.0));
+    }
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    if num.is_empty() || num.starts_with('.') || num.ends_with('.') {
+        return Err(expected.to_string());
+    }
+    let v: f64 = num.parse().map_err(|_| expected.to_string())?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kb" => 1e3,
-        "kib" => 1024.0,
         "m" | "mb" => 1e6,
-        "mib" => 1024.0 * 1024.0,
         "g" | "gb" => 1e9,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        _ => return Err(bad()),
+        "t" | "tb" => 1e12,
+        "kib" => (1u64 << 10) as f64,
+        "mib" => (1u64 << 20) as f64,
+        "gib" => (1u64 << 30) as f64,
+        "tib" => (1u64 << 40) as f64,
+        _ => return Err(format!("unknown unit `{}`; {expected}", unit.trim())),
     };
-    Ok(KvMemory::Bytes((v * mult) as u64))
+    if mult == 1.0 && num.contains('.') {
+        let hint = if share { " or a share of device memory as a percentage (50%)" } else { "" };
+        return Err(format!("a plain number counts bytes and must be whole; add a unit (e.g. {num}GiB){hint}"));
+    }
+    let bytes = v * mult;
+    if bytes < 1.0 {
+        return Err("must be at least 1 byte".into());
+    }
+    if bytes >= u64::MAX as f64 {
+        return Err("too large".into());
+    }
+    Ok(KvMemory::Bytes(bytes as u64))
+}
+
+/// A size in bytes for the flag `--{flag}` (no percentage), the error naming the flag.
+pub fn parse_flag_bytes(flag: &str, s: &str) -> Result<u64> {
+    match parse_size(s, false) {
+        Ok(KvMemory::Bytes(b)) => Ok(b),
+        Ok(KvMemory::Fraction(_)) => Err(Error::InvalidArgument(format!("--{flag} {s}: not a size"))),
+        Err(e) => Err(Error::InvalidArgument(format!("--{flag} {s}: {e}"))),
+    }
 }
 
 #[cfg(test)]
@@ -189,9 +251,13 @@ mod tests {
     }
 
     #[test]
-    fn streaming_without_pattern_says_calibrate() {
-        let c: Config = toml::from_str("[sparse]\nenabled = true\nstreaming_ratio = 0.5\n").unwrap();
-        assert!(c.validate().unwrap_err().to_string().contains("lserve calibrate"));
+    fn token_budget_must_hold_a_page_when_sparse() {
+        let c: Config = toml::from_str("[sparse]\nenabled = true\ntoken_budget = 0\n").unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("token_budget 0"));
+        let c: Config = toml::from_str("[sparse]\nenabled = true\ntoken_budget = 64\n").unwrap();
+        c.validate().unwrap();
+        let c: Config = toml::from_str("[sparse]\nenabled = false\ntoken_budget = 0\n").unwrap();
+        c.validate().unwrap();
     }
 
     #[test]
@@ -203,11 +269,34 @@ mod tests {
     }
 
     #[test]
+    fn kv_dtypes() {
+        for (name, want) in [("int8", Some(DType::I8)), ("fp8", Some(DType::F8E4M3)), ("bf16", Some(DType::BF16))] {
+            let c: Config = toml::from_str(&format!("[cache]\nkv_dtype = \"{name}\"\n")).unwrap();
+            assert_eq!(c.kv_dtype().unwrap(), want);
+            assert_eq!(want.unwrap().kv_name(), name);
+        }
+        let c: Config = toml::from_str("[cache]\nkv_dtype = \"int4\"\n").unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("int8 or fp8"));
+    }
+
+    #[test]
     fn memory_strings() {
         assert_eq!(parse_memory("2GiB").unwrap(), KvMemory::Bytes(2 << 30));
         assert_eq!(parse_memory("512 MiB").unwrap(), KvMemory::Bytes(512 << 20));
-        assert_eq!(parse_memory("0.25").unwrap(), KvMemory::Fraction(0.25));
+        assert_eq!(parse_memory("1.5gb").unwrap(), KvMemory::Bytes(1_500_000_000));
+        assert_eq!(parse_memory("25%").unwrap(), KvMemory::Fraction(0.25));
+        assert_eq!(parse_memory("100%").unwrap(), KvMemory::Fraction(1.0));
         assert_eq!(parse_memory("1000").unwrap(), KvMemory::Bytes(1000));
-        assert!(parse_memory("-1").is_err() && parse_memory("lots").is_err() && parse_memory("3TiBs").is_err());
+        // One byte is one byte, not "all of memory"; a bare fraction is refused with a hint.
+        assert_eq!(parse_memory("1").unwrap(), KvMemory::Bytes(1));
+        let e = parse_memory("1.5").unwrap_err().to_string();
+        assert!(e.contains("must be whole") && e.contains("50%") && e.contains("kv_memory"), "{e}");
+        assert!(parse_memory("-1").unwrap_err().to_string().contains("negative"));
+        for bad in ["lots", "3TiBs", "0", "0%", "101%", "", "GiB", ".5GiB", "1e3", "nan", "1..2MiB", "99999999999TiB"] {
+            assert!(parse_memory(bad).is_err(), "{bad:?} parsed");
+        }
+        let e = parse_flag_bytes("max-body", "50%").unwrap_err().to_string();
+        assert!(e.contains("--max-body") && !e.contains("kv"), "{e}");
+        assert_eq!(parse_flag_bytes("swap-space", "4GiB").unwrap(), 4 << 30);
     }
 }

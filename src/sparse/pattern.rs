@@ -10,6 +10,11 @@
 //!
 //! Either way higher means "keep full attention"; ties are broken by (layer, head) order so the
 //! choice is deterministic.
+//!
+//! Shipped patterns (`patterns/*.toml`) are compiled into the binary and found by model identity
+//! ([`ModelIdentity`]: architecture, layer/head/width counts, vocabulary size and a hash of the
+//! vocabulary's token strings), never by file path, so `--sparse on` works from any working
+//! directory and for an installed binary, for the same model as GGUF or Hugging Face folder.
 
 use std::path::Path;
 
@@ -80,6 +85,94 @@ impl HeadPattern {
         }
         Ok(layout)
     }
+}
+
+/// What a shipped head pattern is matched on: the shapes that fix the (layer, KV head) grid and
+/// the model family, plus a hash of the vocabulary so that a different model with the same
+/// shapes does not match.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelIdentity {
+    pub arch: String,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub hidden_size: usize,
+    pub vocab_size: usize,
+    /// [`vocab_hash`] of the tokenizer's token strings.
+    pub vocab_hash: u64,
+}
+
+/// FNV-1a (64 bit) over the token strings in id order, each followed by a 0 byte. The same for a
+/// GGUF's `tokenizer.ggml.tokens` and the Hugging Face `tokenizer.json` it was converted from.
+pub fn vocab_hash<'a>(tokens: impl IntoIterator<Item = &'a str>) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for t in tokens {
+        for &b in t.as_bytes().iter().chain(&[0u8]) {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+struct Shipped {
+    name: &'static str,
+    identity: fn() -> ModelIdentity,
+    toml: &'static str,
+}
+
+/// The head patterns that ship with lserve.
+const SHIPPED: &[Shipped] = &[Shipped {
+    name: "smollm2-135m",
+    identity: || ModelIdentity {
+        arch: "llama".into(),
+        num_layers: 30,
+        num_heads: 9,
+        num_kv_heads: 3,
+        head_dim: 64,
+        hidden_size: 576,
+        vocab_size: 49152,
+        vocab_hash: SMOLLM2_VOCAB_HASH,
+    },
+    toml: include_str!("../../patterns/smollm2-135m.toml"),
+}];
+
+/// [`vocab_hash`] of the SmolLM2 tokenizer (49152 tokens; the same for SmolLM2-135M, its
+/// Instruct variant, and their GGUF conversions).
+pub const SMOLLM2_VOCAB_HASH: u64 = 0x3ff3_b2ef_50df_d8ca;
+
+/// The shipped pattern for the model `id` names, with the pattern's name.
+pub fn shipped_pattern(id: &ModelIdentity) -> Option<(&'static str, HeadPattern)> {
+    let s = SHIPPED.iter().find(|s| (s.identity)() == *id)?;
+    // The embedded files are checked by a test; a parse failure here would be a build defect.
+    let p = toml::from_str::<HeadPattern>(s.toml).ok()?;
+    Some((s.name, p))
+}
+
+/// Gives `--sparse on` its streaming heads when no pattern file is named: the shipped pattern
+/// for this model if there is one (put in `s.pattern`), else no streaming heads at all
+/// (`streaming_ratio` 0: page selection only) and a one-line notice, returned for the caller to
+/// print. Nothing changes when sparse attention is off, the ratio is 0 or a pattern is given.
+pub fn resolve_pattern(s: &mut crate::sparse::SparseConfig, id: &ModelIdentity) -> Option<String> {
+    if !s.enabled || s.streaming_ratio == 0.0 || s.head_pattern.is_some() || s.pattern.is_some() {
+        return None;
+    }
+    if let Some((_, p)) = shipped_pattern(id) {
+        s.pattern = Some(p);
+        return None;
+    }
+    s.streaming_ratio = 0.0;
+    Some(
+        "note: no head pattern ships for this model, so --sparse on runs without streaming heads (page selection \
+         only); `lserve calibrate --out heads.toml` and --head-pattern heads.toml add them"
+            .to_string(),
+    )
+}
+
+/// Names of the shipped patterns (for messages and tests).
+pub fn shipped_names() -> Vec<&'static str> {
+    SHIPPED.iter().map(|s| s.name).collect()
 }
 
 fn parse_tsv(text: &str) -> std::result::Result<HeadPattern, String> {

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod naive;
+pub mod tiny;
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +17,21 @@ pub fn model_path() -> PathBuf {
         return PathBuf::from(p);
     }
     lserve::fetch::resolve_model(None).expect("the default model could not be fetched (see .ci/run)")
+}
+
+/// The Gemma 3 270M GGUF: `$LSERVE_TEST_GEMMA`, else the cached `gemma3-270m` alias (fetched if
+/// missing).
+pub fn gemma_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("LSERVE_TEST_GEMMA") {
+        return PathBuf::from(p);
+    }
+    lserve::fetch::resolve_model(Some("gemma3-270m")).expect("the gemma3-270m model could not be fetched")
+}
+
+/// tests/data/gemma3_ref.json (scripts/make_gemma3_ref.py).
+pub fn gemma_reference() -> serde_json::Value {
+    let text = std::fs::read_to_string(data("gemma3_ref.json")).expect("gemma3 reference json");
+    serde_json::from_str(&text).expect("gemma3 reference json parses")
 }
 
 pub fn reference() -> serde_json::Value {

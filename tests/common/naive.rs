@@ -44,6 +44,7 @@ pub fn base_config() -> ModelConfig {
         tie_word_embeddings: false,
         attention_bias: false,
         sliding_window: None,
+        gemma: None,
         bos_token_id: None,
         eos_token_ids: vec![],
     }

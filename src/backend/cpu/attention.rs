@@ -10,6 +10,7 @@
 use rayon::prelude::*;
 
 use super::kvops::head_kinds;
+use super::kvpool::{PoolRef, pool};
 use super::{CpuBackend, CpuBuffer, err, f32s, f32s_mut, u32s};
 use crate::backend::reference::kv_layout::ring_index;
 use crate::backend::*;
@@ -19,10 +20,10 @@ fn u(x: u32) -> usize {
     x as usize
 }
 
-/// K and V of one pool with `heads` heads per page.
+/// K and V of one pool with `heads` heads per page (dequantized on read for 8-bit KV).
 struct Pool<'a> {
-    k: &'a [f32],
-    v: &'a [f32],
+    k: PoolRef<'a>,
+    v: PoolRef<'a>,
     heads: usize,
 }
 
@@ -71,8 +72,11 @@ impl Ctx<'_> {
         let hd = self.hd;
         let offs: Vec<(bool, usize)> = positions.iter().map(|&pos| self.at(s, h, pos)).collect();
         let pool = |streaming: bool| if streaming { &self.strm } else { &self.ret };
-        let mut scores: Vec<f32> =
-            offs.iter().map(|&(st, at)| super::ops::dot(q, &pool(st).k[at..at + hd]) * self.p.scale).collect();
+        let mut buf = Vec::new();
+        let mut scores: Vec<f32> = Vec::with_capacity(offs.len());
+        for &(st, at) in &offs {
+            scores.push(super::ops::dot(q, pool(st).k.row(at, hd, &mut buf)) * self.p.scale);
+        }
         out.fill(0.0);
         if scores.is_empty() {
             return;
@@ -85,7 +89,7 @@ impl Ctx<'_> {
         });
         for (&(st, at), &w) in offs.iter().zip(&scores) {
             let w = (w as f64 / sum) as f32;
-            out.iter_mut().zip(&pool(st).v[at..at + hd]).for_each(|(o, v)| *o += w * v);
+            out.iter_mut().zip(pool(st).v.row(at, hd, &mut buf)).for_each(|(o, v)| *o += w * v);
         }
     }
 }
@@ -102,11 +106,12 @@ impl Ctx<'_> {
     fn gather(&self, s: usize, h: usize, lo: usize, hi: usize) -> (Vec<f32>, Vec<f32>) {
         let hd = self.hd;
         let (mut k, mut v) = (Vec::with_capacity((hi - lo) * hd), Vec::with_capacity((hi - lo) * hd));
+        let mut buf = Vec::new();
         for pos in lo..hi {
             let (st, at) = self.at(s, h, pos);
             let pool = if st { &self.strm } else { &self.ret };
-            k.extend_from_slice(&pool.k[at..at + hd]);
-            v.extend_from_slice(&pool.v[at..at + hd]);
+            k.extend_from_slice(pool.k.row(at, hd, &mut buf));
+            v.extend_from_slice(pool.v.row(at, hd, &mut buf));
         }
         (k, v)
     }
@@ -207,13 +212,13 @@ fn context<'a>(p: &AttentionParams, kv: &'a LayerKv<CpuBackend>, meta: &'a Paged
     if n_str > 0 && (u(p.ring_tokens) <= u(p.sink) || !u(p.ring_tokens).is_multiple_of(ps)) {
         return Err(err("attention: the streaming ring is smaller than its sink"));
     }
-    let rlen = u(p.num_pages) * n_ret * ps * hd;
-    let slen = u(p.num_str_pages) * n_str * ps * hd;
+    let rrows = u(p.num_pages) * n_ret * ps;
+    let srows = u(p.num_str_pages) * n_str * ps;
     Ok(Ctx {
-        ret: Pool { k: f32s(kv.k, rlen, "k pool")?, v: f32s(kv.v, rlen, "v pool")?, heads: n_ret },
+        ret: Pool { k: pool(kv.k, rrows, ps, hd, "k pool")?, v: pool(kv.v, rrows, ps, hd, "v pool")?, heads: n_ret },
         strm: Pool {
-            k: f32s(kv.sk, slen, "streaming k pool")?,
-            v: f32s(kv.sv, slen, "streaming v pool")?,
+            k: pool(kv.sk, srows, ps, hd, "streaming k pool")?,
+            v: pool(kv.sv, srows, ps, hd, "streaming v pool")?,
             heads: n_str,
         },
         kinds,

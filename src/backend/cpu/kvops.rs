@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use super::kvpool::{PoolMut, pool_mut};
 use super::{CpuBackend, CpuBuffer, err, f32s, f32s_mut, u32s};
 use crate::backend::reference::rope::{RopeFreqs, rotate_half_in_place};
 use crate::backend::*;
@@ -66,11 +67,13 @@ pub fn rope_append_kv(
         attention_scaling: p.attention_scaling,
     };
     let q = f32s_mut(q, n * nh * hd, "rope_append_kv q")?;
-    let (rlen, slen) = (u(p.num_pages) * n_ret * ps * hd, u(p.num_str_pages) * n_str * ps * hd);
-    let (k, v) = (f32s_mut(kv.k, rlen, "k pool")?, f32s_mut(kv.v, rlen, "v pool")?);
-    let (sk, sv) = (f32s_mut(kv.sk, slen, "streaming k pool")?, f32s_mut(kv.sv, slen, "streaming v pool")?);
+    let (rrows, srows) = (u(p.num_pages) * n_ret * ps, u(p.num_str_pages) * n_str * ps);
+    let (mut k, mut v) = (pool_mut(kv.k, rrows, ps, hd, "k pool")?, pool_mut(kv.v, rrows, ps, hd, "v pool")?);
+    let mut sk = pool_mut(kv.sk, srows, ps, hd, "streaming k pool")?;
+    let mut sv = pool_mut(kv.sv, srows, ps, hd, "streaming v pool")?;
     // (page, logical page) -> last offset written in it by this call.
     let mut touched: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+    let mut krow = vec![0f32; hd];
     for t in 0..n {
         let row = &qkv[t * width..(t + 1) * width];
         for h in 0..nh {
@@ -79,15 +82,16 @@ pub fn rope_append_kv(
             rotate_half_in_place(dst, positions[t], &freqs);
         }
         for (h, &(streaming, i)) in kinds.iter().enumerate() {
-            let (slot, heads, kd, vd) = if streaming {
-                (u(ring_slots[t]), n_str, &mut *sk, &mut *sv)
+            let (slot, heads, kd, vd): (usize, usize, &mut PoolMut, &mut PoolMut) = if streaming {
+                (u(ring_slots[t]), n_str, &mut sk, &mut sv)
             } else {
-                (u(slots[t]), n_ret, &mut *k, &mut *v)
+                (u(slots[t]), n_ret, &mut k, &mut v)
             };
             let at = (((slot / ps) * heads + i) * ps + slot % ps) * hd;
-            kd[at..at + hd].copy_from_slice(&row[(nh + h) * hd..(nh + h + 1) * hd]);
-            rotate_half_in_place(&mut kd[at..at + hd], positions[t], &freqs);
-            vd[at..at + hd].copy_from_slice(&row[(nh + nkv + h) * hd..(nh + nkv + h + 1) * hd]);
+            krow.copy_from_slice(&row[(nh + h) * hd..(nh + h + 1) * hd]);
+            rotate_half_in_place(&mut krow, positions[t], &freqs);
+            kd.store(at, &krow);
+            vd.store(at, &row[(nh + nkv + h) * hd..(nh + nkv + h + 1) * hd]);
         }
         if n_ret > 0 {
             let (page, off) = (u(slots[t]) / ps, u(slots[t]) % ps);
@@ -95,7 +99,10 @@ pub fn rope_append_kv(
             *e = (*e).max(off);
         }
     }
+    // Summaries are min/max over the keys as stored (dequantized for the 8-bit types), so Quest
+    // stays an upper bound of the q.k that attention computes.
     let summary = f32s_mut(kv.summary, u(p.num_pages) * n_ret * (ps / lp) * 2 * hd, "summary")?;
+    let mut buf = Vec::new();
     for (&(page, l), &last) in &touched {
         for r in 0..n_ret {
             let s_at = (((page * n_ret + r) * (ps / lp) + l) * 2) * hd;
@@ -103,10 +110,10 @@ pub fn rope_append_kv(
             mins.fill(f32::INFINITY);
             maxs.fill(f32::NEG_INFINITY);
             for off in l * lp..=last {
-                let at = ((page * n_ret + r) * ps + off) * hd;
+                let kr = k.row(((page * n_ret + r) * ps + off) * hd, hd, &mut buf);
                 for c in 0..hd {
-                    mins[c] = mins[c].min(k[at + c]);
-                    maxs[c] = maxs[c].max(k[at + c]);
+                    mins[c] = mins[c].min(kr[c]);
+                    maxs[c] = maxs[c].max(kr[c]);
                 }
             }
         }

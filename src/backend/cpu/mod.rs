@@ -1,4 +1,5 @@
-//! The CPU backend: f32 everywhere, plain loops parallelised with rayon. It is the reference the
+//! The CPU backend: f32 everywhere (the 8-bit KV types excepted: their pools hold the quantized
+//! bytes that define those dtypes, `kvpool.rs`), plain loops parallelised with rayon. It is the reference the
 //! GPU backends are tested against, so clarity wins over speed except in `matmul`, which uses the
 //! `gemm` crate (runtime-dispatched SIMD) because prefill is GEMM-bound and the test suite runs the
 //! real model.
@@ -8,6 +9,7 @@
 
 mod attention;
 mod kvops;
+mod kvpool;
 mod ops;
 
 use crate::backend::*;
@@ -18,6 +20,8 @@ use crate::error::{Error, Result};
 pub enum CpuBuffer {
     F32(Vec<f32>),
     U32(Vec<u32>),
+    /// An 8-bit KV pool (I8 or F8E4M3): codes and scales, layout of [`kv_pool_len`].
+    Kv8(DType, Vec<u8>),
 }
 
 pub struct CpuBackend {
@@ -38,7 +42,7 @@ impl CpuBackend {
                 name: "cpu",
                 device: format!("host CPU, {threads} threads"),
                 weight_dtypes: vec![DType::F32],
-                kv_dtypes: vec![DType::F32],
+                kv_dtypes: vec![DType::F32, DType::I8, DType::F8E4M3],
                 max_buffer_bytes: u64::MAX,
                 memory_bytes: host_memory_bytes(),
                 matmul_x16_from: None,
@@ -63,7 +67,7 @@ pub(crate) fn f32s<'a>(b: &'a CpuBuffer, need: usize, what: &str) -> Result<&'a 
     match b {
         CpuBuffer::F32(v) if v.len() >= need => Ok(&v[..need]),
         CpuBuffer::F32(v) => Err(err(format!("{what}: {} f32 elements, op needs {need}", v.len()))),
-        CpuBuffer::U32(_) => Err(err(format!("{what}: expected an f32 buffer, got u32"))),
+        _ => Err(err(format!("{what}: expected an f32 buffer"))),
     }
 }
 
@@ -73,7 +77,7 @@ pub(crate) fn f32s_mut<'a>(b: &'a mut CpuBuffer, need: usize, what: &str) -> Res
             let have = v.len();
             v.get_mut(..need).ok_or_else(|| err(format!("{what}: {have} f32 elements, op needs {need}")))
         }
-        CpuBuffer::U32(_) => Err(err(format!("{what}: expected an f32 buffer, got u32"))),
+        _ => Err(err(format!("{what}: expected an f32 buffer"))),
     }
 }
 
@@ -81,7 +85,7 @@ pub(crate) fn u32s<'a>(b: &'a CpuBuffer, need: usize, what: &str) -> Result<&'a 
     match b {
         CpuBuffer::U32(v) if v.len() >= need => Ok(&v[..need]),
         CpuBuffer::U32(v) => Err(err(format!("{what}: {} u32 elements, op needs {need}", v.len()))),
-        CpuBuffer::F32(_) => Err(err(format!("{what}: expected a u32 buffer, got f32"))),
+        _ => Err(err(format!("{what}: expected a u32 buffer"))),
     }
 }
 
@@ -100,6 +104,7 @@ impl Backend for CpuBackend {
         match dtype {
             DType::F32 => Ok(CpuBuffer::F32(vec![0.0; len])),
             DType::U32 => Ok(CpuBuffer::U32(vec![0; len])),
+            d @ (DType::I8 | DType::F8E4M3) => Ok(CpuBuffer::Kv8(d, vec![0; len])),
             d => Err(err(format!("{d:?} buffers are not supported on the CPU backend"))),
         }
     }
@@ -130,6 +135,29 @@ impl Backend for CpuBackend {
         }
     }
 
+    fn download_raw(&self, src: &CpuBuffer, offset: usize, len: usize) -> Result<Vec<u8>> {
+        let bytes: &[u8] = match src {
+            CpuBuffer::F32(v) => bytemuck::cast_slice(v.as_slice()),
+            CpuBuffer::U32(v) => bytemuck::cast_slice(v.as_slice()),
+            CpuBuffer::Kv8(_, v) => v.as_slice(),
+        };
+        bytes.get(offset..offset + len).map(|b| b.to_vec()).ok_or_else(|| err("download_raw: range outside the buffer"))
+    }
+
+    fn write_raw_at(&self, dst: &mut CpuBuffer, offset: usize, data: &[u8]) -> Result<()> {
+        let bytes: &mut [u8] = match dst {
+            CpuBuffer::F32(v) => bytemuck::cast_slice_mut(v.as_mut_slice()),
+            CpuBuffer::U32(v) => bytemuck::cast_slice_mut(v.as_mut_slice()),
+            CpuBuffer::Kv8(_, v) => v.as_mut_slice(),
+        };
+        let n = data.len();
+        bytes
+            .get_mut(offset..offset + n)
+            .ok_or_else(|| err("write_raw_at: range outside the buffer"))?
+            .copy_from_slice(data);
+        Ok(())
+    }
+
     fn download_f32(&self, src: &CpuBuffer, offset: usize, len: usize) -> Result<Vec<f32>> {
         Ok(f32s(src, offset + len, "download_f32")?[offset..].to_vec())
     }
@@ -146,6 +174,7 @@ impl Backend for CpuBackend {
         match b {
             CpuBuffer::F32(v) => v.len(),
             CpuBuffer::U32(v) => v.len(),
+            CpuBuffer::Kv8(_, v) => v.len(),
         }
     }
 
@@ -153,6 +182,7 @@ impl Backend for CpuBackend {
         match b {
             CpuBuffer::F32(_) => DType::F32,
             CpuBuffer::U32(_) => DType::U32,
+            CpuBuffer::Kv8(d, _) => *d,
         }
     }
 
@@ -235,6 +265,41 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn gelu_tanh_mul(&self, p: &GeluTanhMulParams, gate_up: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
+        let (r, d) = (u(p.rows), u(p.dim));
+        let gu = f32s(gate_up, r * 2 * d, "gelu_tanh_mul gate_up")?;
+        let out = f32s_mut(out, r * d, "gelu_tanh_mul out")?;
+        for (o, row) in out.chunks_exact_mut(d).zip(gu.chunks_exact(2 * d)) {
+            let (g, up) = row.split_at(d);
+            for ((o, &g), &up) in o.iter_mut().zip(g).zip(up) {
+                let t = (0.797_884_6_f32 * (g + 0.044715 * g * g * g)).tanh();
+                *o = 0.5 * g * (1.0 + t) * up;
+            }
+        }
+        Ok(())
+    }
+
+    fn head_rmsnorm(&self, p: &HeadRmsnormParams, x: &mut CpuBuffer, w: &CpuBuffer) -> Result<()> {
+        let (r, nh, hd, stride) = (u(p.rows), u(p.n_heads), u(p.head_dim), u(p.row_stride));
+        if nh * hd > stride {
+            return Err(err("head_rmsnorm: the heads do not fit in a row"));
+        }
+        let w = f32s(w, nh * hd, "head_rmsnorm w")?;
+        let x = f32s_mut(x, r * stride, "head_rmsnorm x")?;
+        for row in x.chunks_exact_mut(stride.max(1)).take(r) {
+            for (seg, wh) in row[..nh * hd].chunks_exact_mut(hd.max(1)).zip(w.chunks_exact(hd.max(1))) {
+                let v = seg.to_vec();
+                ops::rmsnorm(&v, wh, seg, hd, p.eps);
+            }
+        }
+        Ok(())
+    }
+
+    fn scale(&self, p: &ScaleParams, x: &mut CpuBuffer) -> Result<()> {
+        f32s_mut(x, u(p.n), "scale x")?.iter_mut().for_each(|v| *v *= p.scale);
+        Ok(())
+    }
+
     fn gather_rows(&self, p: &GatherRowsParams, src: &CpuBuffer, rows: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
         let (n, d) = (u(p.n_out), u(p.dim));
         let src = f32s(src, u(p.n_src) * d, "gather_rows src")?;
@@ -311,6 +376,17 @@ impl Backend for CpuBackend {
     fn fill_random(&self, p: &FillRandomParams, out: &mut CpuBuffer) -> Result<()> {
         if p.dtype != 0 {
             return Err(err("fill_random: the CPU backend stores f32 only"));
+        }
+        if let CpuBuffer::Kv8(_, bytes) = out {
+            // An 8-bit KV pool is filled as f32 words (benchmark data).
+            let n = u(p.n);
+            if bytes.len() < 4 * n {
+                return Err(err("fill_random: the 8-bit pool is smaller than n f32 words"));
+            }
+            for (i, w) in bytes[..4 * n].chunks_exact_mut(4).enumerate() {
+                w.copy_from_slice(&fill_random_value(p.seed, i as u32, p.scale, p.offset).to_le_bytes());
+            }
+            return Ok(());
         }
         let out = f32s_mut(out, u(p.n), "fill_random out")?;
         for (i, o) in out.iter_mut().enumerate() {

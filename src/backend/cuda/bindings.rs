@@ -127,6 +127,7 @@ macro_rules! kernels {
                         return Err(super::super::context::err(format!("{entry} is not an entry of {STEM}.cu `{}`", stringify!($name))));
                     }
                     let mut ptrs: Vec<u64> = Vec::with_capacity(24);
+                    #[allow(unused_mut)] // kernels without u32 scalars
                     let mut scalars: Vec<u32> = Vec::with_capacity(4);
                     $(push_arg!($role, a.$arg, ptrs, scalars);)+
                     gpu.launch(STEM, entry, l, p, &ptrs, &scalars)
@@ -160,6 +161,16 @@ kernels! {
     silu_mul: "silu_mul" (SiluMulParams) ["silu_mul"]
     { gu: In F32, out: Out F32 }
 
+    gelu_tanh_mul: "gelu_tanh_mul" (GeluTanhMulParams) ["gelu_tanh_mul"]
+    { gu: In F32, out: Out F32 }
+
+    /// RMS norm of each head's slice of a row, in place.
+    head_rmsnorm: "head_rmsnorm" (HeadRmsnormParams) ["head_rmsnorm"]
+    { x: Out F32, w: In F32 }
+
+    scale: "scale" (ScaleParams) ["scale"]
+    { x: Out F32 }
+
     gather_rows: "gather_rows" (GatherRowsParams) ["gather_rows"]
     { src: In F32, rows: In U32, out: Out F32 }
 
@@ -187,15 +198,20 @@ kernels! {
     matmul_round_x: "matmul" (MatmulParams) ["matmul_round_x_f16", "matmul_round_x_bf16"]
     { x: In F32, x16: ScratchOut Store }
 
-    rope_append_kv: "rope_append_kv" (RopeAppendKvParams)
-        ["rope_append_kv_f32", "rope_append_kv_f16", "rope_append_kv_bf16"]
+    /// `[kv dtype]`; the 8-bit entries take the pools as bytes (codes + row scales).
+    rope_append_kv: "rope_append_kv" (RopeAppendKvParams) [
+        "rope_append_kv_f32", "rope_append_kv_f16", "rope_append_kv_bf16", "rope_append_kv_int8",
+        "rope_append_kv_fp8",
+    ]
     {
         qkv: In F32, positions: In U32, slots: In U32, ring_slots: In U32, inv_freq: In F32, head_map: In U32,
         q: Out F32, k: Out Store, v: Out Store, sk: Out Store, sv: Out Store,
     }
 
-    rope_append_kv_summary: "rope_append_kv_summary" (RopeAppendKvParams)
-        ["rope_append_kv_summary_f32", "rope_append_kv_summary_f16", "rope_append_kv_summary_bf16"]
+    rope_append_kv_summary: "rope_append_kv_summary" (RopeAppendKvParams) [
+        "rope_append_kv_summary_f32", "rope_append_kv_summary_f16", "rope_append_kv_summary_bf16",
+        "rope_append_kv_summary_int8", "rope_append_kv_summary_fp8",
+    ]
     { s: In U32, k: In Store, sum: Out F32 }
 
     /// Pass 1 of `page_select`: packed (score, page) keys per (sequence, KV head).
@@ -222,11 +238,24 @@ kernels! {
         counts_len: U32 Scalar,
     }
 
-    /// The scalar f32-KV prefill `[log2 dims-per-thread - 2]`, then the tensor-core kernel
-    /// `[f16 | bf16 KV][head_dim tier]` (one signature).
+    /// The scalar prefill `[f32 | int8 | fp8 KV][log2 dims-per-thread - 2]` (f32: the exact
+    /// reference; 8-bit: codes dequantized as they are staged).
     prefill_attention: "prefill_attention" (AttentionParams) [
         "prefill_attention_f32_d4", "prefill_attention_f32_d8", "prefill_attention_f32_d16",
         "prefill_attention_f32_d32", "prefill_attention_f32_d64",
+        "prefill_attention_int8_d4", "prefill_attention_int8_d8", "prefill_attention_int8_d16",
+        "prefill_attention_int8_d32", "prefill_attention_int8_d64",
+        "prefill_attention_fp8_d4", "prefill_attention_fp8_d8", "prefill_attention_fp8_d16",
+        "prefill_attention_fp8_d32", "prefill_attention_fp8_d64",
+    ]
+    {
+        q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,
+        page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out F32,
+        ptl: U32 Scalar, rtl: U32 Scalar,
+    }
+
+    /// The tensor-core prefill `[f16 | bf16 KV][head_dim tier 64 | 128 | 256]` (same arguments).
+    prefill_attention_mma: "prefill_attention" (AttentionParams) [
         "prefill_attention_mma_f16_d64", "prefill_attention_mma_f16_d128", "prefill_attention_mma_f16_d256",
         "prefill_attention_mma_bf16_d64", "prefill_attention_mma_bf16_d128", "prefill_attention_mma_bf16_d256",
     ]
@@ -244,6 +273,10 @@ kernels! {
         "sparse_decode_attention_f16_g4", "sparse_decode_attention_f16_g8",
         "sparse_decode_attention_bf16_g1", "sparse_decode_attention_bf16_g2",
         "sparse_decode_attention_bf16_g4", "sparse_decode_attention_bf16_g8",
+        "sparse_decode_attention_int8_g1", "sparse_decode_attention_int8_g2",
+        "sparse_decode_attention_int8_g4", "sparse_decode_attention_int8_g8",
+        "sparse_decode_attention_fp8_g1", "sparse_decode_attention_fp8_g2",
+        "sparse_decode_attention_fp8_g4", "sparse_decode_attention_fp8_g8",
     ]
     {
         q: In F32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32, page_indptr: In U32,
@@ -256,26 +289,38 @@ kernels! {
         ["sparse_decode_attention_merge"]
     { part: ScratchIn F32, out: Out F32, n_splits: U32 Scalar }
 
-    lambda_mass: "lambda_mass" (LambdaMassParams) ["lambda_mass_f32", "lambda_mass_f16", "lambda_mass_bf16"]
+    lambda_mass: "lambda_mass" (LambdaMassParams) [
+        "lambda_mass_f32", "lambda_mass_f16", "lambda_mass_bf16", "lambda_mass_int8", "lambda_mass_fp8",
+    ]
     {
         q: In F32, k: In Store, head_map: In U32, page_indptr: In U32, page_table: In U32, kv_len: In U32,
         out: Out F32, ptl: U32 Scalar,
     }
 }
 
-/// Index of a storage dtype in the `[f32, f16, bf16]` entry tables.
-fn dtype_index(d: DType) -> Result<usize> {
-    match d {
-        DType::F32 => Ok(0),
-        DType::F16 => Ok(1),
-        DType::BF16 => Ok(2),
-        other => Err(super::context::err(format!("no kernel variant for {other:?} storage"))),
-    }
+/// The storage dtypes in the order of the standard entry tables: `[f32, f16, bf16, int8, fp8]`
+/// (a table may stop early: weights have no 8-bit entries).
+pub const STORE_DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I8, DType::F8E4M3];
+
+/// The entry of a kernel whose entries are `[dtype][variant]` in [`STORE_DTYPES`] order with
+/// `per` variants per dtype.
+pub fn entry(entries: &'static [&'static str], d: DType, variant: usize, per: usize) -> Result<&'static str> {
+    entry_in(entries, &STORE_DTYPES, d, variant, per)
 }
 
-/// The entry of a kernel whose entries are `[dtype][variant]` with `per` variants per dtype.
-pub fn entry(entries: &'static [&'static str], d: DType, variant: usize, per: usize) -> Result<&'static str> {
-    let i = dtype_index(d)? * per + variant;
+/// The entry of a kernel whose entries are `[dtype][variant]` over `dtypes` (in that order) with
+/// `per` variants per dtype; an error for a dtype or variant the table does not have.
+pub fn entry_in(
+    entries: &'static [&'static str],
+    dtypes: &[DType],
+    d: DType,
+    variant: usize,
+    per: usize,
+) -> Result<&'static str> {
+    let Some(di) = dtypes.iter().position(|&x| x == d) else {
+        return Err(super::context::err(format!("no kernel variant for {d:?} storage")));
+    };
+    let i = di * per + variant;
     if variant >= per || i >= entries.len() {
         return Err(super::context::err(format!("no kernel variant {variant} for {d:?}")));
     }

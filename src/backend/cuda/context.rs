@@ -231,6 +231,11 @@ impl Gpu {
             scalars: scalars.to_vec(),
             gemm: None,
         };
+        self.submit(stem, rec)
+    }
+
+    /// Record `rec` into the current list while recording, else run it now (timed as `op`).
+    fn submit(&self, op: &'static str, rec: Rec) -> Result<()> {
         {
             let mut g = self.graphs.borrow_mut();
             if g.recording {
@@ -238,7 +243,7 @@ impl Gpu {
                 return Ok(());
             }
         }
-        self.timed(stem, || self.launch_rec(&rec))
+        self.timed(op, || self.launch_rec(&rec))
     }
 
     /// Enqueue a 16-bit cuBLAS GEMM (recorded into the current list while recording, so it is
@@ -257,14 +262,7 @@ impl Gpu {
             scalars: vec![],
             gemm: Some(g),
         };
-        {
-            let mut gr = self.graphs.borrow_mut();
-            if gr.recording {
-                gr.pending.push(rec);
-                return Ok(());
-            }
-        }
-        self.timed("matmul_cublas", || self.launch_rec(&rec))
+        self.submit("matmul_cublas", rec)
     }
 
     fn run_gemm(&self, g: &GemmRec) -> Result<()> {

@@ -42,6 +42,9 @@ unsafe impl DeviceRepr for AttentionParams {}
 unsafe impl DeviceRepr for PageSelectParams {}
 unsafe impl DeviceRepr for LambdaMassParams {}
 unsafe impl DeviceRepr for FillRandomParams {}
+unsafe impl DeviceRepr for GeluTanhMulParams {}
+unsafe impl DeviceRepr for HeadRmsnormParams {}
+unsafe impl DeviceRepr for ScaleParams {}
 
 /// A device buffer.
 pub struct CudaBuffer {
@@ -108,7 +111,7 @@ impl CudaBackend {
                 gpu.arch
             ),
             weight_dtypes: vec![DType::BF16, DType::F16, DType::F32],
-            kv_dtypes: vec![DType::BF16, DType::F16, DType::F32],
+            kv_dtypes: vec![DType::BF16, DType::F16, DType::F32, DType::I8, DType::F8E4M3],
             // Kernels address pools with u32 element offsets.
             max_buffer_bytes: 1 << 32,
             memory_bytes: gpu.total_mem as u64,
@@ -184,6 +187,27 @@ pub(crate) fn need_float(b: &CudaBuffer, n: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// A raw byte range inside `b`.
+fn raw_range(b: &CudaBuffer, offset: usize, len: usize, what: &str) -> Result<()> {
+    let size = context::bytes_for(b.dtype, b.len);
+    if offset + len > size {
+        return Err(err(format!("{what}: bytes {offset}..{} of a {size}-byte buffer", offset + len)));
+    }
+    Ok(())
+}
+
+/// `b` is a KV pool (a float or 8-bit KV dtype) of at least `rows` token rows of `hd`.
+pub(crate) fn need_kv(b: &CudaBuffer, rows: usize, hd: usize, what: &str) -> Result<()> {
+    let n = kv_pool_len(b.dtype, rows, hd);
+    if !matches!(b.dtype, DType::F32 | DType::F16 | DType::BF16 | DType::I8 | DType::F8E4M3) || b.len < n {
+        return Err(err(format!("{what}: {:?} x {} is not a KV pool of {rows} rows of {hd}", b.dtype, b.len)));
+    }
+    if b.dtype.is_kv8() && !hd.is_multiple_of(16) {
+        return Err(err(format!("{what}: 8-bit KV needs head_dim % 16 == 0, not {hd}")));
+    }
+    Ok(())
+}
+
 impl Backend for CudaBackend {
     type Buffer = CudaBuffer;
 
@@ -241,6 +265,16 @@ impl Backend for CudaBackend {
     fn write_u32_at(&self, dst: &mut CudaBuffer, offset: usize, data: &[u32]) -> Result<()> {
         need(dst, DType::U32, offset + data.len(), "write_u32_at")?;
         self.write_bytes_at(dst, offset * 4, bytemuck::cast_slice(data))
+    }
+
+    fn download_raw(&self, src: &CudaBuffer, offset: usize, len: usize) -> Result<Vec<u8>> {
+        raw_range(src, offset, len, "download_raw")?;
+        self.read_bytes(src, offset, len)
+    }
+
+    fn write_raw_at(&self, dst: &mut CudaBuffer, offset: usize, data: &[u8]) -> Result<()> {
+        raw_range(dst, offset, data.len(), "write_raw_at")?;
+        self.write_bytes_at(dst, offset, data)
     }
 
     /// f16/bf16 buffers are converted to f32 on the host.
@@ -320,6 +354,18 @@ impl Backend for CudaBackend {
 
     fn silu_mul(&self, p: &SiluMulParams, gate_up: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
         ops_basic::silu_mul(self, p, gate_up, out)
+    }
+
+    fn gelu_tanh_mul(&self, p: &GeluTanhMulParams, gate_up: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
+        ops_basic::gelu_tanh_mul(self, p, gate_up, out)
+    }
+
+    fn head_rmsnorm(&self, p: &HeadRmsnormParams, x: &mut CudaBuffer, w: &CudaBuffer) -> Result<()> {
+        ops_basic::head_rmsnorm(self, p, x, w)
+    }
+
+    fn scale(&self, p: &ScaleParams, x: &mut CudaBuffer) -> Result<()> {
+        ops_basic::scale(self, p, x)
     }
 
     fn gather_rows(

@@ -17,14 +17,21 @@
 //! context grows. The partials live
 //! in a scratch buffer shared by every layer (stream order keeps them apart).
 //!
+//! 8-bit KV (int8, fp8): decode runs the cp.async kernel on the raw codes (row scales staged
+//! beside them); prefill and lambda_mass run their scalar kernels, dequantizing as they stage.
+//!
 //! Prefill: a 16-bit KV cache runs the tensor-core kernel (`prefill_attention_mma_<kv>_d<D>`,
 //! mma.sync m16n8k16, D = 64/128/256 with head_dim zero-padded up to it; 64-row query tiles,
 //! grid (heads, tiles)); an f32 KV cache keeps the scalar f32 kernel, the exact reference
-//! (TF32 tensor cores would miss its tolerance).
+//! (TF32 tensor cores would miss its tolerance); 8-bit KV runs the scalar kernel (codes
+//! dequantized as they are staged).
+//!
+//! Every launch goes through its typed binding (bindings.rs): the entry is picked from the
+//! binding's table by dtype and variant, the arguments are named fields.
 
-use super::bindings::{self as kern, Scratch, entry};
+use super::bindings::{self as kern, Scratch, entry, entry_in};
 use super::context::{Launch, err};
-use super::{CudaBackend, CudaBuffer, need, need_float};
+use super::{CudaBackend, CudaBuffer, need, need_kv};
 use crate::backend::*;
 use crate::error::Result;
 
@@ -35,8 +42,6 @@ const MAX_SPLITS: usize = 256;
 const DECODE_HEADS: usize = 8;
 /// Query rows per prefill tile (PF_TQ in the kernel).
 const PREFILL_ROWS: usize = 32;
-/// Scalar (f32 KV) prefill entries, d4 .. d64, before the tensor-core ones.
-const PREFILL_SCALAR_ENTRIES: usize = 5;
 /// Query rows per tensor-core prefill tile (PM_BQ in the kernel).
 const PREFILL_MMA_ROWS: usize = 64;
 
@@ -57,13 +62,16 @@ fn check_common(p: &AttentionParams, kv: &LayerKv<CudaBackend>, meta: &PagedMeta
     if n_str > 0 && (p.ring_tokens <= p.sink || !p.ring_tokens.is_multiple_of(p.page_size)) {
         return Err(err(format!("{op}: the streaming ring is smaller than its sink")));
     }
-    let rlen = u(p.num_pages) * n_ret * ps * hd;
-    let slen = u(p.num_str_pages) * n_str * ps * hd;
+    let rrows = u(p.num_pages) * n_ret * ps;
+    let srows = u(p.num_str_pages) * n_str * ps;
     let kt = kv.k.dtype;
-    need_float(kv.k, rlen, "k pool")?;
-    need(kv.v, kt, rlen, "v pool")?;
-    need(kv.sk, kt, slen, "streaming k pool")?;
-    need(kv.sv, kt, slen, "streaming v pool")?;
+    need_kv(kv.k, rrows, hd, "k pool")?;
+    need(kv.v, kt, kv_pool_len(kt, rrows, hd), "v pool")?;
+    need(kv.sk, kt, kv_pool_len(kt, srows, hd), "streaming k pool")?;
+    need(kv.sv, kt, kv_pool_len(kt, srows, hd), "streaming v pool")?;
+    if kt.is_kv8() && !ps.is_multiple_of(4) {
+        return Err(err(format!("{op}: 8-bit KV needs page_size % 4 == 0")));
+    }
     need(kv.head_map, DType::U32, nkv, "head_map")?;
     let ring_pages = if n_str > 0 { u(p.ring_tokens) / ps } else { 0 };
     need(meta.page_indptr, DType::U32, ns + 1, "attention page_indptr")?;
@@ -72,11 +80,15 @@ fn check_common(p: &AttentionParams, kv: &LayerKv<CudaBackend>, meta: &PagedMeta
     need(meta.ring_table, DType::U32, ns * ring_pages, "attention ring_table")
 }
 
+/// KV dtypes of the scalar prefill entries (`[dtype][log2 dims-per-thread - 2]`, 5 each).
+const PREFILL_SCALAR_DTYPES: [DType; 3] = [DType::F32, DType::I8, DType::F8E4M3];
+/// KV dtypes of the tensor-core prefill entries (`[dtype][head_dim tier]`, 3 each).
+const PREFILL_MMA_DTYPES: [DType; 2] = [DType::F16, DType::BF16];
+
 /// The tensor-core kernel for a 16-bit KV dtype and head_dim (a multiple of 8 up to 256, padded
 /// to D = 64, 128 or 256), and its dynamic shared memory: Q [64][D+8] plus two stages of K and V
 /// [BK][D+8], 16-bit elements, BK = 64 keys (32 when D = 256).
-fn prefill_mma_kernel(kv: DType, hd: usize) -> (&'static str, usize) {
-    debug_assert!(matches!(kv, DType::F16 | DType::BF16));
+fn prefill_mma_kernel(kv: DType, hd: usize) -> Result<(&'static str, usize)> {
     let tier = if hd <= 64 {
         0
     } else if hd <= 128 {
@@ -86,9 +98,8 @@ fn prefill_mma_kernel(kv: DType, hd: usize) -> (&'static str, usize) {
     };
     let d = 64 << tier;
     let bk = if d <= 128 { 64 } else { 32 };
-    // Entries: 15 scalar f32 .. then the tensor-core ones [f16 | bf16][tier].
-    let name = kern::prefill_attention::ENTRIES[PREFILL_SCALAR_ENTRIES + 3 * usize::from(kv == DType::BF16) + tier];
-    (name, (PREFILL_MMA_ROWS + 4 * bk) * (d + 8) * 2)
+    let name = entry_in(kern::prefill_attention_mma::ENTRIES, &PREFILL_MMA_DTYPES, kv, tier, 3)?;
+    Ok((name, (PREFILL_MMA_ROWS + 4 * bk) * (d + 8) * 2))
 }
 
 pub fn prefill_attention(
@@ -108,46 +119,55 @@ pub fn prefill_attention(
     if n == 0 || ns == 0 {
         return Ok(());
     }
-    let (name, l) = match kv.k.dtype {
-        DType::F16 | DType::BF16 => {
-            let (name, smem) = prefill_mma_kernel(kv.k.dtype, hd);
-            let tiles = n / PREFILL_MMA_ROWS + ns;
-            (name, Launch::new((nh as u32, tiles as u32, 1), 128).smem(smem))
-        }
-        DType::F32 => {
-            // Dims per thread: head_dim <= 4 * DPT, DPT in 4..=64 (entries d4 .. d64).
-            let dpt = hd.div_ceil(4).next_power_of_two().max(4);
-            let tk = 32.min(4096 / hd);
-            let l = Launch::new(((n / PREFILL_ROWS + ns) as u32, nh as u32, 1), 128).smem(2 * tk * hd * 4);
-            (kern::prefill_attention::ENTRIES[dpt.trailing_zeros() as usize - 2], l)
-        }
-        other => return Err(err(format!("prefill_attention: no kernel for {other:?} KV"))),
-    };
-    let args = kern::prefill_attention::Args {
-        q,
-        q_indptr,
-        k: kv.k,
-        v: kv.v,
-        sk: kv.sk,
-        sv: kv.sv,
-        head_map: kv.head_map,
-        page_indptr: meta.page_indptr,
-        page_table: meta.page_table,
-        kv_len: meta.kv_len,
-        ring_table: meta.ring_table,
-        out,
-        ptl: meta.page_table.len as u32,
-        rtl: meta.ring_table.len as u32,
-    };
-    kern::prefill_attention::launch_variant(be.gpu(), name, l, p, args)
+    // The scalar and the tensor-core kernels share one argument list (two declarations).
+    macro_rules! args {
+        ($binding:ident) => {
+            kern::$binding::Args {
+                q,
+                q_indptr,
+                k: kv.k,
+                v: kv.v,
+                sk: kv.sk,
+                sv: kv.sv,
+                head_map: kv.head_map,
+                page_indptr: meta.page_indptr,
+                page_table: meta.page_table,
+                kv_len: meta.kv_len,
+                ring_table: meta.ring_table,
+                out,
+                ptl: meta.page_table.len as u32,
+                rtl: meta.ring_table.len as u32,
+            }
+        };
+    }
+    if matches!(kv.k.dtype, DType::F16 | DType::BF16) {
+        let (name, smem) = prefill_mma_kernel(kv.k.dtype, hd)?;
+        let tiles = n / PREFILL_MMA_ROWS + ns;
+        let l = Launch::new((nh as u32, tiles as u32, 1), 128).smem(smem);
+        return kern::prefill_attention_mma::launch_variant(be.gpu(), name, l, p, args!(prefill_attention_mma));
+    }
+    // Dims per thread: head_dim <= 4 * DPT, DPT in 4..=64 (entries d4 .. d64).
+    let dpt = hd.div_ceil(4).next_power_of_two().max(4);
+    let name = entry_in(
+        kern::prefill_attention::ENTRIES,
+        &PREFILL_SCALAR_DTYPES,
+        kv.k.dtype,
+        dpt.trailing_zeros() as usize - 2,
+        5,
+    )?;
+    let tk = 32.min(4096 / hd);
+    let l = Launch::new(((n / PREFILL_ROWS + ns) as u32, nh as u32, 1), 128).smem(2 * tk * hd * 4);
+    kern::prefill_attention::launch_variant(be.gpu(), name, l, p, args!(prefill_attention))
 }
 
 /// Dynamic shared memory of the cp.async decode kernel (its layout: K/V stages [2][2][ck][row],
-/// valid [2][ck], scores [G][ck], q [G][hd], acc [G][hd]; ck as `sd2_chunk`).
+/// valid [2][ck], scores [G][ck], q [G][hd], acc [G][hd], for 8-bit KV also the K and V row
+/// scales [2][2][ck]; ck as `sd2_chunk`).
 fn decode_smem(hd: usize, kv: DType, g: usize) -> usize {
     let row = hd * kv.size();
     let ck = (8192 / row).clamp(8, 64) & !7;
-    4 * ck * row + 2 * ck * 4 + g * ck * 4 + 2 * g * hd * 4
+    let scales = if kv.is_kv8() { 4 * ck * 4 } else { 0 };
+    4 * ck * row + 2 * ck * 4 + g * ck * 4 + 2 * g * hd * 4 + scales
 }
 
 /// Splits per (sequence, KV head chunk) of a decode step (see the module docs).
@@ -241,7 +261,7 @@ pub fn lambda_mass(
         return Err(err("lambda_mass: bad head counts or page size"));
     }
     need(q, DType::F32, n * nh * hd, "lambda_mass q")?;
-    need_float(kv.k, u(p.num_pages) * nkv * ps * hd, "lambda_mass k pool")?;
+    need_kv(kv.k, u(p.num_pages) * nkv * ps, hd, "lambda_mass k pool")?;
     need(kv.head_map, DType::U32, nkv, "head_map")?;
     need(meta.page_indptr, DType::U32, 2, "lambda_mass page_indptr")?;
     need(meta.page_table, DType::U32, 0, "lambda_mass page_table")?;

@@ -1,4 +1,5 @@
 //! Launches of the elementwise and row ops: embed, rmsnorm/add_rmsnorm, add, silu_mul,
+//! gelu_tanh_mul, head_rmsnorm, scale,
 //! gather_rows, argmax, sample, fill_random (cuda/<op>.cu). Each checks its buffers first.
 
 use super::bindings::{self as k, entry};
@@ -62,6 +63,37 @@ pub fn silu_mul(be: &CudaBackend, p: &SiluMulParams, gate_up: &CudaBuffer, out: 
     k::silu_mul::launch(be.gpu(), Launch::elems(n), p, k::silu_mul::Args { gu: gate_up, out })
 }
 
+pub fn gelu_tanh_mul(
+    be: &CudaBackend,
+    p: &GeluTanhMulParams,
+    gate_up: &CudaBuffer,
+    out: &mut CudaBuffer,
+) -> Result<()> {
+    let n = u(p.rows) * u(p.dim);
+    need(gate_up, DType::F32, 2 * n, "gelu_tanh_mul gate_up")?;
+    need(out, DType::F32, n, "gelu_tanh_mul out")?;
+    k::gelu_tanh_mul::launch(be.gpu(), Launch::elems(n), p, k::gelu_tanh_mul::Args { gu: gate_up, out })
+}
+
+pub fn head_rmsnorm(be: &CudaBackend, p: &HeadRmsnormParams, x: &mut CudaBuffer, w: &CudaBuffer) -> Result<()> {
+    let (r, nh, hd) = (u(p.rows), u(p.n_heads), u(p.head_dim));
+    if nh * hd > u(p.row_stride) {
+        return Err(err("head_rmsnorm: the heads do not fit in a row"));
+    }
+    need(x, DType::F32, r * u(p.row_stride), "head_rmsnorm x")?;
+    need(w, DType::F32, nh * hd, "head_rmsnorm w")?;
+    if r * nh == 0 {
+        return Ok(());
+    }
+    let l = Launch::new(((r * nh) as u32, 1, 1), 256);
+    k::head_rmsnorm::launch(be.gpu(), l, p, k::head_rmsnorm::Args { x, w })
+}
+
+pub fn scale(be: &CudaBackend, p: &ScaleParams, x: &mut CudaBuffer) -> Result<()> {
+    need(x, DType::F32, u(p.n), "scale x")?;
+    k::scale::launch(be.gpu(), Launch::elems(u(p.n)), p, k::scale::Args { x })
+}
+
 pub fn gather_rows(
     be: &CudaBackend,
     p: &GatherRowsParams,
@@ -108,6 +140,10 @@ pub fn fill_random(be: &CudaBackend, p: &FillRandomParams, out: &mut CudaBuffer)
         2 => DType::BF16,
         d => return Err(err(format!("fill_random: dtype code {d} (0 = f32, 1 = f16, 2 = bf16)"))),
     };
-    need(out, want, u(p.n), "fill_random out")?;
+    // An 8-bit KV pool is filled as f32 words (benchmark data: its codes and scales are then
+    // arbitrary bytes).
+    if !(want == DType::F32 && out.dtype.is_kv8() && out.len >= 4 * u(p.n)) {
+        need(out, want, u(p.n), "fill_random out")?;
+    }
     k::fill_random::launch(be.gpu(), Launch::elems(u(p.n)), p, k::fill_random::Args { out })
 }

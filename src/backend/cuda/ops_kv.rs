@@ -2,13 +2,14 @@
 //! cuda/rope_append_kv_summary.cu when the layer has retrieval heads) and `page_select`
 //! (cuda/page_select.cu). The kernel headers give layouts and block mappings.
 //!
-//! Invariants: the four pools of a layer share one KV dtype; slots, ring slots and page tables
+//! Invariants: the four pools of a layer share one KV dtype (8-bit pools: codes + per-row scales,
+//! `kv_pool_len`); slots, ring slots and page tables
 //! live on the device and are bounds-checked by the kernels (an out-of-pool slot is skipped).
 //! Slots of one call must be distinct (the trait's contract; two writers of one slot would race).
 
 use super::bindings::{self as kern, Scratch, entry};
 use super::context::{Launch, err};
-use super::{CudaBackend, CudaBuffer, need, need_float};
+use super::{CudaBackend, CudaBuffer, need, need_kv};
 use crate::backend::*;
 use crate::error::Result;
 
@@ -39,13 +40,16 @@ pub fn rope_append_kv(
     need(meta.inv_freq, DType::F32, hd / 2, "rope_append_kv inv_freq")?;
     need(kv.head_map, DType::U32, nkv, "head_map")?;
     need(q, DType::F32, n * nh * hd, "rope_append_kv q")?;
-    let (rlen, slen) = (u(p.num_pages) * n_ret * ps * hd, u(p.num_str_pages) * n_str * ps * hd);
+    let (rrows, srows) = (u(p.num_pages) * n_ret * ps, u(p.num_str_pages) * n_str * ps);
     let kt = kv.k.dtype;
-    need_float(kv.k, rlen, "k pool")?;
-    for (b, len, what) in
-        [(&*kv.v, rlen, "v pool"), (&*kv.sk, slen, "streaming k pool"), (&*kv.sv, slen, "streaming v pool")]
+    need_kv(kv.k, rrows, hd, "k pool")?;
+    for (b, rows, what) in
+        [(&*kv.v, rrows, "v pool"), (&*kv.sk, srows, "streaming k pool"), (&*kv.sv, srows, "streaming v pool")]
     {
-        need(b, kt, len, what)?;
+        need(b, kt, kv_pool_len(kt, rows, hd), what)?;
+    }
+    if kt.is_kv8() && (hd > 256 || !ps.is_multiple_of(4)) {
+        return Err(err("rope_append_kv: 8-bit KV needs head_dim <= 256 and page_size % 4 == 0"));
     }
     need(kv.summary, DType::F32, u(p.num_pages) * n_ret * (ps / lp) * 2 * hd, "summary")?;
     if n == 0 {

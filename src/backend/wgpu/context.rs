@@ -114,7 +114,7 @@ pub struct Bind<'a>(pub &'a wgpu::Buffer);
 impl Gpu {
     /// Open adapter `index` (in enumeration order) or the first one.
     pub fn open(index: Option<usize>, opts: WgpuOptions) -> Result<Gpu> {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let instance = crate::backend::probe::wgpu_instance();
         let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
         if adapters.is_empty() {
             return Err(err(

@@ -1,8 +1,9 @@
 //! The wgpu backend: every op is a WGSL compute shader (`shaders/<op>.wgsl`), run through wgpu on
 //! Vulkan, Metal or DX12 — and on Mesa's lavapipe (a CPU Vulkan driver) in CI.
 //!
-//! Buffers are plain storage buffers; f16/bf16 weights are packed two per u32 so no shader
-//! extension is needed to read them. Activations, logits and (for now) the KV cache are f32.
+//! Buffers are plain storage buffers; f16/bf16 weights and KV are packed two per u32 and 8-bit KV
+//! four per u32 (plus a scale word per row), so no shader extension is needed to read them.
+//! Activations and logits are f32.
 //! Ops only record commands (`context::Gpu`); `download_*` and `sync` submit and wait. Each op
 //! checks its buffers against its params before recording, like the CPU reference.
 
@@ -34,6 +35,7 @@ pub struct WgpuBuffer {
 fn bytes_for(dtype: DType, len: usize) -> u64 {
     match dtype {
         DType::F16 | DType::BF16 => (len.div_ceil(2) * 4) as u64,
+        DType::U8 | DType::I8 | DType::F8E4M3 => (len.div_ceil(4) * 4) as u64,
         d => (len * d.size()) as u64,
     }
 }
@@ -62,7 +64,7 @@ impl WgpuBackend {
             name: "wgpu",
             device: format!("{} ({:?}, {:?}, {})", info.name, info.backend, info.device_type, info.driver),
             weight_dtypes: vec![DType::F16, DType::BF16, DType::F32],
-            kv_dtypes: vec![DType::F32],
+            kv_dtypes: shaders::KV_DTYPES.to_vec(),
             max_buffer_bytes: gpu.limits.max_storage_buffer_binding_size,
             memory_bytes: gpu.limits.max_buffer_size.min(u64::MAX / 2),
             matmul_x16_from: None,
@@ -95,6 +97,46 @@ impl WgpuBackend {
     pub(crate) fn gpu(&self) -> &Gpu {
         &self.gpu
     }
+
+    /// The 16-bit elements of the words covering `offset..offset + len` of an f16/bf16 buffer,
+    /// as f32, and the index of element `offset` among them.
+    fn read_16(&self, b: &WgpuBuffer, offset: usize, len: usize) -> Result<(Vec<f32>, usize)> {
+        need(b, b.dtype, offset + len, "16-bit read")?;
+        let (w0, w1) = (offset / 2, (offset + len).div_ceil(2));
+        let bytes = self.gpu.read(&b.buf, w0 as u64 * 4, (w1 - w0) as u64 * 4)?;
+        let vals = bytes
+            .chunks_exact(2)
+            .map(|c| {
+                let h = [c[0], c[1]];
+                if b.dtype == DType::F16 {
+                    half::f16::from_le_bytes(h).to_f32()
+                } else {
+                    half::bf16::from_le_bytes(h).to_f32()
+                }
+            })
+            .collect();
+        Ok((vals, offset - 2 * w0))
+    }
+
+    /// `write_f32_at` into an f16/bf16 buffer: the covering words are read, patched (values
+    /// rounded to nearest even) and written back, so neighbours keep their bits.
+    fn write_16_at(&self, dst: &WgpuBuffer, offset: usize, data: &[f32]) -> Result<()> {
+        let (mut vals, first) = self.read_16(dst, offset, data.len())?;
+        vals[first..first + data.len()].copy_from_slice(data);
+        let halves: Vec<u16> = vals
+            .iter()
+            .map(|&x| {
+                if dst.dtype == DType::F16 {
+                    half::f16::from_f32(x).to_bits()
+                } else {
+                    half::bf16::from_f32(x).to_bits()
+                }
+            })
+            .collect();
+        self.gpu.submit();
+        self.gpu.queue.write_buffer(&dst.buf, (offset / 2) as u64 * 4, bytemuck::cast_slice(&halves));
+        Ok(())
+    }
 }
 
 /// `b` holds at least `n` elements of `dtype`.
@@ -108,10 +150,34 @@ pub(crate) fn need(b: &WgpuBuffer, dtype: DType, n: usize, what: &str) -> Result
     Ok(())
 }
 
+/// `b` is a KV pool of `dtype` (one of [`shaders::KV_DTYPES`]) holding `rows` token rows of `hd`
+/// (8-bit pools: codes and row scales, [`kv_pool_len`]; they need `hd % 16 == 0`).
+pub(crate) fn need_kv(b: &WgpuBuffer, dtype: DType, rows: usize, hd: usize, what: &str) -> Result<()> {
+    if !shaders::KV_DTYPES.contains(&dtype) {
+        return Err(err(format!("{what}: {dtype:?} is not a KV dtype")));
+    }
+    if dtype.is_kv8() && !hd.is_multiple_of(16) {
+        return Err(err(format!("{what}: 8-bit KV needs head_dim % 16 == 0, not {hd}")));
+    }
+    need(b, dtype, kv_pool_len(dtype, rows, hd), what)
+}
+
 /// `b` holds weights (a float dtype) of at least `n` elements.
 pub(crate) fn need_weights(b: &WgpuBuffer, n: usize, what: &str) -> Result<()> {
     if !matches!(b.dtype, DType::F32 | DType::F16 | DType::BF16) || b.len < n {
         return Err(err(format!("{what}: {:?} x {} is not a weight buffer of {n} elements", b.dtype, b.len)));
+    }
+    Ok(())
+}
+
+/// A raw byte range inside `b`, 4-byte aligned (wgpu's copy alignment).
+fn raw_range(b: &WgpuBuffer, offset: usize, len: usize, what: &str) -> Result<()> {
+    if !offset.is_multiple_of(4) || !len.is_multiple_of(4) || (offset + len) as u64 > bytes_for(b.dtype, b.len) {
+        return Err(err(format!(
+            "{what}: bytes {offset}..{} of a {}-byte buffer (4-aligned)",
+            offset + len,
+            bytes_for(b.dtype, b.len)
+        )));
     }
     Ok(())
 }
@@ -151,6 +217,9 @@ impl Backend for WgpuBackend {
     }
 
     fn write_f32_at(&self, dst: &mut WgpuBuffer, offset: usize, data: &[f32]) -> Result<()> {
+        if matches!(dst.dtype, DType::F16 | DType::BF16) {
+            return self.write_16_at(dst, offset, data);
+        }
         need(dst, DType::F32, offset + data.len(), "write_f32_at")?;
         // Ordered after everything recorded so far: submit first, then stage the write.
         self.gpu.submit();
@@ -165,7 +234,24 @@ impl Backend for WgpuBackend {
         Ok(())
     }
 
+    fn download_raw(&self, src: &WgpuBuffer, offset: usize, len: usize) -> Result<Vec<u8>> {
+        raw_range(src, offset, len, "download_raw")?;
+        self.gpu.read(&src.buf, offset as u64, len as u64)
+    }
+
+    fn write_raw_at(&self, dst: &mut WgpuBuffer, offset: usize, data: &[u8]) -> Result<()> {
+        raw_range(dst, offset, data.len(), "write_raw_at")?;
+        self.gpu.submit();
+        self.gpu.queue.write_buffer(&dst.buf, offset as u64, data);
+        Ok(())
+    }
+
+    /// f16/bf16 buffers (weights, KV pools) are converted to f32 on the host.
     fn download_f32(&self, src: &WgpuBuffer, offset: usize, len: usize) -> Result<Vec<f32>> {
+        if matches!(src.dtype, DType::F16 | DType::BF16) {
+            let (vals, first) = self.read_16(src, offset, len)?;
+            return Ok(vals[first..first + len].to_vec());
+        }
         need(src, DType::F32, offset + len, "download_f32")?;
         let bytes = self.gpu.read(&src.buf, offset as u64 * 4, len as u64 * 4)?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
@@ -226,6 +312,18 @@ impl Backend for WgpuBackend {
 
     fn silu_mul(&self, p: &SiluMulParams, gate_up: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {
         ops_basic::silu_mul(self, p, gate_up, out)
+    }
+
+    fn gelu_tanh_mul(&self, p: &GeluTanhMulParams, gate_up: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {
+        ops_basic::gelu_tanh_mul(self, p, gate_up, out)
+    }
+
+    fn head_rmsnorm(&self, p: &HeadRmsnormParams, x: &mut WgpuBuffer, w: &WgpuBuffer) -> Result<()> {
+        ops_basic::head_rmsnorm(self, p, x, w)
+    }
+
+    fn scale(&self, p: &ScaleParams, x: &mut WgpuBuffer) -> Result<()> {
+        ops_basic::scale(self, p, x)
     }
 
     fn gather_rows(

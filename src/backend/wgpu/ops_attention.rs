@@ -28,7 +28,7 @@
 use super::context::err;
 use super::ops_basic::rows_grid;
 use super::pipelines as pl;
-use super::{WgpuBackend, WgpuBuffer, need};
+use super::{WgpuBackend, WgpuBuffer, need, need_kv};
 use crate::backend::*;
 use crate::error::Result;
 
@@ -71,12 +71,12 @@ fn check_common(p: &AttentionParams, kv: &LayerKv<WgpuBackend>, meta: &PagedMeta
     if n_str > 0 && (p.ring_tokens <= p.sink || !p.ring_tokens.is_multiple_of(p.page_size)) {
         return Err(err(format!("{op}: the streaming ring is smaller than its sink")));
     }
-    let rlen = u(p.num_pages) * n_ret * ps * hd;
-    let slen = u(p.num_str_pages) * n_str * ps * hd;
-    need(kv.k, DType::F32, rlen, "k pool")?;
-    need(kv.v, DType::F32, rlen, "v pool")?;
-    need(kv.sk, DType::F32, slen, "streaming k pool")?;
-    need(kv.sv, DType::F32, slen, "streaming v pool")?;
+    let (rrows, srows) = (u(p.num_pages) * n_ret * ps, u(p.num_str_pages) * n_str * ps);
+    let kt = kv.k.dtype;
+    need_kv(kv.k, kt, rrows, hd, "k pool")?;
+    need_kv(kv.v, kt, rrows, hd, "v pool")?;
+    need_kv(kv.sk, kt, srows, hd, "streaming k pool")?;
+    need_kv(kv.sv, kt, srows, hd, "streaming v pool")?;
     need(kv.head_map, DType::U32, nkv, "head_map")?;
     let ring_pages = if n_str > 0 { u(p.ring_tokens) / ps } else { 0 };
     need(meta.page_indptr, DType::U32, ns + 1, "attention page_indptr")?;
@@ -118,7 +118,7 @@ pub fn prefill_attention(
             ring_table: meta.ring_table,
             out: &mut *out,
         };
-        pl::prefill_attention::dispatch(be.gpu(), None, &pp, binds, (x, y, nkv as u32))?;
+        pl::prefill_attention::dispatch(be.gpu(), Some(kv.k.dtype), &pp, binds, (x, y, nkv as u32))?;
     }
     Ok(())
 }
@@ -195,7 +195,7 @@ pub fn sparse_decode_attention(
             out: &mut *out,
             part: &mut part,
         };
-        pl::sparse_decode_attention::dispatch(be.gpu(), None, &pp, binds, groups)?;
+        pl::sparse_decode_attention::dispatch(be.gpu(), Some(kv.k.dtype), &pp, binds, groups)?;
     }
     if splits > 1 {
         let binds = pl::sparse_decode_attention_merge::Binds { part: &part, out };
@@ -219,11 +219,11 @@ pub fn lambda_mass(
     if hd == 0 || hd > MAX_HEAD_DIM || ps == 0 {
         return Err(err(format!("lambda_mass: head_dim {hd} (1..={MAX_HEAD_DIM}) or page_size {ps} unsupported")));
     }
-    let rlen = u(p.num_pages) * nkv * ps * hd;
-    need(kv.k, DType::F32, rlen, "k pool")?;
-    need(kv.v, DType::F32, rlen, "v pool")?;
-    need(kv.sk, DType::F32, 0, "streaming k pool")?;
-    need(kv.sv, DType::F32, 0, "streaming v pool")?;
+    let (rows, kt) = (u(p.num_pages) * nkv * ps, kv.k.dtype);
+    need_kv(kv.k, kt, rows, hd, "k pool")?;
+    need_kv(kv.v, kt, rows, hd, "v pool")?;
+    need_kv(kv.sk, kt, 0, hd, "streaming k pool")?;
+    need_kv(kv.sv, kt, 0, hd, "streaming v pool")?;
     need(kv.head_map, DType::U32, nkv, "head_map")?;
     need(meta.page_indptr, DType::U32, 2, "lambda_mass page_indptr")?;
     need(meta.page_table, DType::U32, 0, "lambda_mass page_table")?;
@@ -240,7 +240,7 @@ pub fn lambda_mass(
         kv_len: meta.kv_len,
         out,
     };
-    pl::lambda_mass::dispatch(be.gpu(), None, p, binds, rows_grid(be, n * nh))
+    pl::lambda_mass::dispatch(be.gpu(), Some(kt), p, binds, rows_grid(be, n * nh))
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
 //! Recording of the elementwise and row ops: embed, rmsnorm / add_rmsnorm, add, silu_mul,
+//! gelu_tanh_mul, head_rmsnorm, scale,
 //! gather_rows, argmax, sample (shaders/<op>.wgsl).
 
 use super::context::err;
@@ -76,6 +77,33 @@ pub fn silu_mul(be: &WgpuBackend, p: &SiluMulParams, gate_up: &WgpuBuffer, out: 
     pl::silu_mul::dispatch(be.gpu(), None, p, pl::silu_mul::Binds { gate_up, out }, grid(be, r * d))
 }
 
+pub fn gelu_tanh_mul(
+    be: &WgpuBackend,
+    p: &GeluTanhMulParams,
+    gate_up: &WgpuBuffer,
+    out: &mut WgpuBuffer,
+) -> Result<()> {
+    let (r, d) = (u(p.rows), u(p.dim));
+    need(gate_up, DType::F32, r * 2 * d, "gelu_tanh_mul gate_up")?;
+    need(out, DType::F32, r * d, "gelu_tanh_mul out")?;
+    pl::gelu_tanh_mul::dispatch(be.gpu(), None, p, pl::gelu_tanh_mul::Binds { gate_up, out }, grid(be, r * d))
+}
+
+pub fn head_rmsnorm(be: &WgpuBackend, p: &HeadRmsnormParams, x: &mut WgpuBuffer, w: &WgpuBuffer) -> Result<()> {
+    let (r, nh, hd) = (u(p.rows), u(p.n_heads), u(p.head_dim));
+    if nh * hd > u(p.row_stride) {
+        return Err(err("head_rmsnorm: the heads do not fit in a row"));
+    }
+    need(x, DType::F32, r * u(p.row_stride), "head_rmsnorm x")?;
+    need(w, DType::F32, nh * hd, "head_rmsnorm w")?;
+    pl::head_rmsnorm::dispatch(be.gpu(), None, p, pl::head_rmsnorm::Binds { x, wn: w }, rows_grid(be, r * nh))
+}
+
+pub fn scale(be: &WgpuBackend, p: &ScaleParams, x: &mut WgpuBuffer) -> Result<()> {
+    need(x, DType::F32, u(p.n), "scale x")?;
+    pl::scale::dispatch(be.gpu(), None, p, pl::scale::Binds { x }, grid(be, u(p.n)))
+}
+
 pub fn gather_rows(
     be: &WgpuBackend,
     p: &GatherRowsParams,
@@ -122,7 +150,11 @@ pub fn fill_random(be: &WgpuBackend, p: &FillRandomParams, out: &mut WgpuBuffer)
         2 => DType::BF16,
         d => return Err(err(format!("fill_random: unknown dtype code {d}"))),
     };
-    need(out, want, u(p.n), "fill_random out")?;
+    // An 8-bit KV pool is filled as f32 words (benchmark data: its codes and scales are then
+    // arbitrary bytes).
+    if !(want == DType::F32 && out.dtype.is_kv8() && out.len >= 4 * u(p.n)) {
+        need(out, want, u(p.n), "fill_random out")?;
+    }
     let words = if want == DType::F32 { u(p.n) } else { u(p.n).div_ceil(2) };
     pl::fill_random::dispatch(be.gpu(), None, p, pl::fill_random::Binds { out }, grid(be, words))
 }

@@ -5,9 +5,14 @@
 //! `[page][n_ret][page_size / logical_page][2][head_dim]` (min, max), streaming pool sk/sv
 //! `[str_page][n_str][page_size][head_dim]`; all f32.
 //!
-//! `rope_append_kv` is two dispatches:
+//! `rope_append_kv` is two dispatches (three for packed KV: f16, bf16, int8, fp8):
 //! 1. `rope_append_kv`: one thread per (token, head, rotation pair) rotates q and k and writes k/v
-//!    to the retrieval pool (`slots`) or the streaming ring (`ring_slots`) per `head_map`;
+//!    to the retrieval pool (`slots`) or the streaming ring (`ring_slots`) per `head_map`. For a
+//!    packed KV dtype it runs with an identity layout instead (page_size 1, every head a retrieval
+//!    head, slot t for token t) into two f32 staging buffers `[n_tokens][n_kv_heads][head_dim]`,
+//!    and `rope_append_kv_pack` (one workgroup per token and KV head) stores the rows into the
+//!    real pools: 16-bit values rounded to nearest even, 8-bit rows quantized as src/kv/quant.rs
+//!    defines (so the rotation is the same code for every dtype);
 //! 2. `rope_append_kv_summary`: one workgroup per token; the workgroup of the token that wrote the
 //!    largest offset of a logical page in this call recomputes that page's min/max over its tokens.
 //!    It runs after 1 (wgpu orders dispatches), since threads of one dispatch cannot order writes.
@@ -26,7 +31,7 @@
 use super::context::err;
 use super::ops_basic::{grid, rows_grid};
 use super::pipelines as pl;
-use super::{WgpuBackend, WgpuBuffer, need};
+use super::{WgpuBackend, WgpuBuffer, need, need_kv};
 use crate::backend::*;
 use crate::error::Result;
 
@@ -54,35 +59,98 @@ pub fn rope_append_kv(
     need(m.inv_freq, DType::F32, hd / 2, "rope_append_kv inv_freq")?;
     need(kv.head_map, DType::U32, nkv, "rope_append_kv head_map")?;
     need(q, DType::F32, n * nh * hd, "rope_append_kv q")?;
-    let (rlen, slen) = (u(p.num_pages) * n_ret * ps * hd, u(p.num_str_pages) * n_str * ps * hd);
-    need(kv.k, DType::F32, rlen, "k pool")?;
-    need(kv.v, DType::F32, rlen, "v pool")?;
-    need(kv.sk, DType::F32, slen, "streaming k pool")?;
-    need(kv.sv, DType::F32, slen, "streaming v pool")?;
+    let (rrows, srows, kt) = (u(p.num_pages) * n_ret * ps, u(p.num_str_pages) * n_str * ps, kv.k.dtype);
+    need_kv(kv.k, kt, rrows, hd, "k pool")?;
+    need_kv(kv.v, kt, rrows, hd, "v pool")?;
+    need_kv(kv.sk, kt, srows, hd, "streaming k pool")?;
+    need_kv(kv.sv, kt, srows, hd, "streaming v pool")?;
+    if kt != DType::F32 && (!hd.is_multiple_of(2) || (kt.is_kv8() && !ps.is_multiple_of(4))) {
+        return Err(err("rope_append_kv: packed KV needs an even head_dim (8-bit: page_size % 4 == 0)"));
+    }
     need(kv.summary, DType::F32, u(p.num_pages) * n_ret * (ps / lp) * 2 * hd, "summary")?;
     if n == 0 || hd == 0 {
         return Ok(());
     }
-    let binds = pl::rope_append_kv::Binds {
-        qkv,
-        positions: m.positions,
-        slots: m.slots,
-        ring_slots: m.ring_slots,
-        inv_freq: m.inv_freq,
-        head_map: kv.head_map,
-        q,
-        k: &mut *kv.k,
-        v: kv.v,
-        sk: kv.sk,
-        sv: kv.sv,
-    };
     let threads = n * (nh + nkv) * hd.div_ceil(2);
-    pl::rope_append_kv::dispatch(be.gpu(), None, p, binds, grid(be, threads))?;
+    let mut kv = kv;
+    if kt == DType::F32 {
+        let binds = pl::rope_append_kv::Binds {
+            qkv,
+            positions: m.positions,
+            slots: m.slots,
+            ring_slots: m.ring_slots,
+            inv_freq: m.inv_freq,
+            head_map: kv.head_map,
+            q,
+            k: &mut *kv.k,
+            v: &mut *kv.v,
+            sk: &mut *kv.sk,
+            sv: &mut *kv.sv,
+        };
+        pl::rope_append_kv::dispatch(be.gpu(), None, p, binds, grid(be, threads))?;
+    } else {
+        append_packed(be, p, qkv, m, q, &mut kv, threads)?;
+    }
     if n_ret == 0 {
         return Ok(());
     }
-    let binds = pl::rope_append_kv_summary::Binds { slots: m.slots, k: kv.k, summary: kv.summary };
-    pl::rope_append_kv_summary::dispatch(be.gpu(), None, p, binds, rows_grid(be, n))
+    let binds = pl::rope_append_kv_summary::Binds { slots: m.slots, k_pool: kv.k, summary: kv.summary };
+    pl::rope_append_kv_summary::dispatch(be.gpu(), Some(kt), p, binds, rows_grid(be, n))
+}
+
+/// Pass 1 for a packed KV dtype: rotate into f32 staging rows through the identity layout, then
+/// `rope_append_kv_pack` stores them into the pools (see the module docs).
+fn append_packed(
+    be: &WgpuBackend,
+    p: &RopeAppendKvParams,
+    qkv: &WgpuBuffer,
+    m: &RopeAppendMeta<WgpuBackend>,
+    q: &mut WgpuBuffer,
+    kv: &mut LayerKvMut<WgpuBackend>,
+    threads: usize,
+) -> Result<()> {
+    let (n, nkv, hd, kt) = (u(p.n_tokens), u(p.n_kv_heads), u(p.head_dim), kv.k.dtype);
+    let mut staged_k = be.alloc(DType::F32, n * nkv * hd)?;
+    let mut staged_v = be.alloc(DType::F32, n * nkv * hd)?;
+    // Bound where the identity layout never writes (no streaming heads); two buffers, so no
+    // writable binding aliases another.
+    let (mut spare_k, mut spare_v) = (be.alloc(DType::F32, 1)?, be.alloc(DType::F32, 1)?);
+    let ids = be.upload_u32(&(0..n.max(nkv) as u32).collect::<Vec<u32>>())?;
+    let identity = RopeAppendKvParams {
+        page_size: 1,
+        num_pages: p.n_tokens,
+        logical_page: 1,
+        n_ret: p.n_kv_heads,
+        n_str: 0,
+        num_str_pages: 0,
+        ..*p
+    };
+    let binds = pl::rope_append_kv::Binds {
+        qkv,
+        positions: m.positions,
+        slots: &ids,
+        ring_slots: &ids,
+        inv_freq: m.inv_freq,
+        head_map: &ids,
+        q,
+        k: &mut staged_k,
+        v: &mut staged_v,
+        sk: &mut spare_k,
+        sv: &mut spare_v,
+    };
+    pl::rope_append_kv::dispatch(be.gpu(), None, &identity, binds, grid(be, threads))?;
+    let binds = pl::rope_append_kv_pack::Binds {
+        staged_k: &staged_k,
+        staged_v: &staged_v,
+        slots: m.slots,
+        ring_slots: m.ring_slots,
+        head_map: kv.head_map,
+        k: &mut *kv.k,
+        v: &mut *kv.v,
+        sk: &mut *kv.sk,
+        sv: &mut *kv.sv,
+    };
+    pl::rope_append_kv_pack::dispatch(be.gpu(), Some(kt), p, binds, rows_grid(be, n * nkv))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -1,19 +1,33 @@
 //! Recording of `matmul`: out[m][n] = x[m][k] . w[n][k]^T (+ bias[n]), f32 accumulation.
 //!
 //! Layout: x `[m][k]` f32, w `[n][k]` in any weight dtype (read through the module's `load_w`),
-//! bias `[n]` f32, out `[m][n]` f32. Two kernels:
-//! - `matmul_gemv` (m <= [`GEMV_MAX_M`], decode): 16 weight rows per 256-thread workgroup, each
-//!   streamed once by a group of 32 lanes and reduced in workgroup memory; up to 8 x rows per pass
-//!   over the weights (bandwidth-bound there), further chunks re-read the rows from cache.
-//! - `matmul` (larger m, prefill): 128x64 output tiles, k steps of 16, 8x4 per thread.
+//! bias `[n]` f32, out `[m][n]` f32. Kernels, picked per call from m (see [`pick`]):
+//! - m <= [`GEMV_MAX_M`] (decode, batches up to 16), one pass over the weights for all m rows:
+//!   - adapters with SUBGROUP, 16-bit weights, k % 8 == 0 ("pairs"): for m == 1
+//!     `matmul_gemv_subgroup`, 8 rows per workgroup, one subgroup per row, 16-byte weight loads,
+//!     `subgroupAdd` (the measured batch-1 kernel: docs/benchmarks.md); for 2..=16 rows
+//!     `matmul_gemv_subgroup_batch`, 4 weight rows per 128-thread workgroup, k split over the
+//!     threads in 16-byte words, each word multiplied with all x rows and each x vec4 with the
+//!     4 weight rows (so x is read from cache once per 4 weight rows, not once per row),
+//!     `subgroupAdd`, then the subgroups' partials summed in workgroup memory.
+//!   - `matmul_gemv` (everything else): 16 weight rows per 256-thread workgroup, each streamed
+//!     once by a group of 32 lanes and tree-reduced in workgroup memory; up to 16 x rows per pass.
+//! - [`GEMV_MAX_M`] < m <= [`M32_MAX_M`] (batched decode beyond 16, short chunks): `matmul_m32`,
+//!   32x64 output tiles, 4x4 per thread.
+//! - larger m (prefill): `matmul`, 128x64 output tiles, k steps of 16, 8x4 per thread.
 //!
-//! - `matmul_gemv_subgroup` replaces `matmul_gemv` on adapters with SUBGROUP for 16-bit weights
-//!   with k % 8 == 0: 8 rows per workgroup, one per subgroup, 16-byte weight loads, `subgroupAdd`.
+//! Why these thresholds: a decode step multiplies a few rows of x with every weight, so it costs
+//! at least one read of the weights. The GEMVs reach that for m <= 16 (one pass). Each 16-bit
+//! weight costs m f32 FMAs; an H200 does about 7 FMAs per byte it reads from HBM (33.5 T FMA/s :
+//! 4.8 TB/s), so the read bounds the step up to m ~ 14 and at 16 the two are about even: the cost
+//! grows slowly with m. Beyond 16 rows the f32 FMAs (no tensor cores from WGSL: wgpu 30 has them
+//! only behind the experimental cooperative-matrix feature, not used here) bound the step, and
+//! what matters is not computing padding rows: 32-row tiles pad at most 31 rows, never more than
+//! 128-row tiles up to m = 96. From 97 to 128 both pad to 128; for prefill-size m (hundreds of rows
+//! and more) the last tile's padding is a small share, and the 128-row tile's 8x4 micro-tile does
+//! twice the FMAs per staged value of the 4x4 one.
 //!
-//! The threshold is where the GEMM wins on an H200: its 128-row tiles leave few workgroups for
-//! small m, while the GEMV costs about one weight pass per 8 rows of x.
-//!
-//! Both take bindings (params, x, w, bias, out); without a bias, x is bound in its place and the
+//! All take bindings (params, x, w, bias, out); without a bias, x is bound in its place and the
 //! shader (has_bias == 0) never reads it. Workgroup counts are folded into 2D by `rows_grid` when
 //! over the adapter's per-dimension limit; the shaders index `wg.x + wg.y * num_workgroups.x` and
 //! return early, as a whole workgroup, past the last tile.
@@ -25,13 +39,33 @@ use super::{WgpuBackend, WgpuBuffer, need, need_weights};
 use crate::backend::*;
 use crate::error::Result;
 
-/// Largest m served by the GEMV kernel; above it the tiled GEMM is used.
+/// Largest m served by the GEMV kernels in one pass over the weights (`MX` in
+/// shaders/matmul_gemv.wgsl and shaders/matmul_gemv_subgroup_batch.wgsl).
 pub const GEMV_MAX_M: usize = 16;
-/// Weight rows per GEMV workgroup (`ROWS` in shaders/matmul_gemv.wgsl).
+/// Largest m served by the 32-row GEMM tiles; above it the 128-row tiles are used.
+pub const M32_MAX_M: usize = 96;
+/// Weight rows per workgroup of `matmul_gemv` (`ROWS` in shaders/matmul_gemv.wgsl).
 const GEMV_ROWS: usize = 16;
-/// Output tile of the GEMM (`BM` x `BN` in shaders/matmul.wgsl).
-const TILE_M: usize = 128;
-const TILE_N: usize = 64;
+/// Weight rows per workgroup of `matmul_gemv_subgroup` / `_batch` (`ROWS` there).
+const GEMV_SUBGROUP_ROWS: usize = 8;
+const GEMV_BATCH_ROWS: usize = 4;
+
+/// The kernel for m rows of x against n weight rows and the number of workgroups it runs (before
+/// folding).
+/// `pairs`: the weights are 16-bit with k % 8 == 0 and the adapter has SUBGROUP.
+pub fn pick(m: usize, n: usize, pairs: bool) -> (&'static str, usize) {
+    if m == 1 && pairs {
+        (pl::matmul::GEMV_SUBGROUP, n.div_ceil(GEMV_SUBGROUP_ROWS))
+    } else if m <= GEMV_MAX_M && pairs {
+        (pl::matmul::GEMV_SUBGROUP_BATCH, n.div_ceil(GEMV_BATCH_ROWS))
+    } else if m <= GEMV_MAX_M {
+        (pl::matmul::GEMV, n.div_ceil(GEMV_ROWS))
+    } else if m <= M32_MAX_M {
+        (pl::matmul::M32, m.div_ceil(32) * n.div_ceil(64))
+    } else {
+        (pl::matmul::OP, m.div_ceil(128) * n.div_ceil(64))
+    }
+}
 
 pub fn matmul(
     be: &WgpuBackend,
@@ -60,16 +94,8 @@ pub fn matmul(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let pairs = matches!(w.dtype, DType::F16 | DType::BF16) && k % 8 == 0;
-    let wd = Some(w.dtype);
-    if m <= GEMV_MAX_M && pairs && be.has_subgroup() {
-        let binds = pl::matmul_gemv_subgroup::Binds { x, w, bias, out };
-        pl::matmul_gemv_subgroup::dispatch(be.gpu(), wd, p, binds, rows_grid(be, n.div_ceil(8)))
-    } else if m <= GEMV_MAX_M {
-        let binds = pl::matmul_gemv::Binds { x, w, bias, out };
-        pl::matmul_gemv::dispatch(be.gpu(), wd, p, binds, rows_grid(be, n.div_ceil(GEMV_ROWS)))
-    } else {
-        let tiles = m.div_ceil(TILE_M) * n.div_ceil(TILE_N);
-        pl::matmul::dispatch(be.gpu(), wd, p, pl::matmul::Binds { x, w, bias, out }, rows_grid(be, tiles))
-    }
+    let pairs = matches!(w.dtype, DType::F16 | DType::BF16) && k % 8 == 0 && be.has_subgroup();
+    let (op, groups) = pick(m, n, pairs);
+    let binds = pl::matmul::Binds { x, w, bias, out };
+    pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups))
 }

@@ -5,6 +5,10 @@
 //! shader extension is needed for 16-bit weights. `lserve dump-shaders` writes these assembled
 //! modules; a test validates each with naga and translates it to SPIR-V, MSL and HLSL.
 //!
+//! KV ops ([`Reads::Kv`]) get a KV snippet instead, one module per KV dtype (`<op>_<kv>`, e.g.
+//! `sparse_decode_attention_int8`): the pool element types and an f32 accessor per pool binding,
+//! so one shader source reads f32, f16, bf16, int8 and fp8 pools (docs/kv-cache.md).
+//!
 //! Feature variants: ops flagged in [`OPS`] need SUBGROUP (the caller picks them only on adapters
 //! that have it and falls back to the plain op otherwise); f16-weight modules have a `_h` variant
 //! whose weights binding is f16 storage converted by native f16 types (SHADER_F16, `enable f16;`;
@@ -27,25 +31,116 @@ pub enum Reads {
     /// eight 16-bit weights of word i (16-bit weights only). With native f16 the binding is
     /// `array<mat2x4<f16>>` (f16 storage); else `array<vec4<u32>>` unpacked by bit operations.
     Pairs,
+    /// The KV cache: the variant's dtype is the KV dtype, and the KV snippet ([`kv_snippet`])
+    /// defines `KV_KIND`, the pool element types `KV_EL` / `KV_K4` and an accessor
+    /// `kv_<pool>(i) -> f32` (and `kv4_<pool>(i) -> vec4<f32>`) per pool binding the op reads.
+    Kv,
+}
+
+/// The KV dtypes shaders can store (f16/bf16 two per u32 word, int8/fp8 four per word plus a
+/// scale word per row: docs/kv-cache.md).
+pub const KV_DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I8, DType::F8E4M3];
+
+/// Pool bindings each KV op reads: (binding name, declared as `array<KV_K4>`).
+fn kv_pools(op: &str) -> &'static [(&'static str, bool)] {
+    match op {
+        "sparse_decode_attention" => &[("k_pool", true), ("v_pool", false)],
+        "prefill_attention" => &[("k_pool", false), ("v_pool", false)],
+        "lambda_mass" | "rope_append_kv_summary" => &[("k_pool", false)],
+        _ => &[],
+    }
+}
+
+/// The KV snippet of `op` for KV dtype `d`: element types, accessors that return f32 values
+/// (16-bit unpacked; 8-bit codes times their row's scale, one multiply, so every backend reads
+/// the same values) at float-pool element offset `i` (= row * head_dim + dim; 8-bit pools map
+/// it to the row's block, see src/kv/quant.rs). Reads `p.head_dim` and `p.page_size`.
+fn kv_snippet(op: &str, d: DType) -> Option<String> {
+    let kind = match d {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        DType::I8 => 3,
+        DType::F8E4M3 => 4,
+        _ => return None,
+    };
+    let mut out = format!("const KV_KIND: u32 = {kind}u;\n");
+    if d == DType::F32 {
+        out += "alias KV_EL = f32;\nalias KV_K4 = vec4<f32>;\n";
+    } else {
+        out += "alias KV_EL = u32;\nalias KV_K4 = u32;\n";
+    }
+    if d.is_kv8() {
+        out += concat!(
+            "fn kv8_code_byte(i: u32) -> u32 { let hd = p.head_dim; let ps = p.page_size; let r = i / hd; ",
+            "return (r / ps) * ps * (hd + 4u) + (r % ps) * hd + i % hd; }\n",
+            "fn kv8_scale_word(i: u32) -> u32 { let hd = p.head_dim; let ps = p.page_size; let r = i / hd; ",
+            "return ((r / ps) * ps * (hd + 4u) + ps * hd + 4u * (r % ps)) / 4u; }\n",
+        );
+        if d == DType::I8 {
+            out += "fn kv8_val(b: u32) -> f32 { return f32(bitcast<i32>(b << 24u) >> 24u); }\n";
+        } else {
+            out += concat!(
+                "fn kv8_val(b: u32) -> f32 { let e = (b >> 3u) & 15u; let m = b & 7u; ",
+                "let v = select(bitcast<f32>(((e + 120u) << 23u) | (m << 20u)), f32(m) * 0.001953125, e == 0u); ",
+                "return select(v, -v, (b & 0x80u) != 0u); }\n",
+            );
+        }
+        out += "fn kv8_val4(w: u32) -> vec4<f32> { return vec4(kv8_val(w & 0xffu), kv8_val((w >> 8u) & 0xffu), kv8_val((w >> 16u) & 0xffu), kv8_val(w >> 24u)); }\n";
+    }
+    for &(n, vec4) in kv_pools(op) {
+        out += &match (d, vec4) {
+            (DType::F32, true) => format!(
+                "fn kv4_{n}(i: u32) -> vec4<f32> {{ return {n}[i / 4u]; }}\nfn kv_{n}(i: u32) -> f32 {{ return {n}[i / 4u][i % 4u]; }}\n"
+            ),
+            (DType::F32, false) => format!("fn kv_{n}(i: u32) -> f32 {{ return {n}[i]; }}\n"),
+            (DType::F16, _) => format!(
+                "fn kv_{n}(i: u32) -> f32 {{ return unpack2x16float({n}[i >> 1u])[i & 1u]; }}\n\
+                 fn kv4_{n}(i: u32) -> vec4<f32> {{ return vec4(unpack2x16float({n}[i >> 1u]), unpack2x16float({n}[(i >> 1u) + 1u])); }}\n"
+            ),
+            (DType::BF16, _) => format!(
+                "fn kv_{n}(i: u32) -> f32 {{ let w = {n}[i >> 1u]; return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u)); }}\n\
+                 fn kv4_{n}(i: u32) -> vec4<f32> {{ let a = {n}[i >> 1u]; let b = {n}[(i >> 1u) + 1u]; \
+                 return bitcast<vec4<f32>>(vec4(a << 16u, a & 0xffff0000u, b << 16u, b & 0xffff0000u)); }}\n"
+            ),
+            _ => format!(
+                "fn kv_{n}(i: u32) -> f32 {{ let c = kv8_code_byte(i); \
+                 return kv8_val(({n}[c >> 2u] >> ((c & 3u) * 8u)) & 0xffu) * bitcast<f32>({n}[kv8_scale_word(i)]); }}\n\
+                 fn kv4_{n}(i: u32) -> vec4<f32> {{ return kv8_val4({n}[kv8_code_byte(i) >> 2u]) * bitcast<f32>({n}[kv8_scale_word(i)]); }}\n"
+            ),
+        };
+    }
+    Some(out)
 }
 
 /// (op stem, source, weight access, needs the SUBGROUP feature).
 pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ("embed", include_str!("../../../shaders/embed.wgsl"), Reads::Scalar, false),
     ("matmul", include_str!("../../../shaders/matmul.wgsl"), Reads::Scalar, false),
+    ("matmul_m32", include_str!("../../../shaders/matmul_m32.wgsl"), Reads::Scalar, false),
     ("matmul_gemv", include_str!("../../../shaders/matmul_gemv.wgsl"), Reads::Scalar, false),
     ("matmul_gemv_subgroup", include_str!("../../../shaders/matmul_gemv_subgroup.wgsl"), Reads::Pairs, true),
+    (
+        "matmul_gemv_subgroup_batch",
+        include_str!("../../../shaders/matmul_gemv_subgroup_batch.wgsl"),
+        Reads::Pairs,
+        true,
+    ),
     ("rmsnorm", include_str!("../../../shaders/rmsnorm.wgsl"), Reads::Nothing, false),
     ("add_rmsnorm", include_str!("../../../shaders/add_rmsnorm.wgsl"), Reads::Nothing, false),
     ("add", include_str!("../../../shaders/add.wgsl"), Reads::Nothing, false),
     ("silu_mul", include_str!("../../../shaders/silu_mul.wgsl"), Reads::Nothing, false),
+    ("gelu_tanh_mul", include_str!("../../../shaders/gelu_tanh_mul.wgsl"), Reads::Nothing, false),
+    ("head_rmsnorm", include_str!("../../../shaders/head_rmsnorm.wgsl"), Reads::Nothing, false),
+    ("scale", include_str!("../../../shaders/scale.wgsl"), Reads::Nothing, false),
     ("gather_rows", include_str!("../../../shaders/gather_rows.wgsl"), Reads::Nothing, false),
     ("argmax", include_str!("../../../shaders/argmax.wgsl"), Reads::Nothing, false),
     ("sample", include_str!("../../../shaders/sample.wgsl"), Reads::Nothing, false),
     ("rope_append_kv", include_str!("../../../shaders/rope_append_kv.wgsl"), Reads::Nothing, false),
-    ("rope_append_kv_summary", include_str!("../../../shaders/rope_append_kv_summary.wgsl"), Reads::Nothing, false),
-    ("prefill_attention", include_str!("../../../shaders/prefill_attention.wgsl"), Reads::Nothing, false),
-    ("sparse_decode_attention", include_str!("../../../shaders/sparse_decode_attention.wgsl"), Reads::Nothing, false),
+    ("rope_append_kv_pack", include_str!("../../../shaders/rope_append_kv_pack.wgsl"), Reads::Kv, false),
+    ("rope_append_kv_summary", include_str!("../../../shaders/rope_append_kv_summary.wgsl"), Reads::Kv, false),
+    ("prefill_attention", include_str!("../../../shaders/prefill_attention.wgsl"), Reads::Kv, false),
+    ("sparse_decode_attention", include_str!("../../../shaders/sparse_decode_attention.wgsl"), Reads::Kv, false),
     (
         "sparse_decode_attention_merge",
         include_str!("../../../shaders/sparse_decode_attention_merge.wgsl"),
@@ -54,15 +149,16 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ),
     ("page_select", include_str!("../../../shaders/page_select.wgsl"), Reads::Nothing, false),
     ("page_select_topk", include_str!("../../../shaders/page_select_topk.wgsl"), Reads::Nothing, false),
-    ("lambda_mass", include_str!("../../../shaders/lambda_mass.wgsl"), Reads::Nothing, false),
+    ("lambda_mass", include_str!("../../../shaders/lambda_mass.wgsl"), Reads::Kv, false),
     ("fill_random", include_str!("../../../shaders/fill_random.wgsl"), Reads::Nothing, false),
 ];
 
 /// The weight dtypes shaders can read.
 pub const WEIGHT_DTYPES: [DType; 3] = [DType::F16, DType::BF16, DType::F32];
 
-/// Which pipeline of an op: the weight dtype it reads and whether f16 weights are converted with
-/// native f16 types (the SHADER_F16 feature) instead of `unpack2x16float`.
+/// Which pipeline of an op: the weight dtype it reads (the KV dtype for [`Reads::Kv`] ops) and
+/// whether f16 weights are converted with native f16 types (the SHADER_F16 feature) instead of
+/// `unpack2x16float`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Variant {
     pub weights: Option<DType>,
@@ -117,7 +213,9 @@ fn weight_snippet(reads: Reads, v: Variant) -> Option<&'static str> {
 /// native f16 conversion.
 pub fn module_name(op: &str, v: Variant) -> String {
     let v = OPS.iter().find(|(name, ..)| *name == op).map_or(v, |&(_, _, r, _)| v.for_reads(r));
+    let kv = OPS.iter().any(|&(name, _, r, _)| name == op && r == Reads::Kv);
     match v.weights {
+        Some(d) if kv => format!("{op}_{}", d.kv_name()),
         Some(d) => format!("{op}_{}{}", format!("{d:?}").to_lowercase(), if v.uses_f16() { "_h" } else { "" }),
         None => op.to_string(),
     }
@@ -133,9 +231,12 @@ pub fn assemble(op: &str, v: Variant) -> Option<String> {
     let &(_, src, reads, _) = OPS.iter().find(|(name, ..)| *name == op)?;
     let v = v.for_reads(reads);
     let snippet = match reads {
-        Reads::Nothing if v.weights.is_none() => "",
+        Reads::Nothing if v.weights.is_none() => String::new(),
         Reads::Nothing => return None,
-        r => weight_snippet(r, v)?,
+        // The store pass exists for the packed KV dtypes only.
+        Reads::Kv if op == "rope_append_kv_pack" && v.weights == Some(DType::F32) => return None,
+        Reads::Kv => kv_snippet(op, v.weights?)?,
+        r => weight_snippet(r, v)?.to_string(),
     };
     let enable = if v.uses_f16() { "enable f16;\n" } else { "" };
     Some(format!("{enable}{PARAMS}\n{snippet}\n{COMMON}\n{src}"))
@@ -155,6 +256,7 @@ pub fn all_modules() -> Vec<Module> {
     for &(op, _, reads, subgroup) in OPS {
         let variants: Vec<Variant> = match reads {
             Reads::Nothing => vec![Variant::default()],
+            Reads::Kv => KV_DTYPES.iter().map(|&d| Variant::weights(d)).collect(),
             _ => WEIGHT_DTYPES
                 .iter()
                 .flat_map(|&d| [Variant::weights(d), Variant { weights: Some(d), native_f16: true }])

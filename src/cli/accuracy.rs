@@ -1,0 +1,227 @@
+//! `lserve accuracy` (the accuracy suite, `lserve::eval::accuracy`) and `lserve recall` (the
+//! selection-recall diagnostic, `lserve::eval::recall`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use lserve::backend::{Backend, DType};
+use lserve::engine::{EngineOptions, build_engine};
+use lserve::eval::accuracy::{Budget, SuiteOptions, draw_charts, grid, parse_pages, run_suite, table_markdown};
+use lserve::eval::niah::parse_lengths;
+use lserve::eval::recall::{LayerRecall, Rank, measure};
+use lserve::eval::tasks::{Task, ppl_window};
+use lserve::loader::LoadedModel;
+
+use super::run::{load_weights, on_device, open_model, parse_device, parse_dtype, resolve_config};
+use super::{AccuracyArgs, RecallArgs};
+
+/// The default ppl corpus: Debian's license texts (natural English prose, ~50K tokens), in this
+/// order; files that are missing are skipped.
+const CORPUS: &[&str] = &[
+    "GPL-3",
+    "GPL-2",
+    "LGPL-2.1",
+    "GFDL-1.3",
+    "MPL-2.0",
+    "Apache-2.0",
+    "Artistic",
+    "CC0-1.0",
+    "LGPL-3",
+    "MPL-1.1",
+    "GFDL-1.2",
+    "GPL-1",
+    "LGPL-2",
+];
+
+fn corpus_text(files: &[PathBuf]) -> Result<String> {
+    let paths: Vec<PathBuf> = if files.is_empty() {
+        CORPUS.iter().map(|f| Path::new("/usr/share/common-licenses").join(f)).filter(|p| p.exists()).collect()
+    } else {
+        files.to_vec()
+    };
+    let mut text = String::new();
+    for p in &paths {
+        text += &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        text += "\n\n";
+    }
+    Ok(text)
+}
+
+fn corpus_ids(m: &LoadedModel, files: &[PathBuf]) -> Result<Vec<u32>> {
+    let text = corpus_text(files)?;
+    if text.trim().is_empty() {
+        bail!("no ppl corpus: pass --text FILE (the default reads /usr/share/common-licenses)");
+    }
+    m.tokenizer.encode_with(&text, false).map_err(|e| anyhow::anyhow!("tokenizing the corpus: {}", e.0))
+}
+
+pub fn accuracy(a: AccuracyArgs) -> Result<()> {
+    let device = parse_device(&a.model.device)?;
+    let dtype = parse_dtype(&a.model.dtype)?;
+    let m = open_model(&a.model)?;
+    let lengths = parse_lengths(&a.lengths)?;
+    if let Some(&l) = lengths.iter().find(|&&l| l + 64 > m.config.context_len()) {
+        bail!("--lengths: {l} tokens do not fit the model's {}-token context", m.config.context_len());
+    }
+    let tasks = Task::parse_list(&a.tasks)?;
+    let ratios: Vec<f32> = a
+        .ratios
+        .split(',')
+        .map(|r| r.trim().parse::<f32>().ok().filter(|r| (0.0..=1.0).contains(r)))
+        .collect::<Option<_>>()
+        .context("--ratios: fractions between 0 and 1, like 0,0.25,0.5")?;
+    let pages = parse_pages(&a.pages)?;
+    let variants = grid(&Budget::parse_list(&a.budgets)?, &ratios, &pages, pages[0]);
+    let base = resolve_config(None, &a.tuning)?;
+    if ratios.iter().any(|&r| r > 0.0) && base.sparse.head_pattern.is_none() {
+        bail!("streaming ratios above 0 need --head-pattern (run `lserve calibrate`)");
+    }
+    let corpus = if tasks.contains(&Task::Ppl) { corpus_ids(&m, &a.text)? } else { vec![] };
+    let o = SuiteOptions {
+        tasks,
+        lengths,
+        samples: a.samples.max(1),
+        variants,
+        base,
+        score_tokens: a.score_tokens.max(1),
+        seed: a.seed,
+        prefill_chunk: a.prefill_chunk.max(16),
+    };
+    std::fs::create_dir_all(&a.out_dir).with_context(|| format!("creating {}", a.out_dir.display()))?;
+    eprintln!(
+        "{} variants x {} lengths x {} tasks x {} samples",
+        o.variants.len(),
+        o.lengths.len(),
+        o.tasks.len(),
+        o.samples
+    );
+    let rows = on_device!(device, be => suite_on(be, &m, dtype, &corpus, &o))?;
+    let json = serde_json::json!({"model": m.path.display().to_string(), "seed": a.seed, "rows": rows});
+    let jpath = a.out_dir.join("accuracy.json");
+    std::fs::write(&jpath, serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("writing {}", jpath.display()))?;
+    let table = table_markdown(&rows);
+    std::fs::write(a.out_dir.join("accuracy.md"), &table)?;
+    let charts = draw_charts(&a.out_dir, &rows)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{table}")?;
+    for (i, v) in o.variants.iter().skip(1).enumerate() {
+        writeln!(out, "v{}: {}", i + 1, v.label())?;
+    }
+    writeln!(out, "wrote {}, accuracy.md and {} chart(s) in {}", jpath.display(), charts.len(), a.out_dir.display())?;
+    Ok(())
+}
+
+fn suite_on<B: Backend>(
+    be: B,
+    m: &LoadedModel,
+    dtype: Option<DType>,
+    corpus: &[u32],
+    o: &SuiteOptions,
+) -> Result<Vec<lserve::eval::accuracy::Row>> {
+    let model = load_weights(&be, m, dtype)?;
+    let t0 = std::time::Instant::now();
+    let mut log = |r: &lserve::eval::accuracy::Row| {
+        eprintln!(
+            "[{:>6.0}s] {:>13} {:>6} {:<24} {:>9.4}  kv read {:>5.1}%",
+            t0.elapsed().as_secs_f64(),
+            r.task.name(),
+            r.length,
+            r.label,
+            r.score,
+            100.0 * r.kv_read_fraction
+        )
+    };
+    let (rows, _, _) = run_suite(be, model, &m.tokenizer, corpus, o, &mut log)?;
+    Ok(rows)
+}
+
+pub fn recall(a: RecallArgs) -> Result<()> {
+    let device = parse_device(&a.model.device)?;
+    let dtype = parse_dtype(&a.model.dtype)?;
+    let m = open_model(&a.model)?;
+    let lengths = parse_lengths(&a.lengths)?;
+    let pages = parse_pages(&a.pages)?;
+    let budgets = Budget::parse_list(&a.budgets)?;
+    let corpus = corpus_ids(&m, &a.text)?;
+    let rows = on_device!(device, be => recall_on(be, &m, dtype, &corpus, &a, &lengths, &pages, &budgets))?;
+    let mut out = std::io::stdout().lock();
+    let names: Vec<&str> = Rank::ALL.iter().map(|r| r.name()).collect();
+    writeln!(
+        out,
+        "{:>6} {:>6} {:>7} {:>5} {:>7} {} {:>7}",
+        "length",
+        "budget",
+        "pages",
+        "layer",
+        "samples",
+        names.iter().map(|n| format!("{n:>9}")).collect::<String>(),
+        "oracle"
+    )?;
+    for (len, budget, (p, l), layers) in &rows {
+        for r in layers {
+            let cells: String = r.recall.iter().map(|x| format!("{x:>9.4}")).collect();
+            writeln!(
+                out,
+                "{len:>6} {budget:>6} {:>7} {:>5} {:>7} {cells} {:>7.4}",
+                format!("{p}/{l}"),
+                r.layer,
+                r.samples,
+                r.oracle
+            )?;
+        }
+    }
+    if let Some(path) = &a.out {
+        let json: Vec<_> = rows
+            .iter()
+            .map(|(len, b, (p, l), layers)| serde_json::json!({"length": len, "budget": b, "pages": format!("{p}/{l}"), "layers": layers}))
+            .collect();
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        writeln!(out, "wrote {}", path.display())?;
+    }
+    Ok(())
+}
+
+type RecallRow = (usize, usize, (usize, usize), Vec<LayerRecall>);
+
+#[allow(clippy::too_many_arguments)]
+fn recall_on<B: Backend>(
+    be: B,
+    m: &LoadedModel,
+    dtype: Option<DType>,
+    corpus: &[u32],
+    a: &RecallArgs,
+    lengths: &[usize],
+    pages: &[(usize, usize)],
+    budgets: &[Budget],
+) -> Result<Vec<RecallRow>> {
+    let model = load_weights(&be, m, dtype)?;
+    let mut parts = Some((be, model));
+    let base = resolve_config(None, &a.tuning)?;
+    let bos = m.tokenizer.bos_token().map(|(id, _)| id).filter(|_| m.tokenizer.add_bos());
+    let mut rows = vec![];
+    for &len in lengths {
+        let ids = ppl_window(corpus, bos, len, 0)?;
+        for &(p, l) in pages {
+            for &b in budgets {
+                let mut c = base.clone();
+                (c.cache.physical_page, c.cache.logical_page) = (p, l);
+                c.sparse.enabled = true;
+                c.sparse.streaming_ratio = 0.0;
+                c.sparse.dense_below = 0;
+                c.sparse.token_budget = b.tokens(len).max(p);
+                let (be, model) = parts.take().expect("returned after each run");
+                let mut e = build_engine(be, model, &EngineOptions::new(c, len + 1))?;
+                let r = measure(&mut e, &ids, a.steps, a.every);
+                let budget = e.attn.k_pages * p + p;
+                parts = Some((e.backend, e.model));
+                let layers = r?;
+                eprintln!("{len} tokens, pages {p}/{l}, budget {budget}: {} layers measured", layers.len());
+                rows.push((len, budget, (p, l), layers));
+            }
+        }
+    }
+    Ok(rows)
+}

@@ -1,0 +1,133 @@
+//! The engine's one step: every forward of the engine — generation, scoring, calibration, the
+//! benchmarks and the serving loop's ragged batches — goes through [`Engine::step_rows`]:
+//! reserve pages for each row's new tokens, plan each row's decode sparsity, run one forward
+//! over all rows, advance each row's `len`.
+//!
+//! The decode rule lives here and only here: a step whose rows all bring exactly one token is a
+//! decode step — it runs decode attention, and each row plans page selection (`plan_decode`:
+//! select now, or reuse its last selection). Any other step runs prefill attention for every row
+//! (dense for retrieval heads, the Lambda mask for streaming heads) and clears each row's
+//! selection, so a row that decoded before re-selects at its next decode step. A row that
+//! selects gets its sink page pinned first when `pin_sink_page` is on ([`Engine::pin_sink_page`]).
+//!
+//! Invariants: the step is all or nothing for `len` — reservations are idempotent (they cover
+//! `len + n`), so a failed reservation or forward leaves every `len` as it was; only a successful
+//! forward advances them. Callers that must isolate a failing row (the server) reserve each row
+//! first with [`Engine::reserve`].
+
+use super::Engine;
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::kv::SeqPages;
+use crate::model::llama::{LayerHook, Logits, SeqStep};
+use crate::sampling::{NO_LOGIT, NO_TOKEN};
+use crate::sparse::{DecodePlan, plan_decode};
+
+/// One sequence's part of a step: `tokens` appended at the end of `seq`.
+pub struct StepRow<'a> {
+    pub seq: &'a mut SeqPages,
+    pub tokens: &'a [u32],
+    /// Which of this row's positions produce logits (or a token, for the device heads).
+    pub logits: Logits,
+}
+
+/// How a step ends: what comes back to the host.
+pub enum StepHead<'a, B: Backend> {
+    /// The logits rows, `[rows][vocab]` in step order; `hook` sees every layer's attention inputs.
+    Logits(Option<LayerHook<'a, B>>),
+    /// The argmax of each logits row, taken on the device.
+    Argmax,
+    /// Each logits row sampled on the device with its settings (`Sampler::device_settings`, one
+    /// per logits row in step order; greedy settings are the argmax). `NO_TOKEN` marks a row
+    /// without finite logits.
+    Sample(&'a [[u32; 4]]),
+}
+
+/// What a step returned.
+#[derive(Debug)]
+pub enum StepOut {
+    Logits(Vec<f32>),
+    Ids(Vec<u32>),
+}
+
+impl StepOut {
+    pub fn logits(self) -> Result<Vec<f32>> {
+        match self {
+            StepOut::Logits(l) => Ok(l),
+            StepOut::Ids(_) => Err(Error::InvalidArgument("the step returned token ids, not logits".into())),
+        }
+    }
+    pub fn ids(self) -> Result<Vec<u32>> {
+        match self {
+            StepOut::Ids(i) => Ok(i),
+            StepOut::Logits(_) => Err(Error::InvalidArgument("the step returned logits, not token ids".into())),
+        }
+    }
+    /// The one token a one-row step chose (an error for `NO_TOKEN`).
+    pub fn token(self) -> Result<u32> {
+        match self.ids()?.first() {
+            Some(&NO_TOKEN) => Err(Error::InvalidArgument(NO_LOGIT.into())),
+            Some(&t) => Ok(t),
+            None => Err(Error::InvalidArgument("no token came back".into())),
+        }
+    }
+}
+
+impl<B: Backend> Engine<B> {
+    /// Reserve pages for `n` more tokens of `seq` (idempotent until `seq.len` advances).
+    pub fn reserve(&mut self, seq: &mut SeqPages, n: usize) -> Result<()> {
+        self.cache.reserve(seq, n)
+    }
+
+    /// The step: reserve, plan, one forward over all rows, advance (module header).
+    pub fn step_rows(&mut self, rows: &mut [StepRow<'_>], head: StepHead<'_, B>) -> Result<StepOut> {
+        if rows.is_empty() || rows.iter().any(|r| r.tokens.is_empty()) {
+            return Err(Error::InvalidArgument("a step needs rows, each with at least one token".into()));
+        }
+        for r in rows.iter_mut() {
+            self.cache.reserve(r.seq, r.tokens.len())?;
+        }
+        let decode = rows.iter().all(|r| r.tokens.len() == 1);
+        let ps = self.cache.shape.page_size;
+        let plans: Vec<DecodePlan> = rows
+            .iter_mut()
+            .map(|r| {
+                if decode {
+                    let kv_len = r.seq.len + 1;
+                    plan_decode(&self.sparse, r.seq, kv_len, ps)
+                } else {
+                    r.seq.sel_tail = None;
+                    DecodePlan { select: false, tail_start: 0 }
+                }
+            })
+            .collect();
+        for (r, plan) in rows.iter().zip(&plans) {
+            self.pin_sink_page(&*r.seq, plan)?;
+        }
+        let steps: Vec<SeqStep> = rows
+            .iter()
+            .zip(plans)
+            .map(|(r, plan)| SeqStep { tokens: r.tokens, cache: &*r.seq, logits: r.logits, plan })
+            .collect();
+        let (be, cache, attn) = (&self.backend, &mut self.cache, &self.attn);
+        let out = match head {
+            StepHead::Logits(hook) => StepOut::Logits(self.model.forward(be, cache, attn, &steps, hook)?),
+            StepHead::Argmax => StepOut::Ids(self.model.forward_argmax(be, cache, attn, &steps)?),
+            StepHead::Sample(settings) => StepOut::Ids(self.model.forward_sample(be, cache, attn, &steps, settings)?),
+        };
+        drop(steps);
+        rows.iter_mut().for_each(|r| r.seq.len += r.tokens.len());
+        Ok(out)
+    }
+
+    /// `step_rows` for one sequence ending with logits (the common case of tests and scoring).
+    pub fn step(
+        &mut self,
+        seq: &mut SeqPages,
+        tokens: &[u32],
+        logits: Logits,
+        hook: Option<LayerHook<B>>,
+    ) -> Result<Vec<f32>> {
+        self.step_rows(&mut [StepRow { seq, tokens, logits }], StepHead::Logits(hook))?.logits()
+    }
+}
