@@ -24,15 +24,16 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("model", &["sparse", "kv", "backend", "error"]),
     ("chat", &["error"]),
     ("tokenizer", &["error"]),
-    ("loader", &["model", "chat", "tokenizer", "backend", "error"]),
+    ("loader", &["model", "sparse", "chat", "tokenizer", "backend", "error"]),
     ("sampling", &["backend", "error"]),
     ("fetch", &["error"]),
+    ("plot", &["error"]),
     ("engine", &["model", "sparse", "kv", "backend", "sampling", "error"]),
     ("sched", &["error"]),
     ("serving", &["engine", "sched", "model", "sparse", "kv", "backend", "sampling", "tokenizer", "error"]),
     ("server", &["serving", "engine", "sched", "chat", "tokenizer", "sampling", "backend", "error"]),
-    ("eval", &["engine", "model", "sparse", "kv", "backend", "sampling", "tokenizer", "chat", "error"]),
-    ("bench", &["eval", "engine", "model", "sparse", "kv", "backend", "sampling", "error"]),
+    ("eval", &["engine", "model", "sparse", "kv", "backend", "sampling", "tokenizer", "chat", "plot", "error"]),
+    ("bench", &["eval", "engine", "model", "sparse", "kv", "backend", "sampling", "plot", "error"]),
 ];
 
 /// Source text with `//` comments (and so doc comments) removed and the contents of string and

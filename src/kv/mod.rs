@@ -19,7 +19,6 @@
 
 pub mod alloc;
 pub mod host;
-pub mod quant;
 pub mod swap;
 
 pub use alloc::PageAllocator;
@@ -28,6 +27,8 @@ pub use swap::SwappedKv;
 
 use crate::backend::reference::kv_layout::head_map;
 pub use crate::backend::reference::kv_layout::ring_index;
+/// The 8-bit KV quantization (defined in the backend: the CPU reference stores these bytes).
+pub use crate::backend::reference::kv_quant as quant;
 use crate::backend::{Backend, DType, KvGeometry, LayerKv, LayerKvMut, SelectedMut, kv_pool_len};
 use crate::error::{Error, Result};
 

@@ -1,7 +1,8 @@
 //! What one forward step is made of, shared by the forward pass (llama.rs) and its per-step
 //! metadata (step.rs): each sequence's chunk ([`SeqStep`]), which rows need logits ([`Logits`]),
-//! the engine's static attention settings ([`AttnSettings`]) and the per-layer hook calibration
-//! uses ([`LayerHook`]).
+//! the engine's static attention settings ([`AttnSettings`]), the per-layer hook calibration
+//! uses ([`LayerHook`]), what the step's end produces ([`Head`]) and the graph region a decode
+//! step records into ([`GraphRegion`]); llama.rs and gemma3.rs share the last two.
 
 use crate::backend::{Backend, LayerKv, PagedMeta};
 use crate::error::Result;
@@ -57,4 +58,41 @@ pub enum Logits {
     None,
     Last,
     All,
+}
+
+/// What the end of a forward produces: the logits, or token ids chosen on the device.
+#[derive(Clone, Copy)]
+pub(crate) enum Head<'a> {
+    Logits,
+    Argmax,
+    Sample(&'a [[u32; 4]]),
+}
+
+/// A backend graph region (`Backend::graph_begin`) ended on every path: `finish` runs what was
+/// recorded; dropping it unfinished (an op failed halfway) discards the recorded ops.
+pub(crate) struct GraphRegion<'a, B: Backend> {
+    be: &'a B,
+    open: bool,
+}
+
+impl<'a, B: Backend> GraphRegion<'a, B> {
+    pub(crate) fn begin(be: &'a B, on: bool) -> Self {
+        if on {
+            be.graph_begin();
+        }
+        GraphRegion { be, open: on }
+    }
+
+    pub(crate) fn finish(mut self) -> Result<()> {
+        self.open = false;
+        self.be.graph_end(true)
+    }
+}
+
+impl<B: Backend> Drop for GraphRegion<'_, B> {
+    fn drop(&mut self) {
+        if self.open {
+            let _ = self.be.graph_end(false);
+        }
+    }
 }

@@ -9,6 +9,7 @@
 //! where every sequence brings exactly one token runs the decode attention op.
 
 pub use super::batch::{AttnSettings, LayerHook, Logits, SeqStep};
+use super::batch::{GraphRegion, Head};
 use super::pool::BufferPool;
 use super::step::StepMeta;
 pub use super::weights::WeightSource;
@@ -43,14 +44,6 @@ pub struct Llama<B: Backend> {
     /// Gemma 3 (`cfg.arch == "gemma3"`): the whole model lives here and every call is forwarded
     /// to it; the Llama fields above are then empty placeholders.
     gemma: Option<Box<super::gemma3::Gemma3<B>>>,
-}
-
-/// What the end of a forward produces: the logits, or token ids chosen on the device.
-#[derive(Clone, Copy)]
-pub(crate) enum Head<'a> {
-    Logits,
-    Argmax,
-    Sample(&'a [[u32; 4]]),
 }
 
 fn take<S: WeightSource + ?Sized>(src: &S, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
@@ -415,34 +408,5 @@ impl<B: Backend> Llama<B> {
         let r = be.sample(&sp, logits, settings, &mut ids).and_then(|_| be.download_u32(&ids, 0, nl));
         self.pool.put(ids);
         r
-    }
-}
-
-/// A backend graph region (`Backend::graph_begin`) ended on every path: `finish` runs what was
-/// recorded; dropping it unfinished (an op failed halfway) discards the recorded ops.
-pub(crate) struct GraphRegion<'a, B: Backend> {
-    be: &'a B,
-    open: bool,
-}
-
-impl<'a, B: Backend> GraphRegion<'a, B> {
-    pub(crate) fn begin(be: &'a B, on: bool) -> Self {
-        if on {
-            be.graph_begin();
-        }
-        GraphRegion { be, open: on }
-    }
-
-    pub(crate) fn finish(mut self) -> Result<()> {
-        self.open = false;
-        self.be.graph_end(true)
-    }
-}
-
-impl<B: Backend> Drop for GraphRegion<'_, B> {
-    fn drop(&mut self) {
-        if self.open {
-            let _ = self.be.graph_end(false);
-        }
     }
 }

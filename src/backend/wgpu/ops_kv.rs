@@ -11,7 +11,7 @@
 //!    packed KV dtype it runs with an identity layout instead (page_size 1, every head a retrieval
 //!    head, slot t for token t) into two f32 staging buffers `[n_tokens][n_kv_heads][head_dim]`,
 //!    and `rope_append_kv_pack` (one workgroup per token and KV head) stores the rows into the
-//!    real pools: 16-bit values rounded to nearest even, 8-bit rows quantized as src/kv/quant.rs
+//!    real pools: 16-bit values rounded to nearest even, 8-bit rows quantized as src/backend/reference/kv_quant.rs
 //!    defines (so the rotation is the same code for every dtype);
 //! 2. `rope_append_kv_summary`: one workgroup per token; the workgroup of the token that wrote the
 //!    largest offset of a logical page in this call recomputes that page's min/max over its tokens.
