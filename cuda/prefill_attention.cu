@@ -37,6 +37,9 @@ __device__ __forceinline__ u32 key_offset(const AttentionParams& p, bool streami
     return ((page * p.n_ret + hi) * ps + kp % ps) * p.head_dim;
 }
 
+// Long (about 120 lines) on purpose: the kernel's phases (query staging, key tiles, online softmax,
+// output) share its registers and shared memory; split into device functions they would pass all of
+// that state around, and the body reads in the order it runs.
 template <typename KT, int DPT>
 __device__ void prefill_impl(AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v,
                              const KT* sk, const KT* sv, const u32* head_map, const u32* page_indptr,
@@ -305,6 +308,9 @@ __device__ __forceinline__ bool pm_tile(const AttentionParams& p, const u32* q_i
     return true;
 }
 
+// Long (about 200 lines) on purpose: the kernel's phases (Q fragments, cp.async K/V stages, mma
+// scores, online softmax, P.V, output) share its registers and shared memory; split into device
+// functions they would pass all of that state around, and the body reads in the order it runs.
 template <typename KT, int D>
 __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v,
                                  const KT* sk, const KT* sv, const u32* head_map, const u32* page_indptr,

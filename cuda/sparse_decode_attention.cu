@@ -132,6 +132,9 @@ __device__ __forceinline__ void ld2(const e4m3_t* p, float& a, float& b) {
     b = kv8_value_e4m3(w >> 8);
 }
 
+// Long (about 260 lines) on purpose: the kernel's phases (key list, cp.async stages, scores, online
+// softmax, P.V, the fixed-order reduction) share its registers and shared memory; split into device
+// functions they would pass all of that state around, and the body reads in the order it runs.
 template <typename KT, int G>
 __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk, const KT* sv,
                              const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len,

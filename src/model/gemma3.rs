@@ -168,6 +168,9 @@ impl<B: Backend> Gemma3<B> {
         ap
     }
 
+    /// One step of every layer, in Gemma 3's op order. Long (about 115 lines) for the reason
+    /// `Llama::forward_inner` is: the body is the model, one op after another over shared
+    /// activation buffers inside one graph region.
     pub(super) fn forward_inner(
         &self,
         be: &B,

@@ -74,7 +74,7 @@ impl<B: Backend> Llama<B> {
         dtype: Option<DType>,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<Self> {
-        let (h, hd, ffn) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
+        let (h, hd) = (cfg.hidden_size, cfg.head_dim);
         let dt = dtype.unwrap_or(be.caps().weight_dtypes[0]);
         if !be.caps().weight_dtypes.contains(&dt) {
             return Err(Error::InvalidArgument(format!(
@@ -109,30 +109,7 @@ impl<B: Backend> Llama<B> {
         };
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
-            let p = |s: &str| format!("model.layers.{i}.{s}");
-            let (nq, nkv) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
-            let mut w_qkv = take(src, &p("self_attn.q_proj.weight"), &[nq, h])?;
-            w_qkv.extend(take(src, &p("self_attn.k_proj.weight"), &[nkv, h])?);
-            w_qkv.extend(take(src, &p("self_attn.v_proj.weight"), &[nkv, h])?);
-            let b_qkv = if cfg.attention_bias {
-                let mut b = take(src, &p("self_attn.q_proj.bias"), &[nq])?;
-                b.extend(take(src, &p("self_attn.k_proj.bias"), &[nkv])?);
-                b.extend(take(src, &p("self_attn.v_proj.bias"), &[nkv])?);
-                Some(upf(b)?)
-            } else {
-                None
-            };
-            let mut w_gate_up = take(src, &p("mlp.gate_proj.weight"), &[ffn, h])?;
-            w_gate_up.extend(take(src, &p("mlp.up_proj.weight"), &[ffn, h])?);
-            layers.push(Layer {
-                attn_norm: upf(take(src, &p("input_layernorm.weight"), &[h])?)?,
-                w_qkv: up(w_qkv)?,
-                b_qkv,
-                w_o: up(take(src, &p("self_attn.o_proj.weight"), &[h, nq])?)?,
-                ffn_norm: upf(take(src, &p("post_attention_layernorm.weight"), &[h])?)?,
-                w_gate_up: up(w_gate_up)?,
-                w_down: up(take(src, &p("mlp.down_proj.weight"), &[h, ffn])?)?,
-            });
+            layers.push(Self::load_layer(be, cfg, src, i, dt)?);
             progress(i + 1, cfg.num_layers);
         }
         let freq_factors = src.rope_freq_factors()?;
@@ -149,6 +126,43 @@ impl<B: Backend> Llama<B> {
             layers,
             pool: BufferPool::default(),
             gemma: None,
+        })
+    }
+
+    /// Layer `i`'s weights, fused (q/k/v into one matrix, gate/up into one) and uploaded.
+    fn load_layer<S: WeightSource + ?Sized>(
+        be: &B,
+        cfg: &ModelConfig,
+        src: &S,
+        i: usize,
+        dt: DType,
+    ) -> Result<Layer<B>> {
+        let (h, hd, ffn) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
+        let up = |v: Vec<f32>| be.upload_f32(dt, v);
+        let upf = |v: Vec<f32>| be.upload_f32(DType::F32, v);
+        let p = |s: &str| format!("model.layers.{i}.{s}");
+        let (nq, nkv) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
+        let mut w_qkv = take(src, &p("self_attn.q_proj.weight"), &[nq, h])?;
+        w_qkv.extend(take(src, &p("self_attn.k_proj.weight"), &[nkv, h])?);
+        w_qkv.extend(take(src, &p("self_attn.v_proj.weight"), &[nkv, h])?);
+        let b_qkv = if cfg.attention_bias {
+            let mut b = take(src, &p("self_attn.q_proj.bias"), &[nq])?;
+            b.extend(take(src, &p("self_attn.k_proj.bias"), &[nkv])?);
+            b.extend(take(src, &p("self_attn.v_proj.bias"), &[nkv])?);
+            Some(upf(b)?)
+        } else {
+            None
+        };
+        let mut w_gate_up = take(src, &p("mlp.gate_proj.weight"), &[ffn, h])?;
+        w_gate_up.extend(take(src, &p("mlp.up_proj.weight"), &[ffn, h])?);
+        Ok(Layer {
+            attn_norm: upf(take(src, &p("input_layernorm.weight"), &[h])?)?,
+            w_qkv: up(w_qkv)?,
+            b_qkv,
+            w_o: up(take(src, &p("self_attn.o_proj.weight"), &[h, nq])?)?,
+            ffn_norm: upf(take(src, &p("post_attention_layernorm.weight"), &[h])?)?,
+            w_gate_up: up(w_gate_up)?,
+            w_down: up(take(src, &p("mlp.down_proj.weight"), &[h, ffn])?)?,
         })
     }
 
@@ -274,6 +288,10 @@ impl<B: Backend> Llama<B> {
         Ok(self.forward_inner(be, cache, attn, seqs, None, Head::Sample(settings))?.1)
     }
 
+    /// One step of every layer, in the model's op order. Long (about 110 lines) on purpose: the
+    /// body is the model itself, one op after another over activation buffers shared by every
+    /// layer and held inside one graph region, and reads top to bottom like the architecture;
+    /// split per layer it would pass a dozen buffers around for nothing.
     fn forward_inner(
         &self,
         be: &B,

@@ -130,38 +130,31 @@ pub fn page_select(
     };
     kern::page_select_score::launch(g, l, p, args)?;
     let (selected_len, counts_len) = (out.selected.len as u32, out.counts.len as u32);
+    // The two sorts share every argument but the keys' (read in the first, sorted in place in
+    // the second).
+    macro_rules! sort_args {
+        ($binding:ident, $keys:ident) => {
+            kern::$binding::Args {
+                head_map: kv.head_map,
+                page_indptr: meta.page_indptr,
+                seq_slot,
+                select_mask,
+                $keys: keys,
+                selected: out.selected,
+                counts: out.counts,
+                np: np as u32,
+                page_table_len: ptl as u32,
+                selected_len,
+                counts_len,
+            }
+        };
+    }
     // Rows whose keys fit in shared memory sort there; longer ones in place in the scratch.
     if np * 8 <= g.smem_optin as usize {
         let l = Launch::new((nkv as u32, ns as u32, 1), SELECT_THREADS).smem(np * 8);
-        let args = kern::page_select::Args {
-            head_map: kv.head_map,
-            page_indptr: meta.page_indptr,
-            seq_slot,
-            select_mask,
-            keys_in: keys,
-            selected: out.selected,
-            counts: out.counts,
-            np: np as u32,
-            page_table_len: ptl as u32,
-            selected_len,
-            counts_len,
-        };
-        kern::page_select::launch(g, l, p, args)
+        kern::page_select::launch(g, l, p, sort_args!(page_select, keys_in))
     } else {
         let l = Launch::new((nkv as u32, ns as u32, 1), SELECT_THREADS);
-        let args = kern::page_select_global::Args {
-            head_map: kv.head_map,
-            page_indptr: meta.page_indptr,
-            seq_slot,
-            select_mask,
-            keys_io: keys,
-            selected: out.selected,
-            counts: out.counts,
-            np: np as u32,
-            page_table_len: ptl as u32,
-            selected_len,
-            counts_len,
-        };
-        kern::page_select_global::launch(g, l, p, args)
+        kern::page_select_global::launch(g, l, p, sort_args!(page_select_global, keys_io))
     }
 }
