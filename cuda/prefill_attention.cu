@@ -9,9 +9,9 @@
 // consecutive shared words of a key and rows broadcast. Keys of the tile's range are staged PF_TK
 // at a time as f32 (K and V, dynamic shared memory 2 * tk * head_dim * 4 bytes, tk = min(32, 4096 /
 // head_dim)) and consumed 8 at a time per online-softmax update (exp2 domain). Rows that see no key
-// write zeros. This scalar version serves f32 KV (the exact reference), 8-bit KV (codes times
-// their row's scale, staged as f32) and LSERVE_CUDA_PREFILL=scalar; 16-bit KV runs the
-// tensor-core version at the end of this file.
+// write zeros. This scalar version serves f32 KV (the exact reference) and 8-bit KV (codes times
+// their row's scale, staged as f32); 16-bit KV runs the tensor-core version at the end of this file
+// (the scalar one on 16-bit KV was measured against it and removed: docs/benchmarks.md).
 //
 // Layouts: q/out [n_tokens][n_heads][head_dim] f32; pools [page][heads][page_size][head_dim] KT.
 
@@ -37,6 +37,9 @@ __device__ __forceinline__ u32 key_offset(const AttentionParams& p, bool streami
     return ((page * p.n_ret + hi) * ps + kp % ps) * p.head_dim;
 }
 
+// Long (about 120 lines) on purpose: the kernel's phases (query staging, key tiles, online softmax,
+// output) share its registers and shared memory; split into device functions they would pass all of
+// that state around, and the body reads in the order it runs.
 template <typename KT, int DPT>
 __device__ void prefill_impl(AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v,
                              const KT* sk, const KT* sv, const u32* head_map, const u32* page_indptr,
@@ -175,16 +178,6 @@ PF(prefill_attention_f32_d8, float, 8)
 PF(prefill_attention_f32_d16, float, 16)
 PF(prefill_attention_f32_d32, float, 32)
 PF(prefill_attention_f32_d64, float, 64)
-PF(prefill_attention_f16_d4, f16_t, 4)
-PF(prefill_attention_f16_d8, f16_t, 8)
-PF(prefill_attention_f16_d16, f16_t, 16)
-PF(prefill_attention_f16_d32, f16_t, 32)
-PF(prefill_attention_f16_d64, f16_t, 64)
-PF(prefill_attention_bf16_d4, bf16_t, 4)
-PF(prefill_attention_bf16_d8, bf16_t, 8)
-PF(prefill_attention_bf16_d16, bf16_t, 16)
-PF(prefill_attention_bf16_d32, bf16_t, 32)
-PF(prefill_attention_bf16_d64, bf16_t, 64)
 PF(prefill_attention_int8_d4, i8kv_t, 4)
 PF(prefill_attention_int8_d8, i8kv_t, 8)
 PF(prefill_attention_int8_d16, i8kv_t, 16)
@@ -287,6 +280,9 @@ __device__ __forceinline__ bool pm_tile(const AttentionParams& p, const u32* q_i
     return true;
 }
 
+// Long (about 200 lines) on purpose: the kernel's phases (Q fragments, cp.async K/V stages, mma
+// scores, online softmax, P.V, output) share its registers and shared memory; split into device
+// functions they would pass all of that state around, and the body reads in the order it runs.
 template <typename KT, int D>
 __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v,
                                  const KT* sk, const KT* sv, const u32* head_map, const u32* page_indptr,

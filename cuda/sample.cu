@@ -139,6 +139,10 @@ __device__ u32 sample_nth_tie(const SampleRow& w, u32 tau, u32 lim, u32 j, u32* 
     return v;
 }
 
+// Long (about 105 lines) on purpose: the kernel's phases (keys and row maximum, the top-k key
+// search, the top-p key search, tie cuts, the draw) share its registers and shared memory; split
+// into device functions they would pass all of that state around, and the body reads in the order
+// it runs.
 extern "C" __global__ void sample(SampleParams p, const float* x, const u32* settings, u32* out) {
     __shared__ u32 red_u[32];
     __shared__ double red_d[32];

@@ -61,16 +61,9 @@ if [ "$CUDA" = 1 ]; then
   # Per-kernel GPU times (CUDA events around every launch; the events add a little host time).
   [ "${PROFILE:-1}" = 1 ] && timeout 200 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts 4k,128k --sparse both --repeats 3 \
     --profile --prefill 4096 --token-budget "${BUDGET:-4096}" > "$OUT/profile_cuda.txt" 2>&1
-  # A/B: decode steps launched kernel by kernel (no CUDA-graph replay) at the same lengths.
-  [ "${AB:-1}" = 1 ] && LSERVE_CUDA_GRAPHS=0 timeout 200 "$B/lserve" bench --device cuda --shape "$SHAPE" \
-    --contexts "${CUDA_CONTEXTS:-4k,32k,128k,256k}" --sparse both --repeats "${REPEATS:-10}" --token-budget "${BUDGET:-4096}" \
-    > "$OUT/bench_cuda_nograph.txt" 2>&1
-  # A/B: the register-staged decode kernel (LSERVE_CUDA_DECODE=regs) at two lengths.
   # PyTorch dense reference (SDPA attention, CUDA-graph step) for the same shape, when torch exists.
   [ "${TORCH:-1}" = 1 ] && python3 -c "import torch" 2>/dev/null && timeout 200 python3 "${TORCH_SCRIPT:-scripts/torch_decode_bench.py}" \
     --shape "$SHAPE" --contexts "${TORCH_CONTEXTS:-4096,32768,131072}" --csv "$OUT/torch.csv" > "$OUT/torch.txt" 2>&1
-  [ "${AB:-1}" = 1 ] && LSERVE_CUDA_DECODE=regs timeout 120 "$B/lserve" bench --device cuda --shape "$SHAPE" --contexts 4k,128k \
-    --sparse off --repeats 5 > "$OUT/bench_cuda_regs.txt" 2>&1
 fi
 
 if [ "$CUDA" = 1 ] && [ "$KV" = 1 ]; then
@@ -170,11 +163,7 @@ if [ "$CUDA" = 1 ]; then
   echo "== compute-sanitizer memcheck (rc $c_mem): $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.txt" | tail -1)"
   echo "== cuda kernels at 4K and 128K (GPU event times):"
   grep -E "calls|context|dense|sparse" "$OUT/profile_cuda.txt" | head -40
-  echo "== cuda decode without CUDA-graph replay (LSERVE_CUDA_GRAPHS=0):"
-  grep -E "cuda" "$OUT/bench_cuda_nograph.txt"
   grep -E "graph" "$OUT/e2e_cuda.txt" | head -3
-  echo "== cuda decode kernel A/B, register-staged (LSERVE_CUDA_DECODE=regs), dense:"
-  grep -E "cuda" "$OUT/bench_cuda_regs.txt"
   [ -f "$OUT/torch.txt" ] && echo "== PyTorch dense reference:" && cat "$OUT/torch.txt"
   echo "== cuda bench (rc $c_bench), $SHAPE:"
   cat "$OUT/bench_cuda.txt"

@@ -39,6 +39,9 @@ fn exclusive_scan(t: u32, v: u32) -> u32 {
     return scan[t] - v;
 }
 
+// Long (about 85 lines) on purpose: the entry point's phases (four histogram passes of the radix
+// select, the tie and pick prefix sums, the writes) share its workgroup memory and per-invocation
+// state, and the body reads in the order it runs.
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let t = lid.x;

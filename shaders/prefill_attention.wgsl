@@ -119,6 +119,9 @@ fn stage(x: vec4<f32>, buf: u32, idx: u32, bk: u32) {
     }
 }
 
+// Long (about 165 lines) on purpose: the entry point's phases (query staging, key tiles, online
+// softmax, output) share its workgroup memory and per-invocation state, and the body reads in the
+// order it runs.
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let t = lid.x;

@@ -199,6 +199,9 @@ fn nth_tie(t: u32, w: Row, tau: u32, lim: u32, j: u32) -> u32 {
     return workgroupUniformLoad(&bcast);
 }
 
+// Long (about 125 lines) on purpose: the entry point's phases (keys and row maximum, the top-k key
+// search, the top-p key search, tie cuts, the draw) share its workgroup memory and per-invocation
+// state, and the body reads in the order it runs.
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = wg.x + wg.y * nwg.x;

@@ -130,6 +130,9 @@ fn pv(i: u32, h: u32, v: vec4<f32>) -> vec4<f32> {
     return sc[i + h] * v.x + sc[i + 2u + h] * v.y + sc[i + 4u + h] * v.z + sc[i + 6u + h] * v.w;
 }
 
+// Long (about 230 lines) on purpose: the entry point's phases (key list, K/V chunks, scores, online
+// softmax, P.V, output) share its workgroup memory and per-invocation state, and the body reads in
+// the order it runs.
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let t = lid.x;

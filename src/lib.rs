@@ -16,6 +16,7 @@ pub mod plot;
 pub mod sampling;
 pub mod sched;
 pub mod server;
+pub mod serving;
 pub mod sparse;
 pub mod tokenizer;
 

@@ -1,10 +1,15 @@
 //! CUDA checks that need no GPU: `cuda/params.cuh` mirrors every parameter struct (names, order
 //! and offsets, parsed from the header and compared with `all_param_layouts()`), every kernel
 //! module compiles with NVRTC for sm_80 and sm_90 (whenever libnvrtc is found; skipped otherwise,
-//! unless LSERVE_REQUIRE_CUDA=1), and `CudaBackend::new` on a machine without a driver returns a
-//! clear error instead of panicking.
+//! unless LSERVE_REQUIRE_CUDA=1), every typed launch declaration (src/backend/cuda/bindings.rs)
+//! agrees with its kernels' `extern "C" __global__` signatures parsed from `cuda/*.cu` (so a
+//! wrong argument order fails here, without a GPU), and `CudaBackend::new` on a machine without a
+//! driver returns a clear error instead of panicking.
 #![cfg(feature = "cuda")]
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use lserve::backend::cuda::bindings::{self, Elem, Role};
 use lserve::backend::cuda::{CudaBackend, driver_present, kernels};
 use lserve::backend::params::all_param_layouts;
 
@@ -74,4 +79,245 @@ fn no_driver_is_a_clear_error() {
     let e = CudaBackend::new(0).err().expect("no driver must be an error");
     let msg = e.to_string();
     assert!(msg.contains("no CUDA driver"), "unclear message: {msg}");
+}
+
+// ---- typed launches against the .cu signatures ------------------------------------------------
+
+/// One kernel parameter as a `.cu` file declares it: (type words without `const`/`__restrict__`,
+/// const?, pointer?, name).
+#[derive(Clone, Debug, PartialEq)]
+struct CuParam {
+    ty: String,
+    is_const: bool,
+    pointer: bool,
+    name: String,
+}
+
+/// `.cu` source without comments, line continuations joined.
+fn cu_clean(src: &str) -> String {
+    let mut out = String::new();
+    let mut rest = src;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix("//") {
+            rest = r.find('\n').map_or("", |i| &r[i..]);
+        } else if let Some(r) = rest.strip_prefix("/*") {
+            rest = r.find("*/").map_or("", |i| &r[i + 2..]);
+        } else {
+            let c = rest.chars().next().unwrap();
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out.replace("\\\n", " ")
+}
+
+/// Split `s` (the text after an opening parenthesis) at top-level commas up to the matching `)`;
+/// returns the parts and the text after the `)`.
+fn cu_args(s: &str) -> (Vec<String>, &str) {
+    let (mut depth, mut parts, mut cur) = (0, vec![], String::new());
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' | '<' => depth += 1,
+            ')' if depth == 0 => {
+                if !cur.trim().is_empty() {
+                    parts.push(cur.trim().to_string());
+                }
+                return (parts, &s[i + 1..]);
+            }
+            ')' | '>' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(cur.trim().to_string());
+                cur.clear();
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    (parts, "")
+}
+
+fn cu_param(s: &str) -> CuParam {
+    let s = s.replace('*', " * ");
+    let words: Vec<&str> = s.split_whitespace().filter(|w| *w != "__restrict__").collect();
+    let name = words.last().copied().unwrap_or_default().to_string();
+    let body = &words[..words.len().saturating_sub(1)];
+    CuParam {
+        is_const: body.contains(&"const"),
+        pointer: body.contains(&"*"),
+        ty: body.iter().filter(|w| **w != "const" && **w != "*").copied().collect::<Vec<_>>().join(" "),
+        name,
+    }
+}
+
+/// Every `extern "C" __global__` signature in `text`: entry name -> parameters.
+fn cu_signatures_in(text: &str, out: &mut BTreeMap<String, Vec<CuParam>>) {
+    let mut rest = text;
+    while let Some(i) = rest.find("extern \"C\"") {
+        rest = &rest[i + 10..];
+        let Some(v) = rest.find("void") else { break };
+        let mut after = rest[v + 4..].trim_start();
+        if let Some(r) = after.strip_prefix("__launch_bounds__") {
+            let (_, r) = cu_args(r.trim_start().strip_prefix('(').unwrap_or(r));
+            after = r.trim_start();
+        }
+        let Some(open) = after.find('(') else { break };
+        let name = after[..open].trim().to_string();
+        let (params, r) = cu_args(&after[open + 1..]);
+        out.insert(name, params.iter().map(|p| cu_param(p)).collect());
+        rest = r;
+    }
+}
+
+/// Replace identifier `from` by `to` in `body` (whole words) and paste `##` concatenations.
+fn cu_subst(body: &str, from: &str, to: &str) -> String {
+    let mut out = String::new();
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        out.push_str(if word == from { to } else { word.as_str() });
+        word.clear();
+    };
+    for c in body.chars() {
+        if c.is_alphanumeric() || c == '_' {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
+/// Kernel signatures of a `.cu` source, macro-generated ones expanded.
+fn cu_signatures(src: &str) -> BTreeMap<String, Vec<CuParam>> {
+    let text = cu_clean(src);
+    let mut macros: Vec<(String, Vec<String>, String)> = vec![];
+    let mut plain = String::new();
+    for line in text.lines() {
+        let t = line.trim_start();
+        if let Some(d) = t.strip_prefix("#define ") {
+            if let Some(open) = d.find('(')
+                && d.contains("__global__")
+                && !d[..open].contains(' ')
+            {
+                let (params, body) = cu_args(&d[open + 1..]);
+                macros.push((d[..open].to_string(), params, body.to_string()));
+            }
+            continue;
+        }
+        plain.push_str(line);
+        plain.push('\n');
+    }
+    let mut out = BTreeMap::new();
+    cu_signatures_in(&plain, &mut out);
+    for line in plain.lines() {
+        for (name, params, body) in &macros {
+            let Some(r) = line.trim_start().strip_prefix(name.as_str()).and_then(|r| r.strip_prefix('(')) else {
+                continue;
+            };
+            let (args, _) = cu_args(r);
+            let mut b = body.clone();
+            for (p, a) in params.iter().zip(&args) {
+                b = cu_subst(&b, p, a);
+            }
+            let b = b.replace(" ## ", "").replace("##", "");
+            cu_signatures_in(&b, &mut out);
+        }
+    }
+    out
+}
+
+/// Whether a declared argument agrees with the `.cu` parameter.
+fn arg_matches(role: Role, elem: Elem, p: &CuParam) -> Result<(), String> {
+    let want_ptr = role != Role::U32;
+    if p.pointer != want_ptr {
+        return Err(format!("declared {role:?}, the .cu has {}a pointer", if p.pointer { "" } else { "not " }));
+    }
+    let want_const = matches!(role, Role::In | Role::OptIn | Role::ScratchIn);
+    if want_ptr && p.is_const != want_const {
+        return Err(format!("declared {role:?}, the .cu pointer is {}const", if p.is_const { "" } else { "not " }));
+    }
+    let ok = match elem {
+        Elem::F32 => p.ty == "float",
+        Elem::U32 | Elem::Scalar => p.ty == "u32",
+        Elem::U64 => p.ty == "u64",
+        Elem::Any => p.ty == "void",
+        Elem::Store => !["u32", "u64", "void"].contains(&p.ty.as_str()),
+    };
+    if ok { Ok(()) } else { Err(format!("declared element {elem:?}, the .cu type is `{}`", p.ty)) }
+}
+
+#[test]
+fn every_binding_matches_its_cu_signature() {
+    let mut sigs: BTreeMap<String, (String, Vec<CuParam>)> = BTreeMap::new();
+    for &(stem, src) in kernels::SOURCES {
+        for (entry, params) in cu_signatures(src) {
+            sigs.insert(entry, (stem.to_string(), params));
+        }
+    }
+    assert!(sigs.len() > 50, "the .cu parser found only {} kernels", sigs.len());
+    let mut bad = vec![];
+    let mut bound = BTreeSet::new();
+    for b in bindings::ALL {
+        let first_scalar = b.args.iter().position(|a| a.1 == Role::U32).unwrap_or(b.args.len());
+        if b.args[first_scalar..].iter().any(|a| a.1 != Role::U32) {
+            bad.push(format!("{}: a pointer follows a u32 scalar (the launcher passes pointers first)", b.name));
+        }
+        for &entry in b.entries {
+            bound.insert(entry);
+            let Some((stem, params)) = sigs.get(entry) else {
+                bad.push(format!("{}: entry {entry} is not an extern \"C\" __global__ of cuda/*.cu", b.name));
+                continue;
+            };
+            if stem != b.stem {
+                bad.push(format!("{}: {entry} lives in {stem}.cu, declared in {}.cu", b.name, b.stem));
+            }
+            if params.len() != b.args.len() + 1 {
+                bad.push(format!(
+                    "{}: {entry} takes {} parameters, declared {}",
+                    b.name,
+                    params.len(),
+                    b.args.len() + 1
+                ));
+                continue;
+            }
+            if params[0].ty != b.params || params[0].pointer {
+                bad.push(format!("{entry}: first parameter `{}`, declared {} by value", params[0].ty, b.params));
+            }
+            for (i, ((name, role, elem), p)) in b.args.iter().zip(&params[1..]).enumerate() {
+                if *name != p.name {
+                    bad.push(format!("{entry}: argument {} is `{}` in the .cu, declared `{name}`", i + 1, p.name));
+                }
+                if let Err(e) = arg_matches(*role, *elem, p) {
+                    bad.push(format!("{entry}: argument `{name}`: {e}"));
+                }
+            }
+        }
+    }
+    // Every kernel of cuda/ has a binding (no launch outside the declarations).
+    for entry in sigs.keys() {
+        if !bound.contains(entry.as_str()) {
+            bad.push(format!("kernel {entry} has no binding in src/backend/cuda/bindings.rs"));
+        }
+    }
+    assert!(bad.is_empty(), "bindings vs cuda/*.cu:\n  {}", bad.join("\n  "));
+}
+
+#[test]
+fn the_cu_parser_reads_macros_and_sees_a_swapped_argument() {
+    let src = "// c\n#define K(name, T) \\\n  extern \"C\" __global__ void __launch_bounds__(128) name##_x( \\\n \
+               AddParams p, const T* __restrict__ a, float* out, u32 n) { f<T>(p, a, out, n); }\n\
+               K(add_f16, f16_t)\nextern \"C\" __global__ void plain(AddParams p, void* out) {}\n";
+    let s = cu_signatures(src);
+    assert_eq!(s.keys().collect::<Vec<_>>(), vec!["add_f16_x", "plain"]);
+    let a = &s["add_f16_x"];
+    assert_eq!(a.len(), 4);
+    assert_eq!(a[1], CuParam { ty: "f16_t".into(), is_const: true, pointer: true, name: "a".into() });
+    assert!(arg_matches(Role::In, Elem::Store, &a[1]).is_ok());
+    assert!(arg_matches(Role::Out, Elem::F32, &a[1]).is_err(), "const pointer declared as written");
+    assert!(arg_matches(Role::In, Elem::F32, &a[2]).is_err(), "written pointer declared as read");
+    assert!(arg_matches(Role::U32, Elem::Scalar, &a[3]).is_ok());
+    assert!(arg_matches(Role::In, Elem::U32, &a[3]).is_err());
+    assert!(arg_matches(Role::Out, Elem::Any, &s["plain"][1]).is_ok());
 }

@@ -252,7 +252,7 @@ fn line_chart_png_and_svg() {
     svg.assert_texts(&["0", "5", "10", "15", "20"]);
     // Solid series are one polyline each; the dashed floor is many short ones.
     let blue: Vec<usize> = svg.lines.iter().filter(|l| l.0 == hex([31, 119, 180])).map(|l| l.1).collect();
-    assert!(blue.iter().any(|&n| n == 3), "solid dense line through 3 points: {blue:?}");
+    assert!(blue.contains(&3), "solid dense line through 3 points: {blue:?}");
     assert!(blue.iter().filter(|&&n| n == 2).count() >= 10, "dashes: {blue:?}");
 }
 

@@ -9,12 +9,12 @@ mod common;
 use std::sync::{Arc, LazyLock};
 
 use lserve::backend::cpu::CpuBackend;
-use lserve::engine::serve::{Event, ServeEngine, ServeOptions, ServeRequest};
 use lserve::engine::{Engine, EngineOptions, FinishReason, StepHead, StepRow, build_engine};
 use lserve::loader::{self, LoadedModel};
 use lserve::model::llama::Llama;
 use lserve::sampling::SamplingParams;
 use lserve::sched::{PreemptMode, SchedConfig, SeqId};
+use lserve::serving::{Event, ServeEngine, ServeOptions, ServeRequest};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 static MODEL: LazyLock<LoadedModel> = LazyLock::new(|| loader::open(&common::model_path()).expect("model opens"));

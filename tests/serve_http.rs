@@ -12,12 +12,12 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use lserve::backend::cpu::CpuBackend;
-use lserve::engine::serve::{ServeEngine, ServeOptions};
 use lserve::engine::{EngineOptions, build_engine};
 use lserve::loader::{self, LoadedModel};
 use lserve::model::llama::Llama;
 use lserve::sched::{PreemptMode, SchedConfig};
 use lserve::server::{AppState, Metrics, ModelInfo, ServerOptions, engine_loop, serve_on};
+use lserve::serving::{ServeEngine, ServeOptions};
 use serde_json::{Value, json};
 
 static MODEL: LazyLock<LoadedModel> = LazyLock::new(|| loader::open(&common::model_path()).expect("model opens"));
@@ -248,6 +248,8 @@ fn concurrent_clients_get_the_sequential_answers_and_streams_add_up() {
     assert_eq!(raw(addr, "GET", "/health", &[], b"").status, 200);
 }
 
+/// Long (about 85 lines): one server, a table of bad requests each with its expected error, then
+/// a good request to show nothing was hurt.
 #[test]
 fn bad_input_gets_openai_errors_and_hurts_nobody() {
     let srv = start(64, 4, 16, None);

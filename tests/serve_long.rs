@@ -17,13 +17,13 @@ mod common;
 use std::sync::{Arc, LazyLock};
 
 use lserve::backend::cpu::CpuBackend;
-use lserve::engine::serve::{Event, ServeEngine, ServeOptions, ServeRequest, ServeStats};
 use lserve::engine::{EngineOptions, FinishReason, build_engine};
 use lserve::loader::{self, LoadedModel};
 use lserve::model::config::ModelConfig;
 use lserve::model::llama::Llama;
 use lserve::sampling::SamplingParams;
 use lserve::sched::{PreemptMode, SchedConfig, SeqId};
+use lserve::serving::{Event, ServeEngine, ServeOptions, ServeRequest, ServeStats};
 use tokio::sync::mpsc::unbounded_channel;
 
 static MODEL: LazyLock<LoadedModel> = LazyLock::new(|| loader::open(&common::model_path()).expect("model opens"));

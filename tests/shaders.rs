@@ -1,7 +1,9 @@
 //! Every WGSL module, exactly as the wgpu backend assembles it, is validated by naga and
 //! translated to SPIR-V 1.3 (Vulkan), MSL (Metal) and HLSL (DX12), failing on any error — how
 //! Metal and DX12 users are protected without those machines. Also: the WGSL mirrors of the op
-//! parameter structs have the same field names and byte offsets as the Rust structs.
+//! parameter structs have the same field names and byte offsets as the Rust structs, and every
+//! typed dispatch declaration (src/backend/wgpu/pipelines.rs) names the module's bindings in
+//! order with their access modes.
 #![cfg(feature = "wgpu")]
 
 use lserve::backend::params::all_param_layouts;
@@ -63,4 +65,68 @@ fn param_structs_match_rust_layouts() {
         assert_eq!(wgsl, fields, "{rust_name}: WGSL fields/offsets differ from Rust");
         assert_eq!(*span as usize, fields.len() * 4, "{rust_name}: size");
     }
+}
+
+/// The typed dispatch declarations (src/backend/wgpu/pipelines.rs) against the bindings naga
+/// reads from every assembled module of the op: binding 0 the params uniform of the declared
+/// struct, then each storage binding's index, name and access mode in declaration order.
+#[test]
+fn every_pipeline_matches_its_wgsl_bindings() {
+    use lserve::backend::wgpu::pipelines::{ALL, Access};
+    use lserve::backend::wgpu::shaders::OPS;
+    let modules = all_modules();
+    let mut bad = vec![];
+    for (op, ..) in OPS {
+        if ALL.iter().filter(|p| p.ops.contains(op)).count() != 1 {
+            bad.push(format!("shader {op} has no pipeline declaration, or more than one"));
+        }
+    }
+    // Every (declaration, op) pair with the op's modules: its own name, or `<op>_<dtype>[_h]` for
+    // weight and KV variants.
+    let pairs = ALL.iter().flat_map(|p| p.ops.iter().map(move |op| (p, *op)));
+    for (p, op) in pairs {
+        let mine: Vec<_> = modules
+            .iter()
+            .filter(|m| {
+                m.name == op
+                    || ["_f32", "_f16", "_bf16", "_int8", "_fp8"]
+                        .iter()
+                        .any(|d| m.name.strip_prefix(op).is_some_and(|r| r.starts_with(d)))
+            })
+            .collect();
+        if mine.is_empty() {
+            bad.push(format!("{op}: no shader module"));
+        }
+        for m in mine {
+            let module = parse(&m.name, &m.source);
+            let mut got: Vec<(u32, String, String)> = vec![];
+            for (_, g) in module.global_variables.iter() {
+                let Some(b) = &g.binding else { continue };
+                if b.group != 0 {
+                    bad.push(format!("{}: binding in group {}", m.name, b.group));
+                }
+                let kind = match g.space {
+                    naga::AddressSpace::Uniform => {
+                        format!("uniform {}", module.types[g.ty].name.clone().unwrap_or_default())
+                    }
+                    naga::AddressSpace::Storage { access } if access.contains(naga::StorageAccess::STORE) => {
+                        "read_write".into()
+                    }
+                    naga::AddressSpace::Storage { .. } => "read".into(),
+                    other => format!("{other:?}"),
+                };
+                got.push((b.binding, g.name.clone().unwrap_or_default(), kind));
+            }
+            got.sort();
+            let mut want = vec![(0, "p".to_string(), format!("uniform {}", p.params))];
+            for (i, (name, acc)) in p.binds.iter().enumerate() {
+                let kind = if *acc == Access::ReadWrite { "read_write" } else { "read" };
+                want.push((i as u32 + 1, name.to_string(), kind.to_string()));
+            }
+            if got != want {
+                bad.push(format!("{}: WGSL bindings {got:?}\n    declared {want:?}", m.name));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "pipelines vs shaders/*.wgsl:\n  {}", bad.join("\n  "));
 }

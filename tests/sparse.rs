@@ -166,7 +166,7 @@ fn append_planted(
         ring_slots: &meta_bufs.2,
         inv_freq: &meta_bufs.3,
     };
-    let p = cache.rope_params(0, n, nh, 1.0);
+    let p = RopeAppendKvParams::new(&cache.geometry(0), n, nh, 1.0);
     let mut q = CpuBuffer::F32(vec![f32::NAN; n * nh * hd]);
     be.rope_append_kv(&p, &be.upload_f32(DType::F32, qkv).unwrap(), &meta, &mut q, cache.layers[0].view_mut()).unwrap();
     seq.len += n;

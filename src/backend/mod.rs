@@ -18,6 +18,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod params;
 pub mod probe;
+pub mod reference;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
@@ -345,7 +346,7 @@ pub trait Backend {
     fn argmax(&self, p: &ArgmaxParams, x: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
     /// out[r] = a token drawn from row r of `logits` `[rows][n]` f32 with row r's `settings`
     /// `[rows][4]` u32 (temperature f32 bits, top_k, top_p f32 bits, the draw u in [0, 1) f32
-    /// bits; `RowSampling::words`), by the algorithm of [`crate::sampling::sample_row`]:
+    /// bits; `RowSampling::words`), by the algorithm of [`reference::sample::sample_row`]:
     /// temperature 0 is argmax, else top-k, then the nucleus, then inverse CDF in ascending id
     /// order. A row with no logit above -inf gets `NO_TOKEN` (u32::MAX). `[rows]` u32 out.
     fn sample(

@@ -182,3 +182,106 @@ pub fn fill_random_value(seed: u32, i: u32, scale: f32, offset: f32) -> f32 {
     let u = (h >> 8) as f32 * (1.0 / 8_388_608.0) - 1.0;
     offset + scale * u
 }
+
+/// The pool geometry of one layer of a KV cache, as the ops see it (docs/kv-cache.md): what the
+/// cache reports (`KvCache::geometry`) and the parameter builders below read, so the cache never
+/// builds an op's parameter struct itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct KvGeometry {
+    pub n_kv_heads: u32,
+    pub head_dim: u32,
+    pub page_size: u32,
+    /// Pages in the retrieval pool.
+    pub num_pages: u32,
+    /// Tokens per logical page (divides page_size).
+    pub logical_page: u32,
+    /// Retrieval and streaming KV heads of this layer (n_ret + n_str = n_kv_heads).
+    pub n_ret: u32,
+    pub n_str: u32,
+    /// Pages in the streaming pool.
+    pub num_str_pages: u32,
+    /// Ring capacity per sequence in tokens.
+    pub ring_tokens: u32,
+    /// Entries per (slot, retrieval head) in the selected-page buffer.
+    pub sel_stride: u32,
+}
+
+impl RopeAppendKvParams {
+    /// `rope_append_kv` parameters for `n_tokens` tokens of `n_heads` query heads into a layer.
+    pub fn new(g: &KvGeometry, n_tokens: usize, n_heads: usize, attention_scaling: f32) -> Self {
+        RopeAppendKvParams {
+            n_tokens: n_tokens as u32,
+            n_heads: n_heads as u32,
+            n_kv_heads: g.n_kv_heads,
+            head_dim: g.head_dim,
+            page_size: g.page_size,
+            num_pages: g.num_pages,
+            attention_scaling,
+            logical_page: g.logical_page,
+            n_ret: g.n_ret,
+            n_str: g.n_str,
+            num_str_pages: g.num_str_pages,
+            _pad: 0,
+        }
+    }
+}
+
+/// The step's side of [`AttentionParams`]: batch shape and masks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionStep {
+    pub num_seqs: usize,
+    /// Query rows in the step.
+    pub n_tokens: usize,
+    pub n_heads: usize,
+    /// Sliding window in tokens; 0 = none.
+    pub window: usize,
+    /// Lambda mask of streaming heads.
+    pub sink: usize,
+    pub local: usize,
+}
+
+impl AttentionParams {
+    /// Attention parameters of a step over a layer, softmax scale `1/sqrt(head_dim)`.
+    pub fn new(g: &KvGeometry, s: &AttentionStep) -> Self {
+        AttentionParams {
+            num_seqs: s.num_seqs as u32,
+            n_tokens: s.n_tokens as u32,
+            n_heads: s.n_heads as u32,
+            n_kv_heads: g.n_kv_heads,
+            head_dim: g.head_dim,
+            page_size: g.page_size,
+            num_pages: g.num_pages,
+            scale: 1.0 / (g.head_dim as f32).sqrt(),
+            window: s.window as u32,
+            sink: s.sink as u32,
+            local: s.local as u32,
+            ring_tokens: g.ring_tokens,
+            n_ret: g.n_ret,
+            n_str: g.n_str,
+            num_str_pages: g.num_str_pages,
+            sel_stride: g.sel_stride,
+        }
+    }
+}
+
+impl PageSelectParams {
+    /// `page_select` parameters matching a decode step's attention parameters, keeping
+    /// `k_pages` pages (at most `sel_stride`) per (sequence, retrieval head); `max_seq_pages` is
+    /// the longest sequence's page count in the step.
+    pub fn new(ap: &AttentionParams, logical_page: u32, k_pages: usize, max_seq_pages: usize) -> Self {
+        PageSelectParams {
+            num_seqs: ap.num_seqs,
+            n_heads: ap.n_heads,
+            n_kv_heads: ap.n_kv_heads,
+            head_dim: ap.head_dim,
+            page_size: ap.page_size,
+            logical_page,
+            num_pages: ap.num_pages,
+            n_ret: ap.n_ret,
+            k_pages: k_pages.min(ap.sel_stride as usize) as u32,
+            sel_stride: ap.sel_stride,
+            max_seq_pages: max_seq_pages as u32,
+            _pad1: 0,
+        }
+    }
+}

@@ -178,6 +178,8 @@ fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() { 0.0 } else { v[v.len() / 2] }
 }
 
+/// Long (about 90 lines): the point's phases (engine and filled cache, warm-up and timed steps,
+/// the kernel profile, the row) share the engine, the sequences and the timings.
 /// One (context, batch, mode) point on `be` with `model`; returns the row and hands the model back.
 fn point<B: Backend>(
     be: B,

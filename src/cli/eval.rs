@@ -163,6 +163,8 @@ fn report(a: &NiahArgs, lengths: &[usize], depths: &[u32], cells: &[NiahCell]) -
     Ok(())
 }
 
+/// `lserve bench`. Long (about 85 lines): the plot-only shortcut, then the flags checked, the
+/// sweep run and its CSV and charts written, in that order; the values flow straight through.
 pub fn bench(a: BenchArgs) -> Result<()> {
     let compare = match &a.compare {
         Some(p) => lserve::bench::plot::read_compare(p)?,

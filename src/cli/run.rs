@@ -77,7 +77,11 @@ macro_rules! on_device {
             }
             #[cfg(feature = "cuda")]
             $crate::cli::run::Device::Cuda(i) => {
-                let $be = lserve::backend::cuda::CudaBackend::new(i)?;
+                let opts = lserve::backend::cuda::CudaOptions {
+                    kernel_cache: Some(lserve::fetch::cache_dir().join("cuda")),
+                    ..Default::default()
+                };
+                let $be = lserve::backend::cuda::CudaBackend::with_options(i, opts)?;
                 $body
             }
         }

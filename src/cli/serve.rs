@@ -9,13 +9,13 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
 use lserve::backend::{Backend, DType};
-use lserve::engine::serve::{ServeEngine, ServeOptions};
 use lserve::engine::{EngineOptions, build_engine};
 use lserve::loader::{LoadedModel, WeightSource};
 use lserve::model::config::ModelConfig;
 use lserve::model::llama::Llama;
 use lserve::sched::{PreemptMode, SchedConfig};
 use lserve::server::{AppState, Metrics, ModelInfo, ServerOptions, engine_loop};
+use lserve::serving::{ServeEngine, ServeOptions};
 use lserve::sparse::Config;
 use lserve::sparse::config::parse_flag_bytes;
 
@@ -31,6 +31,9 @@ fn bytes(flag: &str, s: &str) -> Result<usize> {
     usize::try_from(b).map_err(|_| anyhow!("--{flag} {s}: too large"))
 }
 
+/// `lserve serve`. Long (about 90 lines): the flags are checked and turned into the engine,
+/// scheduler and server options one after another, each with its own error, then the model is
+/// loaded and served; the steps share most of the values, so the sequence stays in one place.
 pub fn serve(a: ServeArgs) -> Result<()> {
     let device = parse_device(&a.model.device)?;
     let dtype = parse_dtype(&a.model.dtype)?;

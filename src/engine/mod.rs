@@ -11,7 +11,6 @@
 //! ends well or with an error, so one failed request never leaks cache.
 
 mod build;
-pub mod serve;
 mod step;
 
 use std::time::Instant;

@@ -19,16 +19,17 @@
 
 pub mod alloc;
 pub mod host;
-pub mod quant;
 pub mod swap;
 
 pub use alloc::PageAllocator;
 pub use host::HostTier;
 pub use swap::SwappedKv;
 
-use crate::backend::{
-    Backend, DType, LayerKv, LayerKvMut, RopeAppendKvParams, STREAMING_BIT, SelectedMut, kv_pool_len,
-};
+use crate::backend::reference::kv_layout::head_map;
+pub use crate::backend::reference::kv_layout::ring_index;
+/// The 8-bit KV quantization (defined in the backend: the CPU reference stores these bytes).
+pub use crate::backend::reference::kv_quant as quant;
+use crate::backend::{Backend, DType, KvGeometry, LayerKv, LayerKvMut, SelectedMut, kv_pool_len};
 use crate::error::{Error, Result};
 
 /// Which KV heads of each layer are streaming heads.
@@ -53,19 +54,7 @@ impl HeadLayout {
     }
     /// `head_map` of a layer: `STREAMING_BIT | i` for the i-th streaming head, else `i`.
     pub fn head_map(&self, layer: usize) -> Vec<u32> {
-        let (mut r, mut s) = (0u32, 0u32);
-        self.streaming[layer]
-            .iter()
-            .map(|&st| {
-                let v = if st { STREAMING_BIT | s } else { r };
-                if st {
-                    s += 1
-                } else {
-                    r += 1
-                }
-                v
-            })
-            .collect()
+        head_map(&self.streaming[layer])
     }
 }
 
@@ -151,11 +140,6 @@ impl CacheShape {
         }
         Ok(())
     }
-}
-
-/// Place of position `pos` in a ring of `ring_tokens` whose first `sink` tokens never move.
-pub fn ring_index(pos: usize, sink: usize, ring_tokens: usize) -> usize {
-    if pos < sink { pos } else { sink + (pos - sink) % (ring_tokens - sink) }
 }
 
 /// One sequence's hold on the cache.
@@ -275,28 +259,21 @@ impl<B: Backend> KvCache<B> {
         self.str_alloc.num_pages()
     }
 
-    /// `rope_append_kv` parameters for `n_tokens` tokens of `n_heads` query heads into `layer`.
-    pub fn rope_params(
-        &self,
-        layer: usize,
-        n_tokens: usize,
-        n_heads: usize,
-        attention_scaling: f32,
-    ) -> RopeAppendKvParams {
+    /// The pool geometry of `layer`, from which the ops' parameter structs are built
+    /// (`crate::backend::params`).
+    pub fn geometry(&self, layer: usize) -> KvGeometry {
         let s = &self.shape;
-        RopeAppendKvParams {
-            n_tokens: n_tokens as u32,
-            n_heads: n_heads as u32,
+        KvGeometry {
             n_kv_heads: s.n_kv_heads as u32,
             head_dim: s.head_dim as u32,
             page_size: s.page_size as u32,
             num_pages: s.num_pages as u32,
-            attention_scaling,
             logical_page: s.logical_page as u32,
             n_ret: s.layout.n_ret(layer) as u32,
             n_str: s.layout.n_str(layer) as u32,
             num_str_pages: self.num_str_pages() as u32,
-            _pad: 0,
+            ring_tokens: s.ring_tokens as u32,
+            sel_stride: s.sel_stride as u32,
         }
     }
 

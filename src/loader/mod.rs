@@ -5,6 +5,7 @@
 
 pub mod dequant;
 pub mod gguf;
+pub mod gguf_config;
 pub mod safetensors;
 
 use std::path::{Path, PathBuf};
@@ -13,21 +14,9 @@ use crate::chat::{CHATML_TEMPLATE, ChatTemplate, load_hf_chat_template};
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
 use crate::model::rope::try_inverse_permute_gguf_rows;
+pub use crate::model::weights::WeightSource;
 use crate::tokenizer::{GgufVocab, TextTokenizer};
 use gguf::{GgufFile, GgufValue};
-
-/// f32 tensors by Hugging Face name.
-pub trait WeightSource: Send + Sync {
-    /// The tensor and its row-major shape, or Ok(None) if the file does not have it.
-    fn get(&self, name: &str) -> Result<Option<(Vec<f32>, Vec<usize>)>>;
-    /// Llama 3.1 GGUF `rope_freqs.weight`: per-pair divisors of the inverse frequencies.
-    fn rope_freq_factors(&self) -> Result<Option<Vec<f32>>> {
-        Ok(None)
-    }
-    /// The row-major shape of a tensor from the file's index, without reading its data; Ok(None)
-    /// if the file does not have it, Err if it has a type lserve cannot convert.
-    fn shape(&self, name: &str) -> Result<Option<Vec<usize>>>;
-}
 
 /// Every tensor the model needs is present with exactly the shape the config implies (a
 /// transposed or reshaped weight is an error even when its element count matches). Runs on the
@@ -102,7 +91,7 @@ pub fn open(path: &Path) -> Result<LoadedModel> {
 
 fn open_gguf(path: &Path) -> Result<LoadedModel> {
     let g = GgufFile::open(path)?;
-    let config = ModelConfig::from_gguf(&g)?;
+    let config = gguf_config::config_from_gguf(&g)?;
     let vocab = gguf_vocab(&g)?;
     let tokenizer = TextTokenizer::from_gguf(&vocab).map_err(|e| Error::Tokenizer(e.0))?;
     let source = g.get("tokenizer.chat_template").and_then(GgufValue::as_str).unwrap_or(CHATML_TEMPLATE);

@@ -20,15 +20,15 @@
 //! [`Llama`](super::llama::Llama) dispatches here when `cfg.arch == "gemma3"`, so the engine,
 //! server and tools drive both families through one type.
 
-use super::llama::{AttnSettings, GraphRegion, Head, LayerHook, SeqStep};
+use super::batch::{AttnSettings, GraphRegion, Head, LayerHook, SeqStep};
 use super::pool::BufferPool;
 use super::step::StepMeta;
 use crate::backend::*;
 use crate::error::{Error, Result};
 use crate::kv::{HeadLayout, KvCache};
-use crate::loader::WeightSource;
 use crate::model::config::{GemmaParams, ModelConfig};
 use crate::model::rope::{RopeConfig, RopeScaling};
+use crate::model::weights::WeightSource;
 
 struct Layer<B: Backend> {
     attn_norm: B::Buffer,
@@ -168,6 +168,9 @@ impl<B: Backend> Gemma3<B> {
         ap
     }
 
+    /// One step of every layer, in Gemma 3's op order. Long (about 115 lines) for the reason
+    /// `Llama::forward_inner` is: the body is the model, one op after another over shared
+    /// activation buffers inside one graph region.
     pub(super) fn forward_inner(
         &self,
         be: &B,

@@ -8,15 +8,16 @@
 //! sequences, each contributing a chunk of new tokens at the end of its cached context; a step
 //! where every sequence brings exactly one token runs the decode attention op.
 
+pub use super::batch::{AttnSettings, LayerHook, Logits, SeqStep};
+use super::batch::{GraphRegion, Head};
 use super::pool::BufferPool;
 use super::step::StepMeta;
+pub use super::weights::WeightSource;
 use crate::backend::*;
 use crate::error::{Error, Result};
-use crate::kv::{KvCache, SeqPages};
-use crate::loader::WeightSource;
+use crate::kv::KvCache;
 use crate::model::config::ModelConfig;
 use crate::model::rope::RopeConfig;
-use crate::sparse::DecodePlan;
 
 struct Layer<B: Backend> {
     attn_norm: B::Buffer,
@@ -43,64 +44,6 @@ pub struct Llama<B: Backend> {
     /// Gemma 3 (`cfg.arch == "gemma3"`): the whole model lives here and every call is forwarded
     /// to it; the Llama fields above are then empty placeholders.
     gemma: Option<Box<super::gemma3::Gemma3<B>>>,
-}
-
-/// One sequence's part of a step.
-pub struct SeqStep<'a> {
-    pub tokens: &'a [u32],
-    /// Pages and length *before* this step; `reserve` must already cover the new tokens.
-    pub cache: &'a SeqPages,
-    /// Which of this chunk's rows need logits.
-    pub logits: Logits,
-    /// Decode only: whether to re-select pages and where the read-in-full tail starts.
-    pub plan: DecodePlan,
-}
-
-/// Static attention settings of an engine (the sparse config resolved against the model).
-#[derive(Clone, Debug, PartialEq)]
-pub struct AttnSettings {
-    /// Lambda mask of streaming heads.
-    pub sink: usize,
-    pub local: usize,
-    /// Pages `page_select` keeps per retrieval head (the newest excluded).
-    pub k_pages: usize,
-    /// `[layer]`: never select pages in this layer.
-    pub dense_layer: Vec<bool>,
-    /// Model sliding window in tokens (Mistral v0.1); 0 = none.
-    pub window: usize,
-}
-
-impl AttnSettings {
-    /// Dense attention for `cfg` (no streaming heads, no selection).
-    pub fn dense(cfg: &ModelConfig) -> Self {
-        AttnSettings {
-            sink: 0,
-            local: 1,
-            k_pages: 0,
-            dense_layer: vec![true; cfg.num_layers],
-            window: cfg.sliding_window.unwrap_or(0),
-        }
-    }
-}
-
-/// Called after each layer's attention with (backend, layer, rotated q, the layer's KV, the step's
-/// page metadata); calibration measures attention mass through it.
-pub type LayerHook<'a, B> =
-    &'a mut dyn FnMut(&B, usize, &<B as Backend>::Buffer, LayerKv<B>, &PagedMeta<B>) -> Result<()>;
-
-/// What the end of a forward produces: the logits, or token ids chosen on the device.
-#[derive(Clone, Copy)]
-pub(crate) enum Head<'a> {
-    Logits,
-    Argmax,
-    Sample(&'a [[u32; 4]]),
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Logits {
-    None,
-    Last,
-    All,
 }
 
 fn take<S: WeightSource + ?Sized>(src: &S, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
@@ -131,7 +74,7 @@ impl<B: Backend> Llama<B> {
         dtype: Option<DType>,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<Self> {
-        let (h, hd, ffn) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
+        let (h, hd) = (cfg.hidden_size, cfg.head_dim);
         let dt = dtype.unwrap_or(be.caps().weight_dtypes[0]);
         if !be.caps().weight_dtypes.contains(&dt) {
             return Err(Error::InvalidArgument(format!(
@@ -166,30 +109,7 @@ impl<B: Backend> Llama<B> {
         };
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
-            let p = |s: &str| format!("model.layers.{i}.{s}");
-            let (nq, nkv) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
-            let mut w_qkv = take(src, &p("self_attn.q_proj.weight"), &[nq, h])?;
-            w_qkv.extend(take(src, &p("self_attn.k_proj.weight"), &[nkv, h])?);
-            w_qkv.extend(take(src, &p("self_attn.v_proj.weight"), &[nkv, h])?);
-            let b_qkv = if cfg.attention_bias {
-                let mut b = take(src, &p("self_attn.q_proj.bias"), &[nq])?;
-                b.extend(take(src, &p("self_attn.k_proj.bias"), &[nkv])?);
-                b.extend(take(src, &p("self_attn.v_proj.bias"), &[nkv])?);
-                Some(upf(b)?)
-            } else {
-                None
-            };
-            let mut w_gate_up = take(src, &p("mlp.gate_proj.weight"), &[ffn, h])?;
-            w_gate_up.extend(take(src, &p("mlp.up_proj.weight"), &[ffn, h])?);
-            layers.push(Layer {
-                attn_norm: upf(take(src, &p("input_layernorm.weight"), &[h])?)?,
-                w_qkv: up(w_qkv)?,
-                b_qkv,
-                w_o: up(take(src, &p("self_attn.o_proj.weight"), &[h, nq])?)?,
-                ffn_norm: upf(take(src, &p("post_attention_layernorm.weight"), &[h])?)?,
-                w_gate_up: up(w_gate_up)?,
-                w_down: up(take(src, &p("mlp.down_proj.weight"), &[h, ffn])?)?,
-            });
+            layers.push(Self::load_layer(be, cfg, src, i, dt)?);
             progress(i + 1, cfg.num_layers);
         }
         let freq_factors = src.rope_freq_factors()?;
@@ -206,6 +126,43 @@ impl<B: Backend> Llama<B> {
             layers,
             pool: BufferPool::default(),
             gemma: None,
+        })
+    }
+
+    /// Layer `i`'s weights, fused (q/k/v into one matrix, gate/up into one) and uploaded.
+    fn load_layer<S: WeightSource + ?Sized>(
+        be: &B,
+        cfg: &ModelConfig,
+        src: &S,
+        i: usize,
+        dt: DType,
+    ) -> Result<Layer<B>> {
+        let (h, hd, ffn) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
+        let up = |v: Vec<f32>| be.upload_f32(dt, v);
+        let upf = |v: Vec<f32>| be.upload_f32(DType::F32, v);
+        let p = |s: &str| format!("model.layers.{i}.{s}");
+        let (nq, nkv) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
+        let mut w_qkv = take(src, &p("self_attn.q_proj.weight"), &[nq, h])?;
+        w_qkv.extend(take(src, &p("self_attn.k_proj.weight"), &[nkv, h])?);
+        w_qkv.extend(take(src, &p("self_attn.v_proj.weight"), &[nkv, h])?);
+        let b_qkv = if cfg.attention_bias {
+            let mut b = take(src, &p("self_attn.q_proj.bias"), &[nq])?;
+            b.extend(take(src, &p("self_attn.k_proj.bias"), &[nkv])?);
+            b.extend(take(src, &p("self_attn.v_proj.bias"), &[nkv])?);
+            Some(upf(b)?)
+        } else {
+            None
+        };
+        let mut w_gate_up = take(src, &p("mlp.gate_proj.weight"), &[ffn, h])?;
+        w_gate_up.extend(take(src, &p("mlp.up_proj.weight"), &[ffn, h])?);
+        Ok(Layer {
+            attn_norm: upf(take(src, &p("input_layernorm.weight"), &[h])?)?,
+            w_qkv: up(w_qkv)?,
+            b_qkv,
+            w_o: up(take(src, &p("self_attn.o_proj.weight"), &[h, nq])?)?,
+            ffn_norm: upf(take(src, &p("post_attention_layernorm.weight"), &[h])?)?,
+            w_gate_up: up(w_gate_up)?,
+            w_down: up(take(src, &p("mlp.down_proj.weight"), &[h, ffn])?)?,
         })
     }
 
@@ -331,6 +288,10 @@ impl<B: Backend> Llama<B> {
         Ok(self.forward_inner(be, cache, attn, seqs, None, Head::Sample(settings))?.1)
     }
 
+    /// One step of every layer, in the model's op order. Long (about 110 lines) on purpose: the
+    /// body is the model itself, one op after another over activation buffers shared by every
+    /// layer and held inside one graph region, and reads top to bottom like the architecture;
+    /// split per layer it would pass a dozen buffers around for nothing.
     fn forward_inner(
         &self,
         be: &B,
@@ -465,34 +426,5 @@ impl<B: Backend> Llama<B> {
         let r = be.sample(&sp, logits, settings, &mut ids).and_then(|_| be.download_u32(&ids, 0, nl));
         self.pool.put(ids);
         r
-    }
-}
-
-/// A backend graph region (`Backend::graph_begin`) ended on every path: `finish` runs what was
-/// recorded; dropping it unfinished (an op failed halfway) discards the recorded ops.
-pub(crate) struct GraphRegion<'a, B: Backend> {
-    be: &'a B,
-    open: bool,
-}
-
-impl<'a, B: Backend> GraphRegion<'a, B> {
-    pub(crate) fn begin(be: &'a B, on: bool) -> Self {
-        if on {
-            be.graph_begin();
-        }
-        GraphRegion { be, open: on }
-    }
-
-    pub(crate) fn finish(mut self) -> Result<()> {
-        self.open = false;
-        self.be.graph_end(true)
-    }
-}
-
-impl<B: Backend> Drop for GraphRegion<'_, B> {
-    fn drop(&mut self) {
-        if self.open {
-            let _ = self.be.graph_end(false);
-        }
     }
 }

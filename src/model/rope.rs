@@ -30,6 +30,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::f64::consts::PI;
 
+pub use crate::backend::reference::rope::{RopeFreqs, rotate_half_in_place};
+
 /// How RoPE is scaled (HF `rope_scaling` / `rope_parameters`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum RopeScaling {
@@ -193,14 +195,6 @@ pub struct RopeConfig {
     pub max_position: usize,
 }
 
-/// The per-pair inverse frequencies and the cos/sin multiplier for one forward pass.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RopeFreqs {
-    /// `head_dim / 2` entries.
-    pub inv_freq: Vec<f32>,
-    pub attention_scaling: f32,
-}
-
 /// HF `_compute_default_rope_parameters`: `base^(-2i/dim)` for `i < dim/2`.
 fn default_inv_freq(base: f64, dim: usize) -> Vec<f64> {
     (0..dim / 2).map(|i| 1.0 / base.powf((2 * i) as f64 / dim as f64)).collect()
@@ -333,26 +327,6 @@ fn llama3_inv_freq(base: f64, dim: usize, p: [f64; 3], old_context_len: f64) -> 
 
 /// Rotate-half (HF / NeoX) rotation of one head vector in place at position `pos`:
 /// angle_i = (pos as f32) * inv_freq[i] computed in f32 (as HF does), c = cos*scaling, s = sin*scaling,
-/// x[i], x[i+d/2] <- x[i]*c - x[i+d/2]*s, x[i+d/2]*c + x[i]*s.
-///
-/// With `n = min(inv_freq.len(), x.len() / 2)` the first `2n` entries are rotated
-/// as pairs `(i, i + n)`; in the normal case `x.len() == 2 * inv_freq.len()` this
-/// is exactly the formula above, and a longer `x` keeps its tail (HF partial-rotary
-/// semantics).
-pub fn rotate_half_in_place(x: &mut [f32], pos: u32, f: &RopeFreqs) {
-    let n = f.inv_freq.len().min(x.len() / 2);
-    let p = pos as f32;
-    let (lo, hi) = x[..2 * n].split_at_mut(n);
-    for ((a, b), &inv) in lo.iter_mut().zip(hi.iter_mut()).zip(&f.inv_freq) {
-        let angle = p * inv;
-        let c = angle.cos() * f.attention_scaling;
-        let s = angle.sin() * f.attention_scaling;
-        let (x0, x1) = (*a, *b);
-        *a = x0 * c - x1 * s;
-        *b = x1 * c + x0 * s;
-    }
-}
-
 /// Inverse of llama.cpp `convert_hf_to_gguf.py` `LlamaModel.permute`
 /// (`w.reshape(n_head, 2, rows_per_head/2, cols).swapaxes(1, 2).reshape(rows, cols)`),
 /// i.e. GGUF row `h*r + 2j + t` came from HF row `h*r + t*r/2 + j`.  `w` is

@@ -6,8 +6,8 @@
 use crate::backend::*;
 use crate::error::{Error, Result};
 use crate::kv::KvCache;
+use crate::model::batch::{AttnSettings, Logits, SeqStep};
 use crate::model::config::ModelConfig;
-use crate::model::llama::{AttnSettings, Logits, SeqStep};
 use crate::model::pool::BufferPool;
 
 pub struct StepMeta<B: Backend> {
@@ -174,45 +174,22 @@ impl<B: Backend> StepMeta<B> {
     }
 
     pub fn rope_params(&self, cache: &KvCache<B>, layer: usize, attention_scaling: f32) -> RopeAppendKvParams {
-        cache.rope_params(layer, self.n_tokens, self.n_heads, attention_scaling)
+        RopeAppendKvParams::new(&cache.geometry(layer), self.n_tokens, self.n_heads, attention_scaling)
     }
 
     pub fn attention_params(&self, cache: &KvCache<B>, layer: usize, attn: &AttnSettings) -> AttentionParams {
-        let s = &cache.shape;
-        AttentionParams {
-            num_seqs: self.num_seqs as u32,
-            n_tokens: self.n_tokens as u32,
-            n_heads: self.n_heads as u32,
-            n_kv_heads: s.n_kv_heads as u32,
-            head_dim: s.head_dim as u32,
-            page_size: s.page_size as u32,
-            num_pages: s.num_pages as u32,
-            scale: 1.0 / (s.head_dim as f32).sqrt(),
-            window: attn.window as u32,
-            sink: attn.sink as u32,
-            local: attn.local as u32,
-            ring_tokens: s.ring_tokens as u32,
-            n_ret: s.layout.n_ret(layer) as u32,
-            n_str: s.layout.n_str(layer) as u32,
-            num_str_pages: cache.num_str_pages() as u32,
-            sel_stride: s.sel_stride as u32,
-        }
+        let step = AttentionStep {
+            num_seqs: self.num_seqs,
+            n_tokens: self.n_tokens,
+            n_heads: self.n_heads,
+            window: attn.window,
+            sink: attn.sink,
+            local: attn.local,
+        };
+        AttentionParams::new(&cache.geometry(layer), &step)
     }
 
     pub fn select_params(&self, cache: &KvCache<B>, ap: &AttentionParams, k_pages: usize) -> PageSelectParams {
-        PageSelectParams {
-            num_seqs: ap.num_seqs,
-            n_heads: ap.n_heads,
-            n_kv_heads: ap.n_kv_heads,
-            head_dim: ap.head_dim,
-            page_size: ap.page_size,
-            logical_page: cache.shape.logical_page as u32,
-            num_pages: ap.num_pages,
-            n_ret: ap.n_ret,
-            k_pages: k_pages.min(ap.sel_stride as usize) as u32,
-            sel_stride: ap.sel_stride,
-            max_seq_pages: self.max_seq_pages as u32,
-            _pad1: 0,
-        }
+        PageSelectParams::new(ap, cache.shape.logical_page as u32, k_pages, self.max_seq_pages)
     }
 }

@@ -160,6 +160,7 @@ fn range_error(name: &str, want: &str, got: f64) -> ApiError {
 impl Common {
     /// Validate everything but the model and the prompt; `max_tokens` may come from
     /// `max_completion_tokens` (chat). `seed` None draws a fresh one; `vocab_size` bounds `top_k`.
+    /// Long (about 85 lines): one check per request field, each with its own error naming it.
     pub fn validate(&self, max_tokens: Option<i64>, fresh_seed: u64, vocab_size: usize) -> Result<Validated, ApiError> {
         if let Some(n) = self.n
             && n != 1

@@ -8,7 +8,7 @@
 use std::fmt::Write;
 use std::sync::Mutex;
 
-use crate::engine::serve::ServeStats;
+use crate::serving::ServeStats;
 
 const LATENCY_BUCKETS: &[f64] =
     &[0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0];

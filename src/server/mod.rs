@@ -32,8 +32,8 @@ use tokio::sync::oneshot;
 
 use crate::backend::Backend;
 use crate::chat::ChatTemplate;
-use crate::engine::serve::{EventTx, ServeEngine, ServeRequest};
 use crate::sched::SeqId;
+use crate::serving::{EventTx, ServeEngine, ServeRequest};
 use crate::tokenizer::TextTokenizer;
 pub use metrics::Metrics;
 

@@ -28,7 +28,7 @@ use super::api::{ChatRequest, CompletionRequest, Prompt, Validated, parse_body, 
 use super::error::ApiError;
 use super::{AppState, Command, InflightGuard};
 use crate::engine::FinishReason;
-use crate::engine::serve::{Event, ServeRequest};
+use crate::serving::{Event, ServeRequest};
 
 pub fn router(state: Arc<AppState>) -> Router {
     // route_layer: the last added runs first, so the key is checked before the body is read.

@@ -106,7 +106,11 @@ pub fn wgpu_backend_with(opts: lserve::backend::wgpu::WgpuOptions) -> Option<lse
 /// LSERVE_REQUIRE_CUDA=1, which turns a missing device into a failure (the GPU run sets it).
 #[cfg(feature = "cuda")]
 pub fn cuda_backend() -> Option<lserve::backend::cuda::CudaBackend> {
-    match lserve::backend::cuda::CudaBackend::new(0) {
+    let opts = lserve::backend::cuda::CudaOptions {
+        kernel_cache: Some(lserve::fetch::cache_dir().join("cuda")),
+        ..Default::default()
+    };
+    match lserve::backend::cuda::CudaBackend::with_options(0, opts) {
         Ok(b) => Some(b),
         Err(e) if std::env::var("LSERVE_REQUIRE_CUDA").is_ok_and(|v| v == "1") => panic!("CUDA required: {e}"),
         Err(e) => {

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use lserve::chat::ChatTemplate;
 use lserve::engine::FinishReason;
-use lserve::engine::serve::Event;
 use lserve::server::api::{ChatRequest, CompletionRequest, parse_body, single_prompt};
 use lserve::server::{AppState, Command, Metrics, ModelInfo, ServerOptions};
+use lserve::serving::Event;
 use lserve::tokenizer::{GgufVocab, TextTokenizer};
 use proptest::prelude::*;
 use serde_json::{Value, json};

@@ -12,9 +12,9 @@ fn gelu_tanh(g: f64) -> f64 {
     0.5 * g * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g.powi(3))).tanh())
 }
 
-pub fn test_gemma_ops<B: Backend>(gpu: &B) {
+pub fn test_gelu_tanh_mul<B: Backend>(gpu: &B) {
     let mut t = pair(gpu);
-    // gelu_tanh_mul: wide inputs reach the saturated tails of the tanh.
+    // Wide inputs reach the saturated tails of the tanh.
     let (rows, dim) = (5, 300);
     let gu_host = t.f32s(rows * 2 * dim, 4.0);
     let gu = t.up(DType::F32, &gu_host);
@@ -30,8 +30,11 @@ pub fn test_gemma_ops<B: Backend>(gpu: &B) {
         })
         .collect();
     close("gelu_tanh_mul vs f64", &t.gpu.download_f32(&out.0, 0, rows * dim).unwrap(), &want, TOL_ELEMENTWISE);
+}
 
-    // head_rmsnorm on fused qkv rows: 4 q heads + 1 k head normalized, the v head untouched.
+pub fn test_head_rmsnorm<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    // On fused qkv rows: 4 q heads + 1 k head normalized, the v head untouched.
     let (rows, nh, hd, stride) = (3, 5, 256, 6 * 256);
     let x_host = t.f32s(rows * stride, 2.0);
     let w_host = t.f32s(nh * hd, 1.0);
@@ -61,8 +64,10 @@ pub fn test_gemma_ops<B: Backend>(gpu: &B) {
     close("head_rmsnorm vs f64", &t.gpu.download_f32(&x.0, 0, rows * stride).unwrap(), &want, TOL_REDUCTION);
     let bad = HeadRmsnormParams { row_stride: (nh * hd - 1) as u32, ..p };
     assert!(t.gpu.head_rmsnorm(&bad, &mut x.0, &w.0).is_err(), "heads wider than the row are refused");
+}
 
-    // scale
+pub fn test_scale<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
     let n = 1001;
     let a_host = t.f32s(n, 1.0);
     let mut a = t.up(DType::F32, &a_host);

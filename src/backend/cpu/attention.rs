@@ -12,9 +12,9 @@ use rayon::prelude::*;
 use super::kvops::head_kinds;
 use super::kvpool::{PoolRef, pool};
 use super::{CpuBackend, CpuBuffer, err, f32s, f32s_mut, u32s};
+use crate::backend::reference::kv_layout::ring_index;
 use crate::backend::*;
 use crate::error::Result;
-use crate::kv::ring_index;
 
 fn u(x: u32) -> usize {
     x as usize

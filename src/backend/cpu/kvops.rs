@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 
 use super::kvpool::{PoolMut, pool_mut};
 use super::{CpuBackend, CpuBuffer, err, f32s, f32s_mut, u32s};
+use crate::backend::reference::rope::{RopeFreqs, rotate_half_in_place};
 use crate::backend::*;
 use crate::error::Result;
-use crate::model::rope::{RopeFreqs, rotate_half_in_place};
 
 fn u(x: u32) -> usize {
     x as usize
@@ -26,6 +26,27 @@ pub fn head_kinds(head_map: &CpuBuffer, n_kv: usize, n_ret: usize, n_str: usize)
         return Err(err("head_map disagrees with n_ret/n_str"));
     }
     Ok(kinds)
+}
+
+/// Every slot inside its pool, and no two tokens of one call on one slot: on a GPU their writes
+/// would race (the engine sizes the ring so a chunk never wraps onto itself).
+fn check_slots(p: &RopeAppendKvParams, slots: &[u32], ring_slots: &[u32]) -> Result<()> {
+    let (ps, n_ret, n_str) = (u(p.page_size), u(p.n_ret), u(p.n_str));
+    if n_ret > 0 && slots.iter().any(|&s| u(s) >= u(p.num_pages) * ps) {
+        return Err(err("rope_append_kv: a slot lies outside the retrieval pool"));
+    }
+    if n_str > 0 && ring_slots.iter().any(|&s| u(s) >= u(p.num_str_pages) * ps) {
+        return Err(err("rope_append_kv: a ring slot lies outside the streaming pool"));
+    }
+    let distinct = |v: &[u32]| {
+        let mut s = v.to_vec();
+        s.sort_unstable();
+        s.windows(2).all(|w| w[0] != w[1])
+    };
+    if (n_ret > 0 && !distinct(slots)) || (n_str > 0 && !distinct(ring_slots)) {
+        return Err(err("rope_append_kv: two tokens of one call map to the same slot (chunk longer than the ring?)"));
+    }
+    Ok(())
 }
 
 pub fn rope_append_kv(
@@ -46,22 +67,7 @@ pub fn rope_append_kv(
     let positions = u32s(meta.positions, n, "rope_append_kv positions")?;
     let slots = u32s(meta.slots, n, "rope_append_kv slots")?;
     let ring_slots = u32s(meta.ring_slots, n, "rope_append_kv ring_slots")?;
-    if n_ret > 0 && slots.iter().any(|&s| u(s) >= u(p.num_pages) * ps) {
-        return Err(err("rope_append_kv: a slot lies outside the retrieval pool"));
-    }
-    if n_str > 0 && ring_slots.iter().any(|&s| u(s) >= u(p.num_str_pages) * ps) {
-        return Err(err("rope_append_kv: a ring slot lies outside the streaming pool"));
-    }
-    // Two tokens of one call must not share a slot: on a GPU their writes would race (the engine
-    // sizes the ring so a chunk never wraps onto itself).
-    let distinct = |v: &[u32]| {
-        let mut s = v.to_vec();
-        s.sort_unstable();
-        s.windows(2).all(|w| w[0] != w[1])
-    };
-    if (n_ret > 0 && !distinct(slots)) || (n_str > 0 && !distinct(ring_slots)) {
-        return Err(err("rope_append_kv: two tokens of one call map to the same slot (chunk longer than the ring?)"));
-    }
+    check_slots(p, slots, ring_slots)?;
     let freqs = RopeFreqs {
         inv_freq: f32s(meta.inv_freq, hd / 2, "rope_append_kv inv_freq")?.to_vec(),
         attention_scaling: p.attention_scaling,

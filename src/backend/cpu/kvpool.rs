@@ -1,15 +1,15 @@
 //! Typed views of a KV pool buffer for the CPU reference: f32 pools are read in place, 8-bit
 //! pools (`CpuBuffer::Kv8`) are quantized on write and dequantized on read through
-//! [`crate::kv::quant`], which defines the stored bytes every backend reproduces.
+//! [`crate::backend::reference::kv_quant`], which defines the stored bytes every backend reproduces.
 //!
 //! Rows are addressed by their element offset `at = row * head_dim` (row = `(page * heads +
 //! head) * page_size + token`), the same offsets the f32 code computes, so the attention and
 //! append code is one path for every KV dtype.
 
 use super::{CpuBuffer, err};
+use crate::backend::reference::kv_quant as quant;
 use crate::backend::{DType, kv_pool_len};
 use crate::error::Result;
-use crate::kv::quant;
 
 /// A read-only pool.
 pub enum PoolRef<'a> {

@@ -403,13 +403,13 @@ impl Backend for CpuBackend {
             _ => return Err(err("argmax: out must be a u32 buffer of `rows` elements")),
         };
         for (o, row) in out.iter_mut().zip(x.chunks_exact(n.max(1))) {
-            *o = crate::sampling::argmax(row);
+            *o = crate::backend::reference::sample::argmax(row);
         }
         Ok(())
     }
 
     fn sample(&self, p: &SampleParams, logits: &CpuBuffer, settings: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
-        use crate::sampling::{RowSampling, SampleScratch, sample_row_with};
+        use crate::backend::reference::sample::{RowSampling, SampleScratch, sample_row_with};
         let (r, n) = (u(p.rows), u(p.n));
         let x = f32s(logits, r * n, "sample logits")?;
         let settings = match settings {

@@ -81,7 +81,7 @@ pub fn driver_present() -> bool {
 }
 
 impl Gpu {
-    pub fn open(ordinal: usize) -> Result<Gpu> {
+    pub fn open(ordinal: usize, opts: &super::CudaOptions) -> Result<Gpu> {
         if !driver_present() {
             return Err(err(
                 "no CUDA driver found (libcuda.so could not be loaded); use --device wgpu or --device cpu on this machine",
@@ -123,7 +123,7 @@ impl Gpu {
         let sm_count = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         let smem_optin = attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
         let mut modules = HashMap::new();
-        for (stem, ptx, _cached) in kernels::load_all(arch)? {
+        for (stem, ptx, _cached) in kernels::load_all(arch, opts.kernel_cache.as_deref())? {
             let m = ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx)).map_err(drv(stem))?;
             modules.insert(stem, m);
         }
@@ -144,7 +144,7 @@ impl Gpu {
             scratch: RefCell::new(HashMap::new()),
             profile: RefCell::new(None),
             graphs: RefCell::new(Graphs::default()),
-            replay: std::cell::Cell::new(graph::replay_enabled()),
+            replay: std::cell::Cell::new(opts.graph_replay),
         })
     }
 

@@ -21,9 +21,9 @@
 //! synchronisation, scratch growth) first flushes the recorded launches (`Gpu::flush`), so stream
 //! order is what the caller wrote. The caller must not free a buffer the recorded launches use
 //! before `graph_end` (the model's step holds all its buffers until then). Profiling records
-//! events around every launch, so it turns recording off. `LSERVE_CUDA_GRAPHS=0` (or
+//! events around every launch, so it turns recording off. `CudaOptions::graph_replay = false` (or
 //! `CudaBackend::set_graph_replay(false)`) turns replay off — every list launches eagerly — for
-//! A/B runs and the bit-identity test (tests/cuda_e2e.rs).
+//! the bit-identity test (tests/cuda_e2e.rs) and graphs-off measurements.
 
 use std::collections::VecDeque;
 
@@ -153,10 +153,4 @@ pub fn hash(recs: &[Rec]) -> u64 {
     let mut s = std::collections::hash_map::DefaultHasher::new();
     recs.hash(&mut s);
     s.finish()
-}
-
-/// Whether replay is on (`LSERVE_CUDA_GRAPHS` unset or not `0`), read once.
-pub fn replay_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LSERVE_CUDA_GRAPHS").map_or(true, |v| v != "0"))
 }

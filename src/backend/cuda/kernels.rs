@@ -1,13 +1,14 @@
 //! The CUDA kernel sources (`cuda/*.cu`, one file per op stem, as `shaders/*.wgsl`) and their
 //! compilation: NVRTC compiles `params.cuh + common.cuh + <stem>.cu` to PTX for the device's
 //! architecture at start, in parallel, and caches the PTX on disk under
-//! `<cache>/cuda/<stem>-<hash>-<arch>.ptx`, the hash covering the assembled source, the arch and
+//! `<kernel_cache>/<stem>-<hash>-<arch>.ptx` (`CudaOptions::kernel_cache`; the CLI passes
+//! `<model cache>/cuda`), the hash covering the assembled source, the arch and
 //! the NVRTC version, so an edited kernel or another toolkit never reuses a stale entry.
 //!
 //! Compilation needs only libnvrtc, no GPU: [`compile`] is what the kernel-compile test runs for
 //! sm_80 and sm_90 on machines without a device.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
@@ -99,10 +100,10 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
-fn cache_path(stem: &str, src: &str, arch: &str, nvrtc: (i32, i32)) -> PathBuf {
+fn cache_path(dir: &Path, stem: &str, src: &str, arch: &str, nvrtc: (i32, i32)) -> PathBuf {
     let ver = format!("{}.{}", nvrtc.0, nvrtc.1);
     let h = fnv1a(&[src.as_bytes(), arch.as_bytes(), ver.as_bytes()]);
-    crate::fetch::cache_dir().join("cuda").join(format!("{stem}-{h:016x}-{arch}.ptx"))
+    dir.join(format!("{stem}-{h:016x}-{arch}.ptx"))
 }
 
 /// Compile one module to PTX text (no cache).
@@ -124,15 +125,17 @@ pub fn compile_one(stem: &str, arch: &'static str) -> Result<String> {
     Ok(ptx.to_src())
 }
 
-/// PTX of every module for `arch`, from the disk cache where present, else compiled (in
-/// parallel) and cached. Returns (stem, ptx, from_cache).
-pub fn load_all(arch: &'static str) -> Result<Vec<(&'static str, String, bool)>> {
+/// PTX of every module for `arch`, from the disk cache in `cache_dir` where present, else
+/// compiled (in parallel) and cached there (`None`: compiled, never cached). Returns
+/// (stem, ptx, from_cache).
+pub fn load_all(arch: &'static str, cache_dir: Option<&Path>) -> Result<Vec<(&'static str, String, bool)>> {
     let nvrtc = nvrtc_version()?;
     SOURCES
         .par_iter()
         .map(|&(stem, _)| {
+            let Some(dir) = cache_dir else { return Ok((stem, compile_one(stem, arch)?, false)) };
             let src = assembled(stem)?;
-            let path = cache_path(stem, &src, arch, nvrtc);
+            let path = cache_path(dir, stem, &src, arch, nvrtc);
             if let Ok(ptx) = std::fs::read_to_string(&path) {
                 return Ok((stem, ptx, true));
             }

@@ -11,6 +11,7 @@
 //! launching (like the CPU reference); what only the device knows (page tables, slots, selections)
 //! is bounds-checked in the kernels, which skip what they cannot address.
 
+pub mod bindings;
 mod context;
 mod graph;
 pub mod kernels;
@@ -70,10 +71,34 @@ pub struct CudaBackend {
     caps: Caps,
 }
 
+/// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md, CUDA).
+/// Kernel choices are not settings: each op runs the one kernel measured best for its dtype and
+/// shape (the measurements of the variants that were removed are in docs/benchmarks.md).
+#[derive(Clone, Debug)]
+pub struct CudaOptions {
+    /// Directory of the on-disk PTX cache (kernels.rs); `None` compiles every kernel at start
+    /// and caches nothing. The CLI passes `<model cache>/cuda`.
+    pub kernel_cache: Option<std::path::PathBuf>,
+    /// Replay recorded decode steps as CUDA graphs (graph.rs; default true). Off, every recorded
+    /// list launches kernel by kernel (the bit-identity test and graphs-off measurements).
+    pub graph_replay: bool,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions { kernel_cache: None, graph_replay: true }
+    }
+}
+
 impl CudaBackend {
-    /// Open CUDA device `ordinal` (see `lserve devices`) and load the kernels.
+    /// Open CUDA device `ordinal` (see `lserve devices`) with default options (no kernel cache).
     pub fn new(ordinal: usize) -> Result<Self> {
-        let gpu = Gpu::open(ordinal)?;
+        Self::with_options(ordinal, CudaOptions::default())
+    }
+
+    /// Open CUDA device `ordinal` and load the kernels.
+    pub fn with_options(ordinal: usize, opts: CudaOptions) -> Result<Self> {
+        let gpu = Gpu::open(ordinal, &opts)?;
         let caps = Caps {
             name: "cuda",
             device: format!(
@@ -99,7 +124,7 @@ impl CudaBackend {
         &self.gpu
     }
 
-    /// Replay recorded decode steps as CUDA graphs (default on unless `LSERVE_CUDA_GRAPHS=0`).
+    /// Replay recorded decode steps as CUDA graphs (initially `CudaOptions::graph_replay`).
     pub fn set_graph_replay(&self, on: bool) {
         self.gpu.set_graph_replay(on)
     }
@@ -181,24 +206,6 @@ pub(crate) fn need_kv(b: &CudaBuffer, rows: usize, hd: usize, what: &str) -> Res
         return Err(err(format!("{what}: 8-bit KV needs head_dim % 16 == 0, not {hd}")));
     }
     Ok(())
-}
-
-/// Kernel-name suffix index of a KV dtype: 0 = f32, 1 = f16, 2 = bf16, 3 = int8, 4 = fp8.
-pub(crate) fn kidx(d: DType) -> usize {
-    match d {
-        DType::I8 => 3,
-        DType::F8E4M3 => 4,
-        d => fidx(d),
-    }
-}
-
-/// Kernel-name suffix index of a float dtype: 0 = f32, 1 = f16, 2 = bf16.
-pub(crate) fn fidx(d: DType) -> usize {
-    match d {
-        DType::F16 => 1,
-        DType::BF16 => 2,
-        _ => 0,
-    }
 }
 
 impl Backend for CudaBackend {

@@ -26,11 +26,15 @@
 //! Prefill: a 16-bit KV cache runs the tensor-core kernel (`prefill_attention_mma_<kv>_d<D>`,
 //! mma.sync m16n8k16, D = 64/128/256 with head_dim zero-padded up to it; 64-row query tiles,
 //! grid (heads, tiles)); an f32 KV cache keeps the scalar f32 kernel, the exact reference
-//! (TF32 tensor cores would miss its tolerance). `LSERVE_CUDA_PREFILL=scalar` forces the scalar
-//! kernel for every dtype (A/B only; read once).
+//! (TF32 tensor cores would miss its tolerance); 8-bit KV runs the scalar kernel (codes
+//! dequantized as they are staged).
+//!
+//! Every launch goes through its typed binding (bindings.rs): the entry is picked from the
+//! binding's table by dtype and variant, the arguments are named fields.
 
+use super::bindings::{self as kern, Scratch, entry, entry_in};
 use super::context::{Launch, err};
-use super::{CudaBackend, CudaBuffer, kidx, need, need_kv};
+use super::{CudaBackend, CudaBuffer, need, need_kv};
 use crate::backend::*;
 use crate::error::Result;
 
@@ -79,53 +83,15 @@ fn check_common(p: &AttentionParams, kv: &LayerKv<CudaBackend>, meta: &PagedMeta
     need(meta.ring_table, DType::U32, ns * ring_pages, "attention ring_table")
 }
 
-const PREFILL: [[&str; 5]; 5] = [
-    [
-        "prefill_attention_f32_d4",
-        "prefill_attention_f32_d8",
-        "prefill_attention_f32_d16",
-        "prefill_attention_f32_d32",
-        "prefill_attention_f32_d64",
-    ],
-    [
-        "prefill_attention_f16_d4",
-        "prefill_attention_f16_d8",
-        "prefill_attention_f16_d16",
-        "prefill_attention_f16_d32",
-        "prefill_attention_f16_d64",
-    ],
-    [
-        "prefill_attention_bf16_d4",
-        "prefill_attention_bf16_d8",
-        "prefill_attention_bf16_d16",
-        "prefill_attention_bf16_d32",
-        "prefill_attention_bf16_d64",
-    ],
-    [
-        "prefill_attention_int8_d4",
-        "prefill_attention_int8_d8",
-        "prefill_attention_int8_d16",
-        "prefill_attention_int8_d32",
-        "prefill_attention_int8_d64",
-    ],
-    [
-        "prefill_attention_fp8_d4",
-        "prefill_attention_fp8_d8",
-        "prefill_attention_fp8_d16",
-        "prefill_attention_fp8_d32",
-        "prefill_attention_fp8_d64",
-    ],
-];
-
-const PREFILL_MMA: [[&str; 3]; 2] = [
-    ["prefill_attention_mma_f16_d64", "prefill_attention_mma_f16_d128", "prefill_attention_mma_f16_d256"],
-    ["prefill_attention_mma_bf16_d64", "prefill_attention_mma_bf16_d128", "prefill_attention_mma_bf16_d256"],
-];
+/// KV dtypes of the scalar prefill entries (`[dtype][log2 dims-per-thread - 2]`, 5 each).
+const PREFILL_SCALAR_DTYPES: [DType; 3] = [DType::F32, DType::I8, DType::F8E4M3];
+/// KV dtypes of the tensor-core prefill entries (`[dtype][head_dim tier]`, 3 each).
+const PREFILL_MMA_DTYPES: [DType; 2] = [DType::F16, DType::BF16];
 
 /// The tensor-core kernel for a 16-bit KV dtype and head_dim (a multiple of 8 up to 256, padded
 /// to D = 64, 128 or 256), and its dynamic shared memory: Q [64][D+8] plus two stages of K and V
 /// [BK][D+8], 16-bit elements, BK = 64 keys (32 when D = 256).
-fn prefill_mma_kernel(kv: DType, hd: usize) -> (&'static str, usize) {
+fn prefill_mma_kernel(kv: DType, hd: usize) -> Result<(&'static str, usize)> {
     let tier = if hd <= 64 {
         0
     } else if hd <= 128 {
@@ -135,15 +101,8 @@ fn prefill_mma_kernel(kv: DType, hd: usize) -> (&'static str, usize) {
     };
     let d = 64 << tier;
     let bk = if d <= 128 { 64 } else { 32 };
-    let name = PREFILL_MMA[usize::from(kv == DType::BF16)][tier];
-    (name, (PREFILL_MMA_ROWS + 4 * bk) * (d + 8) * 2)
-}
-
-/// Whether to run the scalar prefill kernel for 16-bit KV too (A/B only:
-/// `LSERVE_CUDA_PREFILL=scalar`; read once).
-fn prefill_scalar() -> bool {
-    static SCALAR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SCALAR.get_or_init(|| std::env::var("LSERVE_CUDA_PREFILL").is_ok_and(|v| v == "scalar"))
+    let name = entry_in(kern::prefill_attention_mma::ENTRIES, &PREFILL_MMA_DTYPES, kv, tier, 3)?;
+    Ok((name, (PREFILL_MMA_ROWS + 4 * bk) * (d + 8) * 2))
 }
 
 pub fn prefill_attention(
@@ -163,77 +122,49 @@ pub fn prefill_attention(
     if n == 0 || ns == 0 {
         return Ok(());
     }
-    let (name, l) = match kv.k.dtype {
-        DType::F16 | DType::BF16 if !prefill_scalar() => {
-            let (name, smem) = prefill_mma_kernel(kv.k.dtype, hd);
-            let tiles = n / PREFILL_MMA_ROWS + ns;
-            (name, Launch::new((nh as u32, tiles as u32, 1), 128).smem(smem))
-        }
-        _ => {
-            // Dims per thread: head_dim <= 4 * DPT, DPT in 4..=64.
-            let dpt = hd.div_ceil(4).next_power_of_two().max(4);
-            let tk = 32.min(4096 / hd);
-            let l = Launch::new(((n / PREFILL_ROWS + ns) as u32, nh as u32, 1), 128).smem(2 * tk * hd * 4);
-            (PREFILL[kidx(kv.k.dtype)][dpt.trailing_zeros() as usize - 2], l)
-        }
-    };
-    let ptrs = [
-        q.ptr(),
-        q_indptr.ptr(),
-        kv.k.ptr(),
-        kv.v.ptr(),
-        kv.sk.ptr(),
-        kv.sv.ptr(),
-        kv.head_map.ptr(),
-        meta.page_indptr.ptr(),
-        meta.page_table.ptr(),
-        meta.kv_len.ptr(),
-        meta.ring_table.ptr(),
-        out.ptr(),
-    ];
-    be.gpu().launch("prefill_attention", name, l, p, &ptrs, &[meta.page_table.len as u32, meta.ring_table.len as u32])
+    // The scalar and the tensor-core kernels share one argument list (two declarations).
+    macro_rules! args {
+        ($binding:ident) => {
+            kern::$binding::Args {
+                q,
+                q_indptr,
+                k: kv.k,
+                v: kv.v,
+                sk: kv.sk,
+                sv: kv.sv,
+                head_map: kv.head_map,
+                page_indptr: meta.page_indptr,
+                page_table: meta.page_table,
+                kv_len: meta.kv_len,
+                ring_table: meta.ring_table,
+                out,
+                ptl: meta.page_table.len as u32,
+                rtl: meta.ring_table.len as u32,
+            }
+        };
+    }
+    if matches!(kv.k.dtype, DType::F16 | DType::BF16) {
+        let (name, smem) = prefill_mma_kernel(kv.k.dtype, hd)?;
+        let tiles = n / PREFILL_MMA_ROWS + ns;
+        let l = Launch::new((nh as u32, tiles as u32, 1), 128).smem(smem);
+        return kern::prefill_attention_mma::launch_variant(be.gpu(), name, l, p, args!(prefill_attention_mma));
+    }
+    // Dims per thread: head_dim <= 4 * DPT, DPT in 4..=64 (entries d4 .. d64).
+    let dpt = hd.div_ceil(4).next_power_of_two().max(4);
+    let name = entry_in(
+        kern::prefill_attention::ENTRIES,
+        &PREFILL_SCALAR_DTYPES,
+        kv.k.dtype,
+        dpt.trailing_zeros() as usize - 2,
+        5,
+    )?;
+    let tk = 32.min(4096 / hd);
+    let l = Launch::new(((n / PREFILL_ROWS + ns) as u32, nh as u32, 1), 128).smem(2 * tk * hd * 4);
+    kern::prefill_attention::launch_variant(be.gpu(), name, l, p, args!(prefill_attention))
 }
 
-const DECODE: [[&str; 4]; 5] = [
-    [
-        "sparse_decode_attention_f32_g1",
-        "sparse_decode_attention_f32_g2",
-        "sparse_decode_attention_f32_g4",
-        "sparse_decode_attention_f32_g8",
-    ],
-    [
-        "sparse_decode_attention_f16_g1",
-        "sparse_decode_attention_f16_g2",
-        "sparse_decode_attention_f16_g4",
-        "sparse_decode_attention_f16_g8",
-    ],
-    [
-        "sparse_decode_attention_bf16_g1",
-        "sparse_decode_attention_bf16_g2",
-        "sparse_decode_attention_bf16_g4",
-        "sparse_decode_attention_bf16_g8",
-    ],
-    [
-        "sparse_decode_attention_int8_g1",
-        "sparse_decode_attention_int8_g2",
-        "sparse_decode_attention_int8_g4",
-        "sparse_decode_attention_int8_g8",
-    ],
-    [
-        "sparse_decode_attention_fp8_g1",
-        "sparse_decode_attention_fp8_g2",
-        "sparse_decode_attention_fp8_g4",
-        "sparse_decode_attention_fp8_g8",
-    ],
-];
-
-/// The tensor-core decode kernels, [kidx - 1][head_dim 64 / 128] (f16, bf16, int8, fp8).
-const DECODE_MMA: [[&str; 2]; 4] = [
-    ["sparse_decode_attention_mma_f16_d64", "sparse_decode_attention_mma_f16_d128"],
-    ["sparse_decode_attention_mma_bf16_d64", "sparse_decode_attention_mma_bf16_d128"],
-    ["sparse_decode_attention_mma_int8_d64", "sparse_decode_attention_mma_int8_d128"],
-    ["sparse_decode_attention_mma_fp8_d64", "sparse_decode_attention_mma_fp8_d128"],
-];
+/// The KV dtypes of the tensor-core decode kernels, in their entry table's order.
+const DECODE_MMA_DTYPES: [DType; 4] = [DType::F16, DType::BF16, DType::I8, DType::F8E4M3];
 
 /// The tensor-core decode kernel for this KV dtype, head_dim and page size, if there is one
 /// (16-bit and 8-bit KV at head_dim 64 or 128; 8-bit pools need an even page size so 8-byte
@@ -244,11 +175,10 @@ fn decode_mma_kernel(kv: DType, hd: usize, ps: usize) -> Option<&'static str> {
         128 => 1,
         _ => return None,
     };
-    match kv {
-        DType::F16 | DType::BF16 => Some(DECODE_MMA[kidx(kv) - 1][col]),
-        DType::I8 | DType::F8E4M3 if ps.is_multiple_of(2) => Some(DECODE_MMA[kidx(kv) - 1][col]),
-        _ => None,
+    if kv.is_kv8() && !ps.is_multiple_of(2) {
+        return None;
     }
+    entry_in(kern::sparse_decode_attention_mma::ENTRIES, &DECODE_MMA_DTYPES, kv, col, 2).ok()
 }
 
 /// Dynamic shared memory of the cp.async decode kernel (its layout: K/V stages [2][2][ck][row],
@@ -299,49 +229,58 @@ pub fn sparse_decode_attention(
         return Ok(());
     }
     let group = nh / nkv;
-    let (name, smem, head_chunks) = match decode_mma_kernel(kv.k.dtype, hd, u(p.page_size)) {
-        Some(name) => (name, 0, group.div_ceil(DECODE_HEADS)),
+    let (mma, name, smem, head_chunks) = match decode_mma_kernel(kv.k.dtype, hd, u(p.page_size)) {
+        Some(name) => (true, name, 0, group.div_ceil(DECODE_HEADS)),
         None => {
             let g = group.min(DECODE_HEADS).next_power_of_two();
-            (DECODE[kidx(kv.k.dtype)][g.trailing_zeros() as usize], decode_smem(hd, kv.k.dtype, g), group.div_ceil(g))
+            // SIMT entries [kv dtype][log2 G].
+            let name = entry(kern::sparse_decode_attention::ENTRIES, kv.k.dtype, g.trailing_zeros() as usize, 4)?;
+            (false, name, decode_smem(hd, kv.k.dtype, g), group.div_ceil(g))
         }
     };
     let gpu = be.gpu();
-    let wave = (gpu.sm_count * gpu.blocks_per_sm("sparse_decode_attention", name, 128, smem as u32)?) as usize;
+    let stem = kern::sparse_decode_attention::STEM;
+    let wave = (gpu.sm_count * gpu.blocks_per_sm(stem, name, 128, smem as u32)?) as usize;
     let splits = decode_splits(p, meta.page_table.len, head_chunks, wave);
-    let part = if splits > 1 { gpu.scratch("decode_part", ns * nh * splits * (hd + 2) * 4)? } else { 0 };
+    let part =
+        if splits > 1 { Scratch(gpu.scratch("decode_part", ns * nh * splits * (hd + 2) * 4)?) } else { Scratch::NONE };
     let l = Launch::new((splits as u32, (nkv * head_chunks) as u32, ns as u32), 128).smem(smem);
-    let ptrs = [
-        q.ptr(),
-        kv.k.ptr(),
-        kv.v.ptr(),
-        kv.sk.ptr(),
-        kv.sv.ptr(),
-        kv.head_map.ptr(),
-        meta.page_indptr.ptr(),
-        meta.page_table.ptr(),
-        meta.kv_len.ptr(),
-        meta.ring_table.ptr(),
-        pages.selected.ptr(),
-        pages.counts.ptr(),
-        pages.seq_slot.ptr(),
-        pages.tail_start.ptr(),
-        out.ptr(),
-        part,
-    ];
-    let lens =
-        [meta.page_table.len as u32, meta.ring_table.len as u32, pages.selected.len as u32, pages.counts.len as u32];
-    gpu.launch("sparse_decode_attention", name, l, p, &ptrs, &lens)?;
+    // The SIMT and the tensor-core kernels share one argument list (two declarations).
+    macro_rules! args {
+        ($binding:ident) => {
+            kern::$binding::Args {
+                q,
+                k: kv.k,
+                v: kv.v,
+                sk: kv.sk,
+                sv: kv.sv,
+                head_map: kv.head_map,
+                page_indptr: meta.page_indptr,
+                page_table: meta.page_table,
+                kv_len: meta.kv_len,
+                ring_table: meta.ring_table,
+                selected: pages.selected,
+                counts: pages.counts,
+                seq_slot: pages.seq_slot,
+                tail_start: pages.tail_start,
+                out: &mut *out,
+                part,
+                ptl: meta.page_table.len as u32,
+                rtl: meta.ring_table.len as u32,
+                sl: pages.selected.len as u32,
+                cl: pages.counts.len as u32,
+            }
+        };
+    }
+    if mma {
+        kern::sparse_decode_attention_mma::launch_variant(gpu, name, l, p, args!(sparse_decode_attention_mma))?;
+    } else {
+        kern::sparse_decode_attention::launch_variant(gpu, name, l, p, args!(sparse_decode_attention))?;
+    }
     if splits > 1 {
         let l = Launch::new(((ns * nh) as u32, hd.div_ceil(32) as u32, 1), 256);
-        gpu.launch(
-            "sparse_decode_attention_merge",
-            "sparse_decode_attention_merge",
-            l,
-            p,
-            &[part, out.ptr()],
-            &[splits as u32],
-        )?;
+        let args = kern::sparse_decode_attention_merge::Args { part, out, n_splits: splits as u32 };
+        kern::sparse_decode_attention_merge::launch(gpu, l, p, args)?;
     }
     Ok(())
 }
@@ -365,17 +304,17 @@ pub fn lambda_mass(
     need(meta.page_table, DType::U32, 0, "lambda_mass page_table")?;
     need(meta.kv_len, DType::U32, 1, "lambda_mass kv_len")?;
     need(out, DType::F32, n * nh, "lambda_mass out")?;
-    let name = ["lambda_mass_f32", "lambda_mass_f16", "lambda_mass_bf16", "lambda_mass_int8", "lambda_mass_fp8"]
-        [kidx(kv.k.dtype)];
+    let name = entry(kern::lambda_mass::ENTRIES, kv.k.dtype, 0, 1)?;
     let l = Launch::new((n as u32, nh as u32, 1), 256);
-    let ptrs = [
-        q.ptr(),
-        kv.k.ptr(),
-        kv.head_map.ptr(),
-        meta.page_indptr.ptr(),
-        meta.page_table.ptr(),
-        meta.kv_len.ptr(),
-        out.ptr(),
-    ];
-    be.gpu().launch("lambda_mass", name, l, p, &ptrs, &[meta.page_table.len as u32])
+    let args = kern::lambda_mass::Args {
+        q,
+        k: kv.k,
+        head_map: kv.head_map,
+        page_indptr: meta.page_indptr,
+        page_table: meta.page_table,
+        kv_len: meta.kv_len,
+        out,
+        ptl: meta.page_table.len as u32,
+    };
+    kern::lambda_mass::launch_variant(be.gpu(), name, l, p, args)
 }

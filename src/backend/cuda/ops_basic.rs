@@ -2,8 +2,9 @@
 //! gelu_tanh_mul, head_rmsnorm, scale,
 //! gather_rows, argmax, sample, fill_random (cuda/<op>.cu). Each checks its buffers first.
 
+use super::bindings::{self as k, entry};
 use super::context::{Launch, err};
-use super::{CudaBackend, CudaBuffer, fidx, need, need_float};
+use super::{CudaBackend, CudaBuffer, need, need_float};
 use crate::backend::*;
 use crate::error::Result;
 
@@ -22,9 +23,9 @@ pub fn embed(
     need_float(table, u(p.vocab) * d, "embed table")?;
     need(ids, DType::U32, n, "embed ids")?;
     need(out, DType::F32, n * d, "embed out")?;
-    let name = ["embed_f32", "embed_f16", "embed_bf16"][fidx(table.dtype)];
+    let name = entry(k::embed::ENTRIES, table.dtype, 0, 1)?;
     let l = Launch::new((d.div_ceil(256) as u32, n as u32, 1), 256);
-    be.gpu().launch("embed", name, l, p, &[table.ptr(), ids.ptr(), out.ptr()], &[])
+    k::embed::launch_variant(be.gpu(), name, l, p, k::embed::Args { t: table, ids, out })
 }
 
 pub fn rmsnorm(
@@ -41,10 +42,10 @@ pub fn rmsnorm(
     need(out, DType::F32, n, "rmsnorm out")?;
     let l = Launch::new((p.rows, 1, 1), 1024);
     match residual {
-        None => be.gpu().launch("rmsnorm", "rmsnorm", l, p, &[x.ptr(), w.ptr(), out.ptr()], &[]),
-        Some(r) => {
-            need(r, DType::F32, n, "add_rmsnorm residual")?;
-            be.gpu().launch("add_rmsnorm", "add_rmsnorm", l, p, &[r.ptr(), x.ptr(), w.ptr(), out.ptr()], &[])
+        None => k::rmsnorm::launch(be.gpu(), l, p, k::rmsnorm::Args { x, w, out }),
+        Some(res) => {
+            need(res, DType::F32, n, "add_rmsnorm residual")?;
+            k::add_rmsnorm::launch(be.gpu(), l, p, k::add_rmsnorm::Args { res, x, w, out })
         }
     }
 }
@@ -52,14 +53,14 @@ pub fn rmsnorm(
 pub fn add(be: &CudaBackend, p: &AddParams, a: &mut CudaBuffer, b: &CudaBuffer) -> Result<()> {
     need(a, DType::F32, u(p.n), "add a")?;
     need(b, DType::F32, u(p.n), "add b")?;
-    be.gpu().launch("add", "add", Launch::elems(u(p.n)), p, &[a.ptr(), b.ptr()], &[])
+    k::add::launch(be.gpu(), Launch::elems(u(p.n)), p, k::add::Args { a, b })
 }
 
 pub fn silu_mul(be: &CudaBackend, p: &SiluMulParams, gate_up: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
     let n = u(p.rows) * u(p.dim);
     need(gate_up, DType::F32, 2 * n, "silu_mul gate_up")?;
     need(out, DType::F32, n, "silu_mul out")?;
-    be.gpu().launch("silu_mul", "silu_mul", Launch::elems(n), p, &[gate_up.ptr(), out.ptr()], &[])
+    k::silu_mul::launch(be.gpu(), Launch::elems(n), p, k::silu_mul::Args { gu: gate_up, out })
 }
 
 pub fn gelu_tanh_mul(
@@ -71,7 +72,7 @@ pub fn gelu_tanh_mul(
     let n = u(p.rows) * u(p.dim);
     need(gate_up, DType::F32, 2 * n, "gelu_tanh_mul gate_up")?;
     need(out, DType::F32, n, "gelu_tanh_mul out")?;
-    be.gpu().launch("gelu_tanh_mul", "gelu_tanh_mul", Launch::elems(n), p, &[gate_up.ptr(), out.ptr()], &[])
+    k::gelu_tanh_mul::launch(be.gpu(), Launch::elems(n), p, k::gelu_tanh_mul::Args { gu: gate_up, out })
 }
 
 pub fn head_rmsnorm(be: &CudaBackend, p: &HeadRmsnormParams, x: &mut CudaBuffer, w: &CudaBuffer) -> Result<()> {
@@ -85,12 +86,12 @@ pub fn head_rmsnorm(be: &CudaBackend, p: &HeadRmsnormParams, x: &mut CudaBuffer,
         return Ok(());
     }
     let l = Launch::new(((r * nh) as u32, 1, 1), 256);
-    be.gpu().launch("head_rmsnorm", "head_rmsnorm", l, p, &[x.ptr(), w.ptr()], &[])
+    k::head_rmsnorm::launch(be.gpu(), l, p, k::head_rmsnorm::Args { x, w })
 }
 
 pub fn scale(be: &CudaBackend, p: &ScaleParams, x: &mut CudaBuffer) -> Result<()> {
     need(x, DType::F32, u(p.n), "scale x")?;
-    be.gpu().launch("scale", "scale", Launch::elems(u(p.n)), p, &[x.ptr()], &[])
+    k::scale::launch(be.gpu(), Launch::elems(u(p.n)), p, k::scale::Args { x })
 }
 
 pub fn gather_rows(
@@ -105,13 +106,13 @@ pub fn gather_rows(
     need(rows, DType::U32, n, "gather_rows rows")?;
     need(out, DType::F32, n * d, "gather_rows out")?;
     let l = Launch::new((d.div_ceil(256) as u32, n as u32, 1), 256);
-    be.gpu().launch("gather_rows", "gather_rows", l, p, &[src.ptr(), rows.ptr(), out.ptr()], &[])
+    k::gather_rows::launch(be.gpu(), l, p, k::gather_rows::Args { src, rows, out })
 }
 
 pub fn argmax(be: &CudaBackend, p: &ArgmaxParams, x: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
     need(x, DType::F32, u(p.rows) * u(p.n), "argmax x")?;
     need(out, DType::U32, u(p.rows), "argmax out")?;
-    be.gpu().launch("argmax", "argmax", Launch::new((p.rows, 1, 1), 1024), p, &[x.ptr(), out.ptr()], &[])
+    k::argmax::launch(be.gpu(), Launch::new((p.rows, 1, 1), 1024), p, k::argmax::Args { x, out })
 }
 
 /// One block of [`SAMPLE_THREADS`] per row (cuda/sample.cu).
@@ -126,7 +127,7 @@ pub fn sample(
     need(settings, DType::U32, 4 * u(p.rows), "sample settings")?;
     need(out, DType::U32, u(p.rows), "sample out")?;
     let l = Launch::new((p.rows, 1, 1), SAMPLE_THREADS);
-    be.gpu().launch("sample", "sample", l, p, &[logits.ptr(), settings.ptr(), out.ptr()], &[])
+    k::sample::launch(be.gpu(), l, p, k::sample::Args { x: logits, settings, out })
 }
 
 /// Threads per block of `sample` (the kernel's shared arrays hold one slot per warp).
@@ -144,5 +145,5 @@ pub fn fill_random(be: &CudaBackend, p: &FillRandomParams, out: &mut CudaBuffer)
     if !(want == DType::F32 && out.dtype.is_kv8() && out.len >= 4 * u(p.n)) {
         need(out, want, u(p.n), "fill_random out")?;
     }
-    be.gpu().launch("fill_random", "fill_random", Launch::elems(u(p.n)), p, &[out.ptr()], &[])
+    k::fill_random::launch(be.gpu(), Launch::elems(u(p.n)), p, k::fill_random::Args { out })
 }

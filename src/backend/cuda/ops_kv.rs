@@ -7,8 +7,9 @@
 //! live on the device and are bounds-checked by the kernels (an out-of-pool slot is skipped).
 //! Slots of one call must be distinct (the trait's contract; two writers of one slot would race).
 
+use super::bindings::{self as kern, Scratch, entry};
 use super::context::{Launch, err};
-use super::{CudaBackend, CudaBuffer, kidx, need, need_kv};
+use super::{CudaBackend, CudaBuffer, need, need_kv};
 use crate::backend::*;
 use crate::error::Result;
 
@@ -55,37 +56,25 @@ pub fn rope_append_kv(
         return Ok(());
     }
     let g = be.gpu();
-    let name = [
-        "rope_append_kv_f32",
-        "rope_append_kv_f16",
-        "rope_append_kv_bf16",
-        "rope_append_kv_int8",
-        "rope_append_kv_fp8",
-    ][kidx(kt)];
-    let ptrs = [
-        qkv.ptr(),
-        meta.positions.ptr(),
-        meta.slots.ptr(),
-        meta.ring_slots.ptr(),
-        meta.inv_freq.ptr(),
-        kv.head_map.ptr(),
-        q.ptr(),
-        kv.k.ptr(),
-        kv.v.ptr(),
-        kv.sk.ptr(),
-        kv.sv.ptr(),
-    ];
-    g.launch("rope_append_kv", name, Launch::new((n as u32, (nh + nkv) as u32, 1), 64), p, &ptrs, &[])?;
+    let name = entry(kern::rope_append_kv::ENTRIES, kt, 0, 1)?;
+    let args = kern::rope_append_kv::Args {
+        qkv,
+        positions: meta.positions,
+        slots: meta.slots,
+        ring_slots: meta.ring_slots,
+        inv_freq: meta.inv_freq,
+        head_map: kv.head_map,
+        q,
+        k: &mut *kv.k,
+        v: kv.v,
+        sk: kv.sk,
+        sv: kv.sv,
+    };
+    kern::rope_append_kv::launch_variant(g, name, Launch::new((n as u32, (nh + nkv) as u32, 1), 64), p, args)?;
     if n_ret > 0 {
-        let name = [
-            "rope_append_kv_summary_f32",
-            "rope_append_kv_summary_f16",
-            "rope_append_kv_summary_bf16",
-            "rope_append_kv_summary_int8",
-            "rope_append_kv_summary_fp8",
-        ][kidx(kt)];
-        let ptrs = [meta.slots.ptr(), kv.k.ptr(), kv.summary.ptr()];
-        g.launch("rope_append_kv_summary", name, Launch::new((n as u32, 1, 1), 256), p, &ptrs, &[])?;
+        let name = entry(kern::rope_append_kv_summary::ENTRIES, kt, 0, 1)?;
+        let args = kern::rope_append_kv_summary::Args { s: meta.slots, k: kv.k, sum: kv.summary };
+        kern::rope_append_kv_summary::launch_variant(g, name, Launch::new((n as u32, 1, 1), 256), p, args)?;
     }
     Ok(())
 }
@@ -126,31 +115,46 @@ pub fn page_select(
     let longest = if p.max_seq_pages == 0 { ptl } else { u(p.max_seq_pages).min(ptl) };
     let np = longest.next_power_of_two().max(32);
     let g = be.gpu();
-    let keys = g.scratch("page_select_keys", ns * nkv * np * 8)?;
+    let keys = Scratch(g.scratch("page_select_keys", ns * nkv * np * 8)?);
     let l = Launch::new(((np / 8) as u32, nkv as u32, ns as u32), 256);
-    let ptrs = [
-        q.ptr(),
-        kv.summary.ptr(),
-        kv.head_map.ptr(),
-        meta.page_indptr.ptr(),
-        meta.page_table.ptr(),
-        select_mask.ptr(),
+    let args = kern::page_select_score::Args {
+        q,
+        summary: kv.summary,
+        head_map: kv.head_map,
+        page_indptr: meta.page_indptr,
+        page_table: meta.page_table,
+        select_mask,
         keys,
-    ];
-    g.launch("page_select", "page_select_score", l, p, &ptrs, &[np as u32, ptl as u32])?;
+        np: np as u32,
+        page_table_len: ptl as u32,
+    };
+    kern::page_select_score::launch(g, l, p, args)?;
+    let (selected_len, counts_len) = (out.selected.len as u32, out.counts.len as u32);
+    // The two sorts share every argument but the keys' (read in the first, sorted in place in
+    // the second).
+    macro_rules! sort_args {
+        ($binding:ident, $keys:ident) => {
+            kern::$binding::Args {
+                head_map: kv.head_map,
+                page_indptr: meta.page_indptr,
+                seq_slot,
+                select_mask,
+                $keys: keys,
+                selected: out.selected,
+                counts: out.counts,
+                np: np as u32,
+                page_table_len: ptl as u32,
+                selected_len,
+                counts_len,
+            }
+        };
+    }
     // Rows whose keys fit in shared memory sort there; longer ones in place in the scratch.
-    let in_smem = np * 8 <= g.smem_optin as usize;
-    let (name, smem) = if in_smem { ("page_select", np * 8) } else { ("page_select_global", 0) };
-    let l = Launch::new((nkv as u32, ns as u32, 1), SELECT_THREADS).smem(smem);
-    let ptrs = [
-        kv.head_map.ptr(),
-        meta.page_indptr.ptr(),
-        seq_slot.ptr(),
-        select_mask.ptr(),
-        keys,
-        out.selected.ptr(),
-        out.counts.ptr(),
-    ];
-    let scalars = [np as u32, ptl as u32, out.selected.len as u32, out.counts.len as u32];
-    g.launch("page_select", name, l, p, &ptrs, &scalars)
+    if np * 8 <= g.smem_optin as usize {
+        let l = Launch::new((nkv as u32, ns as u32, 1), SELECT_THREADS).smem(np * 8);
+        kern::page_select::launch(g, l, p, sort_args!(page_select, keys_in))
+    } else {
+        let l = Launch::new((nkv as u32, ns as u32, 1), SELECT_THREADS);
+        kern::page_select_global::launch(g, l, p, sort_args!(page_select_global, keys_io))
+    }
 }

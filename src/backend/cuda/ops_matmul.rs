@@ -16,9 +16,10 @@
 
 use cudarc::cublas::sys as blas;
 
+use super::bindings::{self as kern, Scratch, entry};
 use super::context::{Launch, err};
 use super::graph::GemmRec;
-use super::{CudaBackend, CudaBuffer, fidx, need, need_float};
+use super::{CudaBackend, CudaBuffer, need, need_float};
 use crate::backend::*;
 use crate::error::Result;
 
@@ -28,13 +29,6 @@ pub const X16_FROM_M: usize = 2;
 fn u(x: u32) -> usize {
     x as usize
 }
-
-/// GEMV kernels per weight dtype (f32, f16, bf16): scalar path, 16-byte-load path (k % 8 == 0).
-const GEMV: [[&str; 2]; 3] = [
-    ["matmul_gemv_f32", "matmul_gemv_f32_vec"],
-    ["matmul_gemv_f16", "matmul_gemv_f16_vec"],
-    ["matmul_gemv_bf16", "matmul_gemv_bf16_vec"],
-];
 
 pub fn matmul(
     be: &CudaBackend,
@@ -48,11 +42,11 @@ pub fn matmul(
     need(x, DType::F32, m * k, "matmul x")?;
     need_float(w, n * k, "matmul w")?;
     need(out, DType::F32, m * n, "matmul out")?;
-    let bias_ptr = match (p.has_bias, bias) {
-        (0, _) => 0,
+    let bias = match (p.has_bias, bias) {
+        (0, _) => None,
         (_, Some(b)) => {
             need(b, DType::F32, n, "matmul bias")?;
-            b.ptr()
+            Some(b)
         }
         (_, None) => return Err(err("matmul: has_bias set but no bias buffer given")),
     };
@@ -60,22 +54,31 @@ pub fn matmul(
         return Ok(());
     }
     if m < X16_FROM_M {
-        let name = GEMV[fidx(w.dtype)][k.is_multiple_of(8) as usize];
+        // Entries [weight dtype][plain | _vec].
+        let name = entry(kern::matmul_gemv::ENTRIES, w.dtype, k.is_multiple_of(8) as usize, 2)?;
         let l = Launch::new((n.div_ceil(8) as u32, 1, 1), 256);
-        return be.gpu().launch("matmul", name, l, p, &[x.ptr(), w.ptr(), bias_ptr, out.ptr()], &[]);
+        return kern::matmul_gemv::launch_variant(
+            be.gpu(),
+            name,
+            l,
+            p,
+            kern::matmul_gemv::Args { x, w, b: bias, o: out },
+        );
     }
     if w.dtype == DType::F32 {
         be.gpu().timed("matmul_cublas", || sgemm(be, p, x, w, out))?;
     } else {
         let g = be.gpu();
         let x16 = g.scratch("gemm_x16", m * k * 2)?;
-        let round = if w.dtype == DType::BF16 { "matmul_round_x_bf16" } else { "matmul_round_x_f16" };
-        g.launch("matmul", round, Launch::elems(m * k), p, &[x.ptr(), x16], &[])?;
+        let round = kern::matmul_round_x::ENTRIES[usize::from(w.dtype == DType::BF16)];
+        let args = kern::matmul_round_x::Args { x, x16: Scratch(x16) };
+        kern::matmul_round_x::launch_variant(g, round, Launch::elems(m * k), p, args)?;
         let bf16 = w.dtype == DType::BF16;
         g.gemm16(GemmRec { m: m as i32, n: n as i32, k: k as i32, bf16, w: w.ptr(), x: x16, out: out.ptr() })?;
     }
-    if bias_ptr != 0 {
-        be.gpu().launch("matmul", "matmul_bias", Launch::elems(m * n), p, &[bias_ptr, out.ptr()], &[])?;
+    if let Some(bias) = bias {
+        let args = kern::matmul_bias::Args { bias, out };
+        kern::matmul_bias::launch(be.gpu(), Launch::elems(m * n), p, args)?;
     }
     Ok(())
 }

@@ -12,6 +12,7 @@ mod ops_attention;
 mod ops_basic;
 mod ops_kv;
 mod ops_matmul;
+pub mod pipelines;
 pub mod shaders;
 
 use std::cell::RefCell;

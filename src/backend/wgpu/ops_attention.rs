@@ -25,10 +25,9 @@
 //! layers (wgpu orders the dispatches). With one split the kernel writes `out` directly and no
 //! merge is recorded.
 
-use bytemuck::bytes_of;
-
-use super::context::{Bind, err};
+use super::context::err;
 use super::ops_basic::rows_grid;
+use super::pipelines as pl;
 use super::{WgpuBackend, WgpuBuffer, need, need_kv};
 use crate::backend::*;
 use crate::error::Result;
@@ -106,17 +105,22 @@ pub fn prefill_attention(
     // Tiles never straddle sequences: at most one partial tile per sequence.
     let tiles = (n * (nh / nkv)).div_ceil(tile_rows(hd)) + ns;
     let (x, y, _) = rows_grid(be, tiles);
-    for (pp, k, v) in passes(p, &kv) {
-        let bufs = [q, q_indptr, k, v, kv.head_map, meta.page_indptr, meta.page_table, meta.kv_len, meta.ring_table];
-        let binds = binds(&bufs, [&*out]);
-        be.gpu().dispatch("prefill_attention", Some(kv.k.dtype), bytes_of(&pp), &binds, (x, y, nkv as u32))?;
+    for (pp, k_pool, v_pool) in passes(p, &kv) {
+        let binds = pl::prefill_attention::Binds {
+            q,
+            q_indptr,
+            k_pool,
+            v_pool,
+            head_map: kv.head_map,
+            page_indptr: meta.page_indptr,
+            page_table: meta.page_table,
+            kv_len: meta.kv_len,
+            ring_table: meta.ring_table,
+            out: &mut *out,
+        };
+        pl::prefill_attention::dispatch(be.gpu(), Some(kv.k.dtype), &pp, binds, (x, y, nkv as u32))?;
     }
     Ok(())
-}
-
-/// Bindings 1.. of a dispatch: `a` then `b`.
-fn binds<'a, const N: usize>(a: &[&'a WgpuBuffer], b: [&'a WgpuBuffer; N]) -> Vec<Bind<'a>> {
-    a.iter().chain(&b).map(|x| Bind(&x.buf)).collect()
 }
 
 /// One pass per head kind present: (params, K pool, V pool). The streaming pass is recorded with
@@ -172,16 +176,30 @@ pub fn sparse_decode_attention(
     }
     let head_chunks = (nh / nkv).div_ceil(DECODE_HEADS);
     let splits = decode_splits(p, meta.page_table.len, head_chunks);
-    let part = be.scratch(if splits > 1 { 4 + ns * nh * splits * (hd + 2) } else { 1 })?;
+    let mut part = be.scratch(if splits > 1 { 4 + ns * nh * splits * (hd + 2) } else { 1 })?;
     let groups = (splits as u32, (nkv * head_chunks) as u32, ns as u32);
-    for (pp, k, v) in passes(p, &kv) {
-        let bufs = [q, k, v, kv.head_map, meta.page_indptr, meta.page_table, meta.kv_len, meta.ring_table];
-        let binds = binds(&bufs, [pages.selected, pages.counts, pages.seq_slot, pages.tail_start, &*out, &part]);
-        be.gpu().dispatch("sparse_decode_attention", Some(kv.k.dtype), bytes_of(&pp), &binds, groups)?;
+    for (pp, k_pool, v_pool) in passes(p, &kv) {
+        let binds = pl::sparse_decode_attention::Binds {
+            q,
+            k_pool,
+            v_pool,
+            head_map: kv.head_map,
+            page_indptr: meta.page_indptr,
+            page_table: meta.page_table,
+            kv_len: meta.kv_len,
+            ring_table: meta.ring_table,
+            selected: pages.selected,
+            counts: pages.counts,
+            seq_slot: pages.seq_slot,
+            tail_start: pages.tail_start,
+            out: &mut *out,
+            part: &mut part,
+        };
+        pl::sparse_decode_attention::dispatch(be.gpu(), Some(kv.k.dtype), &pp, binds, groups)?;
     }
     if splits > 1 {
-        let binds = [Bind(&part.buf), Bind(&out.buf)];
-        be.gpu().dispatch("sparse_decode_attention_merge", None, bytes_of(p), &binds, rows_grid(be, ns * nh))?;
+        let binds = pl::sparse_decode_attention_merge::Binds { part: &part, out };
+        pl::sparse_decode_attention_merge::dispatch(be.gpu(), None, p, binds, rows_grid(be, ns * nh))?;
     }
     Ok(())
 }
@@ -213,9 +231,16 @@ pub fn lambda_mass(
     need(meta.ring_table, DType::U32, 0, "lambda_mass ring_table")?;
     need(q, DType::F32, n * nh * hd, "lambda_mass q")?;
     need(out, DType::F32, n * nh, "lambda_mass out")?;
-    let bufs = [q, kv.k, kv.head_map, meta.page_indptr, meta.page_table, meta.kv_len];
-    let binds = binds(&bufs, [&*out]);
-    be.gpu().dispatch("lambda_mass", Some(kt), bytes_of(p), &binds, rows_grid(be, n * nh))
+    let binds = pl::lambda_mass::Binds {
+        q,
+        k_pool: kv.k,
+        head_map: kv.head_map,
+        page_indptr: meta.page_indptr,
+        page_table: meta.page_table,
+        kv_len: meta.kv_len,
+        out,
+    };
+    pl::lambda_mass::dispatch(be.gpu(), Some(kt), p, binds, rows_grid(be, n * nh))
 }
 
 #[cfg(test)]
@@ -284,7 +309,7 @@ mod tests {
     ) -> (AttentionParams, Vec<(WgpuBuffer, CpuBuffer)>, Vec<u32>) {
         let (ps, num_pages, ring_tokens, nkv) = (16usize, 48usize, 64u32, streaming.len());
         let n_str = streaming.iter().filter(|&&s| s).count();
-        let head_map = crate::kv::HeadLayout { streaming: vec![streaming.to_vec()] }.head_map(0);
+        let head_map = crate::backend::reference::kv_layout::head_map(streaming);
         let perm = rng.perm(num_pages);
         let (mut indptr, mut table) = (vec![0u32], vec![]);
         for &l in lens {

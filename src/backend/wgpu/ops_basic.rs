@@ -2,9 +2,8 @@
 //! gelu_tanh_mul, head_rmsnorm, scale,
 //! gather_rows, argmax, sample (shaders/<op>.wgsl).
 
-use bytemuck::bytes_of;
-
-use super::context::{Bind, err};
+use super::context::err;
+use super::pipelines as pl;
 use super::{WgpuBackend, WgpuBuffer, need, need_weights};
 use crate::backend::*;
 use crate::error::Result;
@@ -39,8 +38,8 @@ pub fn embed(
     if p.vocab == 0 {
         return Err(err("embed: empty vocabulary"));
     }
-    let binds = [Bind(&table.buf), Bind(&ids.buf), Bind(&out.buf)];
-    be.gpu().dispatch("embed", Some(table.dtype), bytes_of(p), &binds, grid(be, n * d))
+    let binds = pl::embed::Binds { w: table, ids, out };
+    pl::embed::dispatch(be.gpu(), Some(table.dtype), p, binds, grid(be, n * d))
 }
 
 pub fn rmsnorm(
@@ -56,17 +55,11 @@ pub fn rmsnorm(
     need(w, DType::F32, d, "rmsnorm w")?;
     need(out, DType::F32, r * d, "rmsnorm out")?;
     match residual {
-        None => be.gpu().dispatch(
-            "rmsnorm",
-            None,
-            bytes_of(p),
-            &[Bind(&x.buf), Bind(&w.buf), Bind(&out.buf)],
-            rows_grid(be, r),
-        ),
-        Some(res) => {
-            need(res, DType::F32, r * d, "add_rmsnorm residual")?;
-            let binds = [Bind(&res.buf), Bind(&x.buf), Bind(&w.buf), Bind(&out.buf)];
-            be.gpu().dispatch("add_rmsnorm", None, bytes_of(p), &binds, rows_grid(be, r))
+        None => pl::rmsnorm::dispatch(be.gpu(), None, p, pl::rmsnorm::Binds { x, wn: w, out }, rows_grid(be, r)),
+        Some(residual) => {
+            need(residual, DType::F32, r * d, "add_rmsnorm residual")?;
+            let binds = pl::add_rmsnorm::Binds { residual, x, wn: w, out };
+            pl::add_rmsnorm::dispatch(be.gpu(), None, p, binds, rows_grid(be, r))
         }
     }
 }
@@ -74,14 +67,14 @@ pub fn rmsnorm(
 pub fn add(be: &WgpuBackend, p: &AddParams, a: &mut WgpuBuffer, b: &WgpuBuffer) -> Result<()> {
     need(a, DType::F32, u(p.n), "add a")?;
     need(b, DType::F32, u(p.n), "add b")?;
-    be.gpu().dispatch("add", None, bytes_of(p), &[Bind(&a.buf), Bind(&b.buf)], grid(be, u(p.n)))
+    pl::add::dispatch(be.gpu(), None, p, pl::add::Binds { a, b }, grid(be, u(p.n)))
 }
 
 pub fn silu_mul(be: &WgpuBackend, p: &SiluMulParams, gate_up: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {
     let (r, d) = (u(p.rows), u(p.dim));
     need(gate_up, DType::F32, r * 2 * d, "silu_mul gate_up")?;
     need(out, DType::F32, r * d, "silu_mul out")?;
-    be.gpu().dispatch("silu_mul", None, bytes_of(p), &[Bind(&gate_up.buf), Bind(&out.buf)], grid(be, r * d))
+    pl::silu_mul::dispatch(be.gpu(), None, p, pl::silu_mul::Binds { gate_up, out }, grid(be, r * d))
 }
 
 pub fn gelu_tanh_mul(
@@ -93,7 +86,7 @@ pub fn gelu_tanh_mul(
     let (r, d) = (u(p.rows), u(p.dim));
     need(gate_up, DType::F32, r * 2 * d, "gelu_tanh_mul gate_up")?;
     need(out, DType::F32, r * d, "gelu_tanh_mul out")?;
-    be.gpu().dispatch("gelu_tanh_mul", None, bytes_of(p), &[Bind(&gate_up.buf), Bind(&out.buf)], grid(be, r * d))
+    pl::gelu_tanh_mul::dispatch(be.gpu(), None, p, pl::gelu_tanh_mul::Binds { gate_up, out }, grid(be, r * d))
 }
 
 pub fn head_rmsnorm(be: &WgpuBackend, p: &HeadRmsnormParams, x: &mut WgpuBuffer, w: &WgpuBuffer) -> Result<()> {
@@ -103,12 +96,12 @@ pub fn head_rmsnorm(be: &WgpuBackend, p: &HeadRmsnormParams, x: &mut WgpuBuffer,
     }
     need(x, DType::F32, r * u(p.row_stride), "head_rmsnorm x")?;
     need(w, DType::F32, nh * hd, "head_rmsnorm w")?;
-    be.gpu().dispatch("head_rmsnorm", None, bytes_of(p), &[Bind(&x.buf), Bind(&w.buf)], rows_grid(be, r * nh))
+    pl::head_rmsnorm::dispatch(be.gpu(), None, p, pl::head_rmsnorm::Binds { x, wn: w }, rows_grid(be, r * nh))
 }
 
 pub fn scale(be: &WgpuBackend, p: &ScaleParams, x: &mut WgpuBuffer) -> Result<()> {
     need(x, DType::F32, u(p.n), "scale x")?;
-    be.gpu().dispatch("scale", None, bytes_of(p), &[Bind(&x.buf)], grid(be, u(p.n)))
+    pl::scale::dispatch(be.gpu(), None, p, pl::scale::Binds { x }, grid(be, u(p.n)))
 }
 
 pub fn gather_rows(
@@ -125,20 +118,14 @@ pub fn gather_rows(
     if p.n_src == 0 {
         return Err(err("gather_rows: empty source"));
     }
-    be.gpu().dispatch(
-        "gather_rows",
-        None,
-        bytes_of(p),
-        &[Bind(&src.buf), Bind(&rows.buf), Bind(&out.buf)],
-        grid(be, n * d),
-    )
+    pl::gather_rows::dispatch(be.gpu(), None, p, pl::gather_rows::Binds { src, rows, out }, grid(be, n * d))
 }
 
 pub fn argmax(be: &WgpuBackend, p: &ArgmaxParams, x: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {
     let (r, n) = (u(p.rows), u(p.n));
     need(x, DType::F32, r * n, "argmax x")?;
     need(out, DType::U32, r, "argmax out")?;
-    be.gpu().dispatch("argmax", None, bytes_of(p), &[Bind(&x.buf), Bind(&out.buf)], rows_grid(be, r))
+    pl::argmax::dispatch(be.gpu(), None, p, pl::argmax::Binds { x, out }, rows_grid(be, r))
 }
 
 pub fn sample(
@@ -152,8 +139,8 @@ pub fn sample(
     need(logits, DType::F32, r * n, "sample logits")?;
     need(settings, DType::U32, 4 * r, "sample settings")?;
     need(out, DType::U32, r, "sample out")?;
-    let binds = [Bind(&logits.buf), Bind(&settings.buf), Bind(&out.buf)];
-    be.gpu().dispatch("sample", None, bytes_of(p), &binds, rows_grid(be, r))
+    let binds = pl::sample::Binds { x: logits, settings, out };
+    pl::sample::dispatch(be.gpu(), None, p, binds, rows_grid(be, r))
 }
 
 pub fn fill_random(be: &WgpuBackend, p: &FillRandomParams, out: &mut WgpuBuffer) -> Result<()> {
@@ -169,5 +156,5 @@ pub fn fill_random(be: &WgpuBackend, p: &FillRandomParams, out: &mut WgpuBuffer)
         need(out, want, u(p.n), "fill_random out")?;
     }
     let words = if want == DType::F32 { u(p.n) } else { u(p.n).div_ceil(2) };
-    be.gpu().dispatch("fill_random", None, bytes_of(p), &[Bind(&out.buf)], grid(be, words))
+    pl::fill_random::dispatch(be.gpu(), None, p, pl::fill_random::Binds { out }, grid(be, words))
 }

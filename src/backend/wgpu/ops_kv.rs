@@ -11,7 +11,7 @@
 //!    packed KV dtype it runs with an identity layout instead (page_size 1, every head a retrieval
 //!    head, slot t for token t) into two f32 staging buffers `[n_tokens][n_kv_heads][head_dim]`,
 //!    and `rope_append_kv_pack` (one workgroup per token and KV head) stores the rows into the
-//!    real pools: 16-bit values rounded to nearest even, 8-bit rows quantized as src/kv/quant.rs
+//!    real pools: 16-bit values rounded to nearest even, 8-bit rows quantized as src/backend/reference/kv_quant.rs
 //!    defines (so the rotation is the same code for every dtype);
 //! 2. `rope_append_kv_summary`: one workgroup per token; the workgroup of the token that wrote the
 //!    largest offset of a logical page in this call recomputes that page's min/max over its tokens.
@@ -28,10 +28,9 @@
 //! checked here without a round trip; the shaders skip out-of-range ones instead of writing out of
 //! bounds (the CPU reference reports them as errors).
 
-use bytemuck::bytes_of;
-
-use super::context::{Bind, err};
+use super::context::err;
 use super::ops_basic::{grid, rows_grid};
+use super::pipelines as pl;
 use super::{WgpuBackend, WgpuBuffer, need, need_kv};
 use crate::backend::*;
 use crate::error::Result;
@@ -73,29 +72,30 @@ pub fn rope_append_kv(
         return Ok(());
     }
     let threads = n * (nh + nkv) * hd.div_ceil(2);
+    let mut kv = kv;
     if kt == DType::F32 {
-        let binds = [
-            Bind(&qkv.buf),
-            Bind(&m.positions.buf),
-            Bind(&m.slots.buf),
-            Bind(&m.ring_slots.buf),
-            Bind(&m.inv_freq.buf),
-            Bind(&kv.head_map.buf),
-            Bind(&q.buf),
-            Bind(&kv.k.buf),
-            Bind(&kv.v.buf),
-            Bind(&kv.sk.buf),
-            Bind(&kv.sv.buf),
-        ];
-        be.gpu().dispatch("rope_append_kv", None, bytes_of(p), &binds, grid(be, threads))?;
+        let binds = pl::rope_append_kv::Binds {
+            qkv,
+            positions: m.positions,
+            slots: m.slots,
+            ring_slots: m.ring_slots,
+            inv_freq: m.inv_freq,
+            head_map: kv.head_map,
+            q,
+            k: &mut *kv.k,
+            v: &mut *kv.v,
+            sk: &mut *kv.sk,
+            sv: &mut *kv.sv,
+        };
+        pl::rope_append_kv::dispatch(be.gpu(), None, p, binds, grid(be, threads))?;
     } else {
-        append_packed(be, p, qkv, m, q, &kv, threads)?;
+        append_packed(be, p, qkv, m, q, &mut kv, threads)?;
     }
     if n_ret == 0 {
         return Ok(());
     }
-    let binds = [Bind(&m.slots.buf), Bind(&kv.k.buf), Bind(&kv.summary.buf)];
-    be.gpu().dispatch("rope_append_kv_summary", Some(kt), bytes_of(p), &binds, rows_grid(be, n))
+    let binds = pl::rope_append_kv_summary::Binds { slots: m.slots, k_pool: kv.k, summary: kv.summary };
+    pl::rope_append_kv_summary::dispatch(be.gpu(), Some(kt), p, binds, rows_grid(be, n))
 }
 
 /// Pass 1 for a packed KV dtype: rotate into f32 staging rows through the identity layout, then
@@ -106,15 +106,15 @@ fn append_packed(
     qkv: &WgpuBuffer,
     m: &RopeAppendMeta<WgpuBackend>,
     q: &mut WgpuBuffer,
-    kv: &LayerKvMut<WgpuBackend>,
+    kv: &mut LayerKvMut<WgpuBackend>,
     threads: usize,
 ) -> Result<()> {
-    let (n, nkv, hd) = (u(p.n_tokens), u(p.n_kv_heads), u(p.head_dim));
-    let staged_k = be.alloc(DType::F32, n * nkv * hd)?;
-    let staged_v = be.alloc(DType::F32, n * nkv * hd)?;
+    let (n, nkv, hd, kt) = (u(p.n_tokens), u(p.n_kv_heads), u(p.head_dim), kv.k.dtype);
+    let mut staged_k = be.alloc(DType::F32, n * nkv * hd)?;
+    let mut staged_v = be.alloc(DType::F32, n * nkv * hd)?;
     // Bound where the identity layout never writes (no streaming heads); two buffers, so no
     // writable binding aliases another.
-    let (spare_k, spare_v) = (be.alloc(DType::F32, 1)?, be.alloc(DType::F32, 1)?);
+    let (mut spare_k, mut spare_v) = (be.alloc(DType::F32, 1)?, be.alloc(DType::F32, 1)?);
     let ids = be.upload_u32(&(0..n.max(nkv) as u32).collect::<Vec<u32>>())?;
     let identity = RopeAppendKvParams {
         page_size: 1,
@@ -125,32 +125,32 @@ fn append_packed(
         num_str_pages: 0,
         ..*p
     };
-    let binds = [
-        Bind(&qkv.buf),
-        Bind(&m.positions.buf),
-        Bind(&ids.buf),
-        Bind(&ids.buf),
-        Bind(&m.inv_freq.buf),
-        Bind(&ids.buf),
-        Bind(&q.buf),
-        Bind(&staged_k.buf),
-        Bind(&staged_v.buf),
-        Bind(&spare_k.buf),
-        Bind(&spare_v.buf),
-    ];
-    be.gpu().dispatch("rope_append_kv", None, bytes_of(&identity), &binds, grid(be, threads))?;
-    let binds = [
-        Bind(&staged_k.buf),
-        Bind(&staged_v.buf),
-        Bind(&m.slots.buf),
-        Bind(&m.ring_slots.buf),
-        Bind(&kv.head_map.buf),
-        Bind(&kv.k.buf),
-        Bind(&kv.v.buf),
-        Bind(&kv.sk.buf),
-        Bind(&kv.sv.buf),
-    ];
-    be.gpu().dispatch("rope_append_kv_pack", Some(kv.k.dtype), bytes_of(p), &binds, rows_grid(be, n * nkv))
+    let binds = pl::rope_append_kv::Binds {
+        qkv,
+        positions: m.positions,
+        slots: &ids,
+        ring_slots: &ids,
+        inv_freq: m.inv_freq,
+        head_map: &ids,
+        q,
+        k: &mut staged_k,
+        v: &mut staged_v,
+        sk: &mut spare_k,
+        sv: &mut spare_v,
+    };
+    pl::rope_append_kv::dispatch(be.gpu(), None, &identity, binds, grid(be, threads))?;
+    let binds = pl::rope_append_kv_pack::Binds {
+        staged_k: &staged_k,
+        staged_v: &staged_v,
+        slots: m.slots,
+        ring_slots: m.ring_slots,
+        head_map: kv.head_map,
+        k: &mut *kv.k,
+        v: &mut *kv.v,
+        sk: &mut *kv.sk,
+        sv: &mut *kv.sv,
+    };
+    pl::rope_append_kv_pack::dispatch(be.gpu(), Some(kt), p, binds, rows_grid(be, n * nkv))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -193,26 +193,26 @@ pub fn page_select(
     if entries * n_ret > u32::MAX as usize {
         return Err(err("page_select: page table too large for 32-bit indexing"));
     }
-    let keys = be.scratch(entries * n_ret)?;
-    let binds = [
-        Bind(&q.buf),
-        Bind(&kv.summary.buf),
-        Bind(&kv.head_map.buf),
-        Bind(&m.page_indptr.buf),
-        Bind(&m.page_table.buf),
-        Bind(&select_mask.buf),
-        Bind(&keys.buf),
-    ];
+    let mut keys = be.scratch(entries * n_ret)?;
+    let binds = pl::page_select::Binds {
+        q,
+        summary: kv.summary,
+        head_map: kv.head_map,
+        page_indptr: m.page_indptr,
+        page_table: m.page_table,
+        select_mask,
+        keys: &mut keys,
+    };
     let per_wg = 256 / (nh / nkv).clamp(1, 64); // items per workgroup, as in the shader
-    be.gpu().dispatch("page_select", None, bytes_of(p), &binds, rows_grid(be, (entries * n_ret).div_ceil(per_wg)))?;
-    let binds = [
-        Bind(&keys.buf),
-        Bind(&kv.head_map.buf),
-        Bind(&m.page_indptr.buf),
-        Bind(&seq_slot.buf),
-        Bind(&select_mask.buf),
-        Bind(&out.selected.buf),
-        Bind(&out.counts.buf),
-    ];
-    be.gpu().dispatch("page_select_topk", None, bytes_of(p), &binds, rows_grid(be, ns * n_ret))
+    pl::page_select::dispatch(be.gpu(), None, p, binds, rows_grid(be, (entries * n_ret).div_ceil(per_wg)))?;
+    let binds = pl::page_select_topk::Binds {
+        keys: &keys,
+        head_map: kv.head_map,
+        page_indptr: m.page_indptr,
+        seq_slot,
+        select_mask,
+        selected: out.selected,
+        counts: out.counts,
+    };
+    pl::page_select_topk::dispatch(be.gpu(), None, p, binds, rows_grid(be, ns * n_ret))
 }

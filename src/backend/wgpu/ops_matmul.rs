@@ -32,10 +32,9 @@
 //! over the adapter's per-dimension limit; the shaders index `wg.x + wg.y * num_workgroups.x` and
 //! return early, as a whole workgroup, past the last tile.
 
-use bytemuck::bytes_of;
-
-use super::context::{Bind, err};
+use super::context::err;
 use super::ops_basic::rows_grid;
+use super::pipelines as pl;
 use super::{WgpuBackend, WgpuBuffer, need, need_weights};
 use crate::backend::*;
 use crate::error::Result;
@@ -56,15 +55,15 @@ const GEMV_BATCH_ROWS: usize = 4;
 /// `pairs`: the weights are 16-bit with k % 8 == 0 and the adapter has SUBGROUP.
 pub fn pick(m: usize, n: usize, pairs: bool) -> (&'static str, usize) {
     if m == 1 && pairs {
-        ("matmul_gemv_subgroup", n.div_ceil(GEMV_SUBGROUP_ROWS))
+        (pl::matmul::GEMV_SUBGROUP, n.div_ceil(GEMV_SUBGROUP_ROWS))
     } else if m <= GEMV_MAX_M && pairs {
-        ("matmul_gemv_subgroup_batch", n.div_ceil(GEMV_BATCH_ROWS))
+        (pl::matmul::GEMV_SUBGROUP_BATCH, n.div_ceil(GEMV_BATCH_ROWS))
     } else if m <= GEMV_MAX_M {
-        ("matmul_gemv", n.div_ceil(GEMV_ROWS))
+        (pl::matmul::GEMV, n.div_ceil(GEMV_ROWS))
     } else if m <= M32_MAX_M {
-        ("matmul_m32", m.div_ceil(32) * n.div_ceil(64))
+        (pl::matmul::M32, m.div_ceil(32) * n.div_ceil(64))
     } else {
-        ("matmul", m.div_ceil(128) * n.div_ceil(64))
+        (pl::matmul::OP, m.div_ceil(128) * n.div_ceil(64))
     }
 }
 
@@ -95,8 +94,8 @@ pub fn matmul(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let binds = [Bind(&x.buf), Bind(&w.buf), Bind(&bias.buf), Bind(&out.buf)];
     let pairs = matches!(w.dtype, DType::F16 | DType::BF16) && k % 8 == 0 && be.has_subgroup();
     let (op, groups) = pick(m, n, pairs);
-    be.gpu().dispatch(op, Some(w.dtype), bytes_of(p), &binds, rows_grid(be, groups))
+    let binds = pl::matmul::Binds { x, w, bias, out };
+    pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups))
 }

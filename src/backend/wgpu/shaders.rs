@@ -54,7 +54,7 @@ fn kv_pools(op: &str) -> &'static [(&'static str, bool)] {
 /// The KV snippet of `op` for KV dtype `d`: element types, accessors that return f32 values
 /// (16-bit unpacked; 8-bit codes times their row's scale, one multiply, so every backend reads
 /// the same values) at float-pool element offset `i` (= row * head_dim + dim; 8-bit pools map
-/// it to the row's block, see src/kv/quant.rs). Reads `p.head_dim` and `p.page_size`.
+/// it to the row's block, see src/backend/reference/kv_quant.rs). Reads `p.head_dim` and `p.page_size`.
 fn kv_snippet(op: &str, d: DType) -> Option<String> {
     let kind = match d {
         DType::F32 => 0,

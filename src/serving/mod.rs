@@ -1,6 +1,8 @@
-//! The serving engine: executes the scheduler's plans (src/sched) on an [`Engine`] — admissions,
-//! swap-outs to the host tier and swap-ins from it, drops for recompute, one ragged forward per
-//! step — then samples, detokenizes, applies stop conditions and sends each request's events.
+//! The serving core, above the engine and the scheduler (docs/architecture.md, "Layers"): it
+//! executes the scheduler's plans (src/sched) on an [`Engine`] — admissions, swap-outs to the
+//! host tier and swap-ins from it, drops for recompute, one ragged forward per step — then
+//! samples, detokenizes, applies stop conditions and sends each request's events over its
+//! channel. The HTTP layer (src/server) sits on top and only validates, tokenizes and forwards.
 //!
 //! Invariants: the scheduler decides and this module carries out (it never second-guesses a
 //! plan, it only reports what could not be done: a lost swap becomes a recompute); a request that
@@ -19,8 +21,8 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{Engine, FinishReason, StepHead, StepRow};
 use crate::backend::Backend;
+use crate::engine::{Engine, FinishReason, StepHead, StepRow};
 use crate::error::{Error, Result};
 use crate::kv::{HostTier, SeqPages};
 use crate::model::llama::Logits;

@@ -187,7 +187,7 @@ mod tests {
         let mut s = seed | 1;
         (0..400)
             .map(|i| {
-                let mag = 10f64.powi((i % 13) as i32 - 8);
+                let mag = 10f64.powi((i % 13) - 8);
                 (0..64)
                     .map(|j| {
                         let x = (rng(&mut s) * 2.0 - 1.0) * mag;

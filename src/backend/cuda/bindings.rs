@@ -1,0 +1,343 @@
+//! Typed launches: one declaration per kernel signature of `cuda/*.cu` — its module stem, its
+//! entry points (the `extern "C" __global__` names that share the signature: dtype and tile
+//! variants), its `#[repr(C)]` parameter struct and its arguments in the `.cu` order, each with
+//! its role (read, written, optional, scratch, scalar) and element type. The macro turns each into
+//! a module with an `Args` struct (one named field per kernel argument) and a `launch` function,
+//! so op code names every argument and never builds an argument list or a kernel name itself.
+//!
+//! `tests/cuda.rs` (`every_binding_matches_its_cu_signature`) parses the `.cu` sources (macros
+//! expanded) and checks every declaration against every entry's signature: parameter count,
+//! order, names, element types and constness. A wrong order fails there, without a GPU.
+//!
+//! Invariants: in every declaration the pointer arguments come before the `u32` scalars (the
+//! order the launcher passes them in; the test checks it); a `launch` refuses an entry that is not
+//! one of its declaration's, and `launch` (no entry named) refuses a kernel that has variants.
+
+use super::CudaBuffer;
+use super::context::{Gpu, Launch};
+use crate::backend::*;
+use crate::error::Result;
+
+/// How a kernel argument is passed (what `Args` holds for it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// `const T*`: a buffer the kernel reads.
+    In,
+    /// `T*`: a buffer the kernel writes (and may read).
+    Out,
+    /// `const T*` that may be absent (null).
+    OptIn,
+    /// `const T*` / `T*` into a scratch allocation (`Gpu::scratch`; 0 = none).
+    ScratchIn,
+    ScratchOut,
+    /// `u32` by value.
+    U32,
+}
+
+/// Element type of a pointer argument as the `.cu` declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Elem {
+    F32,
+    U32,
+    U64,
+    /// The storage dtype of the entry (KV or weights: a template parameter or its instance).
+    Store,
+    /// `void*` (fill_random: any float dtype).
+    Any,
+    /// Not a pointer (`u32` scalars).
+    Scalar,
+}
+
+/// One declaration, as the signature test reads it.
+pub struct Binding {
+    pub name: &'static str,
+    pub stem: &'static str,
+    pub params: &'static str,
+    pub entries: &'static [&'static str],
+    pub args: &'static [(&'static str, Role, Elem)],
+}
+
+/// A device pointer into a scratch allocation (`Gpu::scratch`), or none (0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scratch(pub u64);
+
+impl Scratch {
+    pub const NONE: Scratch = Scratch(0);
+}
+
+macro_rules! field_ty {
+    (In) => { &'a CudaBuffer };
+    (Out) => { &'a mut CudaBuffer };
+    (OptIn) => { Option<&'a CudaBuffer> };
+    (ScratchIn) => { Scratch };
+    (ScratchOut) => { Scratch };
+    (U32) => { u32 };
+}
+
+macro_rules! push_arg {
+    (In, $v:expr, $ptrs:ident, $scalars:ident) => {
+        $ptrs.push($v.ptr())
+    };
+    (Out, $v:expr, $ptrs:ident, $scalars:ident) => {
+        $ptrs.push($v.ptr())
+    };
+    (OptIn, $v:expr, $ptrs:ident, $scalars:ident) => {
+        $ptrs.push($v.map_or(0, |b| b.ptr()))
+    };
+    (ScratchIn, $v:expr, $ptrs:ident, $scalars:ident) => {
+        $ptrs.push($v.0)
+    };
+    (ScratchOut, $v:expr, $ptrs:ident, $scalars:ident) => {
+        $ptrs.push($v.0)
+    };
+    (U32, $v:expr, $ptrs:ident, $scalars:ident) => {
+        $scalars.push($v)
+    };
+}
+
+macro_rules! kernels {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident: $stem:literal ($params:ident) [$($entry:literal),+ $(,)?]
+        { $($arg:ident: $role:ident $elem:ident),+ $(,)? }
+    )+) => {
+        $(
+            $(#[$doc])*
+            pub mod $name {
+                use super::*;
+                /// The `cuda/<stem>.cu` module.
+                pub const STEM: &str = $stem;
+                /// Entry points with this signature.
+                pub const ENTRIES: &[&str] = &[$($entry),+];
+                /// The kernel's arguments after the parameter struct, by their `.cu` names.
+                pub struct Args<'a> {
+                    $(pub $arg: field_ty!($role),)+
+                }
+                /// Launch the kernel's only entry with `p` and `a` (an error for a kernel with
+                /// variants: those pick one with [`launch_variant`]).
+                pub fn launch(gpu: &Gpu, l: Launch, p: &$params, a: Args<'_>) -> Result<()> {
+                    match ENTRIES {
+                        [only] => launch_variant(gpu, only, l, p, a),
+                        _ => Err(super::super::context::err(format!("{} has variants: pick one", stringify!($name)))),
+                    }
+                }
+                /// Launch `entry` (one of [`ENTRIES`]) with `p` and `a`.
+                pub fn launch_variant(gpu: &Gpu, entry: &'static str, l: Launch, p: &$params, a: Args<'_>) -> Result<()> {
+                    if !ENTRIES.contains(&entry) {
+                        return Err(super::super::context::err(format!("{entry} is not an entry of {STEM}.cu `{}`", stringify!($name))));
+                    }
+                    let mut ptrs: Vec<u64> = Vec::with_capacity(24);
+                    #[allow(unused_mut)] // kernels without u32 scalars
+                    let mut scalars: Vec<u32> = Vec::with_capacity(4);
+                    $(push_arg!($role, a.$arg, ptrs, scalars);)+
+                    gpu.launch(STEM, entry, l, p, &ptrs, &scalars)
+                }
+            }
+        )+
+        /// Every declaration (the signature test walks these).
+        pub const ALL: &[Binding] = &[$(Binding {
+            name: stringify!($name),
+            stem: $stem,
+            params: stringify!($params),
+            entries: $name::ENTRIES,
+            args: &[$((stringify!($arg), Role::$role, Elem::$elem)),+],
+        }),+];
+    };
+}
+
+kernels! {
+    embed: "embed" (EmbedParams) ["embed_f32", "embed_f16", "embed_bf16"]
+    { t: In Store, ids: In U32, out: Out F32 }
+
+    rmsnorm: "rmsnorm" (RmsnormParams) ["rmsnorm"]
+    { x: In F32, w: In F32, out: Out F32 }
+
+    add_rmsnorm: "add_rmsnorm" (RmsnormParams) ["add_rmsnorm"]
+    { res: Out F32, x: In F32, w: In F32, out: Out F32 }
+
+    add: "add" (AddParams) ["add"]
+    { a: Out F32, b: In F32 }
+
+    silu_mul: "silu_mul" (SiluMulParams) ["silu_mul"]
+    { gu: In F32, out: Out F32 }
+
+    gelu_tanh_mul: "gelu_tanh_mul" (GeluTanhMulParams) ["gelu_tanh_mul"]
+    { gu: In F32, out: Out F32 }
+
+    /// RMS norm of each head's slice of a row, in place.
+    head_rmsnorm: "head_rmsnorm" (HeadRmsnormParams) ["head_rmsnorm"]
+    { x: Out F32, w: In F32 }
+
+    scale: "scale" (ScaleParams) ["scale"]
+    { x: Out F32 }
+
+    gather_rows: "gather_rows" (GatherRowsParams) ["gather_rows"]
+    { src: In F32, rows: In U32, out: Out F32 }
+
+    argmax: "argmax" (ArgmaxParams) ["argmax"]
+    { x: In F32, out: Out U32 }
+
+    sample: "sample" (SampleParams) ["sample"]
+    { x: In F32, settings: In U32, out: Out U32 }
+
+    fill_random: "fill_random" (FillRandomParams) ["fill_random"]
+    { out: Out Any }
+
+    /// Batch-1 decode GEMV `[weight dtype][plain | _vec (k % 8 == 0, 16-byte loads)]`.
+    matmul_gemv: "matmul" (MatmulParams) [
+        "matmul_gemv_f32", "matmul_gemv_f32_vec", "matmul_gemv_f16", "matmul_gemv_f16_vec",
+        "matmul_gemv_bf16", "matmul_gemv_bf16_vec",
+    ]
+    { x: In F32, w: In Store, b: OptIn F32, o: Out F32 }
+
+    /// out += bias per column (after a cuBLAS GEMM).
+    matmul_bias: "matmul" (MatmulParams) ["matmul_bias"]
+    { bias: In F32, out: Out F32 }
+
+    /// x rounded to the weights' 16-bit dtype for the one-GEMM path `[f16, bf16]`.
+    matmul_round_x: "matmul" (MatmulParams) ["matmul_round_x_f16", "matmul_round_x_bf16"]
+    { x: In F32, x16: ScratchOut Store }
+
+    /// `[kv dtype]`; the 8-bit entries take the pools as bytes (codes + row scales).
+    rope_append_kv: "rope_append_kv" (RopeAppendKvParams) [
+        "rope_append_kv_f32", "rope_append_kv_f16", "rope_append_kv_bf16", "rope_append_kv_int8",
+        "rope_append_kv_fp8",
+    ]
+    {
+        qkv: In F32, positions: In U32, slots: In U32, ring_slots: In U32, inv_freq: In F32, head_map: In U32,
+        q: Out F32, k: Out Store, v: Out Store, sk: Out Store, sv: Out Store,
+    }
+
+    rope_append_kv_summary: "rope_append_kv_summary" (RopeAppendKvParams) [
+        "rope_append_kv_summary_f32", "rope_append_kv_summary_f16", "rope_append_kv_summary_bf16",
+        "rope_append_kv_summary_int8", "rope_append_kv_summary_fp8",
+    ]
+    { s: In U32, k: In Store, sum: Out F32 }
+
+    /// Pass 1 of `page_select`: packed (score, page) keys per (sequence, KV head).
+    page_select_score: "page_select" (PageSelectParams) ["page_select_score"]
+    {
+        q: In F32, summary: In F32, head_map: In U32, page_indptr: In U32, page_table: In U32,
+        select_mask: In U32, keys: ScratchOut U64, np: U32 Scalar, page_table_len: U32 Scalar,
+    }
+
+    /// Pass 2 of `page_select`: top-k of the keys, ascending page ids (rows that fit sort in
+    /// shared memory).
+    page_select: "page_select" (PageSelectParams) ["page_select"]
+    {
+        head_map: In U32, page_indptr: In U32, seq_slot: In U32, select_mask: In U32, keys_in: ScratchIn U64,
+        selected: Out U32, counts: Out U32, np: U32 Scalar, page_table_len: U32 Scalar, selected_len: U32 Scalar,
+        counts_len: U32 Scalar,
+    }
+
+    /// Pass 2 for rows too long for shared memory: sorts the keys in place in the scratch.
+    page_select_global: "page_select" (PageSelectParams) ["page_select_global"]
+    {
+        head_map: In U32, page_indptr: In U32, seq_slot: In U32, select_mask: In U32, keys_io: ScratchOut U64,
+        selected: Out U32, counts: Out U32, np: U32 Scalar, page_table_len: U32 Scalar, selected_len: U32 Scalar,
+        counts_len: U32 Scalar,
+    }
+
+    /// The scalar prefill `[f32 | int8 | fp8 KV][log2 dims-per-thread - 2]` (f32: the exact
+    /// reference; 8-bit: codes dequantized as they are staged).
+    prefill_attention: "prefill_attention" (AttentionParams) [
+        "prefill_attention_f32_d4", "prefill_attention_f32_d8", "prefill_attention_f32_d16",
+        "prefill_attention_f32_d32", "prefill_attention_f32_d64",
+        "prefill_attention_int8_d4", "prefill_attention_int8_d8", "prefill_attention_int8_d16",
+        "prefill_attention_int8_d32", "prefill_attention_int8_d64",
+        "prefill_attention_fp8_d4", "prefill_attention_fp8_d8", "prefill_attention_fp8_d16",
+        "prefill_attention_fp8_d32", "prefill_attention_fp8_d64",
+    ]
+    {
+        q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,
+        page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out F32,
+        ptl: U32 Scalar, rtl: U32 Scalar,
+    }
+
+    /// The tensor-core prefill `[f16 | bf16 KV][head_dim tier 64 | 128 | 256]` (same arguments).
+    prefill_attention_mma: "prefill_attention" (AttentionParams) [
+        "prefill_attention_mma_f16_d64", "prefill_attention_mma_f16_d128", "prefill_attention_mma_f16_d256",
+        "prefill_attention_mma_bf16_d64", "prefill_attention_mma_bf16_d128", "prefill_attention_mma_bf16_d256",
+    ]
+    {
+        q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,
+        page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out F32,
+        ptl: U32 Scalar, rtl: U32 Scalar,
+    }
+
+    /// `[kv dtype][log2 G]` (G query heads of one KV head per block).
+    sparse_decode_attention: "sparse_decode_attention" (AttentionParams) [
+        "sparse_decode_attention_f32_g1", "sparse_decode_attention_f32_g2",
+        "sparse_decode_attention_f32_g4", "sparse_decode_attention_f32_g8",
+        "sparse_decode_attention_f16_g1", "sparse_decode_attention_f16_g2",
+        "sparse_decode_attention_f16_g4", "sparse_decode_attention_f16_g8",
+        "sparse_decode_attention_bf16_g1", "sparse_decode_attention_bf16_g2",
+        "sparse_decode_attention_bf16_g4", "sparse_decode_attention_bf16_g8",
+        "sparse_decode_attention_int8_g1", "sparse_decode_attention_int8_g2",
+        "sparse_decode_attention_int8_g4", "sparse_decode_attention_int8_g8",
+        "sparse_decode_attention_fp8_g1", "sparse_decode_attention_fp8_g2",
+        "sparse_decode_attention_fp8_g4", "sparse_decode_attention_fp8_g8",
+    ]
+    {
+        q: In F32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32, page_indptr: In U32,
+        page_table: In U32, kv_len: In U32, ring_table: In U32, selected: In U32, counts: In U32,
+        seq_slot: In U32, tail_start: In U32, out: Out F32, part: ScratchOut F32,
+        ptl: U32 Scalar, rtl: U32 Scalar, sl: U32 Scalar, cl: U32 Scalar,
+    }
+
+    /// The tensor-core decode `[f16 | bf16 | int8 | fp8 KV][head_dim 64 | 128]` (8 query heads a
+    /// block; same arguments).
+    sparse_decode_attention_mma: "sparse_decode_attention" (AttentionParams) [
+        "sparse_decode_attention_mma_f16_d64", "sparse_decode_attention_mma_f16_d128",
+        "sparse_decode_attention_mma_bf16_d64", "sparse_decode_attention_mma_bf16_d128",
+        "sparse_decode_attention_mma_int8_d64", "sparse_decode_attention_mma_int8_d128",
+        "sparse_decode_attention_mma_fp8_d64", "sparse_decode_attention_mma_fp8_d128",
+    ]
+    {
+        q: In F32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32, page_indptr: In U32,
+        page_table: In U32, kv_len: In U32, ring_table: In U32, selected: In U32, counts: In U32,
+        seq_slot: In U32, tail_start: In U32, out: Out F32, part: ScratchOut F32,
+        ptl: U32 Scalar, rtl: U32 Scalar, sl: U32 Scalar, cl: U32 Scalar,
+    }
+
+    sparse_decode_attention_merge: "sparse_decode_attention_merge" (AttentionParams)
+        ["sparse_decode_attention_merge"]
+    { part: ScratchIn F32, out: Out F32, n_splits: U32 Scalar }
+
+    lambda_mass: "lambda_mass" (LambdaMassParams) [
+        "lambda_mass_f32", "lambda_mass_f16", "lambda_mass_bf16", "lambda_mass_int8", "lambda_mass_fp8",
+    ]
+    {
+        q: In F32, k: In Store, head_map: In U32, page_indptr: In U32, page_table: In U32, kv_len: In U32,
+        out: Out F32, ptl: U32 Scalar,
+    }
+}
+
+/// The storage dtypes in the order of the standard entry tables: `[f32, f16, bf16, int8, fp8]`
+/// (a table may stop early: weights have no 8-bit entries).
+pub const STORE_DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I8, DType::F8E4M3];
+
+/// The entry of a kernel whose entries are `[dtype][variant]` in [`STORE_DTYPES`] order with
+/// `per` variants per dtype.
+pub fn entry(entries: &'static [&'static str], d: DType, variant: usize, per: usize) -> Result<&'static str> {
+    entry_in(entries, &STORE_DTYPES, d, variant, per)
+}
+
+/// The entry of a kernel whose entries are `[dtype][variant]` over `dtypes` (in that order) with
+/// `per` variants per dtype; an error for a dtype or variant the table does not have.
+pub fn entry_in(
+    entries: &'static [&'static str],
+    dtypes: &[DType],
+    d: DType,
+    variant: usize,
+    per: usize,
+) -> Result<&'static str> {
+    let Some(di) = dtypes.iter().position(|&x| x == d) else {
+        return Err(super::context::err(format!("no kernel variant for {d:?} storage")));
+    };
+    let i = di * per + variant;
+    if variant >= per || i >= entries.len() {
+        return Err(super::context::err(format!("no kernel variant {variant} for {d:?}")));
+    }
+    Ok(entries[i])
+}

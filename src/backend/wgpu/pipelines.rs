@@ -1,0 +1,163 @@
+//! Typed dispatches: one declaration per compute pipeline (`shaders/<op>.wgsl`) — its `#[repr(C)]`
+//! parameter struct (binding 0, a uniform) and its storage buffers by their WGSL names in binding
+//! order (1, 2, ...), each read-only or read-write. The macro turns each into a module with a
+//! `Binds` struct (one named field per binding; read-write ones borrowed mutably) and a `dispatch`
+//! function, so op code names every binding and never lists buffers by position. Pipelines that
+//! share one binding list (the matmul kernels) are declared once with their variants, each named
+//! by a constant (`matmul::GEMV`), and dispatched with `dispatch_variant`.
+//!
+//! `tests/shaders.rs` (`every_pipeline_matches_its_wgsl_bindings`) parses every assembled module
+//! with naga and checks each declaration against its global bindings: the uniform's struct, then
+//! every storage binding's index, name and access mode. A wrong order fails there.
+
+use super::WgpuBuffer;
+use super::context::{Bind, Gpu};
+use crate::backend::*;
+use crate::error::Result;
+
+/// Access of a storage binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// `var<storage, read>`.
+    Read,
+    /// `var<storage, read_write>`.
+    ReadWrite,
+}
+
+/// One declaration, as the binding test reads it.
+pub struct Pipeline {
+    /// The shader ops (`shaders/<op>.wgsl`) with this binding list: the declaration's own op
+    /// first, then its variants.
+    pub ops: &'static [&'static str],
+    pub params: &'static str,
+    /// Storage bindings 1, 2, ... in order.
+    pub binds: &'static [(&'static str, Access)],
+}
+
+macro_rules! bind_ty {
+    (read) => { &'a WgpuBuffer };
+    (read_write) => { &'a mut WgpuBuffer };
+}
+
+macro_rules! access {
+    (read) => {
+        Access::Read
+    };
+    (read_write) => {
+        Access::ReadWrite
+    };
+}
+
+macro_rules! pipelines {
+    ($(
+        $(#[$doc:meta])*
+        $op:ident ($params:ident) $([$($vconst:ident = $variant:ident),+ $(,)?])?
+        { $($bind:ident: $acc:ident),+ $(,)? }
+    )+) => {
+        $(
+            $(#[$doc])*
+            pub mod $op {
+                use super::*;
+                /// The op stem (`shaders/<op>.wgsl`).
+                pub const OP: &str = stringify!($op);
+                $($(
+                    /// A variant with the same bindings (`shaders/<variant>.wgsl`).
+                    pub const $vconst: &str = stringify!($variant);
+                )+)?
+                /// The op and its variants.
+                pub const OPS: &[&str] = &[OP $($(, $vconst)+)?];
+                /// Storage bindings 1, 2, ... by their WGSL names.
+                pub struct Binds<'a> {
+                    $(pub $bind: bind_ty!($acc),)+
+                }
+                /// Record one dispatch of the pipeline for `weights` (ops that read weights).
+                pub fn dispatch(
+                    gpu: &Gpu,
+                    weights: Option<DType>,
+                    p: &$params,
+                    b: Binds<'_>,
+                    groups: (u32, u32, u32),
+                ) -> Result<()> {
+                    dispatch_variant(gpu, OP, weights, p, b, groups)
+                }
+                /// Record one dispatch of `op` (one of [`OPS`]).
+                pub fn dispatch_variant(
+                    gpu: &Gpu,
+                    op: &'static str,
+                    weights: Option<DType>,
+                    p: &$params,
+                    b: Binds<'_>,
+                    groups: (u32, u32, u32),
+                ) -> Result<()> {
+                    if !OPS.contains(&op) {
+                        return Err(super::super::context::err(format!("{op} is not a variant of `{OP}`")));
+                    }
+                    gpu.dispatch(op, weights, bytemuck::bytes_of(p), &[$(Bind(&b.$bind.buf)),+], groups)
+                }
+            }
+        )+
+        /// Every declaration (the binding test walks these).
+        pub const ALL: &[Pipeline] = &[$(Pipeline {
+            ops: $op::OPS,
+            params: stringify!($params),
+            binds: &[$((stringify!($bind), access!($acc))),+],
+        }),+];
+    };
+}
+
+pipelines! {
+    embed(EmbedParams) { w: read, ids: read, out: read_write }
+    /// The GEMM (128-row tiles) and its variants, one binding list (ops_matmul.rs picks one).
+    matmul(MatmulParams) [
+        M32 = matmul_m32,
+        GEMV = matmul_gemv,
+        GEMV_SUBGROUP = matmul_gemv_subgroup,
+        GEMV_SUBGROUP_BATCH = matmul_gemv_subgroup_batch,
+    ]
+    { x: read, w: read, bias: read, out: read_write }
+    rmsnorm(RmsnormParams) { x: read, wn: read, out: read_write }
+    add_rmsnorm(RmsnormParams) { residual: read_write, x: read, wn: read, out: read_write }
+    add(AddParams) { a: read_write, b: read }
+    silu_mul(SiluMulParams) { gate_up: read, out: read_write }
+    gelu_tanh_mul(GeluTanhMulParams) { gate_up: read, out: read_write }
+    head_rmsnorm(HeadRmsnormParams) { x: read_write, wn: read }
+    scale(ScaleParams) { x: read_write }
+    gather_rows(GatherRowsParams) { src: read, rows: read, out: read_write }
+    argmax(ArgmaxParams) { x: read, out: read_write }
+    sample(SampleParams) { x: read, settings: read, out: read_write }
+    fill_random(FillRandomParams) { out: read_write }
+    rope_append_kv(RopeAppendKvParams) {
+        qkv: read, positions: read, slots: read, ring_slots: read, inv_freq: read, head_map: read,
+        q: read_write, k: read_write, v: read_write, sk: read_write, sv: read_write,
+    }
+    /// The store pass of a packed KV dtype (f32 staging rows into the pools).
+    rope_append_kv_pack(RopeAppendKvParams) {
+        staged_k: read, staged_v: read, slots: read, ring_slots: read, head_map: read,
+        k: read_write, v: read_write, sk: read_write, sv: read_write,
+    }
+    rope_append_kv_summary(RopeAppendKvParams) { slots: read, k_pool: read, summary: read_write }
+    /// Pass 1 of `page_select`: packed (score, page) keys.
+    page_select(PageSelectParams) {
+        q: read, summary: read, head_map: read, page_indptr: read, page_table: read, select_mask: read,
+        keys: read_write,
+    }
+    /// Pass 2 of `page_select`: top-k of the keys per (sequence, retrieval head).
+    page_select_topk(PageSelectParams) {
+        keys: read, head_map: read, page_indptr: read, seq_slot: read, select_mask: read,
+        selected: read_write, counts: read_write,
+    }
+    prefill_attention(AttentionParams) {
+        q: read, q_indptr: read, k_pool: read, v_pool: read, head_map: read, page_indptr: read,
+        page_table: read, kv_len: read, ring_table: read, out: read_write,
+    }
+    sparse_decode_attention(AttentionParams) {
+        q: read, k_pool: read, v_pool: read, head_map: read, page_indptr: read, page_table: read,
+        kv_len: read, ring_table: read, selected: read, counts: read, seq_slot: read, tail_start: read,
+        out: read_write, part: read_write,
+    }
+    sparse_decode_attention_merge(AttentionParams) { part: read, out: read_write }
+    lambda_mass(LambdaMassParams) {
+        q: read, k_pool: read, head_map: read, page_indptr: read, page_table: read, kv_len: read,
+        out: read_write,
+    }
+}

@@ -1,0 +1,296 @@
+//! The attention ops against the CPU reference, with KV dtype x head_dim axes:
+//! `prefill_attention` (head_dim 16: short chained chunks with windows and streaming heads; 72 or
+//! 80, 128, 256: a ragged batch at the tensor-core kernel's scale), `sparse_decode_attention` and
+//! `page_select` (one chained decode scenario, each test comparing its op), and `page_select`
+//! at scale (`page_select::many`: up to a 40,000-page sequence). Instantiated per backend by
+//! `parity_tests!` in tests/backend_parity.rs.
+
+use super::{
+    TOL_ATTENTION, append, attn_params, concat_f32, download_pool, download_u32_all, has_kv, kv_pair, kv_pair_shape, kv_tols,
+    paged, pair,
+};
+use lserve::backend::*;
+use lserve::kv::{CacheShape, HeadLayout};
+
+/// head_dim 16: three short chained cases (window, streaming heads); 72, 128, 256: the long
+/// ragged batch of [`prefill_attention_long`].
+pub fn test_prefill_attention<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
+    if !has_kv(gpu, kvd) {
+        return;
+    }
+    if hd != 16 {
+        return prefill_attention_long(gpu, kvd, hd);
+    }
+    let mut t = pair(gpu);
+    let cases = [(0, vec![false, true, false]), (9, vec![false, false, false]), (0, vec![true, true, true])];
+    for (window, streaming) in cases {
+        let nh = 6;
+        let (_, tol) = kv_tols(kvd);
+        let mut kv = kv_pair(&t, streaming, (16, 4, hd), kvd);
+        append(&mut t, &mut kv, 20, nh);
+        let n = 13; // a second chunk attends over the first and itself
+        let q = append(&mut t, &mut kv, n, nh);
+        let m = paged(&t, &kv.seq);
+        let qi = t.up_u32(&[0, n as u32]);
+        let p = attn_params(&kv, n, nh, window);
+        let mut out = t.out(n * nh * hd);
+        let mg = PagedMeta { page_indptr: &m[0].0, page_table: &m[1].0, kv_len: &m[2].0, ring_table: &m[3].0 };
+        let mc = PagedMeta { page_indptr: &m[0].1, page_table: &m[1].1, kv_len: &m[2].1, ring_table: &m[3].1 };
+        t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, &mut out.0).unwrap();
+        t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, &mut out.1).unwrap();
+        t.check(&format!("prefill_attention window {window} kv {kvd:?}"), &out, n * nh * hd, tol);
+    }
+}
+
+/// Prefill at the tensor-core kernel's scale: head_dim 128, 72 (padded to 128; 8-bit KV, which
+/// needs head_dim % 16 == 0, takes 80 in its place) and 256, one
+/// retrieval and one streaming KV head (two query heads each), a ragged batch of two sequences
+/// (a 140-row chunk after a 300-token prefix, and a 100-row first chunk), so query tiles start
+/// off the 64-key tile grid, span several key tiles, and the streaming head (sink 8, local 70)
+/// skips whole tiles between its sink and its band; with and without a window.
+fn prefill_attention_long<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
+    let mut t = pair(gpu);
+    let (nh, ps, sink, local) = (4, 16, 8, 70);
+    {
+        let (_, tol) = kv_tols(kvd);
+        let shape = CacheShape {
+            num_layers: 1,
+            n_kv_heads: 2,
+            head_dim: hd,
+            page_size: ps,
+            logical_page: 4,
+            num_pages: 48,
+            max_seqs: 3,
+            ring_tokens: 16 * ps, // holds sink + local + a 150-token chunk
+            sink,
+            sel_stride: 6,
+            layout: HeadLayout { streaming: vec![vec![false, true]] },
+            kv_dtype: DType::F32,
+        };
+        let mut kv = kv_pair_shape(&t, shape, kvd);
+        append(&mut t, &mut kv, 150, nh);
+        append(&mut t, &mut kv, 150, nh);
+        let qa = append(&mut t, &mut kv, 140, nh);
+        let seq_a = kv.seq.clone();
+        kv.seq = kv.gpu.admit().unwrap();
+        assert_eq!(kv.seq, kv.cpu.admit().unwrap());
+        let qb = append(&mut t, &mut kv, 100, nh);
+        let seqs = [&seq_a, &kv.seq];
+        let row = nh * hd;
+        let q = (
+            concat_f32(t.gpu, &qa.0, 140 * row, &qb.0, 100 * row),
+            concat_f32(&t.cpu, &qa.1, 140 * row, &qb.1, 100 * row),
+        );
+        let pages: Vec<u32> = seqs.iter().flat_map(|s| s.pages.iter().copied()).collect();
+        let ring: Vec<u32> = seqs.iter().flat_map(|s| s.ring.iter().copied()).collect();
+        let m = [
+            t.up_u32(&[0, seq_a.pages.len() as u32, pages.len() as u32]),
+            t.up_u32(&pages),
+            t.up_u32(&[seq_a.len as u32, kv.seq.len as u32]),
+            t.up_u32(&ring),
+        ];
+        let qi = t.up_u32(&[0, 140, 240]);
+        let mg = PagedMeta { page_indptr: &m[0].0, page_table: &m[1].0, kv_len: &m[2].0, ring_table: &m[3].0 };
+        let mc = PagedMeta { page_indptr: &m[0].1, page_table: &m[1].1, kv_len: &m[2].1, ring_table: &m[3].1 };
+        for window in [0, 100] {
+            let p = AttentionParams {
+                num_seqs: 2,
+                sink: sink as u32,
+                local,
+                scale: 1.0 / (hd as f32).sqrt(),
+                ..attn_params(&kv, 240, nh, window)
+            };
+            let mut out = t.out(240 * row);
+            t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, &mut out.0).unwrap();
+            t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, &mut out.1).unwrap();
+            t.check(&format!("prefill_attention_long hd {hd} window {window} kv {kvd:?}"), &out, 240 * row, tol);
+        }
+    }
+}
+
+/// head_dim axis: 16 (half of a 32-dim K block in the wgpu kernel), 72 (two blocks and a partial
+/// third; 64 for 8-bit KV, which needs head_dim % 16 == 0) and 128, Llama's head size (a dim pair
+/// per thread, two key groups in the cp.async kernel), for each KV dtype.
+/// GQA groups of 2, and at head_dim 64 / 128 also 4 and 8 query heads per KV head (the CUDA
+/// tensor-core kernel's 8 columns, partly and fully used).
+pub fn test_sparse_decode_attention<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
+    if has_kv(gpu, kvd) {
+        let groups: &[usize] = if hd == 64 || hd == 128 { &[2, 4, 8] } else { &[2] };
+        for &g in groups {
+            decode_and_select(gpu, kvd, hd, 3 * g, Check::Decode);
+        }
+    }
+}
+
+/// The selection of the chained decode scenario, per KV dtype and head_dim.
+pub fn test_page_select<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
+    if has_kv(gpu, kvd) {
+        decode_and_select(gpu, kvd, hd, 6, Check::Select);
+    }
+}
+
+/// Which op of the chained decode scenario a test compares (the other one still runs: page_select
+/// is decode's setup).
+#[derive(Clone, Copy, PartialEq)]
+enum Check {
+    Select,
+    Decode,
+}
+
+/// With a 16-bit backend KV the page summaries differ by rounding, so the selections may too
+/// (only the counts are compared then); f32 and 8-bit KV (the CPU keeps the same 8-bit cache:
+/// bit-identical summaries) must select the same pages. The decode check always copies the CPU's
+/// selection to the backend first, so it compares attention alone.
+fn decode_and_select<B: Backend>(gpu: &B, kvd: DType, hd: usize, nh: usize, check: Check) {
+    let mut t = pair(gpu);
+    let (ps, lp) = (16, 4);
+    let (_, tol) = kv_tols(kvd);
+    let mut kv = kv_pair(&t, vec![false, true, false], (ps, lp, hd), kvd);
+    for _ in 0..8 {
+        append(&mut t, &mut kv, 20, nh); // the 32-token ring wraps across calls, never within one
+    }
+    let q = append(&mut t, &mut kv, 1, nh);
+    let m = paged(&t, &kv.seq);
+    let mg = PagedMeta { page_indptr: &m[0].0, page_table: &m[1].0, kv_len: &m[2].0, ring_table: &m[3].0 };
+    let mc = PagedMeta { page_indptr: &m[0].1, page_table: &m[1].1, kv_len: &m[2].1, ring_table: &m[3].1 };
+    let slot = t.up_u32(&[kv.seq.slot]);
+    let mask = t.up_u32(&[1]);
+    let ap = attn_params(&kv, 1, nh, 0);
+    let sp = PageSelectParams {
+        num_seqs: 1,
+        n_heads: nh as u32,
+        n_kv_heads: 3,
+        head_dim: hd as u32,
+        page_size: ps as u32,
+        logical_page: lp as u32,
+        num_pages: kv.gpu.shape.num_pages as u32,
+        n_ret: 2,
+        k_pages: 4,
+        sel_stride: 6,
+        ..Default::default()
+    };
+    {
+        let (g, c) = (&mut kv.gpu.layers[0], &mut kv.cpu.layers[0]);
+        let ((kvg, outg), (kvc, outc)) = (g.select_view(), c.select_view());
+        t.gpu.page_select(&sp, &q.0, kvg, &mg, &slot.0, &mask.0, outg).unwrap();
+        t.cpu.page_select(&sp, &q.1, kvc, &mc, &slot.1, &mask.1, outc).unwrap();
+        let base = kv.seq.slot as usize * 2;
+        let (gs, cs) = (
+            t.gpu.download_u32(&g.selected, base * 6, 12).unwrap(),
+            t.cpu.download_u32(&c.selected, base * 6, 12).unwrap(),
+        );
+        let (gc, cc) =
+            (t.gpu.download_u32(&g.counts, base, 2).unwrap(), t.cpu.download_u32(&c.counts, base, 2).unwrap());
+        if check == Check::Select {
+            assert_eq!(gc, cc, "page_select counts");
+            // f32 and 8-bit KV: identical summaries on both sides, so identical selections.
+            if kvd == DType::F32 || kvd.is_kv8() {
+                for r in 0..2 {
+                    let k = cc[r] as usize;
+                    assert_eq!(gs[r * 6..r * 6 + k], cs[r * 6..r * 6 + k], "page_select head {r}");
+                }
+            }
+            return;
+        }
+        let (sel, cnt) = (download_u32_all(&t.cpu, &c.selected), download_u32_all(&t.cpu, &c.counts));
+        t.gpu.write_u32(&mut g.selected, &sel).unwrap();
+        t.gpu.write_u32(&mut g.counts, &cnt).unwrap();
+    }
+    // 16-bit KV: the CPU reference attends over the values the backend stored (exact in f32), so
+    // the comparison measures the kernel, not the pools' rounding (rope_append_kv checks that);
+    // a backend computing in ~f32 then agrees within TOL_ATTENTION.
+    let tol = if matches!(kvd, DType::F16 | DType::BF16) {
+        let (g, c) = (&kv.gpu.layers[0], &mut kv.cpu.layers[0]);
+        for (gb, cb) in [(&g.k, &mut c.k), (&g.v, &mut c.v), (&g.sk, &mut c.sk), (&g.sv, &mut c.sv)] {
+            t.cpu.write_f32(cb, &download_pool(t.gpu, gb)).unwrap();
+        }
+        TOL_ATTENTION
+    } else {
+        tol
+    };
+    for tail in [0u32, (kv.seq.pages.len() - 1) as u32, 3] {
+        let tl = t.up_u32(&[tail]);
+        let (g, c) = (&kv.gpu.layers[0], &kv.cpu.layers[0]);
+        let hg = HeadPages { selected: &g.selected, counts: &g.counts, seq_slot: &slot.0, tail_start: &tl.0 };
+        let hc = HeadPages { selected: &c.selected, counts: &c.counts, seq_slot: &slot.1, tail_start: &tl.1 };
+        let mut out = t.out(nh * hd);
+        t.gpu.sparse_decode_attention(&ap, &q.0, g.view(), &mg, &hg, &mut out.0).unwrap();
+        t.cpu.sparse_decode_attention(&ap, &q.1, c.view(), &mc, &hc, &mut out.1).unwrap();
+        t.check(&format!("sparse_decode_attention tail {tail} kv {kvd:?} hd {hd} nh {nh}"), &out, nh * hd, tol);
+    }
+}
+
+/// page_select at scale: four sequences (1, 700, 2000 and 299 pages of a shuffled pool), one not
+/// selecting, k above 256 and above some rows' candidate counts, and many exactly tied scores
+/// (copied summaries), so ranking, tie order (lower index first) and row routing are all checked.
+/// Run twice: without the longest-sequence hint (`max_seq_pages` 0), and with one 40,000-page
+/// sequence and the hint set, which is longer than CUDA's shared-memory sort holds (its
+/// global-memory path).
+pub fn test_page_select_many<B: Backend>(gpu: &B) {
+    page_select_case(gpu, 3000, [1, 700, 2000, 299], 0, [300, 300, 298, 298, 0, 0]);
+    page_select_case(gpu, 42000, [1, 40000, 1500, 299], 40000, [300, 300, 298, 298, 0, 0]);
+}
+
+fn page_select_case<B: Backend>(gpu: &B, num_pages: usize, lens: [usize; 4], max_seq_pages: u32, counts: [u32; 6]) {
+    let mut t = pair(gpu);
+    let (nh, n_kv, n_ret, hd, ps, lp) = (6, 3, 2usize, 8, 16, 8);
+    let lpp = ps / lp;
+    let per_page = n_ret * lpp * 2 * hd;
+    let mut summary = t.f32s(num_pages * per_page, 1.0);
+    for pg in (0..num_pages).step_by(3) {
+        // Every third page ties with page 7 or page 11 (both heads, all logical pages).
+        let src = if pg % 2 == 0 { 7 } else { 11 };
+        let copy = summary[src * per_page..(src + 1) * per_page].to_vec();
+        summary[pg * per_page..(pg + 1) * per_page].copy_from_slice(&copy);
+    }
+    let mut perm: Vec<u32> = (0..num_pages as u32).collect();
+    for i in (1..perm.len()).rev() {
+        perm.swap(i, (t.rng.next() * (i + 1) as f64) as usize % (i + 1));
+    }
+    let mut indptr = vec![0u32];
+    for l in lens {
+        indptr.push(indptr.last().unwrap() + l as u32);
+    }
+    let (k_pages, sel_stride, slots) = (300u32, 320usize, [2u32, 0, 3, 1]);
+    let summary = t.up(DType::F32, &summary);
+    let pool = t.rand(DType::F32, num_pages * n_ret * ps * hd, 1.0);
+    let spool = t.rand(DType::F32, ps * hd, 1.0);
+    let head_map = t.up_u32(&[0, STREAMING_BIT, 1]);
+    let (ip, tab, kvl, ring) = (t.up_u32(&indptr), t.up_u32(&perm), t.up_u32(&[0; 4]), t.up_u32(&[0; 4]));
+    let q = t.rand(DType::F32, lens.len() * nh * hd, 1.0);
+    let (slot, mask) = (t.up_u32(&slots), t.up_u32(&[1, 1, 0, 1]));
+    let mut sel = t.out_u32(4 * n_ret * sel_stride);
+    let mut cnt = t.out_u32(4 * n_ret);
+    let p = PageSelectParams {
+        num_seqs: lens.len() as u32,
+        n_heads: nh as u32,
+        n_kv_heads: n_kv as u32,
+        head_dim: hd as u32,
+        page_size: ps as u32,
+        logical_page: lp as u32,
+        num_pages: num_pages as u32,
+        n_ret: n_ret as u32,
+        k_pages,
+        sel_stride: sel_stride as u32,
+        max_seq_pages,
+        ..Default::default()
+    };
+    let kvg =
+        LayerKv { k: &pool.0, v: &pool.0, summary: &summary.0, sk: &spool.0, sv: &spool.0, head_map: &head_map.0 };
+    let kvc =
+        LayerKv { k: &pool.1, v: &pool.1, summary: &summary.1, sk: &spool.1, sv: &spool.1, head_map: &head_map.1 };
+    let mg = PagedMeta { page_indptr: &ip.0, page_table: &tab.0, kv_len: &kvl.0, ring_table: &ring.0 };
+    let mc = PagedMeta { page_indptr: &ip.1, page_table: &tab.1, kv_len: &kvl.1, ring_table: &ring.1 };
+    t.gpu
+        .page_select(&p, &q.0, kvg, &mg, &slot.0, &mask.0, SelectedMut { selected: &mut sel.0, counts: &mut cnt.0 })
+        .unwrap();
+    t.cpu
+        .page_select(&p, &q.1, kvc, &mc, &slot.1, &mask.1, SelectedMut { selected: &mut sel.1, counts: &mut cnt.1 })
+        .unwrap();
+    t.check_u32("page_select counts", &cnt, 4 * n_ret);
+    let want = t.cpu.download_u32(&cnt.1, 0, 4 * n_ret).unwrap();
+    // Slots 0..3 hold sequences 1 (the long one), 3 (299 pages), 0 (1) and 2 (not selecting).
+    assert_eq!(want[..3 * n_ret], counts, "k, capped by the candidates");
+    assert_eq!(want[3 * n_ret..], [u32::MAX; 2], "the row not selecting is untouched");
+    t.check_u32("page_select selected", &sel, 4 * n_ret * sel_stride);
+}

@@ -1,0 +1,207 @@
+//! The weight, norm, elementwise and row ops against the CPU reference: embed and matmul (a
+//! weight-dtype axis), rmsnorm, add_rmsnorm, add, silu_mul, gather_rows, argmax, fill_random, and
+//! the partial writes of KV swap-in (write_at). Instantiated per backend by `parity_tests!` in
+//! tests/backend_parity.rs.
+
+use super::{TOL_ELEMENTWISE, TOL_REDUCTION, close, has_weights, pair};
+use lserve::backend::*;
+
+pub fn test_embed<B: Backend>(gpu: &B, dtype: DType) {
+    if !has_weights(gpu, dtype) {
+        return;
+    }
+    let mut t = pair(gpu);
+    {
+        let (vocab, dim, n) = (50, 70, 13);
+        let table = t.rand(dtype, vocab * dim, 1.0);
+        let ids: Vec<u32> = (0..n).map(|i| ((i * 7 + 3) % vocab) as u32).collect();
+        let ids = t.up_u32(&ids);
+        let mut out = t.out(n * dim);
+        let p = EmbedParams { n_tokens: n as u32, dim: dim as u32, vocab: vocab as u32, _pad: 0 };
+        t.gpu.embed(&p, &table.0, &ids.0, &mut out.0).unwrap();
+        t.cpu.embed(&p, &table.1, &ids.1, &mut out.1).unwrap();
+        t.check(&format!("embed {dtype:?}"), &out, n * dim, 0.0);
+    }
+}
+
+pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
+    if !has_weights(gpu, dtype) {
+        return;
+    }
+    let mut t = pair(gpu);
+    // On wgpu (ops_matmul.rs picks the kernel from m): m <= 16 takes the GEMVs (for 16-bit weights
+    // with k % 8 == 0 where SUBGROUP is available the subgroup ones: m == 1 one row per subgroup,
+    // 2..=16 the batch kernel, both halves of 8 rows of its reduction; else matmul_gemv, one pass
+    // of up to 16 x rows), 17..=96 the 32-row GEMM tiles, larger m the 128-row ones. Odd n (rows
+    // not a multiple of any workgroup's 4 or 16, or a tile's 64), k with and without k % 8 == 0,
+    // odd word counts, k shorter than one k step, and multi-tile m.
+    let shapes = [
+        (1, 300, 1024),
+        (5, 33, 2056),
+        (16, 20, 136),
+        (1, 300, 129),
+        (2, 64, 576),
+        (3, 96, 64),
+        (6, 50, 130),
+        (12, 70, 258),
+        (17, 40, 64),
+        (37, 100, 64),
+        (130, 70, 200),
+        (64, 128, 128),
+        (8, 77, 264),
+        (8, 45, 131),
+        (9, 51, 520),
+        (9, 37, 259),
+        (16, 83, 1032),
+        (16, 29, 262),
+        (24, 71, 136),
+        (24, 35, 13),
+        (32, 99, 200),
+        (32, 67, 257),
+        (48, 131, 72),
+        (48, 65, 150),
+        (64, 93, 264),
+        (64, 61, 99),
+        (100, 75, 136),
+        (100, 47, 131),
+        (256, 133, 72),
+        (256, 69, 137),
+    ];
+    // Where the backend multiplies in 16 bits (Caps::matmul_x16_from), the reference gets x
+    // rounded the same way, so the comparison stays one of summation order only.
+    let x16_from = t.gpu.caps().matmul_x16_from;
+    {
+        for &(m, n, k) in &shapes {
+            for bias in [false, true] {
+                let xs = t.f32s(m * k, 1.0);
+                let x = if dtype != DType::F32 && x16_from.is_some_and(|r| m >= r) {
+                    let rounded = t.cpu.download_f32(&t.up(dtype, &xs).1, 0, m * k).unwrap();
+                    (t.gpu.upload_f32(DType::F32, xs.clone()).unwrap(), t.cpu.upload_f32(DType::F32, rounded).unwrap())
+                } else {
+                    t.up(DType::F32, &xs)
+                };
+                let w = t.rand(dtype, n * k, 0.1);
+                let b = t.rand(DType::F32, n, 1.0);
+                let mut out = t.out(m * n);
+                let p = MatmulParams { m: m as u32, n: n as u32, k: k as u32, has_bias: bias as u32 };
+                t.gpu.matmul(&p, &x.0, &w.0, bias.then_some(&b.0), &mut out.0).unwrap();
+                t.cpu.matmul(&p, &x.1, &w.1, bias.then_some(&b.1), &mut out.1).unwrap();
+                t.check(&format!("matmul {dtype:?} {m}x{n}x{k} bias={bias}"), &out, m * n, TOL_REDUCTION);
+            }
+        }
+    }
+}
+
+pub fn test_rmsnorm<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let (rows, dim) = (5, 576);
+    let x = t.rand(DType::F32, rows * dim, 2.0);
+    let w = t.rand(DType::F32, dim, 1.0);
+    let p = RmsnormParams { rows: rows as u32, dim: dim as u32, eps: 1e-5, _pad: 0 };
+    let mut out = t.out(rows * dim);
+    t.gpu.rmsnorm(&p, &x.0, &w.0, &mut out.0).unwrap();
+    t.cpu.rmsnorm(&p, &x.1, &w.1, &mut out.1).unwrap();
+    t.check("rmsnorm", &out, rows * dim, TOL_REDUCTION);
+}
+
+pub fn test_add_rmsnorm<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let (rows, dim) = (5, 576);
+    let x = t.rand(DType::F32, rows * dim, 2.0);
+    let w = t.rand(DType::F32, dim, 1.0);
+    let p = RmsnormParams { rows: rows as u32, dim: dim as u32, eps: 1e-5, _pad: 0 };
+    let mut res = t.rand(DType::F32, rows * dim, 1.0);
+    let mut out = t.out(rows * dim);
+    t.gpu.add_rmsnorm(&p, &mut res.0, &x.0, &w.0, &mut out.0).unwrap();
+    t.cpu.add_rmsnorm(&p, &mut res.1, &x.1, &w.1, &mut out.1).unwrap();
+    t.check("add_rmsnorm out", &out, rows * dim, TOL_REDUCTION);
+    t.check("add_rmsnorm residual", &res, rows * dim, TOL_ELEMENTWISE);
+}
+
+pub fn test_add<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let n = 1000;
+    let mut a = t.rand(DType::F32, n, 1.0);
+    let b = t.rand(DType::F32, n, 1.0);
+    let p = AddParams { n: n as u32, ..Default::default() };
+    t.gpu.add(&p, &mut a.0, &b.0).unwrap();
+    t.cpu.add(&p, &mut a.1, &b.1).unwrap();
+    t.check("add", &a, n, TOL_ELEMENTWISE);
+}
+
+pub fn test_silu_mul<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let (rows, dim) = (7, 300);
+    let gu = t.rand(DType::F32, rows * 2 * dim, 3.0);
+    let mut out = t.out(rows * dim);
+    let p = SiluMulParams { rows: rows as u32, dim: dim as u32, ..Default::default() };
+    t.gpu.silu_mul(&p, &gu.0, &mut out.0).unwrap();
+    t.cpu.silu_mul(&p, &gu.1, &mut out.1).unwrap();
+    t.check("silu_mul", &out, rows * dim, TOL_ELEMENTWISE);
+}
+
+pub fn test_gather_rows<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let src = t.rand(DType::F32, 20 * 33, 1.0);
+    let rows = t.up_u32(&[19, 0, 7, 7, 3]);
+    let mut out = t.out(5 * 33);
+    let p = GatherRowsParams { n_out: 5, dim: 33, n_src: 20, _pad: 0 };
+    t.gpu.gather_rows(&p, &src.0, &rows.0, &mut out.0).unwrap();
+    t.cpu.gather_rows(&p, &src.1, &rows.1, &mut out.1).unwrap();
+    t.check("gather_rows", &out, 5 * 33, 0.0);
+}
+
+pub fn test_argmax<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let (rows, n) = (4, 5000);
+    let mut x = t.f32s(rows * n, 1.0);
+    x[n + 10] = 9.0; // a tie in row 1: the lower index wins
+    x[n + 4000] = 9.0;
+    x[2 * n + 4999] = 7.0; // the last element
+    let x = t.up(DType::F32, &x);
+    let mut out = t.out_u32(rows);
+    let p = ArgmaxParams { rows: rows as u32, n: n as u32, ..Default::default() };
+    t.gpu.argmax(&p, &x.0, &mut out.0).unwrap();
+    t.cpu.argmax(&p, &x.1, &mut out.1).unwrap();
+    t.check_u32("argmax", &out, rows);
+    assert_eq!(t.gpu.download_u32(&out.0, 0, rows).unwrap()[1..3], [10, 4999]);
+}
+
+pub fn test_fill_random<B: Backend>(gpu: &B) {
+    let t = pair(gpu);
+    let n = 1001;
+    let mut out = t.out(n);
+    let p = FillRandomParams { n: n as u32, seed: 12345, scale: 0.5, offset: 0.25, dtype: 0, ..Default::default() };
+    t.gpu.fill_random(&p, &mut out.0).unwrap();
+    t.cpu.fill_random(&p, &mut out.1).unwrap();
+    t.check("fill_random", &out, n, 1e-6);
+    let v = t.cpu.download_f32(&out.1, 0, n).unwrap();
+    assert!(v.iter().all(|x| (-0.25..0.75).contains(x)), "range");
+    let mean = v.iter().sum::<f32>() / n as f32;
+    assert!((mean - 0.25).abs() < 0.05, "mean {mean}");
+}
+
+/// `write_f32_at` / `write_u32_at` (KV swap-in) into buffers of every KV dtype the backend stores:
+/// the rest of the buffer untouched, the patch rounded to the dtype only.
+pub fn test_write_at<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let round = |d: DType, x: f32| match d {
+        DType::F16 => half::f16::from_f32(x).to_f32(),
+        DType::BF16 => half::bf16::from_f32(x).to_f32(),
+        _ => x,
+    };
+    for d in gpu.caps().kv_dtypes.clone().into_iter().filter(|d| !d.is_kv8()) {
+        let (base, patch) = (t.f32s(101, 1.0), t.f32s(17, 1.0));
+        let mut b = gpu.upload_f32(d, base.clone()).unwrap();
+        gpu.write_f32_at(&mut b, 41, &patch).unwrap();
+        let mut want: Vec<f32> = base.iter().map(|&x| round(d, x)).collect();
+        for (i, &x) in patch.iter().enumerate() {
+            want[41 + i] = round(d, x);
+        }
+        close(&format!("write_f32_at {d:?}"), &gpu.download_f32(&b, 0, 101).unwrap(), &want, 0.0);
+    }
+    let mut u = gpu.upload_u32(&(0..50).collect::<Vec<u32>>()).unwrap();
+    gpu.write_u32_at(&mut u, 7, &[900, 901, 902]).unwrap();
+    let want: Vec<u32> = (0..50).map(|i| if (7..10).contains(&i) { 893 + i } else { i }).collect();
+    assert_eq!(gpu.download_u32(&u, 0, 50).unwrap(), want, "write_u32_at");
+}

@@ -1,0 +1,218 @@
+//! The KV-side ops against the CPU reference, each with a KV-dtype axis: `rope_append_kv` (q, the
+//! four pools and the page summaries; 8-bit pools bit for bit, with quantizer edge rows),
+//! `lambda_mass`, and the KV swap round trip (download_raw / write_raw_at). Instantiated per
+//! backend by `parity_tests!` in tests/backend_parity.rs.
+
+use super::{
+    Pair, TOL_ELEMENTWISE, append, append_data, close, download_pool, download_raw_all, has_kv, kv_pair, kv_tols,
+    paged, pair,
+};
+use lserve::backend::*;
+
+/// Rows `[head_dim]` that probe the 8-bit quantizers' edges: zeros; int8 ties (amax 127, values
+/// k + 1/2); e4m3 ties (amax 448, midpoints 1.0625 and 1.1875, subnormal midpoint 3 * 2^-10);
+/// a row below the 2^-100 zero threshold and one just above it; f32 subnormals beside a normal
+/// amax; values that round up into the next binade (1.9375 with amax 448) and mixed signs.
+fn crafted_rows(hd: usize) -> Vec<Vec<f32>> {
+    let fill = |vals: &[f32]| (0..hd).map(|i| vals[i % vals.len()]).collect::<Vec<f32>>();
+    let sub = f32::from_bits(0x0000_0321);
+    vec![
+        vec![0.0; hd],
+        fill(&[127.0, 2.5, 3.5, -2.5, 0.5, -1.5, 126.5, -0.0]),
+        fill(&[448.0, 1.0625, 1.1875, -1.0625, 3.0 * 2f32.powi(-10), 1.9375, -447.0, 0.0]),
+        fill(&[1e-31, -2e-31, 3e-32]),
+        fill(&[1e-29, -2e-29, 3e-30]),
+        fill(&[1.0, sub, -sub, 1e-38, -0.75]),
+        fill(&[-2.5e4, 1.0, 2.0, -7.0e-3, 2.0e4, 1e-5]),
+    ]
+}
+
+/// qkv rows for `n` tokens whose v (and k) heads cycle through [`crafted_rows`]; q random.
+fn crafted_qkv<B: Backend>(t: &mut Pair<B>, n: usize, nh: usize, n_kv: usize, hd: usize) -> Vec<f32> {
+    let rows = crafted_rows(hd);
+    let mut data = t.f32s(n * (nh + 2 * n_kv) * hd, 1.0);
+    for tok in 0..n {
+        for h in 0..2 * n_kv {
+            let at = (tok * (nh + 2 * n_kv) + nh + h) * hd;
+            data[at..at + hd].copy_from_slice(&rows[(tok + h) % rows.len()]);
+        }
+    }
+    data
+}
+
+pub fn test_rope_append_kv<B: Backend>(gpu: &B, kvd: DType) {
+    if !has_kv(gpu, kvd) {
+        return;
+    }
+    let mut t = pair(gpu);
+    for (ps, lp) in [(16, 4), (32, 32)] {
+        let (nh, hd) = (6, 16);
+        let (tol_pool, _) = kv_tols(kvd);
+        let mut kv = kv_pair(&t, vec![false, true, false], (ps, lp, hd), kvd);
+        // The ring holds 32 tokens, 4 of them sink: chunks of up to 28 never wrap onto themselves.
+        for n in [5, 17, 1, 25, 28] {
+            let q = append(&mut t, &mut kv, n, nh);
+            t.check("rope_append_kv q", &q, n * nh * hd, TOL_ELEMENTWISE);
+        }
+        // Quantizer edge cases (zero, tie, tiny, subnormal and huge rows) into both pools.
+        // Stored unrotated on every dtype: a huge pair rotated by sin/cos one ulp apart across
+        // backends cancels to a value whose relative error says nothing about the storage.
+        let data = crafted_qkv(&mut t, 14, nh, 3, hd);
+        let rotated = std::mem::replace(&mut kv.rope_identity, true);
+        append_data(&mut t, &mut kv, 14, nh, &data);
+        kv.rope_identity = rotated;
+        let (g, c) = (&kv.gpu.layers[0], &kv.cpu.layers[0]);
+        for (name, gb, cb) in [("k", &g.k, &c.k), ("v", &g.v, &c.v), ("sk", &g.sk, &c.sk), ("sv", &g.sv, &c.sv)] {
+            if kvd.is_kv8() {
+                let (gr, cr) = (download_raw_all(t.gpu, gb), download_raw_all(&t.cpu, cb));
+                assert_eq!(gr.len(), cr.len(), "{name} pool size ({kvd:?})");
+                if let Some(i) = (0..gr.len()).find(|&i| gr[i] != cr[i]) {
+                    panic!("rope_append_kv {name} pool ({kvd:?}): byte {i} is {:#04x}, want {:#04x}", gr[i], cr[i]);
+                }
+                continue;
+            }
+            close(
+                &format!("rope_append_kv {name} pool ({kvd:?})"),
+                &download_pool(t.gpu, gb),
+                &download_pool(&t.cpu, cb),
+                tol_pool,
+            );
+        }
+        if kvd.is_kv8() {
+            rope_kv8_near(&mut t, kvd, (ps, lp, hd), nh);
+        }
+        // Summaries of logical pages that hold tokens (the rest are never read).
+        let (gs, cs) = (download_pool(t.gpu, &g.summary), download_pool(&t.cpu, &c.summary));
+        let (lpp, hd2) = (ps / lp, 2 * hd);
+        for lpage in 0..kv.seq.len.div_ceil(lp) {
+            let page = kv.seq.pages[lpage * lp / ps] as usize;
+            for r in 0..2 {
+                let at = ((page * 2 + r) * lpp + (lpage * lp % ps) / lp) * hd2;
+                close(&format!("rope_append_kv summary ({kvd:?})"), &gs[at..at + hd2], &cs[at..at + hd2], tol_pool);
+            }
+        }
+    }
+}
+
+/// 8-bit KV with a real rotation: V (copied, never rotated) is stored bit for bit; K codes may
+/// differ where a rotated value differs by an ulp across the backends' sin/cos and lies next to a
+/// rounding boundary: every code within one step of the CPU's, at most 1% of them off, scales
+/// within 1e-6 (an amax one ulp off).
+fn rope_kv8_near<B: Backend>(t: &mut Pair<B>, kvd: DType, (ps, lp, hd): (usize, usize, usize), nh: usize) {
+    let mut kv = kv_pair(t, vec![false, true, false], (ps, lp, hd), kvd);
+    kv.rope_identity = false;
+    for n in [13, 25] {
+        append(t, &mut kv, n, nh);
+    }
+    let (g, c) = (&kv.gpu.layers[0], &kv.cpu.layers[0]);
+    for (name, gb, cb) in [("v", &g.v, &c.v), ("sv", &g.sv, &c.sv)] {
+        assert!(download_raw_all(t.gpu, gb) == download_raw_all(&t.cpu, cb), "{name} pool ({kvd:?}) not bit-exact");
+    }
+    for (name, gb, cb) in [("k", &g.k, &c.k), ("sk", &g.sk, &c.sk)] {
+        let (gr, cr) = (download_raw_all(t.gpu, gb), download_raw_all(&t.cpu, cb));
+        let (mut off, mut n) = (0usize, 0usize);
+        for blk in 0..gr.len() / (ps * (hd + 4)) {
+            let base = blk * ps * (hd + 4);
+            for i in base..base + ps * hd {
+                let (a, b) = (gr[i], cr[i]);
+                let step = if kvd == DType::I8 {
+                    (a as i8 as i32 - b as i8 as i32).abs()
+                } else if a >> 7 == b >> 7 {
+                    ((a & 0x7f) as i32 - (b & 0x7f) as i32).abs()
+                } else {
+                    ((a & 0x7f) as i32 + (b & 0x7f) as i32).abs() // -0 / +0 neighbours
+                };
+                assert!(step <= 1, "{name} pool ({kvd:?}) byte {i}: {a:#04x} vs {b:#04x}");
+                off += (a != b) as usize;
+                n += 1;
+            }
+            for r in 0..ps {
+                let at = base + ps * hd + 4 * r;
+                let (x, y) = (
+                    f32::from_le_bytes(gr[at..at + 4].try_into().unwrap()),
+                    f32::from_le_bytes(cr[at..at + 4].try_into().unwrap()),
+                );
+                assert!((x - y).abs() <= 1e-6 * y.abs(), "{name} scale ({kvd:?}) row {r} of block {blk}: {x} vs {y}");
+            }
+        }
+        eprintln!("{name} pool ({kvd:?}), real RoPE: {off} of {n} codes one step off the CPU's");
+        assert!(off * 100 <= n, "{name} pool ({kvd:?}): {off} of {n} codes differ");
+    }
+}
+
+pub fn test_lambda_mass<B: Backend>(gpu: &B, kvd: DType) {
+    if !has_kv(gpu, kvd) {
+        return;
+    }
+    let mut t = pair(gpu);
+    let (nh, hd) = (6, 16);
+    let (_, tol) = kv_tols(kvd);
+    let mut kv = kv_pair(&t, vec![false, false, false], (16, 4, hd), kvd);
+    append(&mut t, &mut kv, 60, nh);
+    let n = 25;
+    let q = append(&mut t, &mut kv, n, nh);
+    let m = paged(&t, &kv.seq);
+    let mg = PagedMeta { page_indptr: &m[0].0, page_table: &m[1].0, kv_len: &m[2].0, ring_table: &m[3].0 };
+    let mc = PagedMeta { page_indptr: &m[0].1, page_table: &m[1].1, kv_len: &m[2].1, ring_table: &m[3].1 };
+    let p = LambdaMassParams {
+        n_tokens: n as u32,
+        n_heads: nh as u32,
+        n_kv_heads: 3,
+        head_dim: hd as u32,
+        page_size: 16,
+        num_pages: kv.gpu.shape.num_pages as u32,
+        scale: 0.3,
+        sink: 4,
+        local: 10,
+        ..Default::default()
+    };
+    let mut out = t.out(n * nh);
+    t.gpu.lambda_mass(&p, &q.0, kv.gpu.layers[0].view(), &mg, &mut out.0).unwrap();
+    t.cpu.lambda_mass(&p, &q.1, kv.cpu.layers[0].view(), &mc, &mut out.1).unwrap();
+    t.check(&format!("lambda_mass kv {kvd:?}"), &out, n * nh, tol);
+}
+
+/// KV swap through `download_raw` / `write_raw_at` for every KV dtype the backend stores: a
+/// sequence's copy, swapped in at other pages and slot and copied out again, is bit-identical;
+/// with 8-bit KV the copy (codes, scales, summaries, ring, selection) also equals the CPU
+/// reference's bit for bit. Raw writes at an offset leave the rest of the buffer untouched.
+pub fn test_swap_round_trip<B: Backend>(gpu: &B, kvd: DType) {
+    if !has_kv(gpu, kvd) {
+        return;
+    }
+    let mut t = pair(gpu);
+    {
+        let (nh, hd) = (6, 16);
+        let mut kv = kv_pair(&t, vec![false, true, false], (16, 4, hd), kvd);
+        for n in [20, 20, 13] {
+            append(&mut t, &mut kv, n, nh);
+        }
+        let n_sel = t.gpu.len(&kv.gpu.layers[0].selected);
+        let sel: Vec<u32> = (0..n_sel as u32).map(|i| i * 7 % 5).collect();
+        t.gpu.write_u32(&mut kv.gpu.layers[0].selected, &sel).unwrap();
+        t.cpu.write_u32(&mut kv.cpu.layers[0].selected, &sel).unwrap();
+        let copy = kv.gpu.swap_out(t.gpu, &kv.seq).unwrap();
+        if kvd.is_kv8() {
+            let want = kv.cpu.swap_out(&t.cpu, &kv.seq).unwrap();
+            assert!(copy.bits() == want.bits(), "swap-out copy ({kvd:?}) differs from the CPU reference's");
+        }
+        let mut seq = kv.seq.clone();
+        kv.gpu.release(&mut seq).unwrap();
+        let held = kv.gpu.alloc.alloc(3).unwrap(); // the lowest pages go elsewhere
+        let back = kv.gpu.swap_in(t.gpu, &copy).unwrap();
+        kv.gpu.alloc.release(&held).unwrap();
+        assert_ne!(back.pages, kv.seq.pages, "swapped in at other pages");
+        let again = kv.gpu.swap_out(t.gpu, &back).unwrap();
+        assert!(again.bits() == copy.bits(), "swap round trip ({kvd:?}) not bit-identical");
+        assert_eq!(again.len, 53);
+
+        // Raw write at an offset into a pool of this dtype.
+        let mut b = t.gpu.alloc(kvd, 256).unwrap();
+        let patch: Vec<u8> = (0..24u32).map(|i| (i * 37 + 5) as u8).collect();
+        t.gpu.write_raw_at(&mut b, 40, &patch).unwrap();
+        let got = t.gpu.download_raw(&b, 0, 256 * kvd.size()).unwrap();
+        let mut want = vec![0u8; 256 * kvd.size()];
+        want[40..64].copy_from_slice(&patch);
+        assert_eq!(got, want, "write_raw_at ({kvd:?})");
+    }
+}
