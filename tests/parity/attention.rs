@@ -6,8 +6,8 @@
 //! `parity_tests!` in tests/backend_parity.rs.
 
 use super::{
-    TOL_ATTENTION, append, attn_params, concat_f32, download_pool, download_u32_all, has_kv, kv_pair, kv_pair_shape, kv_tols,
-    paged, pair,
+    TOL_ATTENTION, append, attn_params, concat_f32, download_pool, download_u32_all, has_kv, kv_pair, kv_pair_shape,
+    kv_tols, paged, pair,
 };
 use lserve::backend::*;
 use lserve::kv::{CacheShape, HeadLayout};
