@@ -43,6 +43,9 @@ pub use sample::test_sample;
 /// Max |a-b| allowed relative to max(1, |b|) per comparison kind.
 const TOL_ELEMENTWISE: f32 = 1e-5;
 const TOL_REDUCTION: f32 = 1e-4;
+/// Quantized weights where the backend multiplies in 16 bits (x and the dequantized weights may
+/// be rounded to bf16: ~2^-9 relative each, over a k-term dot product).
+const TOL_QUANT: f32 = 2e-2;
 pub const TOL_ATTENTION: f32 = 2e-4;
 /// With a 16-bit KV cache on the backend (the CPU keeps f32): stored keys/values are rounded, so
 /// pools compare within the dtype's rounding and attention outputs within its effect.

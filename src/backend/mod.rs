@@ -24,6 +24,7 @@ pub mod wgpu;
 
 use crate::error::Result;
 pub use params::*;
+pub use reference::ggml_quant::GgmlType;
 
 /// Element types a buffer can hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -37,6 +38,16 @@ pub enum DType {
     I8,
     /// 8-bit KV cache, fp8 e4m3 with one power-of-two f32 scale per token and KV head.
     F8E4M3,
+    /// A GGML block-quantized weight matrix `[n][k]`: the GGUF tensor's bytes as they are, each
+    /// row `k / block_size` whole blocks ([`reference::ggml_quant`] defines the values). The
+    /// buffer's len is in bytes.
+    Ggml(GgmlType),
+    /// 8-bit weights with one f32 scale per output row, made at load (`--quantize int8`):
+    /// `[n][k]` i8 codes, then `[n]` f32 scales; w[r][c] = code * scale[r]. len in bytes.
+    I8Row,
+    /// fp8 e4m3 weights with one f32 scale per output row (`--quantize fp8`), the layout of
+    /// [`DType::I8Row`] with e4m3 codes.
+    F8Row,
 }
 
 impl DType {
@@ -47,6 +58,30 @@ impl DType {
             DType::F32 | DType::U32 => 4,
             DType::F16 | DType::BF16 => 2,
             DType::U8 | DType::I8 | DType::F8E4M3 => 1,
+            DType::Ggml(_) | DType::I8Row | DType::F8Row => 1,
+        }
+    }
+    /// A quantized weight type (buffer len in bytes; `matmul` and `embed` dequantize it).
+    pub fn is_weight_quant(self) -> bool {
+        matches!(self, DType::Ggml(_) | DType::I8Row | DType::F8Row)
+    }
+    /// Bytes of an `[n][k]` weight matrix of this type; None if `k` is not a whole number of
+    /// blocks (or the type holds no weights).
+    pub fn weight_bytes(self, n: usize, k: usize) -> Option<usize> {
+        match self {
+            DType::F32 | DType::F16 | DType::BF16 => n.checked_mul(k)?.checked_mul(self.size()),
+            DType::Ggml(t) => n.checked_mul(t.bytes_for(k).ok()?),
+            DType::I8Row | DType::F8Row => n.checked_mul(k.checked_add(4)?),
+            _ => None,
+        }
+    }
+    /// The name of a weight type as flags spell it (`--dtype`, `--quantize`): f32, bf16, q4_k, int8, ...
+    pub fn weight_name(self) -> String {
+        match self {
+            DType::Ggml(t) => t.name().to_ascii_lowercase(),
+            DType::I8Row => "int8".into(),
+            DType::F8Row => "fp8".into(),
+            d => d.kv_name().into(),
         }
     }
     /// An 8-bit quantized KV type (values and per-token scales in one byte buffer).
@@ -63,6 +98,7 @@ impl DType {
             DType::F8E4M3 => "fp8",
             DType::U32 => "u32",
             DType::U8 => "u8",
+            DType::Ggml(_) | DType::I8Row | DType::F8Row => "weights",
         }
     }
 }
@@ -173,6 +209,12 @@ pub trait Backend {
     /// Upload f32 data converted to `dtype` (a float type).
     fn upload_f32(&self, dtype: DType, data: Vec<f32>) -> Result<Self::Buffer>;
     fn upload_u32(&self, data: &[u32]) -> Result<Self::Buffer>;
+    /// A buffer of `dtype` holding `data` as it is (quantized weights: len = bytes).
+    fn upload_raw(&self, dtype: DType, data: &[u8]) -> Result<Self::Buffer> {
+        let mut b = self.alloc(dtype, data.len())?;
+        self.write_raw_at(&mut b, 0, data)?;
+        Ok(b)
+    }
     /// Overwrite elements `offset..offset + data.len()` of an f32 buffer (KV swap-in).
     fn write_f32_at(&self, dst: &mut Self::Buffer, offset: usize, data: &[f32]) -> Result<()>;
     /// Overwrite elements `offset..offset + data.len()` of a u32 buffer.
@@ -219,7 +261,9 @@ pub trait Backend {
 
     /// out[i, :] = table[ids[i], :] as f32. table `[vocab][dim]`, ids `[n_tokens]` u32, out `[n_tokens][dim]`.
     fn embed(&self, p: &EmbedParams, table: &Self::Buffer, ids: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
-    /// out[m, n] = x[m, k] . w[n, k]^T (+ bias[n]); f32 accumulation.
+    /// out[out_off + r * ldo + c] = x[r, :] . w[c, :] (+ bias[c]) for r < m, c < n; f32
+    /// accumulation; other elements of out are left alone (a fused output's column block can be
+    /// written by one matmul per weight part). w `[n][k]` of any type in `caps().weight_dtypes`.
     fn matmul(
         &self,
         p: &MatmulParams,

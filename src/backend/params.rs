@@ -55,7 +55,18 @@ pub fn all_param_layouts() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
 
 params! {
     pub struct EmbedParams { pub n_tokens: u32, pub dim: u32, pub vocab: u32, pub _pad: u32 }
-    pub struct MatmulParams { pub m: u32, pub n: u32, pub k: u32, pub has_bias: u32 }
+    /// `matmul`: out `[m]` rows of `ldo` floats, the result in columns `out_off % ldo ..+ n`
+    /// starting at element `out_off` (see [`MatmulParams::new`] for the plain `[m][n]` case).
+    pub struct MatmulParams {
+        pub m: u32,
+        pub n: u32,
+        pub k: u32,
+        pub has_bias: u32,
+        pub ldo: u32,
+        pub out_off: u32,
+        pub _pad0: u32,
+        pub _pad1: u32,
+    }
     pub struct RmsnormParams { pub rows: u32, pub dim: u32, pub eps: f32, pub _pad: u32 }
     pub struct AddParams { pub n: u32, pub _pad0: u32, pub _pad1: u32, pub _pad2: u32 }
     pub struct SiluMulParams { pub rows: u32, pub dim: u32, pub _pad0: u32, pub _pad1: u32 }
@@ -204,6 +215,31 @@ pub struct KvGeometry {
     pub ring_tokens: u32,
     /// Entries per (slot, retrieval head) in the selected-page buffer.
     pub sel_stride: u32,
+}
+
+impl MatmulParams {
+    /// out `[m][n]` densely (ldo = n, offset 0).
+    pub fn new(m: usize, n: usize, k: usize, has_bias: bool) -> Self {
+        MatmulParams {
+            m: m as u32,
+            n: n as u32,
+            k: k as u32,
+            has_bias: has_bias as u32,
+            ldo: n as u32,
+            ..Default::default()
+        }
+    }
+    /// Elements out must hold: `out_off + (m - 1) * ldo + n` (0 when m or n is 0).
+    pub fn out_len(&self) -> usize {
+        if self.m == 0 || self.n == 0 {
+            return 0;
+        }
+        self.out_off as usize + (self.m as usize - 1) * self.ldo as usize + self.n as usize
+    }
+    /// The plain `[m][n]` layout (what the kernels without a stride handle).
+    pub fn is_dense(&self) -> bool {
+        self.ldo == self.n && self.out_off == 0
+    }
 }
 
 impl RopeAppendKvParams {

@@ -3,7 +3,8 @@
 //! (`model.layers.3.self_attn.q_proj.weight`), row-major in HF layout. The model code sees one
 //! naming and one RoPE convention (rotate-half) whatever the file format.
 
-pub mod dequant;
+/// GGML block formats and dequantization (they live in the backend layer, which computes with them).
+pub use crate::backend::reference::ggml_quant as dequant;
 pub mod gguf;
 pub mod gguf_config;
 pub mod safetensors;

@@ -193,7 +193,7 @@ impl<B: Backend> Gemma3<B> {
         let (mut attn_out, mut o, mut o2) = (a(n * nq)?, a(n * h)?, a(n * h)?);
         let (mut gu, mut act) = (a(n * 2 * ffn)?, a(n * ffn)?);
         let norm = RmsnormParams { rows: n as u32, dim: h as u32, eps: c.rms_norm_eps, _pad: 0 };
-        let mm = |m: usize, n: usize, k: usize| MatmulParams { m: m as u32, n: n as u32, k: k as u32, has_bias: 0 };
+        let mm = |m: usize, n: usize, k: usize| MatmulParams::new(m, n, k, false);
         let qk = HeadRmsnormParams {
             rows: n as u32,
             n_heads: (c.num_heads + c.num_kv_heads) as u32,

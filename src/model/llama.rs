@@ -316,12 +316,7 @@ impl<B: Backend> Llama<B> {
         let (mut x, mut xn, mut qkv, mut q) = (a(n * h)?, a(n * h)?, a(n * c.qkv_dim())?, a(n * nq)?);
         let (mut attn_out, mut o, mut gu, mut act) = (a(n * nq)?, a(n * h)?, a(n * 2 * ffn)?, a(n * ffn)?);
         let norm = RmsnormParams { rows: n as u32, dim: h as u32, eps: c.rms_norm_eps, _pad: 0 };
-        let mm = |m: usize, n: usize, k: usize, bias: bool| MatmulParams {
-            m: m as u32,
-            n: n as u32,
-            k: k as u32,
-            has_bias: bias as u32,
-        };
+        let mm = MatmulParams::new;
         let ep = EmbedParams { n_tokens: n as u32, dim: h as u32, vocab: c.vocab_size as u32, _pad: 0 };
         // Sampling settings go up before the graph region: a write inside it would cut the
         // step's recorded launches in two.

@@ -3,8 +3,34 @@
 //! the partial writes of KV swap-in (write_at). Instantiated per backend by `parity_tests!` in
 //! tests/backend_parity.rs.
 
-use super::{TOL_ELEMENTWISE, TOL_REDUCTION, close, has_weights, pair};
+use super::{TOL_ELEMENTWISE, TOL_QUANT, TOL_REDUCTION, close, has_weights, pair};
+use lserve::backend::reference::weight_quant;
 use lserve::backend::*;
+
+/// A random `[n][k]` weight of `dtype` on both backends: quantized types as random blocks
+/// (`weight_quant::random_weights`, seeded from the pair's printed seed), float types as values.
+fn weights<B: Backend>(
+    t: &mut super::Pair<'_, B>,
+    dtype: DType,
+    n: usize,
+    k: usize,
+    scale: f64,
+) -> (B::Buffer, lserve::backend::cpu::CpuBuffer) {
+    if !dtype.is_weight_quant() {
+        return t.rand(dtype, n * k, scale);
+    }
+    let seed = (t.rng.next() * 1e9) as u64;
+    let bytes = weight_quant::random_weights(dtype, n, k, seed).expect("whole blocks");
+    (t.gpu.upload_raw(dtype, &bytes).unwrap(), t.cpu.upload_raw(dtype, &bytes).unwrap())
+}
+
+/// Elements per block of a weight type (1 for float and row-scaled types).
+fn block_of(dtype: DType) -> usize {
+    match dtype {
+        DType::Ggml(t) => t.block_size(),
+        _ => 1,
+    }
+}
 
 pub fn test_embed<B: Backend>(gpu: &B, dtype: DType) {
     if !has_weights(gpu, dtype) {
@@ -12,8 +38,9 @@ pub fn test_embed<B: Backend>(gpu: &B, dtype: DType) {
     }
     let mut t = pair(gpu);
     {
-        let (vocab, dim, n) = (50, 70, 13);
-        let table = t.rand(dtype, vocab * dim, 1.0);
+        let (vocab, n) = (50, 13);
+        let dim = if block_of(dtype) > 1 { 3 * block_of(dtype) } else { 70 };
+        let table = weights(&mut t, dtype, vocab, dim, 1.0);
         let ids: Vec<u32> = (0..n).map(|i| ((i * 7 + 3) % vocab) as u32).collect();
         let ids = t.up_u32(&ids);
         let mut out = t.out(n * dim);
@@ -27,6 +54,9 @@ pub fn test_embed<B: Backend>(gpu: &B, dtype: DType) {
 pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
     if !has_weights(gpu, dtype) {
         return;
+    }
+    if dtype.is_weight_quant() {
+        return matmul_quantized(gpu, dtype);
     }
     let mut t = pair(gpu);
     // On wgpu (ops_matmul.rs picks the kernel from m): m <= 16 takes the GEMVs (for 16-bit weights
@@ -83,13 +113,67 @@ pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
                 let w = t.rand(dtype, n * k, 0.1);
                 let b = t.rand(DType::F32, n, 1.0);
                 let mut out = t.out(m * n);
-                let p = MatmulParams { m: m as u32, n: n as u32, k: k as u32, has_bias: bias as u32 };
+                let p = MatmulParams::new(m, n, k, bias);
                 t.gpu.matmul(&p, &x.0, &w.0, bias.then_some(&b.0), &mut out.0).unwrap();
                 t.cpu.matmul(&p, &x.1, &w.1, bias.then_some(&b.1), &mut out.1).unwrap();
                 t.check(&format!("matmul {dtype:?} {m}x{n}x{k} bias={bias}"), &out, m * n, TOL_REDUCTION);
             }
         }
     }
+    matmul_strided(&mut t, dtype, TOL_REDUCTION);
+}
+
+/// A strided output (ldo > n, out_off > 0) at a GEMV and a GEMM row count: the result lands in its
+/// column block and every other element keeps its poison (NaN on both sides).
+fn matmul_strided<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, tol: f32) {
+    let k = 2 * block_of(dtype).max(64);
+    for m in [1, 3, 40] {
+        let (n, ldo, off) = (37, 50, 5);
+        let p = MatmulParams { ldo, out_off: off, ..MatmulParams::new(m, n, k, true) };
+        let x = t.rand(DType::F32, m * k, 1.0);
+        let w = weights(t, dtype, n, k, 0.1);
+        let b = t.rand(DType::F32, n, 1.0);
+        let len = p.out_len() + 9;
+        let mut out = t.out(len);
+        t.gpu.matmul(&p, &x.0, &w.0, Some(&b.0), &mut out.0).unwrap();
+        t.cpu.matmul(&p, &x.1, &w.1, Some(&b.1), &mut out.1).unwrap();
+        let x16 = t.gpu.caps().matmul_x16_from.is_some_and(|r| m >= r) && dtype != DType::F32;
+        t.check(
+            &format!("matmul {dtype:?} strided {m}x{n}x{k} ldo={ldo} off={off}"),
+            &out,
+            len,
+            if x16 { TOL_QUANT } else { tol },
+        );
+    }
+}
+
+/// Quantized weights: random blocks (odd n; k a few whole blocks, and one long row), every GEMV
+/// and GEMM row count the backends distinguish, against the CPU's dequantize-then-multiply. Where
+/// the backend multiplies in 16 bits (`matmul_x16_from`) it may round x and the dequantized
+/// weights to bf16, so those rows compare within TOL_QUANT; the others within TOL_REDUCTION.
+fn matmul_quantized<B: Backend>(gpu: &B, dtype: DType) {
+    let mut t = pair(gpu);
+    let bs = block_of(dtype).max(32);
+    let ks = [bs, 2 * bs, 3 * bs, 9 * bs, 4096usize.div_ceil(bs) * bs];
+    let ms = [1, 2, 3, 5, 8, 9, 16, 17, 32, 37, 64, 130];
+    let ns = [1, 31, 64, 97, 300];
+    let x16_from = t.gpu.caps().matmul_x16_from;
+    for (i, &m) in ms.iter().enumerate() {
+        for (j, &k) in ks.iter().enumerate() {
+            let n = ns[(i + 2 * j) % ns.len()];
+            let bias = (i + j) % 2 == 1;
+            let x = t.rand(DType::F32, m * k, 1.0);
+            let w = weights(&mut t, dtype, n, k, 0.1);
+            let b = t.rand(DType::F32, n, 1.0);
+            let mut out = t.out(m * n);
+            let p = MatmulParams::new(m, n, k, bias);
+            t.gpu.matmul(&p, &x.0, &w.0, bias.then_some(&b.0), &mut out.0).unwrap();
+            t.cpu.matmul(&p, &x.1, &w.1, bias.then_some(&b.1), &mut out.1).unwrap();
+            let tol = if x16_from.is_some_and(|r| m >= r) { TOL_QUANT } else { TOL_REDUCTION };
+            t.check(&format!("matmul {dtype:?} {m}x{n}x{k} bias={bias}"), &out, m * n, tol);
+        }
+    }
+    matmul_strided(&mut t, dtype, TOL_REDUCTION);
 }
 
 pub fn test_rmsnorm<B: Backend>(gpu: &B) {

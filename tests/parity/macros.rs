@@ -13,6 +13,14 @@ macro_rules! axes {
             super::backend().map(|b| super::super::$f(&b, lserve::backend::DType::$d, $hd));
         }
     )+};
+    (ggml $f:ident: $($d:ident => $test:ident),+) => {$(
+        #[test]
+        fn $test() {
+            let _one = super::ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+            let dtype = lserve::backend::DType::Ggml(lserve::backend::GgmlType::$d);
+            super::backend().map(|b| super::super::$f(&b, dtype));
+        }
+    )+};
     (dtype $f:ident: $($d:ident => $test:ident),+) => {$(
         #[test]
         fn $test() {
@@ -96,10 +104,12 @@ macro_rules! parity_tests {
                 backend().map(|b| super::test_write_at(&b));
             }
             mod embed {
-                axes!(dtype test_embed: F32 => w_f32, F16 => w_f16, BF16 => w_bf16);
+                axes!(dtype test_embed: F32 => w_f32, F16 => w_f16, BF16 => w_bf16, I8Row => w_int8, F8Row => w_fp8);
+                axes!(ggml test_embed: Q4_0 => w_q4_0, Q4_1 => w_q4_1, Q5_0 => w_q5_0, Q5_1 => w_q5_1, Q8_0 => w_q8_0, Q4_K => w_q4_k, Q5_K => w_q5_k, Q6_K => w_q6_k);
             }
             mod matmul {
-                axes!(dtype test_matmul: F32 => w_f32, F16 => w_f16, BF16 => w_bf16);
+                axes!(dtype test_matmul: F32 => w_f32, F16 => w_f16, BF16 => w_bf16, I8Row => w_int8, F8Row => w_fp8);
+                axes!(ggml test_matmul: Q4_0 => w_q4_0, Q4_1 => w_q4_1, Q5_0 => w_q5_0, Q5_1 => w_q5_1, Q8_0 => w_q8_0, Q4_K => w_q4_k, Q5_K => w_q5_k, Q6_K => w_q6_k);
             }
             mod rope_append_kv {
                 axes!(dtype test_rope_append_kv: F32 => kv_f32, F16 => kv_f16, BF16 => kv_bf16, I8 => kv_int8, F8E4M3 => kv_fp8);

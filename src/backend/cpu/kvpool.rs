@@ -1,5 +1,5 @@
 //! Typed views of a KV pool buffer for the CPU reference: f32 pools are read in place, 8-bit
-//! pools (`CpuBuffer::Kv8`) are quantized on write and dequantized on read through
+//! pools (`CpuBuffer::Bytes`) are quantized on write and dequantized on read through
 //! [`crate::backend::reference::kv_quant`], which defines the stored bytes every backend reproduces.
 //!
 //! Rows are addressed by their element offset `at = row * head_dim` (row = `(page * heads +
@@ -26,7 +26,7 @@ pub enum PoolMut<'a> {
 /// A pool of `rows` token rows (page_size `ps`, head_dim `hd`), checked against the buffer.
 pub fn pool<'a>(b: &'a CpuBuffer, rows: usize, ps: usize, hd: usize, what: &str) -> Result<PoolRef<'a>> {
     match b {
-        CpuBuffer::Kv8(dtype, v) => {
+        CpuBuffer::Bytes(dtype, v) if dtype.is_kv8() => {
             let need = kv_pool_len(*dtype, rows, hd);
             let bytes = v.get(..need).ok_or_else(|| err(format!("{what}: {} bytes, op needs {need}", v.len())))?;
             Ok(PoolRef::Kv8 { dtype: *dtype, bytes, ps, hd })
@@ -36,8 +36,11 @@ pub fn pool<'a>(b: &'a CpuBuffer, rows: usize, ps: usize, hd: usize, what: &str)
 }
 
 pub fn pool_mut<'a>(b: &'a mut CpuBuffer, rows: usize, ps: usize, hd: usize, what: &str) -> Result<PoolMut<'a>> {
+    if !matches!(b, CpuBuffer::Bytes(d, _) if d.is_kv8()) {
+        return Ok(PoolMut::F32(super::f32s_mut(b, rows * hd, what)?));
+    }
     match b {
-        CpuBuffer::Kv8(dtype, v) => {
+        CpuBuffer::Bytes(dtype, v) => {
             let need = kv_pool_len(*dtype, rows, hd);
             let have = v.len();
             let bytes = v.get_mut(..need).ok_or_else(|| err(format!("{what}: {have} bytes, op needs {need}")))?;

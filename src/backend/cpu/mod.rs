@@ -11,6 +11,7 @@ mod attention;
 mod kvops;
 mod kvpool;
 mod ops;
+mod quant;
 
 use crate::backend::*;
 use crate::error::{Error, Result};
@@ -20,8 +21,10 @@ use crate::error::{Error, Result};
 pub enum CpuBuffer {
     F32(Vec<f32>),
     U32(Vec<u32>),
-    /// An 8-bit KV pool (I8 or F8E4M3): codes and scales, layout of [`kv_pool_len`].
-    Kv8(DType, Vec<u8>),
+    /// Bytes of a typed layout: an 8-bit KV pool (I8 or F8E4M3: codes and scales, layout of
+    /// [`kv_pool_len`]) or a quantized weight matrix (`DType::is_weight_quant`, layout of
+    /// [`reference::weight_quant`]).
+    Bytes(DType, Vec<u8>),
 }
 
 pub struct CpuBackend {
@@ -41,7 +44,7 @@ impl CpuBackend {
             caps: Caps {
                 name: "cpu",
                 device: format!("host CPU, {threads} threads"),
-                weight_dtypes: vec![DType::F32],
+                weight_dtypes: quant::weight_dtypes(),
                 kv_dtypes: vec![DType::F32, DType::I8, DType::F8E4M3],
                 max_buffer_bytes: u64::MAX,
                 memory_bytes: host_memory_bytes(),
@@ -104,7 +107,7 @@ impl Backend for CpuBackend {
         match dtype {
             DType::F32 => Ok(CpuBuffer::F32(vec![0.0; len])),
             DType::U32 => Ok(CpuBuffer::U32(vec![0; len])),
-            d @ (DType::I8 | DType::F8E4M3) => Ok(CpuBuffer::Kv8(d, vec![0; len])),
+            d if d.is_kv8() || d.is_weight_quant() => Ok(CpuBuffer::Bytes(d, vec![0; len])),
             d => Err(err(format!("{d:?} buffers are not supported on the CPU backend"))),
         }
     }
@@ -139,7 +142,7 @@ impl Backend for CpuBackend {
         let bytes: &[u8] = match src {
             CpuBuffer::F32(v) => bytemuck::cast_slice(v.as_slice()),
             CpuBuffer::U32(v) => bytemuck::cast_slice(v.as_slice()),
-            CpuBuffer::Kv8(_, v) => v.as_slice(),
+            CpuBuffer::Bytes(_, v) => v.as_slice(),
         };
         bytes.get(offset..offset + len).map(|b| b.to_vec()).ok_or_else(|| err("download_raw: range outside the buffer"))
     }
@@ -148,7 +151,7 @@ impl Backend for CpuBackend {
         let bytes: &mut [u8] = match dst {
             CpuBuffer::F32(v) => bytemuck::cast_slice_mut(v.as_mut_slice()),
             CpuBuffer::U32(v) => bytemuck::cast_slice_mut(v.as_mut_slice()),
-            CpuBuffer::Kv8(_, v) => v.as_mut_slice(),
+            CpuBuffer::Bytes(_, v) => v.as_mut_slice(),
         };
         let n = data.len();
         bytes
@@ -174,7 +177,7 @@ impl Backend for CpuBackend {
         match b {
             CpuBuffer::F32(v) => v.len(),
             CpuBuffer::U32(v) => v.len(),
-            CpuBuffer::Kv8(_, v) => v.len(),
+            CpuBuffer::Bytes(_, v) => v.len(),
         }
     }
 
@@ -182,12 +185,15 @@ impl Backend for CpuBackend {
         match b {
             CpuBuffer::F32(_) => DType::F32,
             CpuBuffer::U32(_) => DType::U32,
-            CpuBuffer::Kv8(d, _) => *d,
+            CpuBuffer::Bytes(d, _) => *d,
         }
     }
 
     fn embed(&self, p: &EmbedParams, table: &CpuBuffer, ids: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
         let (n, d) = (u(p.n_tokens), u(p.dim));
+        if let CpuBuffer::Bytes(dt, bytes) = table {
+            return quant::embed(*dt, bytes, p, u32s(ids, n, "embed ids")?, f32s_mut(out, n * d, "embed out")?);
+        }
         let table = f32s(table, u(p.vocab) * d, "embed table")?;
         let ids = u32s(ids, n, "embed ids")?;
         if let Some(bad) = ids.iter().find(|&&i| i >= p.vocab) {
@@ -210,14 +216,29 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         let (m, n, k) = (u(p.m), u(p.n), u(p.k));
         let x = f32s(x, m * k, "matmul x")?;
-        let w = f32s(w, n * k, "matmul w")?;
         let bias = match (p.has_bias, bias) {
             (0, _) => None,
             (_, Some(b)) => Some(f32s(b, n, "matmul bias")?),
             (_, None) => return Err(err("matmul: has_bias set but no bias buffer given")),
         };
-        let out = f32s_mut(out, m * n, "matmul out")?;
-        ops::matmul(x, w, bias, out, m, n, k);
+        if u(p.ldo) < n {
+            return Err(err(format!("matmul: ldo {} < n {n}", p.ldo)));
+        }
+        let out = f32s_mut(out, p.out_len(), "matmul out")?;
+        if let CpuBuffer::Bytes(dt, bytes) = w {
+            return quant::matmul(p, x, *dt, bytes, bias, out);
+        }
+        let w = f32s(w, n * k, "matmul w")?;
+        if p.is_dense() {
+            ops::matmul(x, w, bias, out, m, n, k);
+        } else {
+            let (ldo, off) = (u(p.ldo), u(p.out_off));
+            let mut dense = vec![0.0; m * n];
+            ops::matmul(x, w, bias, &mut dense, m, n, k);
+            for (r, row) in dense.chunks_exact(n).enumerate() {
+                out[off + r * ldo..off + r * ldo + n].copy_from_slice(row);
+            }
+        }
         Ok(())
     }
 
@@ -377,7 +398,7 @@ impl Backend for CpuBackend {
         if p.dtype != 0 {
             return Err(err("fill_random: the CPU backend stores f32 only"));
         }
-        if let CpuBuffer::Kv8(_, bytes) = out {
+        if let CpuBuffer::Bytes(_, bytes) = out {
             // An 8-bit KV pool is filled as f32 words (benchmark data).
             let n = u(p.n);
             if bytes.len() < 4 * n {

@@ -42,6 +42,9 @@ pub fn matmul(
     need(x, DType::F32, m * k, "matmul x")?;
     need_float(w, n * k, "matmul w")?;
     need(out, DType::F32, m * n, "matmul out")?;
+    if !p.is_dense() {
+        return Err(err("matmul: a strided output (ldo != n or out_off != 0) is not implemented on this backend"));
+    }
     let bias = match (p.has_bias, bias) {
         (0, _) => None,
         (_, Some(b)) => {

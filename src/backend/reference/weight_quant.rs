@@ -1,0 +1,193 @@
+//! Quantized weight matrices: what a `[n][k]` weight of a quantized [`DType`] holds, row by row.
+//! The CPU backend computes with these functions; the GPU kernels are held to them.
+//!
+//! - `DType::Ggml(t)`: GGUF bytes as they are; row `r` is bytes `r * row_bytes..` of
+//!   `k / block_size` whole blocks, dequantized by [`ggml_quant`](super::ggml_quant).
+//! - `DType::I8Row` / `DType::F8Row` (made at load, `--quantize int8|fp8`): `[n][k]` code bytes,
+//!   then `[n]` f32 scales (little-endian). Each row is quantized exactly as an 8-bit KV row is
+//!   ([`kv_quant::quantize_row`](super::kv_quant::quantize_row): int8 symmetric with scale
+//!   amax/127, e4m3 with a power-of-two scale), and w = code * scale.
+
+use super::{ggml_quant, kv_quant};
+use crate::backend::DType;
+
+/// The KV dtype whose row quantization a row-scaled weight type uses.
+fn row_kv_dtype(dtype: DType) -> Option<DType> {
+    match dtype {
+        DType::I8Row => Some(DType::I8),
+        DType::F8Row => Some(DType::F8E4M3),
+        _ => None,
+    }
+}
+
+/// Bytes of one row of `k` weights (the row-scaled types: codes only, the scales come after all rows).
+pub fn row_bytes(dtype: DType, k: usize) -> Option<usize> {
+    match dtype {
+        DType::Ggml(t) => t.bytes_for(k).ok(),
+        DType::I8Row | DType::F8Row => Some(k),
+        DType::F32 | DType::F16 | DType::BF16 => Some(k * dtype.size()),
+        _ => None,
+    }
+}
+
+/// Quantizes an f32 `[n][k]` matrix to a row-scaled type (`I8Row` or `F8Row`).
+pub fn quantize_rows(dtype: DType, w: &[f32], n: usize, k: usize) -> Option<Vec<u8>> {
+    let kvd = row_kv_dtype(dtype)?;
+    if w.len() != n * k {
+        return None;
+    }
+    let mut out = vec![0u8; n * k + 4 * n];
+    let (codes, scales) = out.split_at_mut(n * k);
+    for (r, (row, c)) in w.chunks_exact(k.max(1)).zip(codes.chunks_exact_mut(k.max(1))).enumerate().take(n) {
+        let s = kv_quant::quantize_row(kvd, row, c);
+        scales[4 * r..4 * r + 4].copy_from_slice(&s.to_le_bytes());
+    }
+    Some(out)
+}
+
+/// Dequantizes rows `r0 .. r0 + out.len() / k` of the `[n][k]` weight `bytes` of `dtype` into
+/// `out`. Errors (as text) when the lengths do not describe such a matrix.
+pub fn dequantize_rows(
+    dtype: DType,
+    bytes: &[u8],
+    n: usize,
+    k: usize,
+    r0: usize,
+    out: &mut [f32],
+) -> Result<(), String> {
+    let total =
+        dtype.weight_bytes(n, k).ok_or_else(|| format!("{dtype:?}: k = {k} is not a whole number of blocks"))?;
+    if bytes.len() != total {
+        return Err(format!("{dtype:?} [{n}][{k}] weight: {} bytes, expected {total}", bytes.len()));
+    }
+    let rows = if k == 0 { 0 } else { out.len() / k };
+    if out.len() != rows * k || r0 + rows > n {
+        return Err(format!("rows {r0}..{} of a {n}-row weight", r0 + rows));
+    }
+    let rb = row_bytes(dtype, k).ok_or_else(|| format!("{dtype:?} is not a weight type"))?;
+    for (i, o) in out.chunks_exact_mut(k.max(1)).enumerate().take(rows) {
+        let r = r0 + i;
+        let row = &bytes[r * rb..(r + 1) * rb];
+        match dtype {
+            DType::Ggml(t) => ggml_quant::dequantize(t, row, o).map_err(|e| e.to_string())?,
+            DType::I8Row | DType::F8Row => {
+                let at = n * k + 4 * r;
+                let scale = f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+                kv_quant::dequantize_row(row_kv_dtype(dtype).unwrap(), row, scale, o);
+            }
+            DType::F32 => {
+                o.iter_mut().zip(row.chunks_exact(4)).for_each(|(y, b)| *y = f32::from_le_bytes(b.try_into().unwrap()))
+            }
+            DType::F16 => o
+                .iter_mut()
+                .zip(row.chunks_exact(2))
+                .for_each(|(y, b)| *y = half::f16::from_le_bytes([b[0], b[1]]).to_f32()),
+            DType::BF16 => o
+                .iter_mut()
+                .zip(row.chunks_exact(2))
+                .for_each(|(y, b)| *y = half::bf16::from_le_bytes([b[0], b[1]]).to_f32()),
+            _ => unreachable!("row_bytes accepted only weight types"),
+        }
+    }
+    Ok(())
+}
+
+/// The GGML block types every backend's quantized kernels must support (what Q4_K_M, Q5_K_M,
+/// Q8_0 and the default model's files contain).
+pub const GGML_WEIGHT_TYPES: [ggml_quant::GgmlType; 8] = {
+    use ggml_quant::GgmlType::*;
+    [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K]
+};
+
+/// Where a GGML block keeps its f16 scale (`d`) and, for the affine types, its f16 offset (`m` /
+/// `dmin`), a `d` that keeps |w| near 0.1 for random codes, and the offset's range (+-).
+fn scale_fields(t: ggml_quant::GgmlType) -> Option<(usize, Option<usize>, f32, f32)> {
+    use ggml_quant::GgmlType::*;
+    Some(match t {
+        Q4_0 => (0, None, 0.0125, 0.0),
+        Q4_1 => (0, Some(2), 0.0125, 0.1),
+        Q5_0 => (0, None, 0.006, 0.0),
+        Q5_1 => (0, Some(2), 0.006, 0.1),
+        Q8_0 => (0, None, 0.001, 0.0),
+        // K-quants: 6-bit sub-block scales and mins (up to 63) multiply d and dmin.
+        Q4_K => (0, Some(2), 1e-4, 1e-3),
+        Q5_K => (0, Some(2), 5e-5, 1e-3),
+        Q6_K => (208, None, 2.5e-5, 0.0),
+        _ => return None,
+    })
+}
+
+/// A random `[n][k]` weight of `dtype` (benchmarks' synthetic weights, tests' inputs): GGML blocks
+/// with random code bytes and f16 scales drawn around a size that keeps |w| near 0.1; row-scaled types quantize uniform values in +-0.15; float types are not made
+/// here. Deterministic in `seed`. None if k is not a whole number of blocks.
+pub fn random_weights(dtype: DType, n: usize, k: usize, seed: u64) -> Option<Vec<u8>> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let unit = |r: u64| (r >> 40) as f32 / (1u64 << 24) as f32;
+    match dtype {
+        DType::I8Row | DType::F8Row => {
+            let w: Vec<f32> = (0..n * k).map(|_| (unit(next()) - 0.5) * 0.3).collect();
+            quantize_rows(dtype, &w, n, k)
+        }
+        DType::Ggml(t) => {
+            let (d_at, m_at, d, m_range) = scale_fields(t)?;
+            let mut out = vec![0u8; dtype.weight_bytes(n, k)?];
+            for chunk in out.chunks_mut(8) {
+                let r = next().to_le_bytes();
+                chunk.copy_from_slice(&r[..chunk.len()]);
+            }
+            for b in out.chunks_exact_mut(t.type_size()) {
+                let dv = half::f16::from_f32(d * (0.5 + unit(next())));
+                b[d_at..d_at + 2].copy_from_slice(&dv.to_le_bytes());
+                if let Some(m_at) = m_at {
+                    let mv = half::f16::from_f32((unit(next()) - 0.5) * 2.0 * m_range);
+                    b[m_at..m_at + 2].copy_from_slice(&mv.to_le_bytes());
+                }
+            }
+            Some(out)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_scaled_round_trip_is_within_half_a_step() {
+        let (n, k) = (3, 40);
+        let w: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
+        for dt in [DType::I8Row, DType::F8Row] {
+            let q = quantize_rows(dt, &w, n, k).unwrap();
+            assert_eq!(q.len(), dt.weight_bytes(n, k).unwrap());
+            let mut back = vec![f32::NAN; n * k];
+            dequantize_rows(dt, &q, n, k, 0, &mut back).unwrap();
+            for r in 0..n {
+                let amax = w[r * k..(r + 1) * k].iter().fold(0f32, |a, x| a.max(x.abs()));
+                let step = if dt == DType::I8Row { amax / 127.0 } else { amax / 8.0 };
+                for c in 0..k {
+                    assert!((back[r * k + c] - w[r * k + c]).abs() <= step, "{dt:?} [{r}][{c}]");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn random_weights_are_finite_and_small() {
+        for t in GGML_WEIGHT_TYPES {
+            let dt = DType::Ggml(t);
+            let (n, k) = (5, 512);
+            let b = random_weights(dt, n, k, 7).unwrap();
+            let mut w = vec![f32::NAN; n * k];
+            dequantize_rows(dt, &b, n, k, 0, &mut w).unwrap();
+            let amax = w.iter().fold(0f32, |a, x| a.max(x.abs()));
+            assert!(amax.is_finite() && amax > 0.01 && amax < 2.0, "{t:?}: max |w| {amax}");
+        }
+    }
+}
