@@ -1,6 +1,8 @@
 //! End to end on the wgpu backend: greedy generation on the default model gives the same tokens
-//! as the CPU backend on three prompts for 32 tokens, dense and sparse (streaming heads + page
-//! selection engaged with a small sink/window/budget). With f32 weights the two backends differ
+//! as the CPU backend — dense on three prompts for 16 tokens, sparse (streaming heads + page
+//! selection engaged with a small sink/window/budget) on the longest prompt for 32 tokens, so
+//! its context (67 tokens) exceeds the 48-token budget for the last 19 steps. (Lavapipe runs the
+//! shaders on the CI machine's CPU: these are the slowest tests of the suite, sized to match.) With f32 weights the two backends differ
 //! only in summation order, so the tokens must be identical; with the default f16 weights a
 //! divergence is accepted only where the CPU's two best logits are within 0.05 of each other (a
 //! near tie that f16 rounding of the weights can flip), and the margin is printed.
@@ -17,8 +19,10 @@ use lserve::model::llama::{Llama, Logits};
 use lserve::sampling::SamplingParams;
 use lserve::sparse::Config;
 
-const PROMPTS: [&str; 3] = ["d1_plain", "d2_chat", "d3_code"];
-const TOKENS: usize = 32;
+const DENSE_PROMPTS: [&str; 3] = ["d1_plain", "d2_chat", "d3_code"];
+const DENSE_TOKENS: usize = 16;
+const SPARSE_PROMPTS: [&str; 1] = ["d2_chat"];
+const SPARSE_TOKENS: usize = 32;
 
 fn sparse_config() -> Config {
     let mut c = common::paged_config(16, 4);
@@ -38,10 +42,10 @@ fn engine<B: Backend>(be: B, m: &LoadedModel, dtype: Option<DType>, config: Conf
         .unwrap()
 }
 
-fn greedy<B: Backend>(e: &mut Engine<B>, prompt: &[u32]) -> Vec<u32> {
+fn greedy<B: Backend>(e: &mut Engine<B>, prompt: &[u32], tokens: usize) -> Vec<u32> {
     let req = GenerateRequest {
         prompt: prompt.to_vec(),
-        max_tokens: TOKENS,
+        max_tokens: tokens,
         sampling: SamplingParams::greedy(),
         stop_ids: vec![],
         ignore_eos: true,
@@ -59,15 +63,28 @@ fn margin(e: &mut Engine<CpuBackend>, prefix: &[u32]) -> f32 {
     v[0] - v[1]
 }
 
-fn compare(label: &str, dtype: Option<DType>, config: Config) {
+/// The CPU's dense greedy tokens per prompt, computed once for both dense tests.
+fn cpu_dense(m: &LoadedModel) -> &'static Vec<Vec<u32>> {
+    static CPU: std::sync::OnceLock<Vec<Vec<u32>>> = std::sync::OnceLock::new();
+    CPU.get_or_init(|| {
+        let r = common::reference();
+        let mut cpu = engine(CpuBackend::new(), m, None, Config::default());
+        DENSE_PROMPTS.iter().map(|p| greedy(&mut cpu, &common::ids(&r["prompts"][p]["ids"]), DENSE_TOKENS)).collect()
+    })
+}
+
+fn compare(label: &str, dtype: Option<DType>, config: Config, sparse: bool) {
     let Some(gpu) = common::wgpu_backend() else { return };
     let m = loader::open(&common::model_path()).unwrap();
     let r = common::reference();
+    let (prompts, tokens): (&[&str], usize) =
+        if sparse { (&SPARSE_PROMPTS, SPARSE_TOKENS) } else { (&DENSE_PROMPTS, DENSE_TOKENS) };
     let mut cpu = engine(CpuBackend::new(), &m, None, config.clone());
     let mut wg = engine(gpu, &m, dtype, config);
-    for p in PROMPTS {
+    for (k, p) in prompts.iter().enumerate() {
         let prompt = common::ids(&r["prompts"][p]["ids"]);
-        let (a, b) = (greedy(&mut cpu, &prompt), greedy(&mut wg, &prompt));
+        let a = if sparse { greedy(&mut cpu, &prompt, tokens) } else { cpu_dense(&m)[k].clone() };
+        let b = greedy(&mut wg, &prompt, tokens);
         if a == b {
             continue;
         }
@@ -82,15 +99,15 @@ fn compare(label: &str, dtype: Option<DType>, config: Config) {
 
 #[test]
 fn dense_f32_weights_match_cpu() {
-    compare("dense f32", Some(DType::F32), Config::default());
+    compare("dense f32", Some(DType::F32), Config::default(), false);
 }
 
 #[test]
 fn sparse_f32_weights_match_cpu() {
-    compare("sparse f32", Some(DType::F32), sparse_config());
+    compare("sparse f32", Some(DType::F32), sparse_config(), true);
 }
 
 #[test]
 fn dense_f16_weights_match_cpu_up_to_near_ties() {
-    compare("dense f16", None, Config::default());
+    compare("dense f16", None, Config::default(), false);
 }
