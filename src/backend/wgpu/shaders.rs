@@ -29,9 +29,11 @@ pub enum Reads {
     Nothing,
     /// `load_w(i) -> f32` over a `w: array<u32>` binding.
     Scalar,
-    /// The weight binding itself (binding 2, 16-byte words) and `w8(i) -> array<vec4<f32>, 2>`, the
-    /// eight 16-bit weights of word i (16-bit weights only). With native f16 the binding is
-    /// `array<mat2x4<f16>>` (f16 storage); else `array<vec4<u32>>` unpacked by bit operations.
+    /// The weight binding itself (binding 2) and `w8(i) -> array<vec4<f32>, 2>`, the eight
+    /// weights 8i..8i+7 of the flattened matrix (k % 8 == 0). 16-bit weights: one 16-byte word;
+    /// with native f16 the binding is `array<mat2x4<f16>>` (f16 storage), else `array<vec4<u32>>`
+    /// unpacked by bit operations. Quantized weights: `array<u32>`, one sub-block's group of 8
+    /// decoded by `deq8_<fmt>` (no f32 variant: f32 weights use Scalar modules).
     Pairs,
     /// The KV cache: the variant's dtype is the KV dtype, and the KV snippet ([`kv_snippet`])
     /// defines `KV_KIND`, the pool element types `KV_EL` / `KV_K4` and an accessor
