@@ -22,6 +22,7 @@
 //! - [`GEMV_MAX_M`] < m <= [`M32_MAX_M`] (batched decode beyond 16, short chunks): `matmul_m32`,
 //!   32x64 output tiles, 4x4 per thread.
 //! - larger m (prefill): `matmul`, 128x64 output tiles, k steps of 16, 8x4 per thread.
+//!
 //! The tiled GEMMs dequantize quantized weights as they stage each weight tile into workgroup
 //! memory (each staged value then feeds 32 or 128 rows of FMAs).
 //!
