@@ -1,6 +1,8 @@
 // matmul (tiled GEMM, prefill): out[m][n] = x[m][k] . w[n][k]^T (+ bias[n]), f32 accumulation.
 // Layout: x [m][k] f32, w [n][k] weights read through load_w (f32, or two f16/bf16 per u32),
-// bias [n] f32 (bound but unread when has_bias == 0), out [m][n] f32; all row-major.
+// bias [n] f32 (bound but unread when has_bias == 0), out rows of p.ldo floats from element p.out_off
+// (out[out_off + r * ldo + c] for r < m, c < n; other elements untouched); all row-major. Quantized
+// weights (shaders/quant_weights.wgsl) are dequantized by load_w as the tiles are staged.
 // One workgroup of 256 threads computes a 128 (m) x 64 (n) output tile, stepping k by 16: both
 // operand tiles are staged k-major in workgroup memory as vec4s of 4 consecutive rows (one pad
 // vec4 per k row keeps the transposing stores nearly conflict-free), 12.5 KiB in all. Thread
@@ -22,6 +24,9 @@ const SW: u32 = 17u; // vec4s per k row of the staged w tile (16 + 1 pad)
 @group(0) @binding(2) var<storage, read> w: array<u32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// The weight matrix's geometry, read by the quantized formats' decoders (shaders/quant_weights.wgsl).
+fn w_cols() -> u32 { return p.k; }
+fn w_rows() -> u32 { return p.n; }
 
 // xs[kk * SX + r / 4][r % 4] = x[m0 + r][k0 + kk]; ws[kk * SW + r / 4][r % 4] = w[n0 + r][k0 + kk].
 var<workgroup> xs: array<vec4<f32>, 528>;
@@ -44,7 +49,7 @@ fn load_wt(n0: u32, r: u32, kk: u32) -> f32 {
 fn store(r: u32, c0: u32, v: vec4<f32>) {
     if (r >= p.m) { return; }
     for (var j = 0u; j < 4u; j++) {
-        if (c0 + j < p.n) { out[r * p.n + c0 + j] = v[j]; }
+        if (c0 + j < p.n) { out[p.out_off + r * p.ldo + c0 + j] = v[j]; }
     }
 }
 

@@ -1,6 +1,6 @@
 // matmul_gemv (decode, small m): out[m][n] = x[m][k] . w[n][k]^T (+ bias[n]), f32 accumulation.
 // Layout as matmul.wgsl: x [m][k] f32, w [n][k] via load_w, bias [n] f32 (unread when has_bias
-// == 0), out [m][n] f32. One workgroup of 256 threads = 8 groups of 32 lanes covers ROWS = 16
+// == 0), out [m] rows of p.ldo floats from p.out_off (strided, as matmul.wgsl). One workgroup of 256 threads = 8 groups of 32 lanes covers ROWS = 16
 // weight rows; group g owns rows 16 wg + 2g and + 1 (clamped to n - 1 for loads, masked on store;
 // workgroup id = wg.x + wg.y * num_workgroups.x). A group streams its two rows once, in steps of
 // 128 elements, 4 per lane: for even k the pairs 2l, 2l + 1 and 2l + 64, 2l + 65 (indices written
@@ -18,6 +18,9 @@ const MX: u32 = 16u; // x rows per pass over the weights
 @group(0) @binding(2) var<storage, read> w: array<u32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// The weight matrix's geometry, read by the quantized formats' decoders (shaders/quant_weights.wgsl).
+fn w_cols() -> u32 { return p.k; }
+fn w_rows() -> u32 { return p.n; }
 
 // red[t] and red[256 + t]: thread t's partial sums for its two rows (one x row per component).
 var<workgroup> red: array<vec4<f32>, 512>;
@@ -93,7 +96,7 @@ fn write(t: u32, row: u32, m0: u32, cnt: u32) {
             var b = 0.0;
             if (p.has_bias != 0u) { b = bias[nr]; }
             let v = red[256u * r + t];
-            for (var i = 0u; i < cnt; i++) { out[(m0 + i) * p.n + nr] = v[i] + b; }
+            for (var i = 0u; i < cnt; i++) { out[p.out_off + (m0 + i) * p.ldo + nr] = v[i] + b; }
         }
     }
 }

@@ -1,6 +1,6 @@
 // matmul_gemv_subgroup (decode, adapters with SUBGROUP; the host sends m == 1 here and batches of
 // 2..16 rows to matmul_gemv_subgroup_batch, any m works): out[m][n] = x[m][k] . w[n][k]^T
-// (+ bias[n]), f32 accumulation, for 16-bit weights with k % 8 == 0 (the host checks; else it
+// (+ bias[n]), f32 accumulation, for 16-bit or quantized weights with k % 8 == 0 (the host checks; else it
 // uses matmul_gemv). Same math and layout as matmul_gemv, different reduction:
 //
 // One workgroup of 256 covers ROWS = 8 weight rows (workgroup id g = wg.x + wg.y *
@@ -8,7 +8,9 @@
 // 8g + i, 8g + i + num_subgroups, ...; its lanes stride over the row in 16-byte words (8 weights
 // each, via w8 of the weight snippet), four words in flight per lane, each weight word
 // feeding up to 4 x rows; subgroupAdd sums the lanes and lane 0 writes. No workgroup memory and
-// no barriers. Weight rows start 16-byte aligned because k % 8 == 0.
+// no barriers. Weight rows start 16-byte aligned because k % 8 == 0 (16-bit
+// weights). Quantized weights: w8 decodes the 8 weights of group i (one sub-block, one scale) from
+// the u32 words covering them (shaders/quant_weights.wgsl).
 
 const ROWS: u32 = 8u;
 
@@ -17,6 +19,9 @@ const ROWS: u32 = 8u;
 // binding 2, the weights as 16-byte words, and w8() come with the weight snippet.
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// The weight matrix's geometry, read by the quantized formats' decoders (shaders/quant_weights.wgsl).
+fn w_cols() -> u32 { return p.k; }
+fn w_rows() -> u32 { return p.n; }
 
 // Dot of the 8 weights ws with the 8 elements of x from element offset o (o % 8 == 0).
 fn dot8(ws: array<vec4<f32>, 2>, o: u32) -> f32 {
@@ -61,7 +66,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
             for (; j < words; j += sgs) { acc_word(&acc, w8(base + j), j * 8u, m0, nx); }
             let tot = subgroupAdd(acc);
             if (lane == 0u) {
-                for (var i = 0u; i < nx; i++) { out[(m0 + i) * p.n + row] = tot[i] + b; }
+                for (var i = 0u; i < nx; i++) { out[p.out_off + (m0 + i) * p.ldo + row] = tot[i] + b; }
             }
         }
     }

@@ -1,5 +1,5 @@
 // matmul_gemv_subgroup_batch (batched decode, 2 <= m <= 16, adapters with SUBGROUP): out[m][n] =
-// x[m][k] . w[n][k]^T (+ bias[n]), f32 accumulation, for 16-bit weights with k % 8 == 0 (the host
+// x[m][k] . w[n][k]^T (+ bias[n]), f32 accumulation, for 16-bit or quantized weights with k % 8 == 0 (the host
 // checks; else it uses matmul_gemv). Same math and layout as matmul_gemv_subgroup (which keeps
 // m == 1: one subgroup per weight row, no workgroup memory), a schedule that shares x:
 //
@@ -12,7 +12,9 @@
 // Partial sums: a_i = x row m0 + i against the four rows, one row per component. subgroupAdd sums
 // them over each subgroup; lane 0 stashes them in workgroup memory (subgroups have >= 4 lanes, so
 // at most 32 of them: 8 x rows x 32 subgroups = 4 KiB) and thread i then adds x row i over the
-// subgroups and writes its four outputs. Weight rows start 16-byte aligned because k % 8 == 0.
+// subgroups and writes its four outputs. Weight rows start 16-byte aligned because k % 8 == 0 (16-bit
+// weights). Quantized weights: w8 decodes the 8 weights of group i (one sub-block, one scale) from
+// the u32 words covering them (shaders/quant_weights.wgsl).
 
 const ROWS: u32 = 4u; // weight rows per workgroup
 const WG: u32 = 128u; // threads per workgroup
@@ -24,6 +26,9 @@ const HALF: u32 = 8u; // x rows per stash of partial sums
 // binding 2, the weights as 16-byte words, and w8() come with the weight snippet.
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// The weight matrix's geometry, read by the quantized formats' decoders (shaders/quant_weights.wgsl).
+fn w_cols() -> u32 { return p.k; }
+fn w_rows() -> u32 { return p.n; }
 
 // part[s * HALF + i]: subgroup s's sums for x row i of the current half pass.
 var<workgroup> part: array<vec4<f32>, 256>;
@@ -60,7 +65,7 @@ fn emit(t: u32, nsg: u32, r0: u32, m0: u32, cnt: u32) {
             if (row < p.n) {
                 var b = 0.0;
                 if (p.has_bias != 0u) { b = bias[row]; }
-                out[(m0 + t) * p.n + row] = s[c] + b;
+                out[p.out_off + (m0 + t) * p.ldo + row] = s[c] + b;
             }
         }
     }

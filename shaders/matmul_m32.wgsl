@@ -20,6 +20,9 @@ const SW: u32 = 17u; // vec4s per k row of the staged w tile (16 + 1 pad)
 @group(0) @binding(2) var<storage, read> w: array<u32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// The weight matrix's geometry, read by the quantized formats' decoders (shaders/quant_weights.wgsl).
+fn w_cols() -> u32 { return p.k; }
+fn w_rows() -> u32 { return p.n; }
 
 // xs[kk * SX + r / 4][r % 4] = x[m0 + r][k0 + kk]; ws[kk * SW + r / 4][r % 4] = w[n0 + r][k0 + kk].
 var<workgroup> xs: array<vec4<f32>, 144>;
@@ -42,7 +45,7 @@ fn load_wt(n0: u32, r: u32, kk: u32) -> f32 {
 fn store(r: u32, c0: u32, v: vec4<f32>) {
     if (r >= p.m) { return; }
     for (var j = 0u; j < 4u; j++) {
-        if (c0 + j < p.n) { out[r * p.n + c0 + j] = v[j]; }
+        if (c0 + j < p.n) { out[p.out_off + r * p.ldo + c0 + j] = v[j]; }
     }
 }
 

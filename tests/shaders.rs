@@ -73,8 +73,14 @@ fn param_structs_match_rust_layouts() {
 #[test]
 fn every_pipeline_matches_its_wgsl_bindings() {
     use lserve::backend::wgpu::pipelines::{ALL, Access};
-    use lserve::backend::wgpu::shaders::OPS;
+    use lserve::backend::wgpu::shaders::{OPS, WEIGHT_DTYPES};
     let modules = all_modules();
+    // Module name suffixes of weight and KV variants: `_<weight dtype>` / `_<kv dtype>`.
+    let suffixes: Vec<String> = WEIGHT_DTYPES
+        .iter()
+        .map(|d| format!("_{}", d.weight_name()))
+        .chain(["_int8".to_string(), "_fp8".to_string()])
+        .collect();
     let mut bad = vec![];
     for (op, ..) in OPS {
         if ALL.iter().filter(|p| p.ops.contains(op)).count() != 1 {
@@ -89,9 +95,7 @@ fn every_pipeline_matches_its_wgsl_bindings() {
             .iter()
             .filter(|m| {
                 m.name == op
-                    || ["_f32", "_f16", "_bf16", "_int8", "_fp8"]
-                        .iter()
-                        .any(|d| m.name.strip_prefix(op).is_some_and(|r| r.starts_with(d)))
+                    || suffixes.iter().any(|d| m.name.strip_prefix(op).is_some_and(|r| r.starts_with(d.as_str())))
             })
             .collect();
         if mine.is_empty() {
@@ -129,4 +133,23 @@ fn every_pipeline_matches_its_wgsl_bindings() {
         }
     }
     assert!(bad.is_empty(), "pipelines vs shaders/*.wgsl:\n  {}", bad.join("\n  "));
+}
+
+/// Every GGML type the backends must support has its shader modules (each op that reads weights
+/// gets one per weight dtype), and so do the row-scaled 8-bit types.
+#[test]
+fn every_quantized_weight_dtype_has_modules() {
+    use lserve::backend::DType;
+    use lserve::backend::reference::weight_quant::GGML_WEIGHT_TYPES;
+    use lserve::backend::wgpu::shaders::WEIGHT_DTYPES;
+    let modules = all_modules();
+    let wanted = GGML_WEIGHT_TYPES.iter().map(|&t| DType::Ggml(t)).chain([DType::I8Row, DType::F8Row]);
+    for d in wanted {
+        assert!(WEIGHT_DTYPES.contains(&d), "{d:?} missing from WEIGHT_DTYPES");
+        for op in ["embed", "matmul", "matmul_m32", "matmul_gemv", "matmul_gemv_subgroup", "matmul_gemv_subgroup_batch"]
+        {
+            let name = format!("{op}_{}", d.weight_name());
+            assert!(modules.iter().any(|m| m.name == name), "no module {name}");
+        }
+    }
 }

@@ -3,6 +3,8 @@
 //!
 //! Buffers are plain storage buffers; f16/bf16 weights and KV are packed two per u32 and 8-bit KV
 //! four per u32 (plus a scale word per row), so no shader extension is needed to read them.
+//! Quantized weights (GGML blocks, I8Row, F8Row) are their bytes as they are, len in bytes, read
+//! as u32 words by shaders/quant_weights.wgsl.
 //! Activations and logits are f32.
 //! Ops only record commands (`context::Gpu`); `download_*` and `sync` submit and wait. Each op
 //! checks its buffers against its params before recording, like the CPU reference.
@@ -63,7 +65,7 @@ impl WgpuBackend {
         let caps = Caps {
             name: "wgpu",
             device: format!("{} ({:?}, {:?}, {})", info.name, info.backend, info.device_type, info.driver),
-            weight_dtypes: vec![DType::F16, DType::BF16, DType::F32],
+            weight_dtypes: shaders::WEIGHT_DTYPES.to_vec(),
             kv_dtypes: shaders::KV_DTYPES.to_vec(),
             max_buffer_bytes: gpu.limits.max_storage_buffer_binding_size,
             memory_bytes: gpu.limits.max_buffer_size.min(u64::MAX / 2),
@@ -162,9 +164,21 @@ pub(crate) fn need_kv(b: &WgpuBuffer, dtype: DType, rows: usize, hd: usize, what
     need(b, dtype, kv_pool_len(dtype, rows, hd), what)
 }
 
-/// `b` holds weights (a float dtype) of at least `n` elements.
-pub(crate) fn need_weights(b: &WgpuBuffer, n: usize, what: &str) -> Result<()> {
-    if !matches!(b.dtype, DType::F32 | DType::F16 | DType::BF16) || b.len < n {
+/// `b` holds a `[rows][cols]` weight matrix of a dtype the shaders read: a float buffer of at
+/// least rows * cols elements, or a quantized one of exactly `DType::weight_bytes` bytes.
+pub(crate) fn need_weights(b: &WgpuBuffer, rows: usize, cols: usize, what: &str) -> Result<()> {
+    if !shaders::WEIGHT_DTYPES.contains(&b.dtype) {
+        return Err(err(format!("{what}: {:?} is not a weight dtype of this backend", b.dtype)));
+    }
+    if b.dtype.is_weight_quant() {
+        return match b.dtype.weight_bytes(rows, cols) {
+            Some(n) if n == b.len => Ok(()),
+            Some(n) => Err(err(format!("{what}: {} bytes, a [{rows}][{cols}] {:?} matrix has {n}", b.len, b.dtype))),
+            None => Err(err(format!("{what}: {cols} columns are not a whole number of {:?} blocks", b.dtype))),
+        };
+    }
+    let n = rows * cols;
+    if b.len < n {
         return Err(err(format!("{what}: {:?} x {} is not a weight buffer of {n} elements", b.dtype, b.len)));
     }
     Ok(())
@@ -207,6 +221,17 @@ impl Backend for WgpuBackend {
         };
         let b = self.alloc(dtype, data.len())?;
         self.gpu.queue.write_buffer(&b.buf, 0, bytemuck::cast_slice(&words));
+        Ok(b)
+    }
+
+    /// Quantized weights' byte lengths need not be multiples of 4 (a Q4_0 block is 18 bytes):
+    /// the buffer (16-byte padded) gets the bytes and zero padding in one write.
+    fn upload_raw(&self, dtype: DType, data: &[u8]) -> Result<WgpuBuffer> {
+        let b = self.alloc(dtype, data.len())?;
+        let mut padded = data.to_vec();
+        padded.resize(data.len().div_ceil(4) * 4, 0);
+        self.gpu.submit();
+        self.gpu.queue.write_buffer(&b.buf, 0, &padded);
         Ok(b)
     }
 

@@ -32,7 +32,7 @@ pub fn embed(
     out: &mut WgpuBuffer,
 ) -> Result<()> {
     let (n, d) = (u(p.n_tokens), u(p.dim));
-    need_weights(table, u(p.vocab) * d, "embed table")?;
+    need_weights(table, u(p.vocab), d, "embed table")?;
     need(ids, DType::U32, n, "embed ids")?;
     need(out, DType::F32, n * d, "embed out")?;
     if p.vocab == 0 {

@@ -1,9 +1,14 @@
 //! Recording of `matmul`: out[m][n] = x[m][k] . w[n][k]^T (+ bias[n]), f32 accumulation.
 //!
-//! Layout: x `[m][k]` f32, w `[n][k]` in any weight dtype (read through the module's `load_w`),
-//! bias `[n]` f32, out `[m][n]` f32. Kernels, picked per call from m (see [`pick`]):
+//! Layout: x `[m][k]` f32, w `[n][k]` in any weight dtype of `shaders::WEIGHT_DTYPES` (read
+//! through the module's `load_w`, or `w8` in the subgroup GEMVs; quantized dtypes are decoded
+//! by shaders/quant_weights.wgsl), bias `[n]` f32, out `[m]` rows of `ldo` f32 from element
+//! `out_off` (out[out_off + r * ldo + c], r < m, c < n; the rest untouched, so the parts of a
+//! fused output can be written by one matmul each). Kernels, picked per call from m (see [`pick`]):
 //! - m <= [`GEMV_MAX_M`] (decode, batches up to 16), one pass over the weights for all m rows:
-//!   - adapters with SUBGROUP, 16-bit weights, k % 8 == 0 ("pairs"): for m == 1
+//!   - adapters with SUBGROUP, 16-bit or quantized weights, k % 8 == 0 ("pairs": 16-byte words
+//!     of 8 16-bit weights, or groups of 8 quantized weights of one sub-block, decoded in
+//!     registers with one scale): for m == 1
 //!     `matmul_gemv_subgroup`, 8 rows per workgroup, one subgroup per row, 16-byte weight loads,
 //!     `subgroupAdd` (the measured batch-1 kernel: docs/benchmarks.md); for 2..=16 rows
 //!     `matmul_gemv_subgroup_batch`, 4 weight rows per 128-thread workgroup, k split over the
@@ -12,9 +17,14 @@
 //!     `subgroupAdd`, then the subgroups' partials summed in workgroup memory.
 //!   - `matmul_gemv` (everything else): 16 weight rows per 256-thread workgroup, each streamed
 //!     once by a group of 32 lanes and tree-reduced in workgroup memory; up to 16 x rows per pass.
+//!     Quantized weights reach it only on adapters without SUBGROUP (or int8/fp8 rows of k % 8 !=
+//!     0): each element is decoded alone (correct, not tuned).
 //! - [`GEMV_MAX_M`] < m <= [`M32_MAX_M`] (batched decode beyond 16, short chunks): `matmul_m32`,
 //!   32x64 output tiles, 4x4 per thread.
 //! - larger m (prefill): `matmul`, 128x64 output tiles, k steps of 16, 8x4 per thread.
+//!
+//! The tiled GEMMs dequantize quantized weights as they stage each weight tile into workgroup
+//! memory (each staged value then feeds 32 or 128 rows of FMAs).
 //!
 //! Why these thresholds: a decode step multiplies a few rows of x with every weight, so it costs
 //! at least one read of the weights. The GEMVs reach that for m <= 16 (one pass). Each 16-bit
@@ -52,7 +62,7 @@ const GEMV_BATCH_ROWS: usize = 4;
 
 /// The kernel for m rows of x against n weight rows and the number of workgroups it runs (before
 /// folding).
-/// `pairs`: the weights are 16-bit with k % 8 == 0 and the adapter has SUBGROUP.
+/// `pairs`: the weights are 16-bit or quantized with k % 8 == 0 and the adapter has SUBGROUP.
 pub fn pick(m: usize, n: usize, pairs: bool) -> (&'static str, usize) {
     if m == 1 && pairs {
         (pl::matmul::GEMV_SUBGROUP, n.div_ceil(GEMV_SUBGROUP_ROWS))
@@ -77,11 +87,11 @@ pub fn matmul(
 ) -> Result<()> {
     let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
     need(x, DType::F32, m * k, "matmul x")?;
-    need_weights(w, n * k, "matmul w")?;
-    need(out, DType::F32, m * n, "matmul out")?;
-    if !p.is_dense() {
-        return Err(err("matmul: a strided output (ldo != n or out_off != 0) is not implemented on this backend"));
+    need_weights(w, n, k, "matmul w")?;
+    if (p.ldo as usize) < n {
+        return Err(err(format!("matmul: ldo {} < n {n}", p.ldo)));
     }
+    need(out, DType::F32, p.out_len(), "matmul out")?;
     let bias = match (p.has_bias, bias) {
         (0, _) => x,
         (_, Some(b)) => {
@@ -91,13 +101,14 @@ pub fn matmul(
         (_, None) => return Err(err("matmul: has_bias set but no bias buffer given")),
     };
     // Shaders index with u32.
-    if [m * k, n * k, m * n].iter().any(|&e| e > u32::MAX as usize) {
+    if [m * k, n * k, p.out_len()].iter().any(|&e| e > u32::MAX as usize) {
         return Err(err(format!("matmul: {m}x{n}x{k} exceeds 32-bit indexing")));
     }
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let pairs = matches!(w.dtype, DType::F16 | DType::BF16) && k % 8 == 0 && be.has_subgroup();
+    let pairs =
+        (matches!(w.dtype, DType::F16 | DType::BF16) || w.dtype.is_weight_quant()) && k % 8 == 0 && be.has_subgroup();
     let (op, groups) = pick(m, n, pairs);
     let binds = pl::matmul::Binds { x, w, bias, out };
     pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups))

@@ -2,7 +2,9 @@
 //! `params.wgsl + weight-format snippet + common.wgsl + <op>.wgsl`. The weight-format snippet
 //! defines `load_w(i) -> f32` over a `w: array<u32>` binding for the weight dtype of the pipeline
 //! (f32 bits, two f16 per word via `unpack2x16float`, or two bf16 per word by shifting), so no
-//! shader extension is needed for 16-bit weights. `lserve dump-shaders` writes these assembled
+//! shader extension is needed for 16-bit weights. Quantized weight dtypes (GGML blocks, I8Row,
+//! F8Row) get shaders/quant_weights.wgsl and a `load_w` that decodes one element, or for the
+//! subgroup GEMVs a `w8` that decodes a group of 8 (one sub-block: one scale). `lserve dump-shaders` writes these assembled
 //! modules; a test validates each with naga and translates it to SPIR-V, MSL and HLSL.
 //!
 //! KV ops ([`Reads::Kv`]) get a KV snippet instead, one module per KV dtype (`<op>_<kv>`, e.g.
@@ -27,9 +29,11 @@ pub enum Reads {
     Nothing,
     /// `load_w(i) -> f32` over a `w: array<u32>` binding.
     Scalar,
-    /// The weight binding itself (binding 2, 16-byte words) and `w8(i) -> array<vec4<f32>, 2>`, the
-    /// eight 16-bit weights of word i (16-bit weights only). With native f16 the binding is
-    /// `array<mat2x4<f16>>` (f16 storage); else `array<vec4<u32>>` unpacked by bit operations.
+    /// The weight binding itself (binding 2) and `w8(i) -> array<vec4<f32>, 2>`, the eight
+    /// weights 8i..8i+7 of the flattened matrix (k % 8 == 0). 16-bit weights: one 16-byte word;
+    /// with native f16 the binding is `array<mat2x4<f16>>` (f16 storage), else `array<vec4<u32>>`
+    /// unpacked by bit operations. Quantized weights: `array<u32>`, one sub-block's group of 8
+    /// decoded by `deq8_<fmt>` (no f32 variant: f32 weights use Scalar modules).
     Pairs,
     /// The KV cache: the variant's dtype is the KV dtype, and the KV snippet ([`kv_snippet`])
     /// defines `KV_KIND`, the pool element types `KV_EL` / `KV_K4` and an accessor
@@ -153,8 +157,51 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ("fill_random", include_str!("../../../shaders/fill_random.wgsl"), Reads::Nothing, false),
 ];
 
-/// The weight dtypes shaders can read.
-pub const WEIGHT_DTYPES: [DType; 3] = [DType::F16, DType::BF16, DType::F32];
+/// The decoders of the quantized weight formats (`deq1_<fmt>`, `deq8_<fmt>`), part of every module
+/// of a quantized weight dtype.
+pub const QUANT_WEIGHTS: &str = include_str!("../../../shaders/quant_weights.wgsl");
+
+/// The weight dtypes shaders can read: the float types, the eight GGML block types of
+/// [`GGML_WEIGHT_TYPES`](crate::backend::reference::weight_quant::GGML_WEIGHT_TYPES) and the
+/// row-scaled 8-bit types.
+pub const WEIGHT_DTYPES: [DType; 13] = {
+    use crate::backend::GgmlType::*;
+    [
+        DType::F16,
+        DType::BF16,
+        DType::F32,
+        DType::Ggml(Q4_0),
+        DType::Ggml(Q4_1),
+        DType::Ggml(Q5_0),
+        DType::Ggml(Q5_1),
+        DType::Ggml(Q8_0),
+        DType::Ggml(Q4_K),
+        DType::Ggml(Q5_K),
+        DType::Ggml(Q6_K),
+        DType::I8Row,
+        DType::F8Row,
+    ]
+};
+
+/// The snippet of a quantized weight dtype: the format decoders, then `load_w(i)` (element i of
+/// the `[w_rows()][w_cols()]` matrix, decoded alone) for Scalar modules, or the weight binding
+/// and `w8(i)` (8-element group i = row * cols / 8 + j) for Pairs modules.
+fn quant_snippet(reads: Reads, d: DType) -> Option<String> {
+    if !d.is_weight_quant() || !WEIGHT_DTYPES.contains(&d) {
+        return None;
+    }
+    let f = d.weight_name();
+    Some(match reads {
+        Reads::Scalar => format!(
+            "{QUANT_WEIGHTS}\nfn load_w(i: u32) -> f32 {{ let k = w_cols(); let r = i / k; return deq1_{f}(r, i - r * k); }}\n"
+        ),
+        Reads::Pairs => format!(
+            "@group(0) @binding(2) var<storage, read> w: array<u32>;\n{QUANT_WEIGHTS}\n\
+             fn w8(i: u32) -> array<vec4<f32>, 2> {{ let g = w_cols() / 8u; let r = i / g; return deq8_{f}(r, i - r * g); }}\n"
+        ),
+        _ => return None,
+    })
+}
 
 /// Which pipeline of an op: the weight dtype it reads (the KV dtype for [`Reads::Kv`] ops) and
 /// whether f16 weights are converted with native f16 types (the SHADER_F16 feature) instead of
@@ -179,9 +226,12 @@ impl Variant {
     }
 }
 
-fn weight_snippet(reads: Reads, v: Variant) -> Option<&'static str> {
+fn weight_snippet(reads: Reads, v: Variant) -> Option<String> {
     let d = v.weights?;
-    Some(match (reads, d, v.uses_f16()) {
+    if d.is_weight_quant() {
+        return quant_snippet(reads, d);
+    }
+    let s: &str = match (reads, d, v.uses_f16()) {
         (Reads::Scalar, DType::F16, _) => {
             "fn load_w(i: u32) -> f32 { let p = unpack2x16float(w[i >> 1u]); return select(p.x, p.y, (i & 1u) == 1u); }\n"
         }
@@ -206,7 +256,8 @@ fn weight_snippet(reads: Reads, v: Variant) -> Option<&'static str> {
             "vec4<f32>(bf2(q.x), bf2(q.y)), vec4<f32>(bf2(q.z), bf2(q.w))); }\n"
         ),
         _ => return None,
-    })
+    };
+    Some(s.to_string())
 }
 
 /// Name of a pipeline: the op stem, plus the weight dtype for ops that read weights, plus `_h` for
@@ -216,7 +267,7 @@ pub fn module_name(op: &str, v: Variant) -> String {
     let kv = OPS.iter().any(|&(name, _, r, _)| name == op && r == Reads::Kv);
     match v.weights {
         Some(d) if kv => format!("{op}_{}", d.kv_name()),
-        Some(d) => format!("{op}_{}{}", format!("{d:?}").to_lowercase(), if v.uses_f16() { "_h" } else { "" }),
+        Some(d) => format!("{op}_{}{}", d.weight_name(), if v.uses_f16() { "_h" } else { "" }),
         None => op.to_string(),
     }
 }
@@ -236,7 +287,7 @@ pub fn assemble(op: &str, v: Variant) -> Option<String> {
         // The store pass exists for the packed KV dtypes only.
         Reads::Kv if op == "rope_append_kv_pack" && v.weights == Some(DType::F32) => return None,
         Reads::Kv => kv_snippet(op, v.weights?)?,
-        r => weight_snippet(r, v)?.to_string(),
+        r => weight_snippet(r, v)?,
     };
     let enable = if v.uses_f16() { "enable f16;\n" } else { "" };
     Some(format!("{enable}{PARAMS}\n{snippet}\n{COMMON}\n{src}"))
