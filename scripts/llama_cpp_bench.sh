@@ -18,10 +18,12 @@
 #        the binary in the `bench` call (a warm machine keeps .llama/build and .llama/cmake).
 #   2. GPU machine:     run with carry [".llama/src", <the lserve binary's folder>] and
 #        LSERVE=<path to a release lserve with cuda> scripts/llama_cpp_bench.sh build
+#        scripts/llama_cpp_bench.sh models        (F16 GGUF written, llama-quantize to Q8_0, Q4_K_M)
 #        scripts/llama_cpp_bench.sh bench         (OUT=$OUT: results land there)
-#      `build` is resumable: it builds in .llama/build (not carried, so a warm machine keeps it
-#      between calls); if the first call hits the 600 s limit, call `build` again. `all` = build +
-#      bench in one call when the build is already there.
+#      Every stage is resumable and skips what exists: `build` builds in .llama/build, `models`
+#      writes .llama/models (neither is carried, so a warm machine keeps them between calls); if a
+#      call hits the 600 s limit, call the same stage again. `bench` makes missing models first;
+#      without LSERVE set it runs llama-bench only. `all` = build + bench.
 #
 # Needs on the GPU machine: nvcc (CUDACXX, PATH or /usr/local/cuda/bin), a C++ compiler, python3
 # with numpy (PyYAML optional: stubbed if missing), ~35 GB of disk in .llama/models (F16 16 GB,
@@ -96,7 +98,8 @@ build() {
       -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON \
       2>&1 | tail -20 | tee -a "$OUT/llama_cpp_bench.log"
   fi
-  "$CMAKE" --build "$BUILD" --target llama-bench llama-quantize -j "$JOBS" 2>&1 | grep -E "error|Error|Built target|\[100%\]" | tail -20 | tee -a "$OUT/llama_cpp_bench.log"
+  "$CMAKE" --build "$BUILD" --target llama-bench llama-quantize -j "$JOBS" > "$OUT/llama_build.log" 2>&1 || true
+  { grep -E "error|Error|Built target" "$OUT/llama_build.log" || true; } | tail -20 | tee -a "$OUT/llama_cpp_bench.log"
   [ -x "$BUILD/bin/llama-bench" ] && [ -x "$BUILD/bin/llama-quantize" ] || { log "error: build incomplete"; exit 1; }
   log "built $BUILD/bin/llama-bench and llama-quantize"
 }
@@ -199,7 +202,8 @@ PY
 case "${1:-}" in
   pack) pack ;;
   build) build ;;
+  models) make_models ;;
   bench) bench ;;
   all) build; bench ;;
-  *) sed -n 2,25p "$0"; exit 2 ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 2 ;;
 esac
