@@ -204,7 +204,7 @@ kernels! {
     ]
     { x: In F32, w: In Store, b: OptIn F32, o: Out F32 }
 
-    /// Quantized weight rows `row0 .. row0 + p.n` as bf16 into a scratch `[QUANT_DTYPES]` (the
+    /// Quantized weight rows `row0 .. row0 + p.n` as f16 into a scratch `[QUANT_DTYPES]` (the
     /// GEMM path; `n_total`: the matrix's rows).
     matmul_dequant: "matmul_quant" (MatmulParams) [
         "matmul_dequant_q4_0", "matmul_dequant_q4_1", "matmul_dequant_q5_0", "matmul_dequant_q5_1",

@@ -14,8 +14,8 @@
 //! - Quantized weights, m <= [`QUANT_GEMV_MAX_M`]: the quantized GEMV (cuda/matmul_quant.cu), which
 //!   dequantizes in registers and reads each weight byte once for all rows, x in f32.
 //! - Quantized weights, larger m: chunks of at most [`DEQUANT_SCRATCH_BYTES`] of weight rows are
-//!   dequantized to bf16 (`matmul_dequant`, the reference's values rounded to nearest even) into a
-//!   scratch, and each chunk is one bf16 cuBLAS GEMM with x rounded to bf16, writing its column
+//!   dequantized to f16 (`matmul_dequant`, the reference's values rounded to nearest even) into a
+//!   scratch, and each chunk is one f16 cuBLAS GEMM with x rounded to f16, writing its column
 //!   block of out (ldc = ldo, the pointer offset to the chunk's first column). docs/backends.md
 //!   argues this against per-tile dequantization into shared memory.
 //! - f32 weights (tests): SGEMM at m >= 2. A bias is added by a small kernel afterwards.
@@ -37,7 +37,7 @@ use crate::error::Result;
 pub const X16_FROM_M: usize = 2;
 /// Rows of x up to which quantized weights take the GEMV (dequantizing in registers, x in f32).
 pub const QUANT_GEMV_MAX_M: usize = 16;
-/// Bound of the bf16 scratch a quantized GEMM dequantizes its weight rows into (one chunk).
+/// Bound of the f16 scratch a quantized GEMM dequantizes its weight rows into (one chunk).
 pub const DEQUANT_SCRATCH_BYTES: usize = 64 << 20;
 
 fn u(x: u32) -> usize {
@@ -102,7 +102,7 @@ pub fn matmul(
     add_bias(be, p, bias, out)
 }
 
-/// x rounded to bf16 (or f16) into the GEMM's x scratch; its device pointer.
+/// x rounded to bf16 or f16 into the GEMM's x scratch; its device pointer.
 fn round_x(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer, bf16: bool) -> Result<u64> {
     let g = be.gpu();
     let mk = u(p.m) * u(p.k);
@@ -121,7 +121,7 @@ fn add_bias(be: &CudaBackend, p: &MatmulParams, bias: Option<&CudaBuffer>, out: 
     Ok(())
 }
 
-/// Quantized weights: the GEMV for m <= QUANT_GEMV_MAX_M, else bf16 chunks and cuBLAS.
+/// Quantized weights: the GEMV for m <= QUANT_GEMV_MAX_M, else f16 chunks and cuBLAS.
 fn matmul_quant(
     be: &CudaBackend,
     p: &MatmulParams,
@@ -145,7 +145,7 @@ fn matmul_quant(
         );
     }
     let dequant = entry_in(kern::matmul_dequant::ENTRIES, &QUANT_DTYPES, w.dtype, 0, 1)?;
-    let x16 = round_x(be, p, x, true)?;
+    let x16 = round_x(be, p, x, false)?;
     let rows = (DEQUANT_SCRATCH_BYTES / (2 * k)).max(1).min(n);
     let w16 = g.scratch("matmul_w16", rows * k * 2)?;
     for r0 in (0..n).step_by(rows) {
@@ -158,7 +158,7 @@ fn matmul_quant(
             m: m as i32,
             n: nr as i32,
             k: k as i32,
-            bf16: true,
+            bf16: false,
             ldc: p.ldo as i32,
             w: w16,
             x: x16,
