@@ -1,5 +1,6 @@
-// matmul: out[m, n] = x[m, k] . w[n, k]^T (+ bias[n]); x, out, bias f32; w f32/f16/bf16, f32
-// accumulation. One row (batch-1 decode) runs the GEMV kernels below; more rows go to cuBLAS (see
+// matmul: out[out_off + r * ldo + c] = x[r, :] . w[c, :] (+ bias[c]) for r < m, c < n (a dense
+// [m][n] output has ldo = n, out_off = 0; other elements are untouched); x, out, bias f32; w
+// f32/f16/bf16 here (the quantized formats: matmul_quant.cu), f32 accumulation. One row (batch-1 decode) runs the GEMV kernels below; more rows go to cuBLAS (see
 // src/backend/cuda/ops_matmul.rs), which needs x in the weights' type: matmul_round_x writes x
 // rounded to 16 bits (round to nearest even) for one tensor-core GEMM, and matmul_bias adds the
 // bias afterwards.
@@ -64,7 +65,7 @@ __device__ void gemv_impl(MatmulParams p, const float* x, const W* w, const floa
 #pragma unroll
     for (int r = 0; r < MT; r++) {
         float s = warp_sum(acc[r]);
-        if (lane == 0 && r < (int)p.m) out[(u64)r * p.n + n] = s + (p.has_bias ? bias[n] : 0.0f);
+        if (lane == 0 && r < (int)p.m) out[p.out_off + (u64)r * p.ldo + n] = s + (p.has_bias ? bias[n] : 0.0f);
     }
 }
 
@@ -84,8 +85,9 @@ __device__ void round_impl(MatmulParams p, const float* x, T* x16) {
 extern "C" __global__ void matmul_round_x_bf16(MatmulParams p, const float* x, bf16_t* x16) { round_impl(p, x, x16); }
 extern "C" __global__ void matmul_round_x_f16(MatmulParams p, const float* x, f16_t* x16) { round_impl(p, x, x16); }
 
-// out[m][n] += bias[n].
+// out[out_off + r * ldo + c] += bias[c] for r < m, c < n.
 extern "C" __global__ void matmul_bias(MatmulParams p, const float* bias, float* out) {
     u64 total = (u64)p.m * p.n;
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) out[i] += bias[i % p.n];
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x)
+        out[p.out_off + (i / p.n) * p.ldo + i % p.n] += bias[i % p.n];
 }

@@ -321,3 +321,27 @@ fn the_cu_parser_reads_macros_and_sees_a_swapped_argument() {
     assert!(arg_matches(Role::In, Elem::U32, &a[3]).is_err());
     assert!(arg_matches(Role::Out, Elem::Any, &s["plain"][1]).is_ok());
 }
+
+/// The quantized entry tables are indexed by `QUANT_DTYPES` (ops pick `[dtype][variant]` by
+/// position): each entry must name its table's dtype, and the GGML part must be exactly the
+/// formats every backend supports, in caps order.
+#[test]
+fn quant_entry_tables_follow_quant_dtypes() {
+    use lserve::backend::DType;
+    use lserve::backend::reference::weight_quant::GGML_WEIGHT_TYPES;
+    let q = bindings::QUANT_DTYPES;
+    let ggml: Vec<DType> = GGML_WEIGHT_TYPES.iter().map(|&t| DType::Ggml(t)).collect();
+    assert_eq!(&q[..8], &ggml[..]);
+    assert_eq!(&q[8..], &[DType::I8Row, DType::F8Row]);
+    for (i, d) in q.iter().enumerate() {
+        let f = d.weight_name();
+        assert_eq!(bindings::matmul_gemv_quant::ENTRIES[2 * i], format!("matmul_gemv_{f}_m1"));
+        assert_eq!(bindings::matmul_gemv_quant::ENTRIES[2 * i + 1], format!("matmul_gemv_{f}_m16"));
+        assert_eq!(bindings::matmul_dequant::ENTRIES[i], format!("matmul_dequant_{f}"));
+    }
+    let e = bindings::embed_dtypes();
+    assert_eq!(e.len(), bindings::embed::ENTRIES.len());
+    for (d, name) in e.iter().zip(bindings::embed::ENTRIES) {
+        assert_eq!(*name, format!("embed_{}", d.weight_name()));
+    }
+}

@@ -146,7 +146,11 @@ macro_rules! kernels {
 }
 
 kernels! {
-    embed: "embed" (EmbedParams) ["embed_f32", "embed_f16", "embed_bf16"]
+    /// `[EMBED_DTYPES]`: float tables, then the quantized formats (bytes).
+    embed: "embed" (EmbedParams) [
+        "embed_f32", "embed_f16", "embed_bf16", "embed_q4_0", "embed_q4_1", "embed_q5_0", "embed_q5_1",
+        "embed_q8_0", "embed_q4_k", "embed_q5_k", "embed_q6_k", "embed_int8", "embed_fp8",
+    ]
     { t: In Store, ids: In U32, out: Out F32 }
 
     rmsnorm: "rmsnorm" (RmsnormParams) ["rmsnorm"]
@@ -189,6 +193,25 @@ kernels! {
         "matmul_gemv_bf16", "matmul_gemv_bf16_vec",
     ]
     { x: In F32, w: In Store, b: OptIn F32, o: Out F32 }
+
+    /// Quantized-weight GEMV `[QUANT_DTYPES][up to 1 | up to 16 rows of x]` (matmul_quant.cu).
+    matmul_gemv_quant: "matmul_quant" (MatmulParams) [
+        "matmul_gemv_q4_0_m1", "matmul_gemv_q4_0_m16", "matmul_gemv_q4_1_m1", "matmul_gemv_q4_1_m16",
+        "matmul_gemv_q5_0_m1", "matmul_gemv_q5_0_m16", "matmul_gemv_q5_1_m1", "matmul_gemv_q5_1_m16",
+        "matmul_gemv_q8_0_m1", "matmul_gemv_q8_0_m16", "matmul_gemv_q4_k_m1", "matmul_gemv_q4_k_m16",
+        "matmul_gemv_q5_k_m1", "matmul_gemv_q5_k_m16", "matmul_gemv_q6_k_m1", "matmul_gemv_q6_k_m16",
+        "matmul_gemv_int8_m1", "matmul_gemv_int8_m16", "matmul_gemv_fp8_m1", "matmul_gemv_fp8_m16",
+    ]
+    { x: In F32, w: In Store, b: OptIn F32, o: Out F32 }
+
+    /// Quantized weight rows `row0 .. row0 + p.n` as f16 into a scratch `[QUANT_DTYPES]` (the
+    /// GEMM path; `n_total`: the matrix's rows).
+    matmul_dequant: "matmul_quant" (MatmulParams) [
+        "matmul_dequant_q4_0", "matmul_dequant_q4_1", "matmul_dequant_q5_0", "matmul_dequant_q5_1",
+        "matmul_dequant_q8_0", "matmul_dequant_q4_k", "matmul_dequant_q5_k", "matmul_dequant_q6_k",
+        "matmul_dequant_int8", "matmul_dequant_fp8",
+    ]
+    { w: In Store, w16: ScratchOut Store, row0: U32 Scalar, n_total: U32 Scalar }
 
     /// out += bias per column (after a cuBLAS GEMM).
     matmul_bias: "matmul" (MatmulParams) ["matmul_bias"]
@@ -316,6 +339,31 @@ kernels! {
 /// The storage dtypes in the order of the standard entry tables: `[f32, f16, bf16, int8, fp8]`
 /// (a table may stop early: weights have no 8-bit entries).
 pub const STORE_DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I8, DType::F8E4M3];
+
+/// The quantized weight dtypes in the order of the quantized entry tables (`matmul_gemv_quant`,
+/// `matmul_dequant`, the tail of `embed`).
+pub const QUANT_DTYPES: [DType; 10] = {
+    use crate::backend::GgmlType::*;
+    [
+        DType::Ggml(Q4_0),
+        DType::Ggml(Q4_1),
+        DType::Ggml(Q5_0),
+        DType::Ggml(Q5_1),
+        DType::Ggml(Q8_0),
+        DType::Ggml(Q4_K),
+        DType::Ggml(Q5_K),
+        DType::Ggml(Q6_K),
+        DType::I8Row,
+        DType::F8Row,
+    ]
+};
+
+/// The table dtypes of `embed`'s entries: f32, f16, bf16, then [`QUANT_DTYPES`].
+pub fn embed_dtypes() -> Vec<DType> {
+    let mut v = vec![DType::F32, DType::F16, DType::BF16];
+    v.extend(QUANT_DTYPES);
+    v
+}
 
 /// The entry of a kernel whose entries are `[dtype][variant]` in [`STORE_DTYPES`] order with
 /// `per` variants per dtype.

@@ -272,7 +272,7 @@ impl Gpu {
         let ty = if g.bf16 { blas::cudaDataType::CUDA_R_16BF } else { blas::cudaDataType::CUDA_R_16F };
         // Row-major out[m][n] = x . w^T is column-major out^T (n x m) = W^T(n x k) . x^T (k x m).
         // SAFETY: the caller (ops_matmul) checked that w holds n*k, x m*k 16-bit elements and out
-        // m*n f32; the handle runs on this stream.
+        // (m-1)*ldc + n f32 from g.out; the handle runs on this stream.
         unsafe {
             cudarc::cublas::result::gemm_ex(
                 *self.blas.handle(),
@@ -291,7 +291,7 @@ impl Gpu {
                 &zero as *const f32 as *const _,
                 g.out as *mut _,
                 blas::cudaDataType::CUDA_R_32F,
-                g.n,
+                g.ldc,
                 blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 blas::cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,
             )

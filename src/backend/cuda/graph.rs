@@ -48,14 +48,17 @@ pub struct Rec {
     pub gemm: Option<GemmRec>,
 }
 
-/// A 16-bit tensor-core GEMM: out[m][n] (f32) = x[m][k] . w[n][k]^T, x and w both f16 or both
-/// bf16, f32 accumulation, out overwritten. Pointers are device addresses.
+/// A 16-bit tensor-core GEMM: out[r * ldc + c] (f32) = x[r][:] . w[c][:] for r < m, c < n, x and w
+/// both f16 or both bf16, f32 accumulation, those elements overwritten (others untouched). Pointers
+/// are device addresses (`out` already offset to the first output element).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct GemmRec {
     pub m: i32,
     pub n: i32,
     pub k: i32,
     pub bf16: bool,
+    /// Leading dimension of out (floats between rows; n for a dense output).
+    pub ldc: i32,
     pub w: u64,
     pub x: u64,
     pub out: u64,

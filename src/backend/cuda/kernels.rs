@@ -1,5 +1,6 @@
-//! The CUDA kernel sources (`cuda/*.cu`, one file per op stem, as `shaders/*.wgsl`) and their
-//! compilation: NVRTC compiles `params.cuh + common.cuh + <stem>.cu` to PTX for the device's
+//! The CUDA kernel sources (`cuda/*.cu`, one file per op stem, as `shaders/*.wgsl`; the quantized
+//! matmul in `matmul_quant.cu`) and their compilation: NVRTC compiles
+//! `params.cuh + common.cuh (+ quant.cuh for the modules reading quantized weights) + <stem>.cu` to PTX for the device's
 //! architecture at start, in parallel, and caches the PTX on disk under
 //! `<kernel_cache>/<stem>-<hash>-<arch>.ptx` (`CudaOptions::kernel_cache`; the CLI passes
 //! `<model cache>/cuda`), the hash covering the assembled source, the arch and
@@ -16,6 +17,10 @@ use crate::error::{Error, Result};
 
 pub const PARAMS_CUH: &str = include_str!("../../../cuda/params.cuh");
 pub const COMMON_CUH: &str = include_str!("../../../cuda/common.cuh");
+/// The quantized weight formats in registers (after common.cuh, only in [`QUANT_STEMS`]).
+pub const QUANT_CUH: &str = include_str!("../../../cuda/quant.cuh");
+/// The modules that read quantized weights.
+const QUANT_STEMS: &[&str] = &["embed", "matmul_quant"];
 
 macro_rules! sources {
     ($($stem:literal),* $(,)?) => {
@@ -26,6 +31,7 @@ macro_rules! sources {
 sources!(
     "embed",
     "matmul",
+    "matmul_quant",
     "rmsnorm",
     "add_rmsnorm",
     "add",
@@ -53,7 +59,8 @@ fn err(msg: impl Into<String>) -> Error {
 /// The full source NVRTC sees for `stem`.
 pub fn assembled(stem: &str) -> Result<String> {
     let src = SOURCES.iter().find(|s| s.0 == stem).ok_or_else(|| err(format!("no kernel module `{stem}`")))?.1;
-    Ok(format!("{PARAMS_CUH}\n{COMMON_CUH}\n// ---- {stem}.cu\n{src}"))
+    let quant = if QUANT_STEMS.contains(&stem) { QUANT_CUH } else { "" };
+    Ok(format!("{PARAMS_CUH}\n{COMMON_CUH}\n{quant}\n// ---- {stem}.cu\n{src}"))
 }
 
 /// NVRTC's version, or an error when libnvrtc cannot be loaded.

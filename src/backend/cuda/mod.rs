@@ -6,7 +6,8 @@
 //! cudarc loads libcuda/libnvrtc/libcublas at run time, so this backend compiles everywhere and
 //! [`CudaBackend::new`] on a machine without them returns an error value (no panic).
 //!
-//! Storage: f32 and u32 as-is; f16/bf16 two bytes per element (weights and KV). Activations,
+//! Storage: f32 and u32 as-is; f16/bf16 two bytes per element (weights and KV); quantized weights
+//! (GGML blocks, int8/fp8 rows with scales) as their bytes (`len` counts bytes). Activations,
 //! logits and page summaries are f32. Each op checks its buffers against its params before
 //! launching (like the CPU reference); what only the device knows (page tables, slots, selections)
 //! is bounds-checked in the kernels, which skip what they cannot address.
@@ -110,7 +111,8 @@ impl CudaBackend {
                 gpu.total_mem >> 20,
                 gpu.arch
             ),
-            weight_dtypes: vec![DType::BF16, DType::F16, DType::F32],
+            // The float types, then every quantized format (matmul_quant.cu, embed.cu).
+            weight_dtypes: [DType::BF16, DType::F16, DType::F32].into_iter().chain(bindings::QUANT_DTYPES).collect(),
             kv_dtypes: vec![DType::BF16, DType::F16, DType::F32, DType::I8, DType::F8E4M3],
             // Kernels address pools with u32 element offsets.
             max_buffer_bytes: 1 << 32,
@@ -185,6 +187,21 @@ pub(crate) fn need_float(b: &CudaBuffer, n: usize, what: &str) -> Result<()> {
         return Err(err(format!("{what}: {:?} x {} is not a float buffer of {n} elements", b.dtype, b.len)));
     }
     Ok(())
+}
+
+/// `b` is a quantized `[n][k]` weight (`DType::is_weight_quant`: its len counts bytes) with k a
+/// whole number of the format's blocks.
+pub(crate) fn need_weights(b: &CudaBuffer, n: usize, k: usize, what: &str) -> Result<()> {
+    if !b.dtype.is_weight_quant() {
+        return Err(err(format!("{what}: {:?} is not a quantized weight dtype", b.dtype)));
+    }
+    match b.dtype.weight_bytes(n, k) {
+        None => Err(err(format!("{what}: k = {k} is not a whole number of {:?} blocks", b.dtype))),
+        Some(need) if b.len < need => {
+            Err(err(format!("{what}: {} bytes, a [{n}][{k}] {:?} matrix needs {need}", b.len, b.dtype)))
+        }
+        Some(_) => Ok(()),
+    }
 }
 
 /// A raw byte range inside `b`.

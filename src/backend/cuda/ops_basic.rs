@@ -1,10 +1,10 @@
-//! Launches of the elementwise and row ops: embed, rmsnorm/add_rmsnorm, add, silu_mul,
+//! Launches of the elementwise and row ops: embed (float and quantized tables), rmsnorm/add_rmsnorm, add, silu_mul,
 //! gelu_tanh_mul, head_rmsnorm, scale,
 //! gather_rows, argmax, sample, fill_random (cuda/<op>.cu). Each checks its buffers first.
 
-use super::bindings::{self as k, entry};
+use super::bindings::{self as k, entry_in};
 use super::context::{Launch, err};
-use super::{CudaBackend, CudaBuffer, need, need_float};
+use super::{CudaBackend, CudaBuffer, need, need_float, need_weights};
 use crate::backend::*;
 use crate::error::Result;
 
@@ -20,11 +20,24 @@ pub fn embed(
     out: &mut CudaBuffer,
 ) -> Result<()> {
     let (n, d) = (u(p.n_tokens), u(p.dim));
-    need_float(table, u(p.vocab) * d, "embed table")?;
     need(ids, DType::U32, n, "embed ids")?;
     need(out, DType::F32, n * d, "embed out")?;
-    let name = entry(k::embed::ENTRIES, table.dtype, 0, 1)?;
-    let l = Launch::new((d.div_ceil(256) as u32, n as u32, 1), 256);
+    let name = entry_in(k::embed::ENTRIES, &k::embed_dtypes(), table.dtype, 0, 1)?;
+    let l = match table.dtype {
+        DType::Ggml(t) => {
+            need_weights(table, u(p.vocab), d, "embed table")?;
+            let chunks = (d / t.block_size()) * if t.block_size() == 256 { 4 } else { 1 };
+            Launch::new((chunks.div_ceil(64) as u32, n as u32, 1), 64)
+        }
+        DType::I8Row | DType::F8Row => {
+            need_weights(table, u(p.vocab), d, "embed table")?;
+            Launch::new((d.div_ceil(256) as u32, n as u32, 1), 256)
+        }
+        _ => {
+            need_float(table, u(p.vocab) * d, "embed table")?;
+            Launch::new((d.div_ceil(256) as u32, n as u32, 1), 256)
+        }
+    };
     k::embed::launch_variant(be.gpu(), name, l, p, k::embed::Args { t: table, ids, out })
 }
 

@@ -1,30 +1,44 @@
-//! matmul: out[m, n] = x[m, k] . w[n, k]^T (+ bias), x/out f32, w f32/f16/bf16, f32 accumulation.
+//! matmul: out[out_off + r * ldo + c] = x[r, :] . w[c, :] (+ bias[c]) for r < m, c < n (other
+//! elements of out untouched; a dense output has ldo = n, out_off = 0), x/out f32, w f32/f16/bf16
+//! or a quantized format (GGML blocks, int8/fp8 rows), f32 accumulation.
 //!
-//! - m == 1 (a batch-1 decode step): our GEMV (cuda/matmul.cu), one warp per output column
-//!   reading each weight row once with 16-byte loads, x in f32; it is what bounds a decode step
-//!   at the memory floor.
+//! - m == 1 (a batch-1 decode step), float weights: our GEMV (cuda/matmul.cu), one warp per output
+//!   column reading each weight row once with 16-byte loads, x in f32; it is what bounds a decode
+//!   step at the memory floor.
 //! - m >= 2 (batched decode, prefill) with 16-bit weights: x is rounded to the weights' dtype
 //!   (`matmul_round_x`, the trait's `Caps::matmul_x16_from`) and one tensor-core cuBLAS GEMM
 //!   with f32 accumulation reads every weight once for all rows. It is recorded in the step's
 //!   launch list like a kernel (graph.rs), so a batched decode step replays as one graph. (The
 //!   hi + lo split this replaced kept ~16 mantissa bits of x at twice the weight reads; the
 //!   accuracy of 16-bit activations is measured in docs/benchmarks.md.)
+//! - Quantized weights, m <= [`QUANT_GEMV_MAX_M`]: the quantized GEMV (cuda/matmul_quant.cu), which
+//!   dequantizes in registers and reads each weight byte once for all rows, x in f32.
+//! - Quantized weights, larger m: chunks of at most [`DEQUANT_SCRATCH_BYTES`] of weight rows are
+//!   dequantized to f16 (`matmul_dequant`, the reference's values rounded to nearest even) into a
+//!   scratch, and each chunk is one f16 cuBLAS GEMM with x rounded to f16, writing its column
+//!   block of out (ldc = ldo, the pointer offset to the chunk's first column). docs/backends.md
+//!   argues this against per-tile dequantization into shared memory.
 //! - f32 weights (tests): SGEMM at m >= 2. A bias is added by a small kernel afterwards.
 //!
-//! Row-major to cuBLAS column-major: out^T (n x m, ld n) = op(W)(n x k) . x^T (k x m), with W
-//! `[n][k]` read as a k x n column-major matrix transposed (lda k) and x `[m][k]` as k x m (ldb k).
+//! Row-major to cuBLAS column-major: out^T (n x m, ldc = ldo) = op(W)(n x k) . x^T (k x m), with W
+//! `[n][k]` read as a k x n column-major matrix transposed (lda k) and x `[m][k]` as k x m (ldb k);
+//! a strided output is the same matrix with leading dimension ldo starting at out + out_off.
 
 use cudarc::cublas::sys as blas;
 
-use super::bindings::{self as kern, Scratch, entry};
+use super::bindings::{self as kern, QUANT_DTYPES, Scratch, entry, entry_in};
 use super::context::{Launch, err};
 use super::graph::GemmRec;
-use super::{CudaBackend, CudaBuffer, need, need_float};
+use super::{CudaBackend, CudaBuffer, need, need_float, need_weights};
 use crate::backend::*;
 use crate::error::Result;
 
 /// Rows of x from which 16-bit-weight matmuls round x to 16 bits and run as one GEMM.
 pub const X16_FROM_M: usize = 2;
+/// Rows of x up to which quantized weights take the GEMV (dequantizing in registers, x in f32).
+pub const QUANT_GEMV_MAX_M: usize = 16;
+/// Bound of the f16 scratch a quantized GEMM dequantizes its weight rows into (one chunk).
+pub const DEQUANT_SCRATCH_BYTES: usize = 64 << 20;
 
 fn u(x: u32) -> usize {
     x as usize
@@ -40,11 +54,15 @@ pub fn matmul(
 ) -> Result<()> {
     let (m, n, k) = (u(p.m), u(p.n), u(p.k));
     need(x, DType::F32, m * k, "matmul x")?;
-    need_float(w, n * k, "matmul w")?;
-    need(out, DType::F32, m * n, "matmul out")?;
-    if !p.is_dense() {
-        return Err(err("matmul: a strided output (ldo != n or out_off != 0) is not implemented on this backend"));
+    if w.dtype.is_weight_quant() {
+        need_weights(w, n, k, "matmul w")?;
+    } else {
+        need_float(w, n * k, "matmul w")?;
     }
+    if m > 1 && u(p.ldo) < n {
+        return Err(err(format!("matmul: ldo = {} is shorter than a row of n = {n} outputs", p.ldo)));
+    }
+    need(out, DType::F32, p.out_len(), "matmul out")?;
     let bias = match (p.has_bias, bias) {
         (0, _) => None,
         (_, Some(b)) => {
@@ -55,6 +73,9 @@ pub fn matmul(
     };
     if m == 0 || n == 0 {
         return Ok(());
+    }
+    if w.dtype.is_weight_quant() {
+        return matmul_quant(be, p, x, w, bias, out);
     }
     if m < X16_FROM_M {
         // Entries [weight dtype][plain | _vec].
@@ -68,30 +89,93 @@ pub fn matmul(
             kern::matmul_gemv::Args { x, w, b: bias, o: out },
         );
     }
+    let out0 = out.ptr() + 4 * p.out_off as u64;
     if w.dtype == DType::F32 {
-        be.gpu().timed("matmul_cublas", || sgemm(be, p, x, w, out))?;
+        be.gpu().timed("matmul_cublas", || sgemm(be, p, x, w, out0))?;
     } else {
-        let g = be.gpu();
-        let x16 = g.scratch("gemm_x16", m * k * 2)?;
-        let round = kern::matmul_round_x::ENTRIES[usize::from(w.dtype == DType::BF16)];
-        let args = kern::matmul_round_x::Args { x, x16: Scratch(x16) };
-        kern::matmul_round_x::launch_variant(g, round, Launch::elems(m * k), p, args)?;
         let bf16 = w.dtype == DType::BF16;
-        g.gemm16(GemmRec { m: m as i32, n: n as i32, k: k as i32, bf16, w: w.ptr(), x: x16, out: out.ptr() })?;
+        let x16 = round_x(be, p, x, bf16)?;
+        let g =
+            GemmRec { m: m as i32, n: n as i32, k: k as i32, bf16, ldc: p.ldo as i32, w: w.ptr(), x: x16, out: out0 };
+        be.gpu().gemm16(g)?;
     }
+    add_bias(be, p, bias, out)
+}
+
+/// x rounded to bf16 or f16 into the GEMM's x scratch; its device pointer.
+fn round_x(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer, bf16: bool) -> Result<u64> {
+    let g = be.gpu();
+    let mk = u(p.m) * u(p.k);
+    let x16 = g.scratch("gemm_x16", mk * 2)?;
+    let round = kern::matmul_round_x::ENTRIES[usize::from(bf16)];
+    let args = kern::matmul_round_x::Args { x, x16: Scratch(x16) };
+    kern::matmul_round_x::launch_variant(g, round, Launch::elems(mk), p, args)?;
+    Ok(x16)
+}
+
+fn add_bias(be: &CudaBackend, p: &MatmulParams, bias: Option<&CudaBuffer>, out: &mut CudaBuffer) -> Result<()> {
     if let Some(bias) = bias {
         let args = kern::matmul_bias::Args { bias, out };
-        kern::matmul_bias::launch(be.gpu(), Launch::elems(m * n), p, args)?;
+        kern::matmul_bias::launch(be.gpu(), Launch::elems(u(p.m) * u(p.n)), p, args)?;
     }
     Ok(())
 }
 
-fn sgemm(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer, w: &CudaBuffer, out: &CudaBuffer) -> Result<()> {
+/// Quantized weights: the GEMV for m <= QUANT_GEMV_MAX_M, else f16 chunks and cuBLAS.
+fn matmul_quant(
+    be: &CudaBackend,
+    p: &MatmulParams,
+    x: &CudaBuffer,
+    w: &CudaBuffer,
+    bias: Option<&CudaBuffer>,
+    out: &mut CudaBuffer,
+) -> Result<()> {
+    let (m, n, k) = (u(p.m), u(p.n), u(p.k));
+    let g = be.gpu();
+    if m <= QUANT_GEMV_MAX_M {
+        // Entries [QUANT_DTYPES][m1 | m16].
+        let name = entry_in(kern::matmul_gemv_quant::ENTRIES, &QUANT_DTYPES, w.dtype, usize::from(m > 1), 2)?;
+        let l = Launch::new((n.div_ceil(8) as u32, 1, 1), 256);
+        return kern::matmul_gemv_quant::launch_variant(
+            g,
+            name,
+            l,
+            p,
+            kern::matmul_gemv_quant::Args { x, w, b: bias, o: out },
+        );
+    }
+    let dequant = entry_in(kern::matmul_dequant::ENTRIES, &QUANT_DTYPES, w.dtype, 0, 1)?;
+    let x16 = round_x(be, p, x, false)?;
+    let rows = (DEQUANT_SCRATCH_BYTES / (2 * k)).max(1).min(n);
+    let w16 = g.scratch("matmul_w16", rows * k * 2)?;
+    for r0 in (0..n).step_by(rows) {
+        let nr = rows.min(n - r0);
+        let pc = MatmulParams { n: nr as u32, ..*p };
+        let args = kern::matmul_dequant::Args { w, w16: Scratch(w16), row0: r0 as u32, n_total: p.n };
+        kern::matmul_dequant::launch_variant(g, dequant, Launch::elems(nr * k / 32), &pc, args)?;
+        let out0 = out.ptr() + 4 * (p.out_off as u64 + r0 as u64);
+        let rec = GemmRec {
+            m: m as i32,
+            n: nr as i32,
+            k: k as i32,
+            bf16: false,
+            ldc: p.ldo as i32,
+            w: w16,
+            x: x16,
+            out: out0,
+        };
+        g.gemm16(rec)?;
+    }
+    add_bias(be, p, bias, out)
+}
+
+fn sgemm(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer, w: &CudaBuffer, out0: u64) -> Result<()> {
     let (m, n, k) = (p.m as i32, p.n as i32, p.k as i32);
     let h = *be.gpu().blas.handle();
     let (one, zero) = (1f32, 0f32);
     let (tn, nn) = (blas::cublasOperation_t::CUBLAS_OP_T, blas::cublasOperation_t::CUBLAS_OP_N);
-    // SAFETY: pointers and leading dimensions describe the buffers checked by `matmul`.
+    // SAFETY: pointers and leading dimensions describe the buffers checked by `matmul` (out0 =
+    // out + out_off, out_len() floats checked).
     unsafe {
         cudarc::cublas::result::sgemm(
             h,
@@ -106,8 +190,8 @@ fn sgemm(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer, w: &CudaBuffer, out
             x.ptr() as *const f32,
             k,
             &zero,
-            out.ptr() as *mut f32,
-            n,
+            out0 as *mut f32,
+            p.ldo as i32,
         )
     }
     .map_err(|e| err(format!("cuBLAS SGEMM {m}x{n}x{k}: {e:?}")))
