@@ -1,7 +1,15 @@
-//! `matmul` and `embed` over quantized weights (`DType::is_weight_quant`): tiles of weight rows
-//! are dequantized to f32 by [`weight_quant::dequantize_rows`] (the definition of the formats)
-//! and multiplied by the f32 path, so a quantized matmul equals the f32 matmul of the
-//! dequantized matrix up to summation order.
+//! `matmul` and `embed` over quantized weights (`DType::is_weight_quant`), reading the quantized
+//! bytes: every weight row is dequantized by [`weight_quant::dequantize_rows`] (the definition of
+//! the formats), so a quantized matmul equals the f32 matmul of the dequantized matrix up to
+//! summation order.
+//!
+//! - Small m (decode, up to `ops::GEMV_MAX_ROWS` rows): rayon tasks over chunks of
+//!   `ROW_CHUNK` weight rows; each row is dequantized into a `k`-float scratch that stays in L1
+//!   and dotted with every x row by `ops::dot` right away (fused dequant-dot), so a decode step
+//!   streams the quantized bytes once and never writes an f32 copy of the matrix to memory.
+//!   out[r][c] is exactly `ops::dot(x[r], dequantized row c)` (+ bias) — what the f32 GEMV gives
+//!   for the dequantized matrix, bit for bit.
+//! - Larger m (prefill): tiles of `TILE` rows are dequantized and multiplied by the f32 GEMM.
 
 use super::{err, ops};
 use crate::backend::reference::weight_quant::{self, GGML_WEIGHT_TYPES};
@@ -11,6 +19,8 @@ use rayon::prelude::*;
 
 /// Weight rows dequantized per tile (bounds the f32 scratch at TILE * k floats).
 const TILE: usize = 256;
+/// Weight rows per rayon task of the small-m path.
+const ROW_CHUNK: usize = 16;
 
 /// Every weight type the CPU computes with.
 pub fn weight_dtypes() -> Vec<DType> {
@@ -50,6 +60,9 @@ pub fn matmul(
     let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
     check(dt, bytes, n, k, "matmul w")?;
     let (ldo, off) = (p.ldo as usize, p.out_off as usize);
+    if m <= ops::GEMV_MAX_ROWS {
+        return gemv(p, x, dt, bytes, bias, out);
+    }
     let mut tile = vec![0f32; TILE.min(n) * k];
     let mut part = vec![0f32; m * TILE.min(n)];
     for c0 in (0..n).step_by(TILE) {
@@ -59,6 +72,35 @@ pub fn matmul(
         ops::matmul(x, w, bias.map(|b| &b[c0..c0 + cols]), o, m, cols, k);
         for (r, row) in o.chunks_exact(cols).enumerate() {
             out[off + r * ldo + c0..off + r * ldo + c0 + cols].copy_from_slice(row);
+        }
+    }
+    Ok(())
+}
+
+/// The small-m path (see the module header): `[n][m]` results per row chunk, then scattered to
+/// p's strided layout.
+fn gemv(p: &MatmulParams, x: &[f32], dt: DType, bytes: &[u8], bias: Option<&[f32]>, out: &mut [f32]) -> Result<()> {
+    let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
+    let (ldo, off) = (p.ldo as usize, p.out_off as usize);
+    let mut res = vec![0f32; n * m];
+    res.par_chunks_mut(ROW_CHUNK * m.max(1)).enumerate().try_for_each(|(chunk, res)| {
+        let mut w = vec![0f32; k];
+        for (i, r) in res.chunks_exact_mut(m.max(1)).enumerate() {
+            let c = chunk * ROW_CHUNK + i;
+            weight_quant::dequantize_rows(dt, bytes, n, k, c, &mut w).map_err(err)?;
+            for (o, xr) in r.iter_mut().zip(x.chunks_exact(k.max(1))) {
+                *o = ops::dot(xr, &w);
+            }
+        }
+        Ok::<(), crate::error::Error>(())
+    })?;
+    for r in 0..m {
+        let row = &mut out[off + r * ldo..off + r * ldo + n];
+        for (c, o) in row.iter_mut().enumerate() {
+            *o = match bias {
+                Some(b) => res[c * m + r] + b[c],
+                None => res[c * m + r],
+            };
         }
     }
     Ok(())
