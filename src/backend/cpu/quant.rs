@@ -8,7 +8,10 @@
 //!   and dotted with every x row by `ops::dot` right away (fused dequant-dot), so a decode step
 //!   streams the quantized bytes once and never writes an f32 copy of the matrix to memory.
 //!   out[r][c] is exactly `ops::dot(x[r], dequantized row c)` (+ bias) — what the f32 GEMV gives
-//!   for the dequantized matrix, bit for bit.
+//!   for the dequantized matrix, bit for bit. Q4_0, Q4_1 and Q8_0 rows (the default model's and
+//!   Q8_0 files' types) take an AVX2/FMA/F16C kernel instead where the CPU has it: each block is
+//!   dequantized in registers with the reference's arithmetic (the same f32 weights) and
+//!   multiply-added into per-x-row accumulators (fused multiply-add, another summation order).
 //! - Larger m (prefill): tiles of `TILE` rows are dequantized and multiplied by the f32 GEMM.
 
 use super::{err, ops};
@@ -83,10 +86,16 @@ fn gemv(p: &MatmulParams, x: &[f32], dt: DType, bytes: &[u8], bias: Option<&[f32
     let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
     let (ldo, off) = (p.ldo as usize, p.out_off as usize);
     let mut res = vec![0f32; n * m];
+    let fused = if m > 0 { simd::fused_row_fn(dt) } else { None };
     res.par_chunks_mut(ROW_CHUNK * m.max(1)).enumerate().try_for_each(|(chunk, res)| {
         let mut w = vec![0f32; k];
+        let rb = bytes.len() / n.max(1);
         for (i, r) in res.chunks_exact_mut(m.max(1)).enumerate() {
             let c = chunk * ROW_CHUNK + i;
+            if let Some(f) = fused {
+                f(&bytes[c * rb..(c + 1) * rb], x, k, r);
+                continue;
+            }
             weight_quant::dequantize_rows(dt, bytes, n, k, c, &mut w).map_err(err)?;
             for (o, xr) in r.iter_mut().zip(x.chunks_exact(k.max(1))) {
                 *o = ops::dot(xr, &w);
@@ -117,4 +126,106 @@ pub fn embed(dt: DType, bytes: &[u8], p: &EmbedParams, ids: &[u32], out: &mut [f
         weight_quant::dequantize_rows(dt, bytes, vocab, d, id as usize, row).map_err(err)?;
     }
     Ok(())
+}
+
+/// Fused dequant-dot kernels over one quantized weight row (see the module header).
+mod simd {
+    use crate::backend::{DType, GgmlType};
+
+    /// out[r] = x row r `[k]` . the dequantized weight row `row` (one row of blocks), r < out.len().
+    pub type FusedRow = fn(&[u8], &[f32], usize, &mut [f32]);
+
+    /// The fused kernel for `dt` on this CPU, if there is one.
+    pub fn fused_row_fn(dt: DType) -> Option<FusedRow> {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
+        {
+            // SAFETY (each closure): the CPU has AVX2, FMA and F16C, checked just above.
+            return match dt {
+                DType::Ggml(GgmlType::Q4_0) => Some(|w, x, k, o| unsafe { x86::rows::<0>(w, x, k, o) }),
+                DType::Ggml(GgmlType::Q4_1) => Some(|w, x, k, o| unsafe { x86::rows::<1>(w, x, k, o) }),
+                DType::Ggml(GgmlType::Q8_0) => Some(|w, x, k, o| unsafe { x86::rows::<2>(w, x, k, o) }),
+                _ => None,
+            };
+        }
+        let _ = dt;
+        None
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    mod x86 {
+        use std::arch::x86_64::*;
+
+        /// Rows of x handled at once (the GEMV's largest m).
+        const MAX_M: usize = crate::backend::cpu::ops::GEMV_MAX_ROWS;
+
+        /// The f16 at `p` as f32 (exact, as `half` converts it).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn f16_at(p: *const u8) -> __m256 {
+            // SAFETY: the caller's block holds two bytes at p.
+            let h = unsafe { std::ptr::read_unaligned(p as *const u16) };
+            _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16(h as i16))))
+        }
+
+        /// The 32 weights of one block as four vectors of 8, with the reference's arithmetic:
+        /// Q4_0 `(q - 8) * d`, Q4_1 `q * d + m`, Q8_0 `q * d` (`ggml_quant`).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn block<const T: u8>(b: *const u8) -> [__m256; 4] {
+            // SAFETY: the caller passes a whole block of the type (18, 20 or 34 bytes).
+            unsafe {
+                let d = f16_at(b);
+                let ints: [__m128i; 4] = if T == 2 {
+                    let lo = _mm_loadu_si128(b.add(2) as *const __m128i);
+                    let hi = _mm_loadu_si128(b.add(18) as *const __m128i);
+                    [lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)]
+                } else {
+                    let q = _mm_loadu_si128(b.add(if T == 1 { 4 } else { 2 }) as *const __m128i);
+                    let mask = _mm_set1_epi8(0x0F);
+                    let lo = _mm_and_si128(q, mask);
+                    let hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+                    [lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)]
+                };
+                ints.map(|v| {
+                    let i = if T == 2 { _mm256_cvtepi8_epi32(v) } else { _mm256_cvtepu8_epi32(v) };
+                    match T {
+                        0 => _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(i, _mm256_set1_epi32(8))), d),
+                        1 => _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i), d), f16_at(b.add(2))),
+                        _ => _mm256_mul_ps(_mm256_cvtepi32_ps(i), d),
+                    }
+                })
+            }
+        }
+
+        /// out[r] = x[r] . row for r < out.len() (at most MAX_M), type `T` (0 Q4_0, 1 Q4_1, 2 Q8_0).
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn rows<const T: u8>(row: &[u8], x: &[f32], k: usize, out: &mut [f32]) {
+            let bsize = [18, 20, 34][T as usize];
+            let (m, nb) = (out.len().min(MAX_M), k / 32);
+            assert!(row.len() == nb * bsize && k % 32 == 0 && x.len() >= m * k, "whole blocks, m rows of x");
+            let mut acc = [[_mm256_setzero_ps(); 2]; MAX_M];
+            for j in 0..nb {
+                // SAFETY: block j lies in `row` and x[r*k + 32j .. + 32] in x (asserted above).
+                unsafe {
+                    let w = block::<T>(row.as_ptr().add(j * bsize));
+                    for (r, a) in acc.iter_mut().enumerate().take(m) {
+                        let xp = x.as_ptr().add(r * k + 32 * j);
+                        a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(xp), w[0], a[0]);
+                        a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(8)), w[1], a[1]);
+                        a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(16)), w[2], a[0]);
+                        a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(24)), w[3], a[1]);
+                    }
+                }
+            }
+            for (o, a) in out.iter_mut().zip(&acc) {
+                let mut lanes = [0f32; 8];
+                // SAFETY: `lanes` holds the 8 floats the store writes.
+                unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_add_ps(a[0], a[1])) };
+                *o = lanes.iter().sum();
+            }
+        }
+    }
 }
