@@ -1,7 +1,8 @@
 //! Model loading: a GGUF file or a Hugging Face folder becomes a [`ModelConfig`], a tokenizer, a
 //! chat template and a [`WeightSource`] that yields f32 tensors under Hugging Face names
-//! (`model.layers.3.self_attn.q_proj.weight`), row-major in HF layout. The model code sees one
-//! naming and one RoPE convention (rotate-half) whatever the file format.
+//! (`model.layers.3.self_attn.q_proj.weight`), row-major in HF layout, and a GGUF matrix stored in
+//! a block type also as its raw blocks (rows in HF order). The model code sees one naming and one
+//! RoPE convention (rotate-half) whatever the file format.
 
 /// GGML block formats and dequantization (they live in the backend layer, which computes with them).
 pub use crate::backend::reference::ggml_quant as dequant;
@@ -264,7 +265,7 @@ impl GgufWeights {
             self.g.get(&format!("{arch}.attention.head_count")).and_then(GgufValue::as_u64).map(|x| x as usize)
         });
         let heads = heads.ok_or_else(|| Error::Config(format!("GGUF lacks `{key}`")))?;
-        if heads == 0 || rows % (2 * heads) != 0 {
+        if heads == 0 || !rows.is_multiple_of(2 * heads) {
             return Err(Error::Format(format!("`{gname}` has {rows} rows, not divisible over {heads} heads")));
         }
         Ok(Some(heads))
@@ -306,13 +307,16 @@ impl WeightSource for GgufWeights {
         let shape = t.shape();
         let (rows, cols) = (shape[0], shape[1]);
         let bytes = self.g.tensor_bytes(t);
+        if DType::Ggml(t.ty).weight_bytes(rows, cols) != Some(bytes.len()) {
+            // Rows that are not whole blocks cannot be a quantized weight: read it as f32.
+            return Ok(None);
+        }
         let row_bytes = bytes.len() / rows.max(1);
         let bytes = match self.permuted_heads(&t.name, rows)? {
             Some(heads) => try_inverse_permute_gguf_rows(bytes, rows, row_bytes, heads)
                 .map_err(|e| Error::Format(format!("`{}`: {e}", t.name)))?,
             None => bytes.to_vec(),
         };
-        debug_assert_eq!(DType::Ggml(t.ty).weight_bytes(rows, cols), Some(bytes.len()));
         Ok(Some(RawTensor { dtype: DType::Ggml(t.ty), bytes, shape }))
     }
 

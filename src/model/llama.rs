@@ -4,7 +4,8 @@
 //! -> down`, then the final norm and the LM head on the rows whose logits are wanted.
 //!
 //! Weights are fused at load: q|k|v into one `[qkv_dim][hidden]` matrix (and bias), gate|up into one
-//! `[2*ffn][hidden]` matrix, so a decode step is four matmuls per layer. A step is a ragged batch of
+//! `[2*ffn][hidden]` matrix, so a decode step is four matmuls per layer (more where a file's
+//! parts have different quantized types: `model::linear`, docs/weights.md). A step is a ragged batch of
 //! sequences, each contributing a chunk of new tokens at the end of its cached context; a step
 //! where every sequence brings exactly one token runs the decode attention op.
 

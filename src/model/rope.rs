@@ -622,8 +622,8 @@ mod tests {
         assert!(inverse_permute_gguf_rows(&[0.0; 8], 4, 2, 0).is_empty());
         assert!(inverse_permute_gguf_rows(&[0.0; 7], 4, 2, 1).is_empty());
         assert!(try_inverse_permute_gguf_rows(&[0.0; 12], 6, 2, 2).is_err());
-        assert!(try_inverse_permute_gguf_rows(&[], usize::MAX, 2, 2).is_err());
-        assert!(try_inverse_permute_gguf_rows(&[], 0, 2, usize::MAX).is_err());
+        assert!(try_inverse_permute_gguf_rows::<f32>(&[], usize::MAX, 2, 2).is_err());
+        assert!(try_inverse_permute_gguf_rows::<f32>(&[], 0, 2, usize::MAX).is_err());
     }
 
     #[test]

@@ -205,7 +205,7 @@ mod simd {
         pub unsafe fn rows<const T: u8>(row: &[u8], x: &[f32], k: usize, out: &mut [f32]) {
             let bsize = [18, 20, 34][T as usize];
             let (m, nb) = (out.len().min(MAX_M), k / 32);
-            assert!(row.len() == nb * bsize && k % 32 == 0 && x.len() >= m * k, "whole blocks, m rows of x");
+            assert!(row.len() == nb * bsize && k.is_multiple_of(32) && x.len() >= m * k, "whole blocks, m rows of x");
             let mut acc = [[_mm256_setzero_ps(); 2]; MAX_M];
             for j in 0..nb {
                 // SAFETY: block j lies in `row` and x[r*k + 32j .. + 32] in x (asserted above).
