@@ -5,15 +5,16 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use lserve::backend::{Backend, DType};
+use lserve::backend::Backend;
 use lserve::engine::{EngineOptions, build_engine};
 use lserve::eval::accuracy::{Budget, SuiteOptions, draw_charts, grid, parse_pages, run_suite, table_markdown};
 use lserve::eval::niah::parse_lengths;
 use lserve::eval::recall::{LayerRecall, Rank, measure};
 use lserve::eval::tasks::{Task, ppl_window};
 use lserve::loader::LoadedModel;
+use lserve::model::weights::LoadOptions;
 
-use super::run::{load_weights, on_device, open_model, parse_device, parse_dtype, resolve_config};
+use super::run::{load_options, load_weights, on_device, open_model, parse_device, resolve_config};
 use super::{AccuracyArgs, RecallArgs};
 
 /// The default ppl corpus: Debian's license texts (natural English prose, ~50K tokens), in this
@@ -58,7 +59,7 @@ fn corpus_ids(m: &LoadedModel, files: &[PathBuf]) -> Result<Vec<u32>> {
 
 pub fn accuracy(a: AccuracyArgs) -> Result<()> {
     let device = parse_device(&a.model.device)?;
-    let dtype = parse_dtype(&a.model.dtype)?;
+    let dtype = load_options(&a.model)?;
     let m = open_model(&a.model)?;
     let lengths = parse_lengths(&a.lengths)?;
     if let Some(&l) = lengths.iter().find(|&&l| l + 64 > m.config.context_len()) {
@@ -116,7 +117,7 @@ pub fn accuracy(a: AccuracyArgs) -> Result<()> {
 fn suite_on<B: Backend>(
     be: B,
     m: &LoadedModel,
-    dtype: Option<DType>,
+    dtype: LoadOptions,
     corpus: &[u32],
     o: &SuiteOptions,
 ) -> Result<Vec<lserve::eval::accuracy::Row>> {
@@ -139,7 +140,7 @@ fn suite_on<B: Backend>(
 
 pub fn recall(a: RecallArgs) -> Result<()> {
     let device = parse_device(&a.model.device)?;
-    let dtype = parse_dtype(&a.model.dtype)?;
+    let dtype = load_options(&a.model)?;
     let m = open_model(&a.model)?;
     let lengths = parse_lengths(&a.lengths)?;
     let pages = parse_pages(&a.pages)?;
@@ -190,7 +191,7 @@ type RecallRow = (usize, usize, (usize, usize), Vec<LayerRecall>);
 fn recall_on<B: Backend>(
     be: B,
     m: &LoadedModel,
-    dtype: Option<DType>,
+    dtype: LoadOptions,
     corpus: &[u32],
     a: &RecallArgs,
     lengths: &[usize],

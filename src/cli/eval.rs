@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use lserve::backend::{Backend, DType};
+use lserve::backend::Backend;
 use lserve::bench::BenchRow;
 use lserve::bench::plot::CompareRow;
 use lserve::engine::{EngineOptions, build_engine};
@@ -13,14 +13,18 @@ use lserve::eval::charts::niah_heatmap;
 use lserve::eval::niah::{ANSWER_TOKENS, NiahCell, cell_prompt, parse_depths, parse_lengths, run_cell};
 use lserve::loader::LoadedModel;
 use lserve::model::llama::Llama;
+use lserve::model::weights::LoadOptions;
 use lserve::sparse::Config;
 
-use super::run::{load_weights, on_device, open_model, parse_device, parse_dtype, resolve_config, resolve_pattern};
+use super::run::{
+    load_options, load_weights, on_device, open_model, parse_device, parse_weight_dtype, resolve_config,
+    resolve_pattern,
+};
 use super::{BenchArgs, CalibrateArgs, NiahArgs, NiahMode, OnOff};
 
 pub fn calibrate(a: CalibrateArgs) -> Result<()> {
     let device = parse_device(&a.model.device)?;
-    let dtype = parse_dtype(&a.model.dtype)?;
+    let dtype = load_options(&a.model)?;
     let m = open_model(&a.model)?;
     let length = a.length.unwrap_or(4096).min(m.config.context_len());
     if a.docs == 0 {
@@ -33,7 +37,7 @@ fn calibrate_on<B: Backend>(
     be: B,
     a: &CalibrateArgs,
     m: &LoadedModel,
-    dtype: Option<DType>,
+    dtype: LoadOptions,
     length: usize,
 ) -> Result<()> {
     let model = load_weights(&be, m, dtype)?;
@@ -53,7 +57,7 @@ fn calibrate_on<B: Backend>(
 
 pub fn niah(a: NiahArgs) -> Result<()> {
     let device = parse_device(&a.model.device)?;
-    let dtype = parse_dtype(&a.model.dtype)?;
+    let dtype = load_options(&a.model)?;
     let m = open_model(&a.model)?;
     let ctx = m.config.context_len();
     let mut lengths = parse_lengths(&a.lengths)?;
@@ -88,7 +92,7 @@ struct Grid {
     max_len: usize,
 }
 
-fn niah_on<B: Backend>(be: B, a: &NiahArgs, m: &LoadedModel, dtype: Option<DType>, g: &Grid) -> Result<Vec<NiahCell>> {
+fn niah_on<B: Backend>(be: B, a: &NiahArgs, m: &LoadedModel, dtype: LoadOptions, g: &Grid) -> Result<Vec<NiahCell>> {
     let (lengths, depths, max_len) = (&g.lengths, &g.depths, g.max_len);
     let mut parts = Some((be, None));
     let mut cells: Vec<NiahCell> = vec![];
@@ -179,7 +183,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         return write_charts(dir, &exts, &rows, &compare);
     }
     let device = parse_device(&a.device)?;
-    let dtype = parse_dtype(&a.dtype)?;
+    let dtype = parse_weight_dtype(&a.dtype)?;
     let mut config = resolve_config(None, &a.tuning)?;
     config.sparse.streaming_ratio = 0.0; // the bench uses its own synthetic head layout
     if a.prefill_chunk == 0 {

@@ -89,7 +89,9 @@ pub struct BenchArgs {
     /// auto | cpu | wgpu[:N] | cuda[:N]
     #[arg(long, default_value = "auto")]
     pub device: String,
-    /// Weight storage: auto | f32 | f16 | bf16.
+    /// Weight storage: auto | f32 | f16 | bf16, or synthetic quantized weights of a type:
+    /// q4_0 | q4_1 | q5_0 | q5_1 | q8_0 | q4_k | q5_k | q6_k | int8 | fp8 (the floor column counts
+    /// their bytes).
     #[arg(long, default_value = "auto")]
     pub dtype: String,
     /// Context lengths for decode (k = 1024).
@@ -261,9 +263,30 @@ pub struct ModelArgs {
     /// auto | cpu | wgpu[:N] | cuda[:N]
     #[arg(long, default_value = "auto")]
     pub device: String,
-    /// Weight storage: auto (the backend's choice: f32 on the CPU, f16 on wgpu) | f32 | f16 | bf16.
+    /// Storage of the matrices held as floats: auto (the backend's choice: f32 on the CPU, f16 on
+    /// wgpu) | f32 | f16 | bf16.
     #[arg(long, default_value = "auto")]
     pub dtype: String,
+    /// native: the file's quantized matrices (GGUF Q4_K, Q8_0, ...) stay quantized on the device
+    /// where the backend computes with their type (else they are dequantized, with a warning);
+    /// dequant: every matrix is dequantized at load (docs/weights.md).
+    #[arg(long, value_enum, default_value = "native")]
+    pub weights: WeightsArg,
+    /// Quantize the matrices held as floats at load: int8 or fp8 (e4m3), one scale per output row.
+    #[arg(long, value_enum)]
+    pub quantize: Option<QuantizeArg>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+pub enum WeightsArg {
+    Native,
+    Dequant,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+pub enum QuantizeArg {
+    Int8,
+    Fp8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]

@@ -11,12 +11,13 @@ use lserve::chat::ChatMessage;
 use lserve::engine::{EngineOptions, GenerateRequest, build_engine};
 use lserve::loader::{self, LoadedModel};
 use lserve::model::llama::Llama;
+use lserve::model::weights::{LoadOptions, WeightMode};
 use lserve::sampling::SamplingParams;
 use lserve::sparse::Config;
 use lserve::tokenizer::StreamDecoder;
 use serde_json::json;
 
-use super::{GenerateArgs, ModelArgs, OnOff, Output, ScoreArgs, SparseArgs, VocabOnlyArgs};
+use super::{GenerateArgs, ModelArgs, OnOff, Output, QuantizeArg, ScoreArgs, SparseArgs, VocabOnlyArgs, WeightsArg};
 
 /// The backend a `--device` value names. `auto` takes CUDA device 0 when a CUDA driver and GPU are
 /// present, else a GPU adapter through wgpu (not a CPU emulation such as lavapipe), else the CPU
@@ -89,6 +90,7 @@ macro_rules! on_device {
 }
 pub(crate) use on_device;
 
+/// `--dtype` of a model: the float type of the matrices held as floats.
 pub fn parse_dtype(s: &str) -> Result<Option<DType>> {
     Ok(match s {
         "auto" => None,
@@ -97,6 +99,42 @@ pub fn parse_dtype(s: &str) -> Result<Option<DType>> {
         "bf16" => Some(DType::BF16),
         _ => bail!("--dtype {s}: expected auto, f32, f16 or bf16"),
     })
+}
+
+/// Every weight type by its flag name: the float types, the GGML block types every backend's
+/// kernels cover (q4_0 ... q6_k), int8 and fp8.
+pub fn weight_types() -> Vec<DType> {
+    let mut v = vec![DType::F32, DType::F16, DType::BF16, DType::I8Row, DType::F8Row];
+    v.extend(lserve::backend::reference::weight_quant::GGML_WEIGHT_TYPES.iter().map(|&t| DType::Ggml(t)));
+    v
+}
+
+/// `bench --dtype`: any weight type (synthetic weights are made in it).
+pub fn parse_weight_dtype(s: &str) -> Result<Option<DType>> {
+    if s == "auto" {
+        return Ok(None);
+    }
+    let all = weight_types();
+    match all.iter().find(|d| d.weight_name() == s) {
+        Some(&d) => Ok(Some(d)),
+        None => {
+            let names: Vec<String> = all.iter().map(|d| d.weight_name()).collect();
+            bail!("--dtype {s}: expected auto or one of {}", names.join(", "))
+        }
+    }
+}
+
+/// `--dtype`, `--weights` and `--quantize` of a model command.
+pub fn load_options(a: &ModelArgs) -> Result<LoadOptions> {
+    let weights = match a.weights {
+        WeightsArg::Native => WeightMode::Native,
+        WeightsArg::Dequant => WeightMode::Dequant,
+    };
+    let quantize = a.quantize.map(|q| match q {
+        QuantizeArg::Int8 => DType::I8Row,
+        QuantizeArg::Fp8 => DType::F8Row,
+    });
+    Ok(LoadOptions { dtype: parse_dtype(&a.dtype)?, weights, quantize })
 }
 
 /// The TOML file (if any) with the flags applied on top, validated.
@@ -137,11 +175,11 @@ pub fn open_model(args: &ModelArgs) -> Result<LoadedModel> {
     Ok(loader::open(&path)?)
 }
 
-pub fn load_weights<B: Backend>(be: &B, m: &LoadedModel, dtype: Option<DType>) -> Result<Llama<B>> {
+pub fn load_weights<B: Backend>(be: &B, m: &LoadedModel, opts: LoadOptions) -> Result<Llama<B>> {
     let bar = ProgressBar::new(m.config.num_layers as u64);
     bar.set_style(ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} layers").expect("valid template"));
     bar.set_message(m.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());
-    let model = Llama::load_as(be, &m.config, m.weights.as_ref(), dtype, |i, _| bar.set_position(i as u64));
+    let model = Llama::load_with(be, &m.config, m.weights.as_ref(), &opts, |i, _| bar.set_position(i as u64));
     bar.finish_and_clear();
     Ok(model?)
 }
@@ -193,7 +231,7 @@ fn prompt_text(a: &GenerateArgs, m: &LoadedModel) -> Result<String> {
 
 pub fn generate(a: GenerateArgs) -> Result<()> {
     let device = parse_device(&a.model.device)?;
-    let dtype = parse_dtype(&a.model.dtype)?;
+    let dtype = load_options(&a.model)?;
     let mut config = resolve_config(a.sparse, &a.tuning)?;
     if a.max_tokens == 0 {
         bail!("--max-tokens 0: must be at least 1");
@@ -216,7 +254,7 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
 /// What `generate` resolved before choosing a backend.
 struct Run {
     config: Config,
-    dtype: Option<DType>,
+    dtype: LoadOptions,
     prompt: Vec<u32>,
     sampling: SamplingParams,
     seed: u64,
@@ -271,6 +309,8 @@ fn generate_on<B: Backend>(be: B, a: &GenerateArgs, m: &LoadedModel, r: Run) -> 
             "prefill_ms": out.prefill_ms, "decode_ms": out.decode_ms, "decode_tokens_per_s": tps,
             "sparse": engine.sparse.enabled, "kv_read_fraction": out.kv_reads.fraction(),
             "kv_cache_bytes": engine.cache.shape.total_bytes(),
+            "device_weight_bytes": engine.model.weight_bytes(&engine.backend),
+            "weight_bytes_by_type": engine.model.weight_bytes_by_type(&engine.backend),
         });
         writeln!(stdout, "{v}")?;
     }
@@ -279,7 +319,7 @@ fn generate_on<B: Backend>(be: B, a: &GenerateArgs, m: &LoadedModel, r: Run) -> 
 
 pub fn score(a: ScoreArgs) -> Result<()> {
     let device = parse_device(&a.model.device)?;
-    let dtype = parse_dtype(&a.model.dtype)?;
+    let dtype = load_options(&a.model)?;
     let mut config = resolve_config(a.sparse, &a.tuning)?;
     let bytes = std::fs::read(&a.file).with_context(|| format!("reading --file {}", a.file.display()))?;
     let text = String::from_utf8(bytes).map_err(|e| anyhow::anyhow!("{}: not UTF-8 text ({e})", a.file.display()))?;
@@ -307,7 +347,7 @@ fn score_on<B: Backend>(
     a: &ScoreArgs,
     m: &LoadedModel,
     config: Config,
-    dtype: Option<DType>,
+    dtype: LoadOptions,
     ids: &[u32],
     window: usize,
     stride: usize,

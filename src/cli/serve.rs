@@ -8,18 +8,19 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
-use lserve::backend::{Backend, DType};
+use lserve::backend::Backend;
 use lserve::engine::{EngineOptions, build_engine};
 use lserve::loader::{LoadedModel, WeightSource};
 use lserve::model::config::ModelConfig;
 use lserve::model::llama::Llama;
+use lserve::model::weights::LoadOptions;
 use lserve::sched::{PreemptMode, SchedConfig};
 use lserve::server::{AppState, Metrics, ModelInfo, ServerOptions, engine_loop};
 use lserve::serving::{ServeEngine, ServeOptions};
 use lserve::sparse::Config;
 use lserve::sparse::config::parse_flag_bytes;
 
-use super::run::{on_device, parse_device, parse_dtype, resolve_config};
+use super::run::{load_options, on_device, parse_device, resolve_config};
 use super::{Preempt, ServeArgs};
 
 const DEFAULT_KV_MEMORY: &str = "1GiB";
@@ -36,7 +37,7 @@ fn bytes(flag: &str, s: &str) -> Result<usize> {
 /// loaded and served; the steps share most of the values, so the sequence stays in one place.
 pub fn serve(a: ServeArgs) -> Result<()> {
     let device = parse_device(&a.model.device)?;
-    let dtype = parse_dtype(&a.model.dtype)?;
+    let dtype = load_options(&a.model)?;
     let mut config = resolve_config(a.sparse, &a.tuning)?;
     if config.cache.kv_memory.is_none() {
         // A server sizes its pool up front; 1 GiB unless --kv-memory / [cache] kv_memory says.
@@ -146,7 +147,7 @@ enum Weights {
 struct Load {
     cfg: ModelConfig,
     weights: Weights,
-    dtype: Option<DType>,
+    dtype: LoadOptions,
     config: Config,
     tokenizer: Arc<lserve::tokenizer::TextTokenizer>,
     opts: ServeOptions,
@@ -155,8 +156,10 @@ struct Load {
 impl Load {
     fn build<B: Backend>(self, be: B) -> Result<ServeEngine<B>> {
         let model = match self.weights {
-            Weights::File(w) => Llama::load_as(&be, &self.cfg, w.as_ref(), self.dtype, |_, _| {})?,
-            Weights::Synthetic => Llama::synthetic(&be, &self.cfg, self.dtype, SYNTHETIC_SEED)?,
+            Weights::File(w) => Llama::load_with(&be, &self.cfg, w.as_ref(), &self.dtype, |_, _| {})?,
+            Weights::Synthetic => {
+                Llama::synthetic(&be, &self.cfg, self.dtype.quantize.or(self.dtype.dtype), SYNTHETIC_SEED)?
+            }
         };
         let max_seqs = self.opts.sched.max_num_seqs;
         let eopts = EngineOptions {

@@ -1,7 +1,8 @@
 //! Model loading: a GGUF file or a Hugging Face folder becomes a [`ModelConfig`], a tokenizer, a
 //! chat template and a [`WeightSource`] that yields f32 tensors under Hugging Face names
-//! (`model.layers.3.self_attn.q_proj.weight`), row-major in HF layout. The model code sees one
-//! naming and one RoPE convention (rotate-half) whatever the file format.
+//! (`model.layers.3.self_attn.q_proj.weight`), row-major in HF layout, and a GGUF matrix stored in
+//! a block type also as its raw blocks (rows in HF order). The model code sees one naming and one
+//! RoPE convention (rotate-half) whatever the file format.
 
 /// GGML block formats and dequantization (they live in the backend layer, which computes with them).
 pub use crate::backend::reference::ggml_quant as dequant;
@@ -11,11 +12,12 @@ pub mod safetensors;
 
 use std::path::{Path, PathBuf};
 
+use crate::backend::{DType, GgmlType};
 use crate::chat::{CHATML_TEMPLATE, ChatTemplate, load_hf_chat_template};
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
 use crate::model::rope::try_inverse_permute_gguf_rows;
-pub use crate::model::weights::WeightSource;
+pub use crate::model::weights::{RawTensor, WeightSource};
 use crate::tokenizer::{GgufVocab, TextTokenizer};
 use gguf::{GgufFile, GgufValue};
 
@@ -232,47 +234,90 @@ fn gemma3_gguf_name(hf: &str) -> Option<String> {
     Some(format!("blk.{layer}.{mapped}"))
 }
 
-impl WeightSource for GgufWeights {
-    fn get(&self, name: &str) -> Result<Option<(Vec<f32>, Vec<usize>)>> {
-        let arch = self.g.get("general.architecture").and_then(GgufValue::as_str).unwrap_or("");
-        let gname = if arch == "gemma3" { gemma3_gguf_name(name).or_else(|| gguf_name(name)) } else { gguf_name(name) };
-        let Some(gname) = gname else {
+impl GgufWeights {
+    fn arch(&self) -> &str {
+        self.g.get("general.architecture").and_then(GgufValue::as_str).unwrap_or("")
+    }
+
+    /// The GGUF tensor behind an HF name (Gemma 3 files name their extra norms differently).
+    fn tensor_for(&self, name: &str) -> Option<&gguf::GgufTensorInfo> {
+        let gname =
+            if self.arch() == "gemma3" { gemma3_gguf_name(name).or_else(|| gguf_name(name)) } else { gguf_name(name) };
+        self.g.tensor(&gname?)
+    }
+
+    /// The head count whose rows llama.cpp permuted in this tensor (llama/mistral q and k), if any.
+    fn permuted_heads(&self, gname: &str, rows: usize) -> Result<Option<usize>> {
+        let arch = self.arch();
+        let k = if gname.contains("attn_q") {
+            "attention.head_count"
+        } else if gname.contains("attn_k") {
+            "attention.head_count_kv"
+        } else {
             return Ok(None);
         };
-        if self.g.tensor(&gname).is_none() {
+        if arch != "llama" && arch != "mistral" {
             return Ok(None);
         }
+        let key = format!("{arch}.{k}");
+        let heads = self.g.get(&key).and_then(GgufValue::as_u64).map(|x| x as usize);
+        let heads = heads.or_else(|| {
+            self.g.get(&format!("{arch}.attention.head_count")).and_then(GgufValue::as_u64).map(|x| x as usize)
+        });
+        let heads = heads.ok_or_else(|| Error::Config(format!("GGUF lacks `{key}`")))?;
+        if heads == 0 || !rows.is_multiple_of(2 * heads) {
+            return Err(Error::Format(format!("`{gname}` has {rows} rows, not divisible over {heads} heads")));
+        }
+        Ok(Some(heads))
+    }
+}
+
+impl WeightSource for GgufWeights {
+    fn get(&self, name: &str) -> Result<Option<(Vec<f32>, Vec<usize>)>> {
+        let Some(t) = self.tensor_for(name) else {
+            return Ok(None);
+        };
+        let gname = t.name.clone();
         let (mut data, shape) = self.g.tensor_f32(&gname)?;
-        if arch == "gemma3" && gname.ends_with("norm.weight") {
+        if self.arch() == "gemma3" && gname.ends_with("norm.weight") {
             // llama.cpp's converter stores Gemma's RMSNorm weights as 1 + w; HF (and the model
             // code) hold w and multiply by 1 + w.
             data.iter_mut().for_each(|x| *x -= 1.0);
         }
-        let heads_key = if gname.contains("attn_q") {
-            Some("attention.head_count")
-        } else if gname.contains("attn_k") {
-            Some("attention.head_count_kv")
-        } else {
-            None
-        };
-        match heads_key {
-            Some(k) if arch == "llama" || arch == "mistral" => {
-                let key = format!("{arch}.{k}");
-                let heads = self.g.get(&key).and_then(GgufValue::as_u64).map(|x| x as usize);
-                let heads = heads.or_else(|| {
-                    self.g.get(&format!("{arch}.attention.head_count")).and_then(GgufValue::as_u64).map(|x| x as usize)
-                });
-                let heads = heads.ok_or_else(|| Error::Config(format!("GGUF lacks `{key}`")))?;
-                let (rows, cols) = (shape[0], shape.get(1).copied().unwrap_or(1));
-                if heads == 0 || rows % (2 * heads) != 0 {
-                    return Err(Error::Format(format!("`{gname}` has {rows} rows, not divisible over {heads} heads")));
-                }
+        let (rows, cols) = (shape[0], shape.get(1).copied().unwrap_or(1));
+        match self.permuted_heads(&gname, rows)? {
+            Some(heads) => {
                 let data = try_inverse_permute_gguf_rows(&data, rows, cols, heads)
                     .map_err(|e| Error::Format(format!("`{gname}`: {e}")))?;
                 Ok(Some((data, shape)))
             }
-            _ => Ok(Some((data, shape))),
+            None => Ok(Some((data, shape))),
         }
+    }
+
+    /// A 2-D tensor stored in a block type, its rows in HF order: the q/k un-permutation moves
+    /// whole rows of blocks (a row is `cols / block_size` blocks, so no block is split).
+    fn get_raw(&self, name: &str) -> Result<Option<RawTensor>> {
+        let Some(t) = self.tensor_for(name) else {
+            return Ok(None);
+        };
+        if matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) || t.dims.len() != 2 {
+            return Ok(None);
+        }
+        let shape = t.shape();
+        let (rows, cols) = (shape[0], shape[1]);
+        let bytes = self.g.tensor_bytes(t);
+        if DType::Ggml(t.ty).weight_bytes(rows, cols) != Some(bytes.len()) {
+            // Rows that are not whole blocks cannot be a quantized weight: read it as f32.
+            return Ok(None);
+        }
+        let row_bytes = bytes.len() / rows.max(1);
+        let bytes = match self.permuted_heads(&t.name, rows)? {
+            Some(heads) => try_inverse_permute_gguf_rows(bytes, rows, row_bytes, heads)
+                .map_err(|e| Error::Format(format!("`{}`: {e}", t.name)))?,
+            None => bytes.to_vec(),
+        };
+        Ok(Some(RawTensor { dtype: DType::Ggml(t.ty), bytes, shape }))
     }
 
     fn shape(&self, name: &str) -> Result<Option<Vec<usize>>> {
@@ -291,6 +336,11 @@ impl WeightSource for GgufWeights {
         }
         Ok(Some(self.g.tensor_f32("rope_freqs.weight")?.0))
     }
+}
+
+/// The bytes of every tensor's data in a GGUF file (what `device_weight_bytes` is compared with).
+pub fn gguf_tensor_bytes(g: &GgufFile) -> u64 {
+    g.tensors.iter().map(|t| t.n_bytes).sum()
 }
 
 /// Weights held in memory under HF names: tests and synthetic benchmarks build models with it.

@@ -27,19 +27,21 @@ use crate::backend::*;
 use crate::error::{Error, Result};
 use crate::kv::{HeadLayout, KvCache};
 use crate::model::config::{GemmaParams, ModelConfig};
+use crate::model::linear::{Linear, WeightLoader, take};
 use crate::model::rope::{RopeConfig, RopeScaling};
 use crate::model::weights::WeightSource;
 
 struct Layer<B: Backend> {
     attn_norm: B::Buffer,
-    w_qkv: B::Buffer,
+    /// q|k|v; in parts where the file's types differ (Q4_K_M: q/k Q5_0, v Q8_0 in some layers).
+    w_qkv: Linear<B>,
     /// `[n_heads + n_kv_heads][head_dim]`: q_norm repeated per query head, then k_norm per KV head.
     qk_norm: B::Buffer,
-    w_o: B::Buffer,
+    w_o: Linear<B>,
     post_attn_norm: B::Buffer,
     pre_ffn_norm: B::Buffer,
-    w_gate_up: B::Buffer,
-    w_down: B::Buffer,
+    w_gate_up: Linear<B>,
+    w_down: Linear<B>,
     post_ffn_norm: B::Buffer,
     local: bool,
 }
@@ -49,18 +51,11 @@ pub struct Gemma3<B: Backend> {
     g: GemmaParams,
     rope_global: RopeConfig,
     rope_local: RopeConfig,
+    /// The embedding table, also the (tied) LM head, in the file's type where the backend has it.
     embed: B::Buffer,
     norm: B::Buffer,
     layers: Vec<Layer<B>>,
     pool: BufferPool<B>,
-}
-
-fn take<S: WeightSource + ?Sized>(src: &S, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-    let (data, got) = src.get(name)?.ok_or_else(|| Error::Format(format!("weight `{name}` is missing")))?;
-    if data.len() != shape.iter().product::<usize>() || got.iter().product::<usize>() != data.len() {
-        return Err(Error::Format(format!("weight `{name}` has shape {got:?}, expected {shape:?}")));
-    }
-    Ok(data)
 }
 
 /// An HF Gemma norm weight `w` as the `1 + w` the rmsnorm ops multiply by.
@@ -91,8 +86,7 @@ impl<B: Backend> Gemma3<B> {
     pub fn load<S: WeightSource + ?Sized>(
         be: &B,
         cfg: &ModelConfig,
-        src: &S,
-        dt: DType,
+        ld: &WeightLoader<B, S>,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<Self> {
         let g = cfg.gemma.clone().ok_or_else(|| Error::Config("a gemma3 model needs its Gemma parameters".into()))?;
@@ -101,30 +95,27 @@ impl<B: Backend> Gemma3<B> {
         }
         let (h, hd, ffn) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
         let (nq, nkv) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
-        let up = |v: Vec<f32>| be.upload_f32(dt, v);
+        let src = ld.source();
         let upf = |v: Vec<f32>| be.upload_f32(DType::F32, v);
         let norm = |name: &str, n: usize| upf(plus_one(take(src, name, &[n])?));
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
             let p = |s: &str| format!("model.layers.{i}.{s}");
-            let mut w_qkv = take(src, &p("self_attn.q_proj.weight"), &[nq, h])?;
-            w_qkv.extend(take(src, &p("self_attn.k_proj.weight"), &[nkv, h])?);
-            w_qkv.extend(take(src, &p("self_attn.v_proj.weight"), &[nkv, h])?);
+            let (q, k, v) = (p("self_attn.q_proj.weight"), p("self_attn.k_proj.weight"), p("self_attn.v_proj.weight"));
+            let (gate, up) = (p("mlp.gate_proj.weight"), p("mlp.up_proj.weight"));
             let qn = plus_one(take(src, &p("self_attn.q_norm.weight"), &[hd])?);
             let kn = plus_one(take(src, &p("self_attn.k_norm.weight"), &[hd])?);
             let mut qk = qn.repeat(cfg.num_heads);
             qk.extend(kn.repeat(cfg.num_kv_heads));
-            let mut w_gate_up = take(src, &p("mlp.gate_proj.weight"), &[ffn, h])?;
-            w_gate_up.extend(take(src, &p("mlp.up_proj.weight"), &[ffn, h])?);
             layers.push(Layer {
                 attn_norm: norm(&p("input_layernorm.weight"), h)?,
-                w_qkv: up(w_qkv)?,
+                w_qkv: ld.linear(&[(&q, nq), (&k, nkv), (&v, nkv)], h, None)?,
                 qk_norm: upf(qk)?,
-                w_o: up(take(src, &p("self_attn.o_proj.weight"), &[h, nq])?)?,
+                w_o: ld.linear(&[(&p("self_attn.o_proj.weight"), h)], nq, None)?,
                 post_attn_norm: norm(&p("post_attention_layernorm.weight"), h)?,
                 pre_ffn_norm: norm(&p("pre_feedforward_layernorm.weight"), h)?,
-                w_gate_up: up(w_gate_up)?,
-                w_down: up(take(src, &p("mlp.down_proj.weight"), &[h, ffn])?)?,
+                w_gate_up: ld.linear(&[(&gate, ffn), (&up, ffn)], h, None)?,
+                w_down: ld.linear(&[(&p("mlp.down_proj.weight"), h)], ffn, None)?,
                 post_ffn_norm: norm(&p("post_feedforward_layernorm.weight"), h)?,
                 local: g.is_local(i),
             });
@@ -137,7 +128,7 @@ impl<B: Backend> Gemma3<B> {
             g,
             rope_global,
             rope_local,
-            embed: up(take(src, "model.embed_tokens.weight", &[cfg.vocab_size, h])?)?,
+            embed: ld.table("model.embed_tokens.weight", cfg.vocab_size, h)?,
             norm: norm("model.norm.weight", h)?,
             layers,
             pool: BufferPool::default(),
@@ -145,16 +136,28 @@ impl<B: Backend> Gemma3<B> {
     }
 
     pub fn weight_bytes(&self, be: &B) -> usize {
-        let size = |b: &B::Buffer| be.len(b) * be.dtype(b).size();
-        let mut total = size(&self.embed) + size(&self.norm);
+        self.weight_bytes_by_type(be).values().sum()
+    }
+
+    /// Device bytes per weight storage type (see `Llama::weight_bytes_by_type`).
+    pub fn weight_bytes_by_type(&self, be: &B) -> std::collections::BTreeMap<String, usize> {
+        let mut by = std::collections::BTreeMap::new();
+        let mut add =
+            |b: &B::Buffer| *by.entry(be.dtype(b).weight_name()).or_insert(0) += be.len(b) * be.dtype(b).size();
+        add(&self.embed);
+        add(&self.norm);
         for l in &self.layers {
-            total += [&l.attn_norm, &l.w_qkv, &l.qk_norm, &l.w_o, &l.post_attn_norm, &l.pre_ffn_norm]
+            [&l.attn_norm, &l.qk_norm, &l.post_attn_norm, &l.pre_ffn_norm, &l.post_ffn_norm]
                 .into_iter()
-                .chain([&l.w_gate_up, &l.w_down, &l.post_ffn_norm])
-                .map(size)
-                .sum::<usize>();
+                .for_each(&mut add);
+            [&l.w_qkv, &l.w_o, &l.w_gate_up, &l.w_down].into_iter().flat_map(|w| w.buffers()).for_each(&mut add);
         }
-        total
+        by
+    }
+
+    /// The storage types of each layer's q|k|v parts (tests: mixed-type files load in parts).
+    pub fn qkv_dtypes(&self, be: &B) -> Vec<Vec<DType>> {
+        self.layers.iter().map(|l| l.w_qkv.dtypes(be)).collect()
     }
 
     /// Attention parameters of layer `i`: Gemma's score scale; a local layer's window.
@@ -218,7 +221,7 @@ impl<B: Backend> Gemma3<B> {
             } else {
                 be.add_rmsnorm(&norm, &mut x, &o2, &l.attn_norm, &mut xn)?;
             }
-            be.matmul(&mm(n, c.qkv_dim(), h), &xn, &l.w_qkv, None, &mut qkv)?;
+            l.w_qkv.matmul(be, n, &xn, &mut qkv)?;
             be.head_rmsnorm(&qk, &mut qkv, &l.qk_norm)?;
             let (scaling, inv) =
                 if l.local { (fl.attention_scaling, &inv_local) } else { (fg.attention_scaling, &m.inv_freq) };
@@ -247,16 +250,16 @@ impl<B: Backend> Gemma3<B> {
             if let Some(hook) = hook.as_mut() {
                 hook(be, i, &q, store.view(), &paged)?;
             }
-            be.matmul(&mm(n, h, nq), &attn_out, &l.w_o, None, &mut o)?;
+            l.w_o.matmul(be, n, &attn_out, &mut o)?;
             be.rmsnorm(&norm, &o, &l.post_attn_norm, &mut o2)?;
             be.add_rmsnorm(&norm, &mut x, &o2, &l.pre_ffn_norm, &mut xn)?;
-            be.matmul(&mm(n, 2 * ffn, h), &xn, &l.w_gate_up, None, &mut gu)?;
+            l.w_gate_up.matmul(be, n, &xn, &mut gu)?;
             be.gelu_tanh_mul(
                 &GeluTanhMulParams { rows: n as u32, dim: ffn as u32, ..Default::default() },
                 &gu,
                 &mut act,
             )?;
-            be.matmul(&mm(n, h, ffn), &act, &l.w_down, None, &mut o)?;
+            l.w_down.matmul(be, n, &act, &mut o)?;
             be.rmsnorm(&norm, &o, &l.post_ffn_norm, &mut o2)?;
         }
         let nl = m.n_logits;

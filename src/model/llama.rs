@@ -4,15 +4,18 @@
 //! -> down`, then the final norm and the LM head on the rows whose logits are wanted.
 //!
 //! Weights are fused at load: q|k|v into one `[qkv_dim][hidden]` matrix (and bias), gate|up into one
-//! `[2*ffn][hidden]` matrix, so a decode step is four matmuls per layer. A step is a ragged batch of
+//! `[2*ffn][hidden]` matrix, so a decode step is four matmuls per layer (more where a file's
+//! parts have different quantized types: `model::linear`, docs/weights.md). A step is a ragged batch of
 //! sequences, each contributing a chunk of new tokens at the end of its cached context; a step
 //! where every sequence brings exactly one token runs the decode attention op.
 
 pub use super::batch::{AttnSettings, LayerHook, Logits, SeqStep};
 use super::batch::{GraphRegion, Head};
+use super::linear::{Linear, WeightLoader};
 use super::pool::BufferPool;
 use super::step::StepMeta;
-pub use super::weights::WeightSource;
+pub use super::weights::{LoadOptions, WeightMode, WeightSource};
+use crate::backend::reference::weight_quant;
 use crate::backend::*;
 use crate::error::{Error, Result};
 use crate::kv::KvCache;
@@ -21,12 +24,13 @@ use crate::model::rope::RopeConfig;
 
 struct Layer<B: Backend> {
     attn_norm: B::Buffer,
-    w_qkv: B::Buffer,
-    b_qkv: Option<B::Buffer>,
-    w_o: B::Buffer,
+    /// q|k|v (and their bias), `[qkv_dim][hidden]`.
+    w_qkv: Linear<B>,
+    w_o: Linear<B>,
     ffn_norm: B::Buffer,
-    w_gate_up: B::Buffer,
-    w_down: B::Buffer,
+    /// gate|up, `[2*ffn][hidden]`.
+    w_gate_up: Linear<B>,
+    w_down: Linear<B>,
 }
 
 pub struct Llama<B: Backend> {
@@ -35,8 +39,8 @@ pub struct Llama<B: Backend> {
     /// Llama 3.1 GGUF frequency divisors (applied on top of `rope`).
     freq_factors: Option<Vec<f32>>,
     embed: B::Buffer,
-    /// None when the embeddings are tied.
-    lm_head: Option<B::Buffer>,
+    /// None when the embeddings are tied (the LM head is then `embed`, of whatever type it has).
+    lm_head: Option<Linear<B>>,
     norm: B::Buffer,
     layers: Vec<Layer<B>>,
     /// Activation and step-metadata buffers reused across steps.
@@ -46,45 +50,44 @@ pub struct Llama<B: Backend> {
     gemma: Option<Box<super::gemma3::Gemma3<B>>>,
 }
 
-fn take<S: WeightSource + ?Sized>(src: &S, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-    let (data, got) = src.get(name)?.ok_or_else(|| Error::Format(format!("weight `{name}` is missing")))?;
-    // The exact shape, not just the element count: a transposed weight must not load.
-    if got != shape || data.len() != shape.iter().product::<usize>() {
-        return Err(Error::Format(format!("weight `{name}` has shape {got:?}, expected {shape:?}")));
-    }
-    Ok(data)
-}
-
 impl<B: Backend> Llama<B> {
-    /// Read, fuse and upload all weights. `progress` is called after each layer.
+    /// Read, fuse and upload all weights, keeping the file's quantized matrices quantized where
+    /// the backend computes with their type (`LoadOptions::default()`). `progress` is called
+    /// after each layer.
     pub fn load<S: WeightSource + ?Sized>(
         be: &B,
         cfg: &ModelConfig,
         src: &S,
         progress: impl FnMut(usize, usize),
     ) -> Result<Self> {
-        Self::load_as(be, cfg, src, None, progress)
+        Self::load_with(be, cfg, src, &LoadOptions::default(), progress)
     }
 
-    /// As `load`, storing weights as `dtype` (None: the backend's first choice).
+    /// As `load` with `Some(dtype)`: every matrix dequantized and stored as `dtype` (a float
+    /// type); None is `load`.
     pub fn load_as<S: WeightSource + ?Sized>(
         be: &B,
         cfg: &ModelConfig,
         src: &S,
         dtype: Option<DType>,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<Self> {
+        let opts = if dtype.is_some() { LoadOptions::dequant(dtype) } else { LoadOptions::default() };
+        Self::load_with(be, cfg, src, &opts, progress)
+    }
+
+    /// Read, fuse and upload all weights as `opts` says (docs/weights.md).
+    pub fn load_with<S: WeightSource + ?Sized>(
+        be: &B,
+        cfg: &ModelConfig,
+        src: &S,
+        opts: &LoadOptions,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<Self> {
         let (h, hd) = (cfg.hidden_size, cfg.head_dim);
-        let dt = dtype.unwrap_or(be.caps().weight_dtypes[0]);
-        if !be.caps().weight_dtypes.contains(&dt) {
-            return Err(Error::InvalidArgument(format!(
-                "{dt:?} weights are not supported by the {} backend (supported: {:?})",
-                be.caps().name,
-                be.caps().weight_dtypes
-            )));
-        }
+        let ld = WeightLoader::new(be, src, *opts)?;
         if cfg.arch == "gemma3" {
-            let g = super::gemma3::Gemma3::load(be, cfg, src, dt, progress)?;
+            let g = super::gemma3::Gemma3::load(be, cfg, &ld, progress)?;
             return Ok(Llama {
                 cfg: cfg.clone(),
                 rope: cfg.rope(),
@@ -97,11 +100,9 @@ impl<B: Backend> Llama<B> {
                 gemma: Some(Box::new(g)),
             });
         }
-        let up = |v: Vec<f32>| be.upload_f32(dt, v);
-        let upf = |v: Vec<f32>| be.upload_f32(DType::F32, v);
-        let embed_data = take(src, "model.embed_tokens.weight", &[cfg.vocab_size, h])?;
-        let lm_head = match src.get("lm_head.weight")? {
-            Some(_) if !cfg.tie_word_embeddings => Some(up(take(src, "lm_head.weight", &[cfg.vocab_size, h])?)?),
+        let embed = ld.table("model.embed_tokens.weight", cfg.vocab_size, h)?;
+        let lm_head = match src.shape("lm_head.weight")? {
+            Some(_) if !cfg.tie_word_embeddings => Some(ld.linear(&[("lm_head.weight", cfg.vocab_size)], h, None)?),
             None if !cfg.tie_word_embeddings => {
                 return Err(Error::Format("weight `lm_head.weight` is missing".into()));
             }
@@ -109,7 +110,7 @@ impl<B: Backend> Llama<B> {
         };
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
-            layers.push(Self::load_layer(be, cfg, src, i, dt)?);
+            layers.push(Self::load_layer(cfg, &ld, i)?);
             progress(i + 1, cfg.num_layers);
         }
         let freq_factors = src.rope_freq_factors()?;
@@ -120,9 +121,9 @@ impl<B: Backend> Llama<B> {
             cfg: cfg.clone(),
             rope: cfg.rope(),
             freq_factors,
-            embed: up(embed_data)?,
+            embed,
             lm_head,
-            norm: upf(take(src, "model.norm.weight", &[h])?)?,
+            norm: ld.vector("model.norm.weight", h)?,
             layers,
             pool: BufferPool::default(),
             gemma: None,
@@ -130,80 +131,87 @@ impl<B: Backend> Llama<B> {
     }
 
     /// Layer `i`'s weights, fused (q/k/v into one matrix, gate/up into one) and uploaded.
-    fn load_layer<S: WeightSource + ?Sized>(
-        be: &B,
-        cfg: &ModelConfig,
-        src: &S,
-        i: usize,
-        dt: DType,
-    ) -> Result<Layer<B>> {
+    fn load_layer<S: WeightSource + ?Sized>(cfg: &ModelConfig, ld: &WeightLoader<B, S>, i: usize) -> Result<Layer<B>> {
         let (h, hd, ffn) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
-        let up = |v: Vec<f32>| be.upload_f32(dt, v);
-        let upf = |v: Vec<f32>| be.upload_f32(DType::F32, v);
         let p = |s: &str| format!("model.layers.{i}.{s}");
         let (nq, nkv) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
-        let mut w_qkv = take(src, &p("self_attn.q_proj.weight"), &[nq, h])?;
-        w_qkv.extend(take(src, &p("self_attn.k_proj.weight"), &[nkv, h])?);
-        w_qkv.extend(take(src, &p("self_attn.v_proj.weight"), &[nkv, h])?);
-        let b_qkv = if cfg.attention_bias {
-            let mut b = take(src, &p("self_attn.q_proj.bias"), &[nq])?;
-            b.extend(take(src, &p("self_attn.k_proj.bias"), &[nkv])?);
-            b.extend(take(src, &p("self_attn.v_proj.bias"), &[nkv])?);
-            Some(upf(b)?)
-        } else {
-            None
-        };
-        let mut w_gate_up = take(src, &p("mlp.gate_proj.weight"), &[ffn, h])?;
-        w_gate_up.extend(take(src, &p("mlp.up_proj.weight"), &[ffn, h])?);
+        let (q, k, v) = (p("self_attn.q_proj.weight"), p("self_attn.k_proj.weight"), p("self_attn.v_proj.weight"));
+        let biases = [p("self_attn.q_proj.bias"), p("self_attn.k_proj.bias"), p("self_attn.v_proj.bias")];
+        let biases: Vec<&str> = biases.iter().map(String::as_str).collect();
+        let bias = cfg.attention_bias.then_some(biases.as_slice());
+        let (gate, up) = (p("mlp.gate_proj.weight"), p("mlp.up_proj.weight"));
         Ok(Layer {
-            attn_norm: upf(take(src, &p("input_layernorm.weight"), &[h])?)?,
-            w_qkv: up(w_qkv)?,
-            b_qkv,
-            w_o: up(take(src, &p("self_attn.o_proj.weight"), &[h, nq])?)?,
-            ffn_norm: upf(take(src, &p("post_attention_layernorm.weight"), &[h])?)?,
-            w_gate_up: up(w_gate_up)?,
-            w_down: up(take(src, &p("mlp.down_proj.weight"), &[h, ffn])?)?,
+            attn_norm: ld.vector(&p("input_layernorm.weight"), h)?,
+            w_qkv: ld.linear(&[(&q, nq), (&k, nkv), (&v, nkv)], h, bias)?,
+            w_o: ld.linear(&[(&p("self_attn.o_proj.weight"), h)], nq, None)?,
+            ffn_norm: ld.vector(&p("post_attention_layernorm.weight"), h)?,
+            w_gate_up: ld.linear(&[(&gate, ffn), (&up, ffn)], h, None)?,
+            w_down: ld.linear(&[(&p("mlp.down_proj.weight"), h)], ffn, None)?,
         })
     }
 
-    /// Synthetic weights for benchmarks: every tensor filled on the device by `fill_random` from
-    /// `seed` (no download, no host copy). Matrices are uniform with variance 1/fan_in, norms
-    /// near 1, so activations stay finite through the layers.
+    /// Synthetic weights for benchmarks. Float types: every tensor filled on the device by
+    /// `fill_random` from `seed` (no download, no host copy); matrices uniform with variance
+    /// 1/fan_in, norms near 1, so activations stay finite through the layers. A quantized weight
+    /// type (`DType::is_weight_quant`: q4_k, q8_0, int8, ...): every matrix, the embedding table
+    /// included, is `weight_quant::random_weights` of that type made on the host and uploaded
+    /// as it is (k must be a whole number of the type's blocks).
     pub fn synthetic(be: &B, cfg: &ModelConfig, dtype: Option<DType>, seed: u32) -> Result<Self> {
         if cfg.gemma.is_some() {
             return Err(Error::InvalidArgument("synthetic weights are made for Llama-family shapes only".into()));
         }
         let dt = dtype.unwrap_or(be.caps().weight_dtypes[0]);
+        if !be.caps().weight_dtypes.contains(&dt) {
+            return Err(Error::InvalidArgument(format!(
+                "{} weights are not supported by the {} backend",
+                dt.weight_name(),
+                be.caps().name
+            )));
+        }
         let code = match dt {
             DType::F32 => 0,
             DType::F16 => 1,
             DType::BF16 => 2,
+            d if d.is_weight_quant() => u32::MAX,
             d => return Err(Error::InvalidArgument(format!("synthetic weights cannot be {d:?}"))),
         };
         let mut next = seed;
-        let mut fill = |dtype: DType, code: u32, n: usize, scale: f32, offset: f32| -> Result<B::Buffer> {
-            let mut b = be.alloc(dtype, n)?;
+        let mut fill = |dtype: DType, n: usize, k: usize, scale: f32, offset: f32| -> Result<B::Buffer> {
             next = next.wrapping_add(1);
-            let p = FillRandomParams { n: n as u32, seed: next, scale, offset, dtype: code, ..Default::default() };
+            if dtype.is_weight_quant() {
+                let bytes = weight_quant::random_weights(dtype, n, k, next as u64).ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "synthetic {} weights: a row of {k} is not a whole number of its blocks",
+                        dtype.weight_name()
+                    ))
+                })?;
+                return be.upload_raw(dtype, &bytes);
+            }
+            let code = if dtype == DType::F32 { 0 } else { code };
+            let mut b = be.alloc(dtype, n * k)?;
+            let p =
+                FillRandomParams { n: (n * k) as u32, seed: next, scale, offset, dtype: code, ..Default::default() };
             be.fill_random(&p, &mut b)?;
             Ok(b)
         };
-        let (h, hd, ffn) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
+        let (h, hd, ffn, v) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size);
+        let (nq, qkv) = (cfg.num_heads * hd, cfg.qkv_dim());
         let mat = |k: usize| (3.0 / k as f32).sqrt();
-        let embed = fill(dt, code, cfg.vocab_size * h, 1.0, 0.0)?;
+        let embed = fill(dt, v, h, 1.0, 0.0)?;
         let lm_head =
-            if cfg.tie_word_embeddings { None } else { Some(fill(dt, code, cfg.vocab_size * h, mat(h), 0.0)?) };
-        let norm = fill(DType::F32, 0, h, 0.1, 1.0)?;
+            if cfg.tie_word_embeddings { None } else { Some(Linear::single(fill(dt, v, h, mat(h), 0.0)?, None, v, h)) };
+        let norm = fill(DType::F32, 1, h, 0.1, 1.0)?;
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for _ in 0..cfg.num_layers {
+            let w = fill(dt, qkv, h, mat(h), 0.0)?;
+            let b = if cfg.attention_bias { Some(fill(DType::F32, 1, qkv, 0.1, 0.0)?) } else { None };
             layers.push(Layer {
-                attn_norm: fill(DType::F32, 0, h, 0.1, 1.0)?,
-                w_qkv: fill(dt, code, cfg.qkv_dim() * h, mat(h), 0.0)?,
-                b_qkv: if cfg.attention_bias { Some(fill(DType::F32, 0, cfg.qkv_dim(), 0.1, 0.0)?) } else { None },
-                w_o: fill(dt, code, h * cfg.num_heads * hd, mat(cfg.num_heads * hd), 0.0)?,
-                ffn_norm: fill(DType::F32, 0, h, 0.1, 1.0)?,
-                w_gate_up: fill(dt, code, 2 * ffn * h, mat(h), 0.0)?,
-                w_down: fill(dt, code, h * ffn, mat(ffn), 0.0)?,
+                attn_norm: fill(DType::F32, 1, h, 0.1, 1.0)?,
+                w_qkv: Linear::single(w, b, qkv, h),
+                w_o: Linear::single(fill(dt, h, nq, mat(nq), 0.0)?, None, h, nq),
+                ffn_norm: fill(DType::F32, 1, h, 0.1, 1.0)?,
+                w_gate_up: Linear::single(fill(dt, 2 * ffn, h, mat(h), 0.0)?, None, 2 * ffn, h),
+                w_down: Linear::single(fill(dt, h, ffn, mat(ffn), 0.0)?, None, h, ffn),
             });
         }
         Ok(Llama {
@@ -219,21 +227,47 @@ impl<B: Backend> Llama<B> {
         })
     }
 
-    /// Bytes of all weights as stored (what a decode step streams at least once).
+    /// Bytes of all weights as stored on the device (what a decode step streams at least once):
+    /// quantized matrices count their blocks' bytes.
     pub fn weight_bytes(&self, be: &B) -> usize {
         if let Some(g) = &self.gemma {
             return g.weight_bytes(be);
         }
-        let size = |b: &B::Buffer| {
-            let d = be.dtype(b);
-            be.len(b) * d.size()
-        };
-        let mut total = size(&self.embed) + self.lm_head.as_ref().map_or(0, size) + size(&self.norm);
+        let size = |b: &B::Buffer| be.len(b) * be.dtype(b).size();
+        let mut total = size(&self.embed) + self.lm_head.as_ref().map_or(0, |l| l.bytes(be)) + size(&self.norm);
         for l in &self.layers {
-            total += size(&l.attn_norm) + size(&l.w_qkv) + l.b_qkv.as_ref().map_or(0, size);
-            total += size(&l.w_o) + size(&l.ffn_norm) + size(&l.w_gate_up) + size(&l.w_down);
+            total += size(&l.attn_norm) + l.w_qkv.bytes(be) + l.w_o.bytes(be);
+            total += size(&l.ffn_norm) + l.w_gate_up.bytes(be) + l.w_down.bytes(be);
         }
         total
+    }
+
+    /// Device bytes per weight storage type (`weight_name` spelling: q4_1, q8_0, f32, ...),
+    /// vectors included; what `generate --output json` reports.
+    pub fn weight_bytes_by_type(&self, be: &B) -> std::collections::BTreeMap<String, usize> {
+        if let Some(g) = &self.gemma {
+            return g.weight_bytes_by_type(be);
+        }
+        let mut by = std::collections::BTreeMap::new();
+        let mut add =
+            |b: &B::Buffer| *by.entry(be.dtype(b).weight_name()).or_insert(0) += be.len(b) * be.dtype(b).size();
+        add(&self.embed);
+        add(&self.norm);
+        self.lm_head.iter().flat_map(|l| l.buffers()).for_each(&mut add);
+        for l in &self.layers {
+            [&l.attn_norm, &l.ffn_norm].into_iter().for_each(&mut add);
+            [&l.w_qkv, &l.w_o, &l.w_gate_up, &l.w_down].into_iter().flat_map(|l| l.buffers()).for_each(&mut add);
+        }
+        by
+    }
+
+    /// The storage types of each layer's q|k|v parts (one entry per buffer: more than one where
+    /// the file's q, k and v types differ).
+    pub fn qkv_dtypes(&self, be: &B) -> Vec<Vec<DType>> {
+        match &self.gemma {
+            Some(g) => g.qkv_dtypes(be),
+            None => self.layers.iter().map(|l| l.w_qkv.dtypes(be)).collect(),
+        }
     }
 
     fn inv_freq(&self, seq_len: usize) -> (Vec<f32>, f32) {
@@ -316,7 +350,6 @@ impl<B: Backend> Llama<B> {
         let (mut x, mut xn, mut qkv, mut q) = (a(n * h)?, a(n * h)?, a(n * c.qkv_dim())?, a(n * nq)?);
         let (mut attn_out, mut o, mut gu, mut act) = (a(n * nq)?, a(n * h)?, a(n * 2 * ffn)?, a(n * ffn)?);
         let norm = RmsnormParams { rows: n as u32, dim: h as u32, eps: c.rms_norm_eps, _pad: 0 };
-        let mm = MatmulParams::new;
         let ep = EmbedParams { n_tokens: n as u32, dim: h as u32, vocab: c.vocab_size as u32, _pad: 0 };
         // Sampling settings go up before the graph region: a write inside it would cut the
         // step's recorded launches in two.
@@ -336,7 +369,7 @@ impl<B: Backend> Llama<B> {
             } else {
                 be.add_rmsnorm(&norm, &mut x, &o, &l.attn_norm, &mut xn)?;
             }
-            be.matmul(&mm(n, c.qkv_dim(), h, l.b_qkv.is_some()), &xn, &l.w_qkv, l.b_qkv.as_ref(), &mut qkv)?;
+            l.w_qkv.matmul(be, n, &xn, &mut qkv)?;
             let rp = m.rope_params(cache, i, attention_scaling);
             be.rope_append_kv(&rp, &qkv, &rmeta, &mut q, cache.layers[i].view_mut())?;
             let ap = m.attention_params(cache, i, attn);
@@ -362,11 +395,11 @@ impl<B: Backend> Llama<B> {
             if let Some(hook) = hook.as_mut() {
                 hook(be, i, &q, store.view(), &paged)?;
             }
-            be.matmul(&mm(n, h, nq, false), &attn_out, &l.w_o, None, &mut o)?;
+            l.w_o.matmul(be, n, &attn_out, &mut o)?;
             be.add_rmsnorm(&norm, &mut x, &o, &l.ffn_norm, &mut xn)?;
-            be.matmul(&mm(n, 2 * ffn, h, false), &xn, &l.w_gate_up, None, &mut gu)?;
+            l.w_gate_up.matmul(be, n, &xn, &mut gu)?;
             be.silu_mul(&SiluMulParams { rows: n as u32, dim: ffn as u32, ..Default::default() }, &gu, &mut act)?;
-            be.matmul(&mm(n, h, ffn, false), &act, &l.w_down, None, &mut o)?;
+            l.w_down.matmul(be, n, &act, &mut o)?;
         }
         let nl = m.n_logits;
         tracing::trace!(record_us = t_record.elapsed().as_micros() as u64, "step recorded");
@@ -377,8 +410,12 @@ impl<B: Backend> Llama<B> {
             let gp = GatherRowsParams { n_out: nl as u32, dim: h as u32, n_src: n as u32, _pad: 0 };
             be.gather_rows(&gp, &xn, &m.logit_rows, &mut sel)?;
             let mut logits = a(nl * c.vocab_size)?;
-            let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-            be.matmul(&mm(nl, c.vocab_size, h, false), &sel, head, None, &mut logits)?;
+            match &self.lm_head {
+                Some(head) => head.matmul(be, nl, &sel, &mut logits)?,
+                None => {
+                    be.matmul(&MatmulParams::new(nl, c.vocab_size, h, false), &sel, &self.embed, None, &mut logits)?
+                }
+            }
             match want {
                 Head::Logits => out = be.download_f32(&logits, 0, nl * c.vocab_size)?,
                 Head::Argmax => {

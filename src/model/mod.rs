@@ -3,6 +3,7 @@
 pub mod batch;
 pub mod config;
 pub mod gemma3;
+pub mod linear;
 pub mod llama;
 pub mod pool;
 pub mod rope;

@@ -338,13 +338,15 @@ pub fn inverse_permute_gguf_rows(w: &[f32], n_rows: usize, n_cols: usize, n_head
     try_inverse_permute_gguf_rows(w, n_rows, n_cols, n_head).unwrap_or_default()
 }
 
-/// [`inverse_permute_gguf_rows`] that reports an inconsistent shape as `Err`.
-pub fn try_inverse_permute_gguf_rows(
-    w: &[f32],
+/// [`inverse_permute_gguf_rows`] that reports an inconsistent shape as `Err`. Generic over the
+/// element: a quantized tensor permutes as bytes with `n_cols` = the bytes of one row of blocks
+/// (its rows are whole blocks, so moving rows never splits one).
+pub fn try_inverse_permute_gguf_rows<T: Copy>(
+    w: &[T],
     n_rows: usize,
     n_cols: usize,
     n_head: usize,
-) -> Result<Vec<f32>, String> {
+) -> Result<Vec<T>, String> {
     if n_rows.checked_mul(n_cols) != Some(w.len()) {
         return Err(format!("weight has {} values, expected {n_rows} x {n_cols}", w.len()));
     }
@@ -354,7 +356,7 @@ pub fn try_inverse_permute_gguf_rows(
     }
     let rows_per_head = n_rows / n_head;
     let half = rows_per_head / 2;
-    let mut out = vec![0.0f32; w.len()];
+    let mut out = w.to_vec();
     for h in 0..n_head {
         for j in 0..half {
             for t in 0..2 {
@@ -620,8 +622,8 @@ mod tests {
         assert!(inverse_permute_gguf_rows(&[0.0; 8], 4, 2, 0).is_empty());
         assert!(inverse_permute_gguf_rows(&[0.0; 7], 4, 2, 1).is_empty());
         assert!(try_inverse_permute_gguf_rows(&[0.0; 12], 6, 2, 2).is_err());
-        assert!(try_inverse_permute_gguf_rows(&[], usize::MAX, 2, 2).is_err());
-        assert!(try_inverse_permute_gguf_rows(&[], 0, 2, usize::MAX).is_err());
+        assert!(try_inverse_permute_gguf_rows::<f32>(&[], usize::MAX, 2, 2).is_err());
+        assert!(try_inverse_permute_gguf_rows::<f32>(&[], 0, 2, usize::MAX).is_err());
     }
 
     #[test]

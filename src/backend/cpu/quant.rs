@@ -1,7 +1,18 @@
-//! `matmul` and `embed` over quantized weights (`DType::is_weight_quant`): tiles of weight rows
-//! are dequantized to f32 by [`weight_quant::dequantize_rows`] (the definition of the formats)
-//! and multiplied by the f32 path, so a quantized matmul equals the f32 matmul of the
-//! dequantized matrix up to summation order.
+//! `matmul` and `embed` over quantized weights (`DType::is_weight_quant`), reading the quantized
+//! bytes: every weight row is dequantized by [`weight_quant::dequantize_rows`] (the definition of
+//! the formats), so a quantized matmul equals the f32 matmul of the dequantized matrix up to
+//! summation order.
+//!
+//! - Small m (decode, up to `ops::GEMV_MAX_ROWS` rows): rayon tasks over chunks of
+//!   `ROW_CHUNK` weight rows; each row is dequantized into a `k`-float scratch that stays in L1
+//!   and dotted with every x row by `ops::dot` right away (fused dequant-dot), so a decode step
+//!   streams the quantized bytes once and never writes an f32 copy of the matrix to memory.
+//!   out[r][c] is exactly `ops::dot(x[r], dequantized row c)` (+ bias) — what the f32 GEMV gives
+//!   for the dequantized matrix, bit for bit. Q4_0, Q4_1 and Q8_0 rows (the default model's and
+//!   Q8_0 files' types) take an AVX2/FMA/F16C kernel instead where the CPU has it: each block is
+//!   dequantized in registers with the reference's arithmetic (the same f32 weights) and
+//!   multiply-added into per-x-row accumulators (fused multiply-add, another summation order).
+//! - Larger m (prefill): tiles of `TILE` rows are dequantized and multiplied by the f32 GEMM.
 
 use super::{err, ops};
 use crate::backend::reference::weight_quant::{self, GGML_WEIGHT_TYPES};
@@ -11,6 +22,8 @@ use rayon::prelude::*;
 
 /// Weight rows dequantized per tile (bounds the f32 scratch at TILE * k floats).
 const TILE: usize = 256;
+/// Weight rows per rayon task of the small-m path.
+const ROW_CHUNK: usize = 16;
 
 /// Every weight type the CPU computes with.
 pub fn weight_dtypes() -> Vec<DType> {
@@ -50,6 +63,9 @@ pub fn matmul(
     let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
     check(dt, bytes, n, k, "matmul w")?;
     let (ldo, off) = (p.ldo as usize, p.out_off as usize);
+    if m <= ops::GEMV_MAX_ROWS {
+        return gemv(p, x, dt, bytes, bias, out);
+    }
     let mut tile = vec![0f32; TILE.min(n) * k];
     let mut part = vec![0f32; m * TILE.min(n)];
     for c0 in (0..n).step_by(TILE) {
@@ -59,6 +75,41 @@ pub fn matmul(
         ops::matmul(x, w, bias.map(|b| &b[c0..c0 + cols]), o, m, cols, k);
         for (r, row) in o.chunks_exact(cols).enumerate() {
             out[off + r * ldo + c0..off + r * ldo + c0 + cols].copy_from_slice(row);
+        }
+    }
+    Ok(())
+}
+
+/// The small-m path (see the module header): `[n][m]` results per row chunk, then scattered to
+/// p's strided layout.
+fn gemv(p: &MatmulParams, x: &[f32], dt: DType, bytes: &[u8], bias: Option<&[f32]>, out: &mut [f32]) -> Result<()> {
+    let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
+    let (ldo, off) = (p.ldo as usize, p.out_off as usize);
+    let mut res = vec![0f32; n * m];
+    let fused = if m > 0 { simd::fused_row_fn(dt) } else { None };
+    res.par_chunks_mut(ROW_CHUNK * m.max(1)).enumerate().try_for_each(|(chunk, res)| {
+        let mut w = vec![0f32; k];
+        let rb = bytes.len() / n.max(1);
+        for (i, r) in res.chunks_exact_mut(m.max(1)).enumerate() {
+            let c = chunk * ROW_CHUNK + i;
+            if let Some(f) = fused {
+                f(&bytes[c * rb..(c + 1) * rb], x, k, r);
+                continue;
+            }
+            weight_quant::dequantize_rows(dt, bytes, n, k, c, &mut w).map_err(err)?;
+            for (o, xr) in r.iter_mut().zip(x.chunks_exact(k.max(1))) {
+                *o = ops::dot(xr, &w);
+            }
+        }
+        Ok::<(), crate::error::Error>(())
+    })?;
+    for r in 0..m {
+        let row = &mut out[off + r * ldo..off + r * ldo + n];
+        for (c, o) in row.iter_mut().enumerate() {
+            *o = match bias {
+                Some(b) => res[c * m + r] + b[c],
+                None => res[c * m + r],
+            };
         }
     }
     Ok(())
@@ -75,4 +126,106 @@ pub fn embed(dt: DType, bytes: &[u8], p: &EmbedParams, ids: &[u32], out: &mut [f
         weight_quant::dequantize_rows(dt, bytes, vocab, d, id as usize, row).map_err(err)?;
     }
     Ok(())
+}
+
+/// Fused dequant-dot kernels over one quantized weight row (see the module header).
+mod simd {
+    use crate::backend::{DType, GgmlType};
+
+    /// out[r] = x row r `[k]` . the dequantized weight row `row` (one row of blocks), r < out.len().
+    pub type FusedRow = fn(&[u8], &[f32], usize, &mut [f32]);
+
+    /// The fused kernel for `dt` on this CPU, if there is one.
+    pub fn fused_row_fn(dt: DType) -> Option<FusedRow> {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
+        {
+            // SAFETY (each closure): the CPU has AVX2, FMA and F16C, checked just above.
+            return match dt {
+                DType::Ggml(GgmlType::Q4_0) => Some(|w, x, k, o| unsafe { x86::rows::<0>(w, x, k, o) }),
+                DType::Ggml(GgmlType::Q4_1) => Some(|w, x, k, o| unsafe { x86::rows::<1>(w, x, k, o) }),
+                DType::Ggml(GgmlType::Q8_0) => Some(|w, x, k, o| unsafe { x86::rows::<2>(w, x, k, o) }),
+                _ => None,
+            };
+        }
+        let _ = dt;
+        None
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    mod x86 {
+        use std::arch::x86_64::*;
+
+        /// Rows of x handled at once (the GEMV's largest m).
+        const MAX_M: usize = crate::backend::cpu::ops::GEMV_MAX_ROWS;
+
+        /// The f16 at `p` as f32 (exact, as `half` converts it).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn f16_at(p: *const u8) -> __m256 {
+            // SAFETY: the caller's block holds two bytes at p.
+            let h = unsafe { std::ptr::read_unaligned(p as *const u16) };
+            _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16(h as i16))))
+        }
+
+        /// The 32 weights of one block as four vectors of 8, with the reference's arithmetic:
+        /// Q4_0 `(q - 8) * d`, Q4_1 `q * d + m`, Q8_0 `q * d` (`ggml_quant`).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn block<const T: u8>(b: *const u8) -> [__m256; 4] {
+            // SAFETY: the caller passes a whole block of the type (18, 20 or 34 bytes).
+            unsafe {
+                let d = f16_at(b);
+                let ints: [__m128i; 4] = if T == 2 {
+                    let lo = _mm_loadu_si128(b.add(2) as *const __m128i);
+                    let hi = _mm_loadu_si128(b.add(18) as *const __m128i);
+                    [lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)]
+                } else {
+                    let q = _mm_loadu_si128(b.add(if T == 1 { 4 } else { 2 }) as *const __m128i);
+                    let mask = _mm_set1_epi8(0x0F);
+                    let lo = _mm_and_si128(q, mask);
+                    let hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+                    [lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)]
+                };
+                ints.map(|v| {
+                    let i = if T == 2 { _mm256_cvtepi8_epi32(v) } else { _mm256_cvtepu8_epi32(v) };
+                    match T {
+                        0 => _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(i, _mm256_set1_epi32(8))), d),
+                        1 => _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i), d), f16_at(b.add(2))),
+                        _ => _mm256_mul_ps(_mm256_cvtepi32_ps(i), d),
+                    }
+                })
+            }
+        }
+
+        /// out[r] = x[r] . row for r < out.len() (at most MAX_M), type `T` (0 Q4_0, 1 Q4_1, 2 Q8_0).
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn rows<const T: u8>(row: &[u8], x: &[f32], k: usize, out: &mut [f32]) {
+            let bsize = [18, 20, 34][T as usize];
+            let (m, nb) = (out.len().min(MAX_M), k / 32);
+            assert!(row.len() == nb * bsize && k.is_multiple_of(32) && x.len() >= m * k, "whole blocks, m rows of x");
+            let mut acc = [[_mm256_setzero_ps(); 2]; MAX_M];
+            for j in 0..nb {
+                // SAFETY: block j lies in `row` and x[r*k + 32j .. + 32] in x (asserted above).
+                unsafe {
+                    let w = block::<T>(row.as_ptr().add(j * bsize));
+                    for (r, a) in acc.iter_mut().enumerate().take(m) {
+                        let xp = x.as_ptr().add(r * k + 32 * j);
+                        a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(xp), w[0], a[0]);
+                        a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(8)), w[1], a[1]);
+                        a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(16)), w[2], a[0]);
+                        a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(24)), w[3], a[1]);
+                    }
+                }
+            }
+            for (o, a) in out.iter_mut().zip(&acc) {
+                let mut lanes = [0f32; 8];
+                // SAFETY: `lanes` holds the 8 floats the store writes.
+                unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_add_ps(a[0], a[1])) };
+                *o = lanes.iter().sum();
+            }
+        }
+    }
 }

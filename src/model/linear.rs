@@ -1,0 +1,236 @@
+//! Weight matrices as the model holds them on the device, and how they get there.
+//!
+//! A [`Linear`] is one `[n][k]` matrix (x `[m][k]` -> out `[m][n]`) made of row parts stacked in
+//! order — q|k|v, gate|up, or a single matrix. Parts whose storage type is the same are one
+//! buffer (one matmul); where the types differ (Gemma 3's Q4_K_M file: q/k Q5_0, v Q8_0) each run
+//! of equal types is its own buffer, written into its columns of the fused output by a matmul with
+//! `ldo = n` and `out_off` = the run's first row, so the activations downstream see the same fused
+//! `[m][n]` layout either way.
+//!
+//! Storage of each part ([`LoadOptions`]): the file's quantized blocks as they are when the mode
+//! is native and the backend lists their type in `caps().weight_dtypes`; otherwise its f32 values
+//! (dequantized by the loader; the reason is logged once per type), stored as `quantize`
+//! (int8/fp8 rows, `weight_quant::quantize_rows`) or as the float dtype.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use super::weights::{LoadOptions, RawTensor, WeightMode, WeightSource};
+use crate::backend::reference::weight_quant;
+use crate::backend::{Backend, DType, MatmulParams};
+use crate::error::{Error, Result};
+
+struct Part<B: Backend> {
+    w: B::Buffer,
+    bias: Option<B::Buffer>,
+    /// Rows of this part and its first row in the fused matrix.
+    rows: usize,
+    off: usize,
+}
+
+/// A `[n][k]` weight matrix in one or more row parts (see the module header).
+pub struct Linear<B: Backend> {
+    parts: Vec<Part<B>>,
+    n: usize,
+    k: usize,
+}
+
+impl<B: Backend> Linear<B> {
+    /// A matrix in one buffer (synthetic weights, tests).
+    pub fn single(w: B::Buffer, bias: Option<B::Buffer>, n: usize, k: usize) -> Self {
+        Linear { parts: vec![Part { w, bias, rows: n, off: 0 }], n, k }
+    }
+
+    /// out `[m][n]` = x `[m][k]` . w^T (+ bias), one matmul per part.
+    pub fn matmul(&self, be: &B, m: usize, x: &B::Buffer, out: &mut B::Buffer) -> Result<()> {
+        for p in &self.parts {
+            let mut mp = MatmulParams::new(m, p.rows, self.k, p.bias.is_some());
+            if self.parts.len() > 1 {
+                (mp.ldo, mp.out_off) = (self.n as u32, p.off as u32);
+            }
+            be.matmul(&mp, x, &p.w, p.bias.as_ref(), out)?;
+        }
+        Ok(())
+    }
+
+    /// The single buffer of a one-part matrix (an embedding table), or None.
+    pub fn buffer(&self) -> Option<&B::Buffer> {
+        match self.parts.as_slice() {
+            [p] => Some(&p.w),
+            _ => None,
+        }
+    }
+
+    pub fn parts(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// Bytes on the device (weights and biases).
+    pub fn bytes(&self, be: &B) -> usize {
+        let size = |b: &B::Buffer| be.len(b) * be.dtype(b).size();
+        self.parts.iter().map(|p| size(&p.w) + p.bias.as_ref().map_or(0, size)).sum()
+    }
+
+    /// The buffer of each part (weights, then biases).
+    pub fn buffers(&self) -> impl Iterator<Item = &B::Buffer> {
+        self.parts.iter().map(|p| &p.w).chain(self.parts.iter().filter_map(|p| p.bias.as_ref()))
+    }
+
+    /// The storage type of each part.
+    pub fn dtypes(&self, be: &B) -> Vec<DType> {
+        self.parts.iter().map(|p| be.dtype(&p.w)).collect()
+    }
+}
+
+/// A part on its way to the device.
+enum Stored {
+    Raw(RawTensor),
+    Values(Vec<f32>),
+}
+
+/// Uploads a model's weights under one [`LoadOptions`].
+pub struct WeightLoader<'a, B: Backend, S: WeightSource + ?Sized> {
+    be: &'a B,
+    src: &'a S,
+    opts: LoadOptions,
+    float: DType,
+    /// Quantized types already reported as dequantized (one log line per type).
+    noted: Mutex<BTreeSet<String>>,
+}
+
+/// The f32 tensor `name` of exactly `shape` (a transposed weight must not load).
+pub fn take<S: WeightSource + ?Sized>(src: &S, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+    let (data, got) = src.get(name)?.ok_or_else(|| Error::Format(format!("weight `{name}` is missing")))?;
+    if got != shape || data.len() != shape.iter().product::<usize>() {
+        return Err(Error::Format(format!("weight `{name}` has shape {got:?}, expected {shape:?}")));
+    }
+    Ok(data)
+}
+
+impl<'a, B: Backend, S: WeightSource + ?Sized> WeightLoader<'a, B, S> {
+    pub fn new(be: &'a B, src: &'a S, opts: LoadOptions) -> Result<Self> {
+        let float = opts.resolve(be.caps().name, &be.caps().weight_dtypes)?;
+        Ok(WeightLoader { be, src, opts, float, noted: Mutex::default() })
+    }
+
+    /// The weights being loaded.
+    pub fn source(&self) -> &'a S {
+        self.src
+    }
+
+    /// The float dtype of matrices held as floats.
+    pub fn float_dtype(&self) -> DType {
+        self.float
+    }
+
+    /// A one-buffer `[n][k]` matrix: an embedding table (gathered by `embed`, and the LM head
+    /// when the embeddings are tied).
+    pub fn table(&self, name: &str, n: usize, k: usize) -> Result<B::Buffer> {
+        let mut l = self.linear(&[(name, n)], k, None)?;
+        Ok(l.parts.pop().expect("one part makes one run").w)
+    }
+
+    /// An f32 vector (norm weights, biases) of exactly `n` values, on the device as f32.
+    pub fn vector(&self, name: &str, n: usize) -> Result<B::Buffer> {
+        self.be.upload_f32(DType::F32, take(self.src, name, &[n])?)
+    }
+
+    /// The `[n][k]` matrix stacked from `parts` (`(name, rows)` each, in order), with the biases
+    /// of `bias` (one name per part) when given.
+    pub fn linear(&self, parts: &[(&str, usize)], k: usize, bias: Option<&[&str]>) -> Result<Linear<B>> {
+        let mut stored = Vec::with_capacity(parts.len());
+        for &(name, rows) in parts {
+            stored.push(self.part(name, rows, k)?);
+        }
+        let n = parts.iter().map(|p| p.1).sum();
+        let mut out = Linear { parts: vec![], n, k };
+        let (mut i, mut off) = (0, 0);
+        while i < parts.len() {
+            let dt = self.target(&stored[i]);
+            let j = (i..parts.len()).find(|&j| self.target(&stored[j]) != dt).unwrap_or(parts.len());
+            let rows: usize = parts[i..j].iter().map(|p| p.1).sum();
+            let w = self.upload_run(&mut stored[i..j], dt, rows, k)?;
+            let b = match bias {
+                Some(names) => {
+                    let mut v = vec![];
+                    for (name, &(_, r)) in names[i..j].iter().zip(&parts[i..j]) {
+                        v.extend(take(self.src, name, &[r])?);
+                    }
+                    Some(self.be.upload_f32(DType::F32, v)?)
+                }
+                None => None,
+            };
+            out.parts.push(Part { w, bias: b, rows, off });
+            (i, off) = (j, off + rows);
+        }
+        Ok(out)
+    }
+
+    /// One part, raw when it is to stay in the file's quantized type, else its values.
+    fn part(&self, name: &str, rows: usize, k: usize) -> Result<Stored> {
+        if self.opts.weights == WeightMode::Native
+            && let Some(raw) = self.src.get_raw(name)?
+        {
+            if raw.shape != [rows, k] {
+                return Err(Error::Format(format!(
+                    "weight `{name}` has shape {:?}, expected {:?}",
+                    raw.shape,
+                    [rows, k]
+                )));
+            }
+            if self.be.caps().weight_dtypes.contains(&raw.dtype) {
+                return Ok(Stored::Raw(raw));
+            }
+            self.note(raw.dtype);
+        }
+        Ok(Stored::Values(take(self.src, name, &[rows, k])?))
+    }
+
+    fn note(&self, dt: DType) {
+        let name = dt.weight_name();
+        if self.noted.lock().expect("not poisoned").insert(name.clone()) {
+            let to = self.opts.quantize.unwrap_or(self.float).weight_name();
+            tracing::warn!(
+                "the {} backend does not compute with {name} weights: those matrices are dequantized to {to}",
+                self.be.caps().name
+            );
+        }
+    }
+
+    fn target(&self, s: &Stored) -> DType {
+        match s {
+            Stored::Raw(r) => r.dtype,
+            Stored::Values(_) => self.opts.quantize.unwrap_or(self.float),
+        }
+    }
+
+    /// Uploads consecutive parts of one storage type `dt` as one `[rows][k]` buffer.
+    fn upload_run(&self, run: &mut [Stored], dt: DType, rows: usize, k: usize) -> Result<B::Buffer> {
+        if let [Stored::Raw(r)] = run {
+            return self.be.upload_raw(dt, &r.bytes);
+        }
+        if dt.is_weight_quant() && matches!(run[0], Stored::Raw(_)) {
+            // GGML rows are self-contained blocks: stacking matrices is concatenating their bytes.
+            let mut bytes = Vec::with_capacity(dt.weight_bytes(rows, k).unwrap_or(0));
+            for s in run.iter() {
+                if let Stored::Raw(r) = s {
+                    bytes.extend_from_slice(&r.bytes);
+                }
+            }
+            return self.be.upload_raw(dt, &bytes);
+        }
+        let mut values = Vec::with_capacity(rows * k);
+        for s in run.iter_mut() {
+            if let Stored::Values(v) = s {
+                values.append(v);
+            }
+        }
+        if dt.is_weight_quant() {
+            let q = weight_quant::quantize_rows(dt, &values, rows, k).ok_or_else(|| {
+                Error::InvalidArgument(format!("{} weights cannot be made at load", dt.weight_name()))
+            })?;
+            return self.be.upload_raw(dt, &q);
+        }
+        self.be.upload_f32(dt, values)
+    }
+}
