@@ -189,6 +189,17 @@ fn smollm2_native_quantized_matches_dequantized_wgpu() {
     native_vs_dequant(be, &common::model_path(), &prompts, &text, 24);
 }
 
+#[cfg(feature = "cuda")]
+#[test]
+fn smollm2_native_quantized_matches_dequantized_cuda() {
+    let Some(be) = common::cuda_backend() else { return };
+    if !has_formats(&be, &[GgmlType::Q4_1, GgmlType::Q8_0]) {
+        return;
+    }
+    let (prompts, text) = smollm2_inputs();
+    native_vs_dequant(be, &common::model_path(), &prompts, &text, 24);
+}
+
 #[test]
 fn gemma3_native_quantized_matches_dequantized_cpu() {
     let be = CpuBackend::new();

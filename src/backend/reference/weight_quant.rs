@@ -60,7 +60,7 @@ pub fn dequantize_rows(
     if bytes.len() != total {
         return Err(format!("{dtype:?} [{n}][{k}] weight: {} bytes, expected {total}", bytes.len()));
     }
-    let rows = if k == 0 { 0 } else { out.len() / k };
+    let rows = out.len().checked_div(k).unwrap_or(0);
     if out.len() != rows * k || r0 + rows > n {
         return Err(format!("rows {r0}..{} of a {n}-row weight", r0 + rows));
     }
