@@ -178,6 +178,8 @@ fn smollm2_native_quantized_matches_dequantized_cpu() {
     native_vs_dequant(be, &common::model_path(), &prompts, &text, 24);
 }
 
+/// On wgpu (lavapipe in CI runs the shaders on the CPU) the same checks on a smaller workload:
+/// two prompts for 12 tokens, NLL over the first 256 tokens of the long text.
 #[cfg(feature = "wgpu")]
 #[test]
 fn smollm2_native_quantized_matches_dequantized_wgpu() {
@@ -186,7 +188,7 @@ fn smollm2_native_quantized_matches_dequantized_wgpu() {
         return;
     }
     let (prompts, text) = smollm2_inputs();
-    native_vs_dequant(be, &common::model_path(), &prompts, &text, 24);
+    native_vs_dequant(be, &common::model_path(), &prompts[1..], &text[..256], 12);
 }
 
 #[cfg(feature = "cuda")]
@@ -212,8 +214,7 @@ fn gemma3_native_quantized_matches_dequantized_cpu() {
     assert!(parts.iter().flatten().all(|d| d.is_weight_quant()), "every q|k|v part stays quantized");
     drop(model);
     let r = common::gemma_reference();
-    let prompts: Vec<Vec<u32>> =
-        ["g1_plain", "g2_story", "g3_code"].iter().map(|p| common::ids(&r["prompts"][p]["ids"])).collect();
+    let prompts: Vec<Vec<u32>> = ["g1_plain", "g3_code"].iter().map(|p| common::ids(&r["prompts"][p]["ids"])).collect();
     let long = common::ids(&r["prompts"]["g4_long"]["ids"]);
-    native_vs_dequant(be, &common::gemma_path(), &prompts, &long[..1024], 16);
+    native_vs_dequant(be, &common::gemma_path(), &prompts, &long[..512], 12);
 }

@@ -118,8 +118,9 @@ fn scale_fields(t: ggml_quant::GgmlType) -> Option<(usize, Option<usize>, f32, f
 }
 
 /// A random `[n][k]` weight of `dtype` (benchmarks' synthetic weights, tests' inputs): GGML blocks
-/// with random code bytes and f16 scales drawn around a size that keeps |w| near 0.1; row-scaled types quantize uniform values in +-0.15; float types are not made
-/// here. Deterministic in `seed`. None if k is not a whole number of blocks.
+/// with random code bytes and f16 scales drawn around a size that keeps |w| near 0.1; row-scaled
+/// types get random codes and row scales of that size; float types are not made here.
+/// Deterministic in `seed`. None if k is not a whole number of blocks.
 pub fn random_weights(dtype: DType, n: usize, k: usize, seed: u64) -> Option<Vec<u8>> {
     let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut next = move || {
@@ -131,8 +132,28 @@ pub fn random_weights(dtype: DType, n: usize, k: usize, seed: u64) -> Option<Vec
     let unit = |r: u64| (r >> 40) as f32 / (1u64 << 24) as f32;
     match dtype {
         DType::I8Row | DType::F8Row => {
-            let w: Vec<f32> = (0..n * k).map(|_| (unit(next()) - 0.5) * 0.3).collect();
-            quantize_rows(dtype, &w, n, k)
+            // Random codes and row scales directly (quantizing f32 values row by row takes
+            // minutes for an 8B-parameter synthetic model): |w| up to ~0.15-0.2.
+            let fp8 = dtype == DType::F8Row;
+            let mut out = vec![0u8; dtype.weight_bytes(n, k)?];
+            let (codes, scales) = out.split_at_mut(n * k);
+            for chunk in codes.chunks_mut(8) {
+                let r = next().to_le_bytes();
+                chunk.copy_from_slice(&r[..chunk.len()]);
+            }
+            for c in codes.iter_mut() {
+                // No NaN e4m3 codes (0x7f, 0xff); no -128 int8 code (the quantizer never makes one).
+                if fp8 && *c & 0x7f == 0x7f {
+                    *c ^= 1;
+                } else if !fp8 && *c == 0x80 {
+                    *c = 0;
+                }
+            }
+            let top = if fp8 { 448.0 } else { 127.0 };
+            for s in scales.chunks_exact_mut(4) {
+                s.copy_from_slice(&(0.15 / top * (0.5 + unit(next()))).to_le_bytes());
+            }
+            Some(out)
         }
         DType::Ggml(t) => {
             let (d_at, m_at, d, m_range) = scale_fields(t)?;
