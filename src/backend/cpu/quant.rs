@@ -15,7 +15,7 @@
 //! - Larger m (prefill): tiles of `TILE` rows are dequantized and multiplied by the f32 GEMM.
 
 use super::{err, ops};
-use crate::backend::reference::weight_quant::{self, GGML_WEIGHT_TYPES};
+use crate::backend::reference::weight_quant::{self, QUANT_WEIGHT_DTYPES};
 use crate::backend::{DType, EmbedParams, MatmulParams};
 use crate::error::Result;
 use rayon::prelude::*;
@@ -27,8 +27,8 @@ const ROW_CHUNK: usize = 16;
 
 /// Every weight type the CPU computes with.
 pub fn weight_dtypes() -> Vec<DType> {
-    let mut v = vec![DType::F32, DType::I8Row, DType::F8Row];
-    v.extend(GGML_WEIGHT_TYPES.iter().map(|&t| DType::Ggml(t)));
+    let mut v = vec![DType::F32];
+    v.extend(QUANT_WEIGHT_DTYPES);
     v
 }
 

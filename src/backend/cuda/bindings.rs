@@ -342,21 +342,7 @@ pub const STORE_DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType
 
 /// The quantized weight dtypes in the order of the quantized entry tables (`matmul_gemv_quant`,
 /// `matmul_dequant`, the tail of `embed`).
-pub const QUANT_DTYPES: [DType; 10] = {
-    use crate::backend::GgmlType::*;
-    [
-        DType::Ggml(Q4_0),
-        DType::Ggml(Q4_1),
-        DType::Ggml(Q5_0),
-        DType::Ggml(Q5_1),
-        DType::Ggml(Q8_0),
-        DType::Ggml(Q4_K),
-        DType::Ggml(Q5_K),
-        DType::Ggml(Q6_K),
-        DType::I8Row,
-        DType::F8Row,
-    ]
-};
+pub const QUANT_DTYPES: [DType; 10] = crate::backend::reference::weight_quant::QUANT_WEIGHT_DTYPES;
 
 /// The table dtypes of `embed`'s entries: f32, f16, bf16, then [`QUANT_DTYPES`].
 pub fn embed_dtypes() -> Vec<DType> {

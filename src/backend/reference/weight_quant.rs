@@ -99,6 +99,19 @@ pub const GGML_WEIGHT_TYPES: [ggml_quant::GgmlType; 8] = {
     [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K]
 };
 
+/// Every quantized weight dtype a backend's kernels must support, in the order the kernel entry
+/// tables follow: the [`GGML_WEIGHT_TYPES`] blocks, then the row-scaled int8 and fp8.
+pub const QUANT_WEIGHT_DTYPES: [DType; 10] = {
+    let mut out = [DType::F8Row; 10];
+    let mut i = 0;
+    while i < GGML_WEIGHT_TYPES.len() {
+        out[i] = DType::Ggml(GGML_WEIGHT_TYPES[i]);
+        i += 1;
+    }
+    out[8] = DType::I8Row;
+    out
+};
+
 /// Where a GGML block keeps its f16 scale (`d`) and, for the affine types, its f16 offset (`m` /
 /// `dmin`), a `d` that keeps |w| near 0.1 for random codes, and the offset's range (+-).
 fn scale_fields(t: ggml_quant::GgmlType) -> Option<(usize, Option<usize>, f32, f32)> {

@@ -165,22 +165,15 @@ pub const QUANT_WEIGHTS: &str = include_str!("../../../shaders/quant_weights.wgs
 /// [`GGML_WEIGHT_TYPES`](crate::backend::reference::weight_quant::GGML_WEIGHT_TYPES) and the
 /// row-scaled 8-bit types.
 pub const WEIGHT_DTYPES: [DType; 13] = {
-    use crate::backend::GgmlType::*;
-    [
-        DType::F16,
-        DType::BF16,
-        DType::F32,
-        DType::Ggml(Q4_0),
-        DType::Ggml(Q4_1),
-        DType::Ggml(Q5_0),
-        DType::Ggml(Q5_1),
-        DType::Ggml(Q8_0),
-        DType::Ggml(Q4_K),
-        DType::Ggml(Q5_K),
-        DType::Ggml(Q6_K),
-        DType::I8Row,
-        DType::F8Row,
-    ]
+    let quant = crate::backend::reference::weight_quant::QUANT_WEIGHT_DTYPES;
+    let mut out = [DType::F32; 13];
+    (out[0], out[1]) = (DType::F16, DType::BF16);
+    let mut i = 0;
+    while i < quant.len() {
+        out[3 + i] = quant[i];
+        i += 1;
+    }
+    out
 };
 
 /// The snippet of a quantized weight dtype: the format decoders, then `load_w(i)` (element i of
