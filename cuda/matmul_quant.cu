@@ -2,19 +2,29 @@
 // Q5_K Q6_K; the row-scaled int8 / fp8 [n][k] codes then [n] f32 scales): out[out_off + r * ldo +
 // c] = x[r, :] . w[c, :] (+ bias[c]), x / out / bias f32. src/backend/cuda/ops_matmul.rs picks:
 //
-// - m <= 16: matmul_gemv_<fmt>_m1 / _m16 — one warp per weight row, all m rows of x at once, so
-//   each weight byte is read exactly once per call; lanes take the row's decode chunks (a whole
-//   32-weight block, or a quarter of a K-quant super-block: 64 weights) in turn, dequantize them
-//   in registers (quant.cuh) and multiply with x in f32 (float4 loads), f32 accumulation, one
-//   warp_sum per x row. Block: 256 threads = 8 weight rows.
+// - m == 1 (a batch-1 decode step), every format but fp8: matmul_gemv_<fmt>_m1, the integer-dot
+//   GEMV (the idea of llama.cpp's mmvq, our code). Each block first quantizes x into shared memory
+//   per block of 32 as two int8 digits (x = d (hi + lo / 254), d = max|x| / 127: ~16 bits; see
+//   mmv_quantize_x) with the f32 sum of the block's x (for the formats with a min term), then one
+//   warp per weight row (up to Q::RM rows): lane l always takes slice l % Q::SL of every
+//   (32 / Q::SL)-th block, so the lanes of a warp read neighbouring bytes of the row (16-byte loads
+//   where the block's alignment allows, u16 pairs where not), decode the block's scales once per
+//   slice and multiply 4 codes at a time with __dp4a against both digits; f32 d_w * d_x * (h + l /
+//   254) per slice, one warp_sum. Signed offsets (Q4_0 -8, Q5_0 -16, Q6_K -32) are folded into
+//   the codes before the dot; min terms use the exact f32 sums of x.
+// - 2 <= m <= 16, and fp8 at m == 1: matmul_gemv_<fmt>_m16 — one warp per weight row, all m rows
+//   of x at once in f32, so each weight byte is read exactly once per call; lanes take the row's
+//   decode chunks (a whole 32-weight block, or a quarter of a K-quant super-block: 64 weights) in
+//   turn, dequantize them in registers (quant.cuh) and multiply with x in f32 (float4 loads), f32
+//   accumulation, one warp_sum per x row. Block: 256 threads = 8 weight rows.
 // - m > 16: matmul_dequant_<fmt> writes rows row0 .. row0 + p.n of the weight as f16 (the
 //   reference's f32 values, rounded to nearest even) into a scratch [p.n][k], which the host then
 //   multiplies with x rounded to f16 in one cuBLAS tensor-core GEMM per chunk of rows. (f16, not
 //   bf16: 3 more mantissa bits; with both operands in bf16 a k = 4096 dot product missed the
 //   2e-2 parity tolerance on the H200, docs/backends.md.)
 //
-// Row-scaled types: the GEMV multiplies the codes and applies the row's scale once at the end
-// (16-byte code loads when k % 16 == 0, else one byte per lane and step).
+// Row-scaled types: the GEMVs multiply the codes and apply the row's scale once at the end
+// (16-byte code loads when k % 16 == 0, else byte loads).
 
 template <class Q, int MT>
 __device__ void qgemv_impl(MatmulParams p, const float* x, const u8* w, const float* bias, float* out) {
@@ -153,22 +163,348 @@ __device__ void rdequant_impl(MatmulParams p, const u8* w, f16_t* w16, u32 row0,
     }
 }
 
-#define QGEMV(fmt, Q) \
-    extern "C" __global__ void matmul_gemv_##fmt##_m1(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { qgemv_impl<Q, 1>(p, x, w, b, o); } \
+// ---- m == 1: x as two int8 digits per element in shared memory, integer dots ----
+//
+// x is quantized per block of 32 elements: d = max|x| / 127, hi = round(x / d), lo = round((x -
+// d hi) / (d / 254)) (|lo| <= 127), so x = d (hi + lo / 254) within d / 508 = max|x| / 64516 (about
+// 16 bits; one int8 digit alone, llama.cpp's q8_1, moved the default model's greedy ids on CUDA
+// away from the f32 reference). A weight word's dot with x is two __dp4a, one per digit.
+// Dynamic shared memory of the _m1 kernels (mmv_smem_bytes on the host: 80 bytes per 32 elements
+// of k, rounded up): the hi digits int[9 * nxb], then the lo digits int[9 * nxb], then float2
+// xds[nxb] = (d, f32 sum of the block's x). Word e of x block b (elements 32b + 4e .. + 3, packed
+// 4 per int; elements past k are 0) sits at 9b + e: the pad word spreads the lanes of a K-quant
+// slice, which read the same word of x blocks 2l apart, over the banks (unpadded, 16 lanes hit one
+// bank). XQ addresses both planes.
+struct XQ {
+    const int* p;
+    u32 lo; // the lo plane's offset from the hi plane, in ints
+    __device__ __forceinline__ int2 operator[](u32 i) const { return make_int2(p[i], p[i + lo]); }
+    __device__ __forceinline__ XQ operator+(u32 o) const { return XQ{p + o, lo}; }
+};
+// Position of x word w (4 elements from 4w) in a digit plane.
+__device__ __forceinline__ u32 xq_pos(u32 w) { return 9 * (w >> 3) + (w & 7); }
+
+// x[0 .. k] into xq / xds (every thread of the block takes part; 8 lanes per x block).
+__device__ __forceinline__ void mmv_quantize_x(const float* x, u32 k, int* xq, u32 lo_off, float2* xds) {
+    u32 words = 8 * ((k + 31) / 32), lane = threadIdx.x & 31;
+    for (u32 base = threadIdx.x & ~31u; base < words; base += blockDim.x) {
+        u32 e4 = base + lane, e = 4 * e4;
+        float v[4];
+        if ((k & 3u) == 0u && e < k) {
+            float4 a = __ldg(reinterpret_cast<const float4*>(x) + e4);
+            v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; i++) v[i] = e + i < k ? __ldg(x + e + i) : 0.0f;
+        }
+        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+        float sum = (v[0] + v[1]) + (v[2] + v[3]);
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) {
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        }
+        float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        u32 hi = 0, lo = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float h = rintf(v[i] * id);
+            float l = fminf(fmaxf(rintf((v[i] - h * d) * id * 254.0f), -127.0f), 127.0f);
+            hi |= ((u32)(int)h & 0xffu) << (8 * i);
+            lo |= ((u32)(int)l & 0xffu) << (8 * i);
+        }
+        if (e4 < words) {
+            xq[xq_pos(e4)] = (int)hi;
+            xq[xq_pos(e4) + lo_off] = (int)lo;
+            if ((lane & 7u) == 0u) xds[e4 >> 3] = make_float2(d, sum);
+        }
+    }
+}
+
+// Bytes b - o per byte of v (each byte b <= 127 and o <= 0x7f: no borrow crosses bytes), as the
+// signed codes __dp4a wants.
+__device__ __forceinline__ int sub_bytes(u32 v, u32 o) { return (int)(((v | 0x80808080u) - o) ^ 0x80808080u); }
+// One weight word (4 signed or unsigned-below-128 codes) times both digits of an x word.
+__device__ __forceinline__ void dp4a2(u32 w, int2 x, int& h, int& l) {
+    h = __dp4a((int)w, x.x, h);
+    l = __dp4a((int)w, x.y, l);
+}
+// Bit j of v (j = 0..3) moved to bit 4 of byte j (the fifth bits of Q5_0 / Q5_1).
+__device__ __forceinline__ u32 bit4_bytes(u32 v) {
+    return ((v << 4) & 0x10u) | ((v << 11) & 0x1000u) | ((v << 18) & 0x100000u) | ((v << 25) & 0x10000000u);
+}
+const u32 LO4 = 0x0f0f0f0fu;
+// Exact float of an int with |s| < 2^22 without an I2F (quarter rate on sm_90): two full-rate ops.
+__device__ __forceinline__ float qf_s(int s) { return __int_as_float(0x4b400000 + s) - 12582912.0f; }
+// The digit sums of a dot as one float in units of d: h + l / 254.
+__device__ __forceinline__ float xsum(int h, int l) { return fmaf(qf_s(l), 1.0f / 254.0f, qf_s(h)); }
+
+// Field loads: from global memory through the read-only path (S = false), or generic loads
+// (S = true, e.g. a shared-memory copy); p 2-byte aligned (u16 pairs) or 4 (mq_u32). (A variant
+// that staged each warp's run of blocks through shared memory with coalesced 16-byte loads was
+// measured slower on the H200 — 8B shape, 32K sparse: Q8_0 4.84 vs 4.57 ms, Q6_K 5.06 vs 4.73 —
+// its shared-memory u16 reads cost the same LSU issue slots as the global ones.)
+template <bool S> __device__ __forceinline__ u32 mq_u16(const u8* p) {
+    return S ? *reinterpret_cast<const u16*>(p) : __ldg(reinterpret_cast<const u16*>(p));
+}
+template <bool S> __device__ __forceinline__ u32 mq_u32a2(const u8* p) { return mq_u16<S>(p) | (mq_u16<S>(p + 2) << 16); }
+template <bool S> __device__ __forceinline__ u32 mq_u32(const u8* p) {
+    return S ? *reinterpret_cast<const u32*>(p) : __ldg(reinterpret_cast<const u32*>(p));
+}
+template <bool S> __device__ __forceinline__ float mq_f16(const u8* p) { return f16_to_f32((u16)mq_u16<S>(p)); }
+
+// Per format: SL slices per block, RM the most rows per warp; dot<S>(b, sl, xq, xds) = slice sl of block b
+// times x, where xq / xds point at the x block of the weight block's first element. The slices of
+// a block together cover it once (min terms as the slice's share of the block's exact x sum).
+struct MQ4_0 {
+    static const int QK = 32, BYTES = 18, SL = 4, RM = 1;
+    template <bool S> static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+        u32 q = mq_u32a2<S>(b + 2 + 4 * sl);
+        int h = 0, l = 0;
+        dp4a2(sub_bytes(q & LO4, 0x08080808u), xq[sl], h, l);
+        dp4a2(sub_bytes((q >> 4) & LO4, 0x08080808u), xq[4 + sl], h, l);
+        return mq_f16<S>(b) * xds[0].x * xsum(h, l);
+    }
+};
+struct MQ4_1 {
+    static const int QK = 32, BYTES = 20, SL = 4, RM = 1;
+    template <bool S> static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+        u32 dm = mq_u32<S>(b), q = mq_u32<S>(b + 4 + 4 * sl);
+        int h = 0, l = 0;
+        dp4a2(q & LO4, xq[sl], h, l);
+        dp4a2((q >> 4) & LO4, xq[4 + sl], h, l);
+        float d = f16_to_f32((u16)(dm & 0xffffu)), m = f16_to_f32((u16)(dm >> 16));
+        float2 xd = xds[0];
+        return d * xd.x * xsum(h, l) + 0.25f * m * xd.y;
+    }
+};
+struct MQ5_0 {
+    static const int QK = 32, BYTES = 22, SL = 4, RM = 1;
+    template <bool S> static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+        u32 qh = mq_u32a2<S>(b + 2), q = mq_u32a2<S>(b + 6 + 4 * sl);
+        u32 lo = (q & LO4) | bit4_bytes(qh >> (4 * sl)), hi = ((q >> 4) & LO4) | bit4_bytes(qh >> (4 * sl + 16));
+        int h = 0, l = 0;
+        dp4a2(sub_bytes(lo, 0x10101010u), xq[sl], h, l);
+        dp4a2(sub_bytes(hi, 0x10101010u), xq[4 + sl], h, l);
+        return mq_f16<S>(b) * xds[0].x * xsum(h, l);
+    }
+};
+struct MQ5_1 {
+    static const int QK = 32, BYTES = 24, SL = 4, RM = 1;
+    template <bool S> static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+        u32 dm = mq_u32<S>(b), qh = mq_u32<S>(b + 4), q = mq_u32<S>(b + 8 + 4 * sl);
+        u32 lo = (q & LO4) | bit4_bytes(qh >> (4 * sl)), hi = ((q >> 4) & LO4) | bit4_bytes(qh >> (4 * sl + 16));
+        int h = 0, l = 0;
+        dp4a2(lo, xq[sl], h, l);
+        dp4a2(hi, xq[4 + sl], h, l);
+        float d = f16_to_f32((u16)(dm & 0xffffu)), m = f16_to_f32((u16)(dm >> 16));
+        float2 xd = xds[0];
+        return d * xd.x * xsum(h, l) + 0.25f * m * xd.y;
+    }
+};
+struct MQ8_0 {
+    static const int QK = 32, BYTES = 34, SL = 4, RM = 1;
+    template <bool S> static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+        u32 q0 = mq_u32a2<S>(b + 2 + 8 * sl), q1 = mq_u32a2<S>(b + 6 + 8 * sl);
+        int h = 0, l = 0;
+        dp4a2(q0, xq[2 * sl], h, l);
+        dp4a2(q1, xq[2 * sl + 1], h, l);
+        return mq_f16<S>(b) * xds[0].x * xsum(h, l);
+    }
+};
+// Q4_K / Q5_K slice g (0..3): the 64 weights of chunk g, sub-blocks 2g (low nibbles of code
+// bytes 32g .. 32g + 32) and 2g + 1 (high nibbles); Q5_K's fifth bits are bits 2g / 2g + 1 of
+// qh[0 .. 32]. The 6-bit scales and mins of both sub-blocks without a branch (lanes of one warp
+// take different g): with the 12 scale bytes as 16-bit words W(i), hi = g / 2, e = g % 2,
+// g < 2: scales W(g) & 0x3f3f, mins W(g + 2) & 0x3f3f; g >= 2: scales (W(g + 2) & 0x0f0f) |
+// ((W(g - 2) & 0xc0c0) >> 2), mins ((W(g + 2) >> 4) & 0x0f0f) | ((W(g) & 0xc0c0) >> 2)
+// (ggml's get_scale_min_k4 for j = 2g, 2g + 1, two at a time).
+template <bool Q5>
+__device__ __forceinline__ float mq_k(const u8* b, int g, XQ xq, const float2* xds) {
+    uint4 h = __ldg(reinterpret_cast<const uint4*>(b));
+    u32 sh = 16u * (u32)(g & 1), w0 = (h.y >> sh) & 0xffffu, w1 = (h.z >> sh) & 0xffffu, w2 = (h.w >> sh) & 0xffffu;
+    bool hi = g >= 2;
+    u32 scs = hi ? (w2 & 0x0f0fu) | ((w0 & 0xc0c0u) >> 2) : w0 & 0x3f3fu;
+    u32 mns = hi ? ((w2 >> 4) & 0x0f0fu) | ((w1 & 0xc0c0u) >> 2) : w1 & 0x3f3fu;
+    const uint4* qp = reinterpret_cast<const uint4*>(b + (Q5 ? 48 : 16) + 32 * g);
+    uint4 qa = __ldg(qp), qb = __ldg(qp + 1);
+    u32 q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w}, hb[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (Q5) {
+        const uint4* hp = reinterpret_cast<const uint4*>(b + 16);
+        uint4 ha = __ldg(hp), hc = __ldg(hp + 1);
+        hb[0] = ha.x; hb[1] = ha.y; hb[2] = ha.z; hb[3] = ha.w; hb[4] = hc.x; hb[5] = hc.y; hb[6] = hc.z; hb[7] = hc.w;
+    }
+    XQ xa = xq + 18 * g; // x blocks 2g, 2g + 1
+    int h0 = 0, l0 = 0, h1 = 0, l1 = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        u32 lo = q[i] & LO4, hi4 = (q[i] >> 4) & LO4;
+        if (Q5) {
+            lo |= ((hb[i] >> (2 * g)) & 0x01010101u) << 4;
+            hi4 |= ((hb[i] >> (2 * g + 1)) & 0x01010101u) << 4;
+        }
+        dp4a2(lo, xa[i], h0, l0);
+        dp4a2(hi4, xa[9 + i], h1, l1);
+    }
+    float d = f16_to_f32((u16)(h.x & 0xffffu)), dmin = f16_to_f32((u16)(h.x >> 16));
+    float2 x0 = xds[2 * g], x1 = xds[2 * g + 1];
+    float dot = qf(scs & 0xffu) * x0.x * xsum(h0, l0) + qf(scs >> 8) * x1.x * xsum(h1, l1);
+    float mins = qf(mns & 0xffu) * x0.y + qf(mns >> 8) * x1.y;
+    return d * dot - dmin * mins;
+}
+struct MQ4_K {
+    static const int QK = 256, BYTES = 144, SL = 4, RM = 2;
+    template <bool S> static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+        return mq_k<false>(b, sl, xq, xds);
+    }
+};
+struct MQ5_K {
+    static const int QK = 256, BYTES = 176, SL = 4, RM = 2;
+    template <bool S> static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+        return mq_k<true>(b, sl, xq, xds);
+    }
+};
+// Q6_K slice sl: half n = sl / 4 (128 weights), positions l = l0 .. l0 + 8 (l0 = 8 (sl % 4), one
+// 16-position scale group is = l0 / 16) of its 32: elements 128n + 32i + l for i = 0..3 (x block
+// 4n + i), scales sc[8n + is + 2i].
+struct MQ6_K {
+    static const int QK = 256, BYTES = 210, SL = 8, RM = 1;
+    template <bool S> static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+        int n = sl >> 2, l0 = 8 * (sl & 3), is = l0 >> 4;
+        const u8* pa = b + 64 * n + l0;
+        const u8* ph = b + 128 + 32 * n + l0;
+        u32 qa[2] = {mq_u32a2<S>(pa), mq_u32a2<S>(pa + 4)}, qb[2] = {mq_u32a2<S>(pa + 32), mq_u32a2<S>(pa + 36)};
+        u32 qh[2] = {mq_u32a2<S>(ph), mq_u32a2<S>(ph + 4)};
+        u32 sw[2] = {mq_u32a2<S>(b + 192 + 8 * n), mq_u32a2<S>(b + 196 + 8 * n)};
+        XQ xa = xq + 36 * n + (l0 >> 2); // x block 4n, word l0 / 4
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int h = 0, l = 0;
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                u32 ql = (i & 1) ? qb[e] : qa[e];
+                u32 v = ((ql >> (4 * (i >> 1))) & LO4) | (((qh[e] >> (2 * i)) & 0x03030303u) << 4);
+                dp4a2(sub_bytes(v, 0x20202020u), xa[9 * i + e], h, l);
+            }
+            float sc = qf_s((int)(signed char)byte_of(sw, is + 2 * i));
+            acc = fmaf(sc * xds[4 * n + i].x, xsum(h, l), acc);
+        }
+        return mq_f16<S>(b + 208) * acc;
+    }
+};
+
+// Rows per warp of an _m1 launch: R = ceil(n / (grid * warps per block)), 1..4 (the host picks the
+// grid, with at most Q::RM rows per warp, src/backend/cuda/ops_matmul.rs mmv_shape: more rows per
+// warp share one quantization of x; measured on the H200 that pays for the 16-byte-aligned K-quant
+// and int8 rows, while the 2-byte-aligned formats' u16 loads do better one row per warp, unrolled).
+__device__ __forceinline__ u32 mmv_rows_per_warp(u32 n) {
+    u32 warps = gridDim.x * (blockDim.x >> 5);
+    return min((n + warps - 1) / warps, 4u);
+}
+
+// Shared prologue of the _m1 kernels: x into shared memory; the warp's first row and row count.
+__device__ __forceinline__ void mmv_begin(const MatmulParams& p, const float* x, XQ& xq, float2*& xds, u32& n0, u32& rows) {
+    extern __shared__ __align__(16) unsigned char mmv_smem[];
+    u32 nxb = (p.k + 31) / 32;
+    int* planes = reinterpret_cast<int*>(mmv_smem);
+    xq = XQ{planes, 9 * nxb};
+    xds = reinterpret_cast<float2*>(mmv_smem + 72 * nxb);
+    mmv_quantize_x(x, p.k, planes, 9 * nxb, xds);
+    __syncthreads();
+    u32 r = mmv_rows_per_warp(p.n);
+    n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * r;
+    rows = n0 < p.n ? min(r, p.n - n0) : 0;
+}
+
+template <class Q>
+__device__ void mmv_impl(MatmulParams p, const float* x, const u8* w, const float* bias, float* out) {
+    XQ xq;
+    float2* xds;
+    u32 n0, rows;
+    mmv_begin(p, x, xq, xds, n0, rows);
+    if (rows == 0) return;
+    const u32 lane = threadIdx.x & 31, nb = p.k / Q::QK, XB = Q::QK / 32;
+    const u64 rb = (u64)nb * Q::BYTES;
+    const u8* row = w + n0 * rb;
+    const int sl = (int)(lane % Q::SL);
+    float acc[Q::RM];
+#pragma unroll
+    for (int r = 0; r < Q::RM; r++) acc[r] = 0.0f;
+#pragma unroll(Q::RM == 1 ? 2 : 1)
+    for (u32 blk = lane / Q::SL; blk < nb; blk += 32 / Q::SL) {
+        const u8* b = row + (u64)blk * Q::BYTES;
+#pragma unroll
+        for (u32 r = 0; r < Q::RM; r++)
+            if (r < rows) acc[r] += Q::template dot<false>(b + r * rb, sl, xq + 9 * XB * blk, xds + XB * blk);
+    }
+#pragma unroll
+    for (u32 r = 0; r < Q::RM; r++) {
+        float v = warp_sum(acc[r]);
+        if (lane == 0 && r < rows) out[p.out_off + n0 + r] = v + (p.has_bias ? bias[n0 + r] : 0.0f);
+    }
+}
+
+// One int8 row's integer dot with x: 16-byte slices when k % 16 == 0, else 4-byte words assembled
+// from bytes (x codes past k are 0, so are the bytes past the row); without the row's scale.
+__device__ __forceinline__ float mmv_int8_row(const u8* row, u32 k, XQ xq, const float2* xds) {
+    u32 lane = threadIdx.x & 31;
+    float acc = 0.0f;
+    if ((k & 15u) == 0u) {
+        for (u32 c = lane; c < (k >> 4); c += 32) {
+            uint4 v = __ldg(reinterpret_cast<const uint4*>(row) + c);
+            XQ xa = xq + xq_pos(4 * c); // words 4c .. 4c + 3: one x block
+            int h = 0, l = 0;
+            dp4a2(v.x, xa[0], h, l);
+            dp4a2(v.y, xa[1], h, l);
+            dp4a2(v.z, xa[2], h, l);
+            dp4a2(v.w, xa[3], h, l);
+            acc = fmaf(xds[c >> 1].x, xsum(h, l), acc);
+        }
+    } else {
+        for (u32 c = lane; c < (k + 3) / 4; c += 32) {
+            u32 v = 0;
+#pragma unroll
+            for (u32 i = 0; i < 4; i++)
+                if (4 * c + i < k) v |= (u32)__ldg(row + 4 * c + i) << (8 * i);
+            int h = 0, l = 0;
+            dp4a2(v, xq[xq_pos(c)], h, l);
+            acc = fmaf(xds[c >> 3].x, xsum(h, l), acc);
+        }
+    }
+    return warp_sum(acc);
+}
+
+__device__ void mmv_int8_impl(MatmulParams p, const float* x, const u8* w, const float* bias, float* out) {
+    XQ xq;
+    float2* xds;
+    u32 n0, rows;
+    mmv_begin(p, x, xq, xds, n0, rows);
+    for (u32 r = 0; r < rows; r++) {
+        u32 n = n0 + r;
+        float v = mmv_int8_row(w + (u64)n * p.k, p.k, xq, xds) * __uint_as_float(ld_u32_a1(w + (u64)p.n * p.k + 4ull * n));
+        if ((threadIdx.x & 31) == 0) out[p.out_off + n] = v + (p.has_bias ? bias[n] : 0.0f);
+    }
+}
+
+#define QGEMV(fmt, Q, M) \
+    extern "C" __global__ void matmul_gemv_##fmt##_m1(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_impl<M>(p, x, w, b, o); } \
     extern "C" __global__ void matmul_gemv_##fmt##_m16(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { qgemv_impl<Q, 16>(p, x, w, b, o); } \
     extern "C" __global__ void matmul_dequant_##fmt(MatmulParams p, const u8* w, f16_t* w16, u32 row0, u32 n_total) { qdequant_impl<Q>(p, w, w16, row0); }
-QGEMV(q4_0, QQ4_0)
-QGEMV(q4_1, QQ4_1)
-QGEMV(q5_0, QQ5_0)
-QGEMV(q5_1, QQ5_1)
-QGEMV(q8_0, QQ8_0)
-QGEMV(q4_k, QQ4_K)
-QGEMV(q5_k, QQ5_K)
-QGEMV(q6_k, QQ6_K)
+QGEMV(q4_0, QQ4_0, MQ4_0)
+QGEMV(q4_1, QQ4_1, MQ4_1)
+QGEMV(q5_0, QQ5_0, MQ5_0)
+QGEMV(q5_1, QQ5_1, MQ5_1)
+QGEMV(q8_0, QQ8_0, MQ8_0)
+QGEMV(q4_k, QQ4_K, MQ4_K)
+QGEMV(q5_k, QQ5_K, MQ5_K)
+QGEMV(q6_k, QQ6_K, MQ6_K)
 
 #define RGEMV(fmt, FP8) \
-    extern "C" __global__ void matmul_gemv_##fmt##_m1(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { rgemv_impl<FP8, 1>(p, x, w, b, o); } \
     extern "C" __global__ void matmul_gemv_##fmt##_m16(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { rgemv_impl<FP8, 16>(p, x, w, b, o); } \
     extern "C" __global__ void matmul_dequant_##fmt(MatmulParams p, const u8* w, f16_t* w16, u32 row0, u32 n_total) { rdequant_impl<FP8>(p, w, w16, row0, n_total); }
 RGEMV(int8, false)
 RGEMV(fp8, true)
+extern "C" __global__ void matmul_gemv_int8_m1(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_int8_impl(p, x, w, b, o); }
+// fp8 has no integer dot: its m == 1 entry is the f32 GEMV.
+extern "C" __global__ void matmul_gemv_fp8_m1(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { rgemv_impl<true, 1>(p, x, w, b, o); }

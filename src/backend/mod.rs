@@ -128,6 +128,11 @@ pub struct Caps {
     /// 16 bits with f32 accumulation, as tensor cores do; `None`: x is used in f32 at every m.
     /// (CUDA: from 2 rows — batched decode and prefill; the batch-1 GEMV reads x in f32.)
     pub matmul_x16_from: Option<usize>,
+    /// Rows of x up to which a matmul with integer-coded quantized weights (the GGML formats and
+    /// int8 rows; not fp8) multiplies x as two int8 digits per element in blocks of 32 (~16 bits:
+    /// [`reference::weight_quant::x8_blocks`] gives the values used); 0: never.
+    /// (CUDA: 1 — the batch-1 decode GEMV.)
+    pub matmul_x8_max_m: usize,
 }
 
 /// One layer's KV storage (docs/kv-cache.md).

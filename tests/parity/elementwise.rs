@@ -130,7 +130,7 @@ fn matmul_strided<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, tol: f32
     for m in [1, 3, 40] {
         let (n, ldo, off) = (37, 50, 5);
         let p = MatmulParams { ldo, out_off: off, ..MatmulParams::new(m, n, k, true) };
-        let x = t.rand(DType::F32, m * k, 1.0);
+        let x = rand_x(t, dtype, m, k);
         let w = weights(t, dtype, n, k, 0.1);
         let b = t.rand(DType::F32, n, 1.0);
         let len = p.out_len() + 9;
@@ -147,6 +147,21 @@ fn matmul_strided<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, tol: f32
     }
 }
 
+/// Random x `[m][k]` for a matmul with `dtype` weights; where the backend multiplies x as int8
+/// blocks (`Caps::matmul_x8_max_m`), x is snapped to that grid first, so the integer dot must equal
+/// the CPU's f32 product within TOL_REDUCTION (a wrong code, scale or block offset cannot hide in
+/// the quantization error).
+fn rand_x<B: Backend>(
+    t: &mut super::Pair<'_, B>,
+    dtype: DType,
+    m: usize,
+    k: usize,
+) -> (B::Buffer, lserve::backend::cpu::CpuBuffer) {
+    let x = t.f32s(m * k, 1.0);
+    let x8 = dtype.is_weight_quant() && dtype != DType::F8Row && m <= t.gpu.caps().matmul_x8_max_m;
+    t.up(DType::F32, &if x8 { weight_quant::x8_blocks(&x, k) } else { x })
+}
+
 /// Quantized weights: random blocks (odd n; k a few whole blocks, and one long row), every GEMV
 /// and GEMM row count the backends distinguish, against the CPU's dequantize-then-multiply. Where
 /// the backend multiplies in 16 bits (`matmul_x16_from`) it may round x and the dequantized
@@ -154,7 +169,10 @@ fn matmul_strided<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, tol: f32
 fn matmul_quantized<B: Backend>(gpu: &B, dtype: DType) {
     let mut t = pair(gpu);
     let bs = block_of(dtype).max(32);
-    let ks = [bs, 2 * bs, 3 * bs, 9 * bs, 4096usize.div_ceil(bs) * bs];
+    // Row-scaled types take any k: one odd k among them (byte-assembled words, a short x block).
+    let odd = if block_of(dtype) == 1 { 5 } else { 0 };
+    // 1280: 40 blocks of 32 (a 2-byte-aligned block row whose length is a multiple of 16 bytes).
+    let ks = [bs, 2 * bs, 3 * bs + odd, 9 * bs, 1280usize.div_ceil(bs) * bs, 4096usize.div_ceil(bs) * bs];
     let ms = [1, 2, 3, 5, 8, 9, 16, 17, 32, 37, 64, 130];
     let ns = [1, 31, 64, 97, 300];
     let x16_from = t.gpu.caps().matmul_x16_from;
@@ -162,7 +180,7 @@ fn matmul_quantized<B: Backend>(gpu: &B, dtype: DType) {
         for (j, &k) in ks.iter().enumerate() {
             let n = ns[(i + 2 * j) % ns.len()];
             let bias = (i + j) % 2 == 1;
-            let x = t.rand(DType::F32, m * k, 1.0);
+            let x = rand_x(&mut t, dtype, m, k);
             let w = weights(&mut t, dtype, n, k, 0.1);
             let b = t.rand(DType::F32, n, 1.0);
             let mut out = t.out(m * n);

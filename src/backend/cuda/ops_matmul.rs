@@ -11,7 +11,11 @@
 //!   launch list like a kernel (graph.rs), so a batched decode step replays as one graph. (The
 //!   hi + lo split this replaced kept ~16 mantissa bits of x at twice the weight reads; the
 //!   accuracy of 16-bit activations is measured in docs/benchmarks.md.)
-//! - Quantized weights, m <= [`QUANT_GEMV_MAX_M`]: the quantized GEMV (cuda/matmul_quant.cu), which
+//! - Quantized weights, m == 1 (not fp8): the integer-dot GEMV (cuda/matmul_quant.cu `_m1`):
+//!   each block quantizes x to two int8 digits per element, blocks of 32, in shared memory
+//!   ([`mmv_smem_bytes`]), lanes read consecutive slices of a weight row and multiply 4 codes at
+//!   a time with `__dp4a`, once per digit.
+//! - Quantized weights, m <= [`QUANT_GEMV_MAX_M`] otherwise: the f32 GEMV (`_m16`), which
 //!   dequantizes in registers and reads each weight byte once for all rows, x in f32.
 //! - Quantized weights, larger m: chunks of at most [`DEQUANT_SCRATCH_BYTES`] of weight rows are
 //!   dequantized to f16 (`matmul_dequant`, the reference's values rounded to nearest even) into a
@@ -35,6 +39,8 @@ use crate::error::Result;
 
 /// Rows of x from which 16-bit-weight matmuls round x to 16 bits and run as one GEMM.
 pub const X16_FROM_M: usize = 2;
+/// Rows of x up to which quantized weights (not fp8) take the integer-dot GEMV (x as int8 blocks).
+pub const X8_MAX_M: usize = 1;
 /// Rows of x up to which quantized weights take the GEMV (dequantizing in registers, x in f32).
 pub const QUANT_GEMV_MAX_M: usize = 16;
 /// Bound of the f16 scratch a quantized GEMM dequantizes its weight rows into (one chunk).
@@ -133,9 +139,18 @@ fn matmul_quant(
     let (m, n, k) = (u(p.m), u(p.n), u(p.k));
     let g = be.gpu();
     if m <= QUANT_GEMV_MAX_M {
-        // Entries [QUANT_DTYPES][m1 | m16].
-        let name = entry_in(kern::matmul_gemv_quant::ENTRIES, &QUANT_DTYPES, w.dtype, usize::from(m > 1), 2)?;
-        let l = Launch::new((n.div_ceil(8) as u32, 1, 1), 256);
+        // The integer-dot GEMV at m == 1 (x quantized into shared memory), unless fp8 or k too long.
+        let smem = mmv_smem_bytes(k);
+        let mmv = m <= X8_MAX_M && w.dtype != DType::F8Row && smem <= g.smem_optin as usize;
+        // Entries [QUANT_DTYPES][m1 | m16]; fp8's m1 is the f32 GEMV.
+        let m1 = mmv || (m == 1 && w.dtype == DType::F8Row);
+        let name = entry_in(kern::matmul_gemv_quant::ENTRIES, &QUANT_DTYPES, w.dtype, usize::from(!m1), 2)?;
+        let l = if mmv {
+            let (block, rows) = mmv_shape(w.dtype, n, g.sm_count as usize);
+            Launch::new((n.div_ceil(block / 32 * rows) as u32, 1, 1), block as u32).smem(smem)
+        } else {
+            Launch::new((n.div_ceil(8) as u32, 1, 1), 256)
+        };
         return kern::matmul_gemv_quant::launch_variant(
             g,
             name,
@@ -167,6 +182,28 @@ fn matmul_quant(
         g.gemm16(rec)?;
     }
     add_bias(be, p, bias, out)
+}
+
+/// Threads per block and weight rows per warp of the integer-dot GEMV for n rows of `d`: 8 warps
+/// (4 below 4096 rows), and as many rows per warp (up to the format's `RM` in matmul_quant.cu: 2
+/// for Q4_K and Q5_K, 4 for int8 rows, else 1; each block quantizes x once for all its rows) as leave
+/// at least 4 blocks per SM.
+pub fn mmv_shape(d: DType, n: usize, sms: usize) -> (usize, usize) {
+    use crate::backend::reference::ggml_quant::GgmlType;
+    let block = if n >= 4096 { 256 } else { 128 };
+    let most = match d {
+        DType::Ggml(GgmlType::Q4_K | GgmlType::Q5_K) => 2,
+        DType::I8Row => 4,
+        _ => 1,
+    };
+    let rows = [4, 2].into_iter().filter(|&r| r <= most).find(|&r| n.div_ceil(block / 32 * r) >= 4 * sms).unwrap_or(1);
+    (block, rows)
+}
+
+/// Shared memory of the integer-dot GEMV: x as two int8 digits (2 x 36 bytes, padded) and (d, sum) (8 bytes)
+/// per block of 32 elements of k (cuda/matmul_quant.cu).
+pub fn mmv_smem_bytes(k: usize) -> usize {
+    80 * k.div_ceil(32)
 }
 
 fn sgemm(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer, w: &CudaBuffer, out0: u64) -> Result<()> {

@@ -189,9 +189,51 @@ pub fn random_weights(dtype: DType, n: usize, k: usize, seed: u64) -> Option<Vec
     }
 }
 
+/// x as the integer-dot GEMVs multiply it (`Caps::matmul_x8_max_m`): each row of `k` elements in
+/// blocks of 32 (the last one shorter when k % 32 != 0), d = max|x| / 127 per block, two int8
+/// digits per element, hi = round(x / d) and lo = round((x - d hi) / (d / 254)) clamped to
+/// +-127, values d (hi + lo / 254) (within max|x| / 64516 of x). Snapping x to this grid first
+/// makes a GPU's integer dot equal to the f32 reference's product up to summation order.
+pub fn x8_blocks(x: &[f32], k: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks(k.max(1)) {
+        for b in row.chunks(32) {
+            let amax = b.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let (d, id) = if amax > 0.0 { (amax / 127.0, 127.0 / amax) } else { (0.0, 0.0) };
+            out.extend(b.iter().map(|&v| {
+                let hi = (v * id).round();
+                let lo = ((v - hi * d) * id * 254.0).round().clamp(-127.0, 127.0);
+                d * (lo / 254.0 + hi)
+            }));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn x8_blocks_is_within_a_two_digit_step_and_a_fixed_point() {
+        // k = 70: two whole blocks and a short one, per row; an outlier per row.
+        let k = 70;
+        let x: Vec<f32> =
+            (0..2 * k).map(|i| ((i * 53 % 97) as f32 - 48.0) / 9.0 + if i % 70 == 3 { 40.0 } else { 0.0 }).collect();
+        let s = x8_blocks(&x, k);
+        for (row, srow) in x.chunks(k).zip(s.chunks(k)) {
+            for (b, sb) in row.chunks(32).zip(srow.chunks(32)) {
+                let amax = b.iter().fold(0f32, |a, v| a.max(v.abs()));
+                for (v, q) in b.iter().zip(sb) {
+                    assert!((v - q).abs() <= amax / 64516.0 * 1.01 + 1e-6, "{v} -> {q} (amax {amax})");
+                }
+            }
+        }
+        // Snapped values are their own snap (what the parity tests rely on), within rounding.
+        for (a, b) in s.iter().zip(x8_blocks(&s, k)) {
+            assert!((a - b).abs() <= a.abs() * 1e-6 + 1e-7, "{a} vs {b}");
+        }
+    }
 
     #[test]
     fn row_scaled_round_trip_is_within_half_a_step() {

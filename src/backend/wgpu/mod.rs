@@ -70,6 +70,7 @@ impl WgpuBackend {
             max_buffer_bytes: gpu.limits.max_storage_buffer_binding_size,
             memory_bytes: gpu.limits.max_buffer_size.min(u64::MAX / 2),
             matmul_x16_from: None,
+            matmul_x8_max_m: 0,
         };
         Ok(WgpuBackend { gpu, caps, scratch: RefCell::new(None) })
     }
