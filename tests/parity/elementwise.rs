@@ -130,6 +130,10 @@ fn matmul_strided<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, tol: f32
     for m in [1, 3, 40] {
         let (n, ldo, off) = (37, 50, 5);
         let p = MatmulParams { ldo, out_off: off, ..MatmulParams::new(m, n, k, true) };
+        if dtype.is_weight_quant() {
+            quant_case(t, dtype, &p);
+            continue;
+        }
         let x = t.rand(DType::F32, m * k, 1.0);
         let w = weights(t, dtype, n, k, 0.1);
         let b = t.rand(DType::F32, n, 1.0);
@@ -148,32 +152,111 @@ fn matmul_strided<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, tol: f32
 }
 
 /// Quantized weights: random blocks (odd n; k a few whole blocks, and one long row), every GEMV
-/// and GEMM row count the backends distinguish, against the CPU's dequantize-then-multiply. Where
-/// the backend multiplies in 16 bits (`matmul_x16_from`) it may round x and the dequantized
-/// weights to bf16, so those rows compare within TOL_QUANT; the others within TOL_REDUCTION.
+/// and GEMM row count the backends distinguish, against the CPU's dequantize-then-multiply
+/// ([`check_quant`] for the tolerances), then the edges of the batch-1 kernels
+/// ([`matmul_quantized_m1`]) and a strided output.
 fn matmul_quantized<B: Backend>(gpu: &B, dtype: DType) {
     let mut t = pair(gpu);
     let bs = block_of(dtype).max(32);
     let ks = [bs, 2 * bs, 3 * bs, 9 * bs, 4096usize.div_ceil(bs) * bs];
     let ms = [1, 2, 3, 5, 8, 9, 16, 17, 32, 37, 64, 130];
     let ns = [1, 31, 64, 97, 300];
-    let x16_from = t.gpu.caps().matmul_x16_from;
     for (i, &m) in ms.iter().enumerate() {
         for (j, &k) in ks.iter().enumerate() {
             let n = ns[(i + 2 * j) % ns.len()];
-            let bias = (i + j) % 2 == 1;
-            let x = t.rand(DType::F32, m * k, 1.0);
-            let w = weights(&mut t, dtype, n, k, 0.1);
-            let b = t.rand(DType::F32, n, 1.0);
-            let mut out = t.out(m * n);
-            let p = MatmulParams::new(m, n, k, bias);
-            t.gpu.matmul(&p, &x.0, &w.0, bias.then_some(&b.0), &mut out.0).unwrap();
-            t.cpu.matmul(&p, &x.1, &w.1, bias.then_some(&b.1), &mut out.1).unwrap();
-            let tol = if x16_from.is_some_and(|r| m >= r) { TOL_QUANT } else { TOL_REDUCTION };
-            t.check(&format!("matmul {dtype:?} {m}x{n}x{k} bias={bias}"), &out, m * n, tol);
+            let p = MatmulParams::new(m, n, k, (i + j) % 2 == 1);
+            quant_case(&mut t, dtype, &p);
         }
     }
+    matmul_quantized_m1(&mut t, dtype);
     matmul_strided(&mut t, dtype, TOL_REDUCTION);
+}
+
+/// Batch-1 edges (wgpu: matmul_gemv_x8, 8 weight rows per workgroup, lanes striding over
+/// 32/64/128-weight slices two at a time): one block per row (k = 32 for the 32-weight formats),
+/// slice counts that are not a multiple of any subgroup's stride, rows not a multiple of 8 (a
+/// workgroup with one row), rows starting at odd 16-bit offsets (odd block counts of the 18, 22,
+/// 34 and 210-byte blocks), with and without bias, and a strided output (ldo > n, out_off > 0).
+fn matmul_quantized_m1<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType) {
+    let bs = block_of(dtype).max(32);
+    for (n, blocks, bias) in [(1, 1, true), (7, 1, false), (9, 3, true), (17, 5, false), (8, 37, true), (33, 67, false)]
+    {
+        quant_case(t, dtype, &MatmulParams::new(1, n, blocks * bs, bias));
+    }
+    for (n, blocks, ldo, off) in [(9, 3, 20, 7), (41, 7, 50, 3)] {
+        quant_case(t, dtype, &MatmulParams { ldo, out_off: off, ..MatmulParams::new(1, n, blocks * bs, true) });
+    }
+}
+
+/// Quantized weights may be multiplied with x rounded to int8 blocks of 32 (llama.cpp's q8_1
+/// numerics: the wgpu batch-1 GEMV, matmul_gemv_x8_pack): such a result is the product with
+/// [`x8_rounded`] x up to summation order and the rare x code that lands on the other side of a
+/// rounding boundary (a backend's division may differ from ours by an ulp), each moving an output
+/// by d_x |w| (about 2e-3 here).
+const TOL_X8: f32 = 5e-3;
+
+/// x (rows of k) rounded as matmul_gemv_x8_pack rounds it: per block of 32 of a row, d =
+/// max|x| / 127, value d * clamp(round_half_even(x / d), -127, 127) (x / d as x * (1 / d)).
+fn x8_rounded(x: &[f32]) -> Vec<f32> {
+    x.chunks(32)
+        .flat_map(|b| {
+            let d = b.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            b.iter().map(move |v| (v * id).round_ties_even().clamp(-127.0, 127.0) * d).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Max of |got - want| / max(1, |want|) (NaN on both sides: 0; NaN on one: infinite).
+fn max_err(got: &[f32], want: &[f32]) -> f32 {
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| {
+            if g.is_nan() && w.is_nan() {
+                0.0
+            } else if g.is_nan() || w.is_nan() {
+                f32::INFINITY
+            } else {
+                (g - w).abs() / w.abs().max(1.0)
+            }
+        })
+        .fold(0.0, f32::max)
+}
+
+/// One quantized matmul (random x, blocks and bias; poisoned output of `p.out_len()` + 9) on both
+/// backends. The output must match the CPU's f32-x product within TOL_REDUCTION (TOL_QUANT from
+/// `matmul_x16_from` rows: the backend may round x and the dequantized weights to bf16), or, as
+/// a whole, the CPU's product with [`x8_rounded`] x within TOL_X8. (The int8 x is not held to
+/// the f32-x product: its rounding error, ~d_x / sqrt(12) per element times |w|, grows as
+/// sqrt(k): 2e-2..1e-1 at k = 4096 against outputs near 1, more than TOL_QUANT.)
+fn quant_case<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, p: &MatmulParams) {
+    let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
+    let xs = t.f32s(m * k, 1.0);
+    let x = t.up(DType::F32, &xs);
+    let w = weights(t, dtype, n, k, 0.1);
+    let b = t.rand(DType::F32, n, 1.0);
+    let len = p.out_len() + 9;
+    let mut out = t.out(len);
+    let bias = (p.has_bias != 0).then_some(&b);
+    t.gpu.matmul(p, &x.0, &w.0, bias.map(|b| &b.0), &mut out.0).unwrap();
+    t.cpu.matmul(p, &x.1, &w.1, bias.map(|b| &b.1), &mut out.1).unwrap();
+    let got = t.gpu.download_f32(&out.0, 0, len).unwrap();
+    let want = t.cpu.download_f32(&out.1, 0, len).unwrap();
+    let name = format!("matmul {dtype:?} {m}x{n}x{k} bias={} ldo={} off={}", p.has_bias, p.ldo, p.out_off);
+    let exact = max_err(&got, &want);
+    let x16 = t.gpu.caps().matmul_x16_from.is_some_and(|r| m >= r);
+    if exact <= if x16 { TOL_QUANT } else { TOL_REDUCTION } {
+        return;
+    }
+    let x8 = if k % 32 == 0 {
+        let mut out8 = t.cpu.upload_f32(DType::F32, vec![f32::NAN; len]).unwrap();
+        let x8 = t.cpu.upload_f32(DType::F32, x8_rounded(&xs)).unwrap();
+        t.cpu.matmul(p, &x8, &w.1, bias.map(|b| &b.1), &mut out8).unwrap();
+        max_err(&got, &t.cpu.download_f32(&out8, 0, len).unwrap())
+    } else {
+        f32::INFINITY
+    };
+    assert!(x8 <= TOL_X8, "{name}: max error {exact} against the f32-x product, {x8} against the int8-x one");
 }
 
 pub fn test_rmsnorm<B: Backend>(gpu: &B) {

@@ -45,6 +45,7 @@
 use super::context::err;
 use super::ops_basic::rows_grid;
 use super::pipelines as pl;
+use super::shaders;
 use super::{WgpuBackend, WgpuBuffer, need, need_weights};
 use crate::backend::*;
 use crate::error::Result;
@@ -59,6 +60,9 @@ const GEMV_ROWS: usize = 16;
 /// Weight rows per workgroup of `matmul_gemv_subgroup` / `_batch` (`ROWS` there).
 const GEMV_SUBGROUP_ROWS: usize = 8;
 const GEMV_BATCH_ROWS: usize = 4;
+/// Threads (x blocks) per workgroup of `matmul_gemv_x8_pack`; weight rows per workgroup of
+/// `matmul_gemv_x8` are `GEMV_SUBGROUP_ROWS` (`ROWS` there).
+const X8_PACK_WG: usize = 64;
 
 /// The kernel for m rows of x against n weight rows and the number of workgroups it runs (before
 /// folding).
@@ -107,9 +111,38 @@ pub fn matmul(
     if m == 0 || n == 0 {
         return Ok(());
     }
+    if m == 1 && k % 32 == 0 && be.has_subgroup() && shaders::has_x8(w.dtype) {
+        return gemv_x8(be, p, x, w, bias, out);
+    }
     let pairs =
         (matches!(w.dtype, DType::F16 | DType::BF16) || w.dtype.is_weight_quant()) && k % 8 == 0 && be.has_subgroup();
     let (op, groups) = pick(m, n, pairs);
     let binds = pl::matmul::Binds { x, w, bias, out };
     pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups))
+}
+
+/// Words of the int8 x of `matmul_gemv_x8_pack` for m rows of k (k % 32 == 0): per block of 32,
+/// 8 code words and 2 header words.
+pub fn x8_words(m: usize, k: usize) -> usize {
+    m * (k / 32) * 10
+}
+
+/// m == 1 on quantized weights with an integer form (module header): x to int8 blocks in the
+/// backend's scratch buffer (pass 1), then the integer-dot GEMV (pass 2; wgpu orders the two
+/// dispatches and puts a barrier between them).
+fn gemv_x8(
+    be: &WgpuBackend,
+    p: &MatmulParams,
+    x: &WgpuBuffer,
+    w: &WgpuBuffer,
+    bias: &WgpuBuffer,
+    out: &mut WgpuBuffer,
+) -> Result<()> {
+    let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
+    let mut xq = be.scratch(x8_words(m, k))?;
+    let pack = pl::matmul_gemv_x8_pack::Binds { x, xq: &mut xq };
+    let blocks = m * (k / 32);
+    pl::matmul_gemv_x8_pack::dispatch(be.gpu(), None, p, pack, rows_grid(be, blocks.div_ceil(X8_PACK_WG)))?;
+    let binds = pl::matmul_gemv_x8::Binds { xq: &xq, w, bias, out };
+    pl::matmul_gemv_x8::dispatch(be.gpu(), Some(w.dtype), p, binds, rows_grid(be, n.div_ceil(GEMV_SUBGROUP_ROWS)))
 }
