@@ -1,8 +1,8 @@
 // matmul_gemv_x8 (batch-1 decode on quantized weights, adapters with SUBGROUP; the host sends m
 // == 1 and k % 32 == 0 here, every format with an integer form: not fp8): out[out_off + c] =
 // x[0][k] . w[c][k]^T (+ bias[c]), with x as the int8 blocks matmul_gemv_x8_pack wrote to xq
-// (its header has the layout: block b's codes are vec4s 2b, 2b + 1; its (d, code sum) pair is
-// half of vec4 2 m k/32 + b / 2). The weights are read as u32 words and multiplied in integers
+// (its header has the layout: with B = m k / 32 blocks, block b's codes are vec4s b and B + b,
+// its (d, code sum) pair half of vec4 2B + b / 2). The weights are read as u32 words and multiplied in integers
 // by the format's slice function `wx8` (shaders/quant_weights_x8.wgsl): d_w d_x sum(q_w q_x),
 // f32 only per 32-weight block. The result is the dequantized weights times the int8-rounded x
 // (llama.cpp's mmvq numerics), so it differs from the f32-x product by x's rounding.
@@ -25,10 +25,11 @@ fn w_cols() -> u32 { return p.k; }
 fn w_rows() -> u32 { return p.n; }
 
 // Codes 0..15 / 16..31 of x block b, and its (d, sum of codes).
-fn xq_lo(b: u32) -> vec4<u32> { return xq[2u * b]; }
-fn xq_hi(b: u32) -> vec4<u32> { return xq[2u * b + 1u]; }
+fn xq_blocks() -> u32 { return p.m * (p.k / 32u); }
+fn xq_lo(b: u32) -> vec4<u32> { return xq[b]; }
+fn xq_hi(b: u32) -> vec4<u32> { return xq[xq_blocks() + b]; }
 fn xq_ds(b: u32) -> vec2<f32> {
-    let h = xq[2u * p.m * (p.k / 32u) + b / 2u];
+    let h = xq[2u * xq_blocks() + b / 2u];
     let c = select(h.xy, h.zw, (b & 1u) == 1u);
     return vec2<f32>(bitcast<f32>(c.x), f32(bitcast<i32>(c.y)));
 }

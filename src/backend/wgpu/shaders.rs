@@ -17,7 +17,7 @@
 //! naga 30 cannot bitcast u32 to vec2<f16>, gfx-rs/wgpu#8896, so the scalar `load_w` has none). Every module also exists
 //! without either feature, so an adapter lacking both runs everything.
 
-use crate::backend::DType;
+use crate::backend::{DType, GgmlType};
 
 pub const PARAMS: &str = include_str!("../../../shaders/params.wgsl");
 pub const COMMON: &str = include_str!("../../../shaders/common.wgsl");
@@ -169,8 +169,11 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
 pub const QUANT_WEIGHTS: &str = include_str!("../../../shaders/quant_weights.wgsl");
 
 /// The int8-x slice functions of the quantized weight formats (`wx8_<fmt>`, `WX8_SLICE_<FMT>`),
-/// part of the `matmul_gemv_x8` modules.
+/// part of the `matmul_gemv_x8` modules: the shared helpers, then the formats read as u32 words
+/// (blocks only 2- or 4-byte aligned) or as 16-byte words (Q4_K, Q5_K, int8 rows).
 pub const QUANT_WEIGHTS_X8: &str = include_str!("../../../shaders/quant_weights_x8.wgsl");
+pub const QUANT_WEIGHTS_X8_W32: &str = include_str!("../../../shaders/quant_weights_x8_w32.wgsl");
+pub const QUANT_WEIGHTS_X8_W128: &str = include_str!("../../../shaders/quant_weights_x8_w128.wgsl");
 
 /// Whether `matmul_gemv_x8` has a module for weight dtype `d` (the quantized formats with an
 /// integer form: every GGML type and int8 rows; fp8 codes are not integers).
@@ -209,12 +212,16 @@ fn quant_snippet(reads: Reads, d: DType) -> Option<String> {
             "@group(0) @binding(2) var<storage, read> w: array<u32>;\n{QUANT_WEIGHTS}\n\
              fn w8(i: u32) -> array<vec4<f32>, 2> {{ let g = w_cols() / 8u; let r = i / g; return deq8_{f}(r, i - r * g); }}\n"
         ),
-        Reads::X8 if has_x8(d) => format!(
-            "@group(0) @binding(2) var<storage, read> w: array<u32>;\n{QUANT_WEIGHTS_X8}\n\
-             const WX8_SLICE: u32 = WX8_SLICE_{F};\n\
-             fn wx8(r: u32, j: u32, xb: u32) -> f32 {{ return wx8_{f}(r, j, xb); }}\n",
-            F = f.to_uppercase()
-        ),
+        Reads::X8 if has_x8(d) => {
+            let wide = matches!(d, DType::I8Row | DType::Ggml(GgmlType::Q4_K | GgmlType::Q5_K));
+            let (ty, fmts) = if wide { ("vec4<u32>", QUANT_WEIGHTS_X8_W128) } else { ("u32", QUANT_WEIGHTS_X8_W32) };
+            format!(
+                "@group(0) @binding(2) var<storage, read> w: array<{ty}>;\n{QUANT_WEIGHTS_X8}\n{fmts}\n\
+                 const WX8_SLICE: u32 = WX8_SLICE_{F};\n\
+                 fn wx8(r: u32, j: u32, xb: u32) -> f32 {{ return wx8_{f}(r, j, xb); }}\n",
+                F = f.to_uppercase()
+            )
+        }
         _ => return None,
     })
 }
