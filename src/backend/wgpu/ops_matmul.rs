@@ -5,10 +5,21 @@
 //! by shaders/quant_weights.wgsl), bias `[n]` f32, out `[m]` rows of `ldo` f32 from element
 //! `out_off` (out[out_off + r * ldo + c], r < m, c < n; the rest untouched, so the parts of a
 //! fused output can be written by one matmul each). Kernels, picked per call from m (see [`pick`]):
+//! - m == 1 on quantized weights with an integer form (every GGML type; int8 rows with k % 32 ==
+//!   0; not fp8), adapters with SUBGROUP: two dispatches, llama.cpp's mmvq scheme in WGSL.
+//!   `matmul_gemv_x8_pack` quantizes x to int8 blocks of 32 (d = max|x| / 127, codes, code sum)
+//!   into the backend's scratch buffer, then `matmul_gemv_x8` (8 rows per workgroup, one subgroup
+//!   per row, lanes on consecutive slices of 32..128 weights) multiplies whole weight words with
+//!   the int8 x by `dot4I8Packed`, reading each block header once per slice. A pre-pass rather
+//!   than a per-workgroup prologue: a prologue would quantize x once per 8 weight rows (512 times
+//!   for a 4096x4096 matmul, reading x's 16 KiB of f32 each time: 8 MiB through L2, as many
+//!   bytes as the Q4_K weights themselves, plus a barrier and the quantizing ALU in every
+//!   workgroup); the pre-pass reads x once, for one more dispatch (and barrier) per matmul. The
+//!   result is the weights times the int8-rounded x (docs/backends.md).
 //! - m <= [`GEMV_MAX_M`] (decode, batches up to 16), one pass over the weights for all m rows:
 //!   - adapters with SUBGROUP, 16-bit or quantized weights, k % 8 == 0 ("pairs": 16-byte words
 //!     of 8 16-bit weights, or groups of 8 quantized weights of one sub-block, decoded in
-//!     registers with one scale): for m == 1
+//!     registers with one scale): for m == 1 (16-bit weights, fp8, int8 with k % 32 != 0)
 //!     `matmul_gemv_subgroup`, 8 rows per workgroup, one subgroup per row, 16-byte weight loads,
 //!     `subgroupAdd` (the measured batch-1 kernel: docs/benchmarks.md); for 2..=16 rows
 //!     `matmul_gemv_subgroup_batch`, 4 weight rows per 128-thread workgroup, k split over the

@@ -4,7 +4,9 @@
 //! (f32 bits, two f16 per word via `unpack2x16float`, or two bf16 per word by shifting), so no
 //! shader extension is needed for 16-bit weights. Quantized weight dtypes (GGML blocks, I8Row,
 //! F8Row) get shaders/quant_weights.wgsl and a `load_w` that decodes one element, or for the
-//! subgroup GEMVs a `w8` that decodes a group of 8 (one sub-block: one scale). `lserve dump-shaders` writes these assembled
+//! subgroup GEMVs a `w8` that decodes a group of 8 (one sub-block: one scale), or for
+//! `matmul_gemv_x8` the format's integer-dot slice `wx8` (shaders/quant_weights_x8*.wgsl: the
+//! weights against int8 x). `lserve dump-shaders` writes these assembled
 //! modules; a test validates each with naga and translates it to SPIR-V, MSL and HLSL.
 //!
 //! KV ops ([`Reads::Kv`]) get a KV snippet instead, one module per KV dtype (`<op>_<kv>`, e.g.
