@@ -28,6 +28,7 @@ fn w_rows() -> u32 { return p.n; }
 fn xq_blocks() -> u32 { return p.m * (p.k / 32u); }
 fn xq_lo(b: u32) -> vec4<u32> { return xq[b]; }
 fn xq_hi(b: u32) -> vec4<u32> { return xq[xq_blocks() + b]; }
+fn xq_part(b: u32, h: u32) -> vec4<u32> { return xq[h * xq_blocks() + b]; }
 fn xq_ds(b: u32) -> vec2<f32> {
     let h = xq[2u * xq_blocks() + b / 2u];
     let c = select(h.xy, h.zw, (b & 1u) == 1u);

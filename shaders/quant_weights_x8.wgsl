@@ -3,11 +3,12 @@
 // as u32 words, quant_weights_x8_w128.wgsl for those read as 16-byte words; docs/backends.md
 // "Quantized weights"). The module declares the weights `w` (binding 2), `w_cols()` / `w_rows()`
 // (k / n), and the int8 x blocks: `xq_lo(b)` / `xq_hi(b)` (codes 0..15 / 16..31 of x block b,
-// four i8 per u32, element 4t in the low byte of word t) and `xq_ds(b)` (its scale d and the sum
+// four i8 per u32, element 4t in the low byte of word t; `xq_part(b, h)` = half h of them) and
+// `xq_ds(b)` (its scale d and the sum
 // of its 32 codes, as f32), so that x block b holds the values d * code.
 //
 // Per format X: `wx8_X(r, j, xb) -> f32`, slice j of weight row r (WX8_SLICE_X consecutive
-// weights: one 32-weight block of the small formats, one 64-weight group of Q4_K / Q5_K, one
+// weights: one 32-weight block of the small formats (half of one for Q8_0), one 64-weight group of Q4_K / Q5_K, one
 // 128-weight half of a Q6_K block) times x, whose first block is xb. A slice reads its block's
 // header (f16 scales, 6-bit K scales) once and its codes as whole words, multiplies them with
 // `dot4I8Packed` (4 i8 products per instruction; naga emits OpSDot where the Vulkan device has

@@ -1,7 +1,33 @@
-// Quantized weights against int8 x, the formats whose slices are 16-byte aligned, read as 16-byte
-// words (`w: array<vec4<u32>>`): Q4_K (144-byte blocks), Q5_K (176) and int8 rows with k % 32 ==
-// 0 (after quant_weights_x8.wgsl, which states the contract). A K-quant block's first word is its
-// whole header: d, dmin and the 12 scale bytes.
+// Quantized weights against int8 x, the formats read as 16-byte words (`w: array<vec4<u32>>`):
+// Q4_K (144-byte blocks), Q5_K (176) and int8 rows with k % 32 == 0, whose slices are 16-byte
+// aligned (a K-quant block's first word is its whole header: d, dmin and the 12 scale bytes), and
+// Q8_0 (34 bytes, 2-byte aligned), whose 16-byte halves are cut out of the two words covering
+// them (`wq_window`), so that the lanes of a subgroup read consecutive 16-byte windows (after
+// quant_weights_x8.wgsl, which states the contract).
+
+// The 16 bytes at even byte offset s (0..14) of the 32 bytes a, b.
+fn wq_window(a: vec4<u32>, b: vec4<u32>, s: u32) -> vec4<u32> {
+    let two = (s & 8u) != 0u; // start two words in
+    let m = select(a, vec4<u32>(a.zw, b.xy), two);
+    let n = select(b.xy, b.zw, two);
+    let one = (s & 4u) != 0u; // one more word
+    let u = select(m, vec4<u32>(m.yzw, n.x), one);
+    return wq_fun(u, select(n.x, n.y, one), (s & 2u) != 0u);
+}
+
+// ---- Q8_0 (34 B: d f16, qs: i8[32]; q d). Slice = half a block (16 codes): the two words
+// covering it and the one holding d.
+const WX8_SLICE_Q8_0: u32 = 16u;
+fn wx8_q8_0(r: u32, j: u32, xb: u32) -> f32 {
+    let blk = j / 2u;
+    let h = j % 2u;
+    let b = (r * (w_cols() / 32u) + blk) * 34u;
+    let o = b + 2u + 16u * h;
+    let q = wq_window(w[o / 16u], w[o / 16u + 1u], o % 16u);
+    let d = wq_half(w[b / 16u][(b % 16u) / 4u], (b & 2u) != 0u);
+    let xa = xb + blk;
+    return d * xq_ds(xa).x * f32(wq_dot16(q, xq_part(xa, h)));
+}
 
 // ---- Q4_K (144 B: d, dmin f16, scales[12], qs[128]; group g = qs[32g ..], low nibbles sub-block
 // 2g, high 2g + 1; d sc q - dmin m). Slice = group: 3 words (header, 2 of qs).

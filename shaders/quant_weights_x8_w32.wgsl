@@ -1,5 +1,5 @@
 // Quantized weights against int8 x, the formats read as u32 words (`w: array<u32>`): Q4_0, Q4_1,
-// Q5_0, Q5_1, Q8_0, Q6_K (after quant_weights_x8.wgsl, which states the contract). Blocks of 18,
+// Q5_0, Q5_1, Q6_K (after quant_weights_x8.wgsl, which states the contract). Blocks of 18,
 // 22, 34 and 210 bytes start 2-byte aligned: a slice loads the words covering it (one more than
 // it holds) and shifts by 16 bits where its start is odd in halves (`wq_skip2`, `wq_fun`).
 
@@ -58,20 +58,6 @@ fn wx8_q5_1(r: u32, j: u32, xb: u32) -> f32 {
     let c = wq_q5_codes(wq_w4(i + 2u), w[i + 1u]);
     let xa = xb + j;
     return wq_block_x(dm.x, dm.y, wq_dot16(c[0], xq_lo(xa)) + wq_dot16(c[1], xq_hi(xa)), xa);
-}
-
-// ---- Q8_0 (34 B: d f16, qs: i8[32]; q d). Slice = block: 9 words.
-const WX8_SLICE_Q8_0: u32 = 32u;
-fn wx8_q8_0(r: u32, j: u32, xb: u32) -> f32 {
-    let b = (r * (w_cols() / 32u) + j) * 34u;
-    let i = b >> 2u;
-    let odd = (b & 2u) != 0u;
-    let v0 = wq_w4(i);
-    let v1 = wq_w4(i + 4u);
-    let qa = wq_skip2(v0, v1.x, odd);
-    let qb = wq_skip2(v1, w[i + 8u], odd);
-    let xa = xb + j;
-    return wq_block_x(wq_half(v0.x, odd), 0.0, wq_dot16(qa, xq_lo(xa)) + wq_dot16(qb, xq_hi(xa)), xa);
 }
 
 // ---- Q6_K (210 B: ql[128], qh[64], scales i8[16], d f16 at 208). Half n of a block, quarter c,

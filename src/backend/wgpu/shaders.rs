@@ -172,7 +172,7 @@ pub const QUANT_WEIGHTS: &str = include_str!("../../../shaders/quant_weights.wgs
 
 /// The int8-x slice functions of the quantized weight formats (`wx8_<fmt>`, `WX8_SLICE_<FMT>`),
 /// part of the `matmul_gemv_x8` modules: the shared helpers, then the formats read as u32 words
-/// (blocks only 2- or 4-byte aligned) or as 16-byte words (Q4_K, Q5_K, int8 rows).
+/// (blocks only 2- or 4-byte aligned) or as 16-byte words (Q8_0, Q4_K, Q5_K, int8 rows).
 pub const QUANT_WEIGHTS_X8: &str = include_str!("../../../shaders/quant_weights_x8.wgsl");
 pub const QUANT_WEIGHTS_X8_W32: &str = include_str!("../../../shaders/quant_weights_x8_w32.wgsl");
 pub const QUANT_WEIGHTS_X8_W128: &str = include_str!("../../../shaders/quant_weights_x8_w128.wgsl");
@@ -215,7 +215,7 @@ fn quant_snippet(reads: Reads, d: DType) -> Option<String> {
              fn w8(i: u32) -> array<vec4<f32>, 2> {{ let g = w_cols() / 8u; let r = i / g; return deq8_{f}(r, i - r * g); }}\n"
         ),
         Reads::X8 if has_x8(d) => {
-            let wide = matches!(d, DType::I8Row | DType::Ggml(GgmlType::Q4_K | GgmlType::Q5_K));
+            let wide = matches!(d, DType::I8Row | DType::Ggml(GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q5_K));
             let (ty, fmts) = if wide { ("vec4<u32>", QUANT_WEIGHTS_X8_W128) } else { ("u32", QUANT_WEIGHTS_X8_W32) };
             format!(
                 "@group(0) @binding(2) var<storage, read> w: array<{ty}>;\n{QUANT_WEIGHTS_X8}\n{fmts}\n\
