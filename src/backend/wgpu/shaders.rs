@@ -19,7 +19,7 @@
 //! naga 30 cannot bitcast u32 to vec2<f16>, gfx-rs/wgpu#8896, so the scalar `load_w` has none). Every module also exists
 //! without either feature, so an adapter lacking both runs everything.
 
-use crate::backend::{DType, GgmlType};
+use crate::backend::DType;
 
 pub const PARAMS: &str = include_str!("../../../shaders/params.wgsl");
 pub const COMMON: &str = include_str!("../../../shaders/common.wgsl");
@@ -38,7 +38,7 @@ pub enum Reads {
     /// decoded by `deq8_<fmt>` (no f32 variant: f32 weights use Scalar modules).
     Pairs,
     /// Quantized weights against int8 x (`matmul_gemv_x8`): the weight binding (binding 2,
-    /// `array<u32>`), shaders/quant_weights_x8.wgsl, `WX8_SLICE` (weights per slice) and
+    /// `array<vec4<u32>>`), shaders/quant_weights_x8.wgsl, `WX8_SLICE` (weights per slice) and
     /// `wx8(r, j, xb) -> f32` (slice j of row r times the x blocks from xb) of the format. Only
     /// formats with an integer form have these modules (no fp8, no float dtypes).
     X8,
@@ -171,11 +171,8 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
 pub const QUANT_WEIGHTS: &str = include_str!("../../../shaders/quant_weights.wgsl");
 
 /// The int8-x slice functions of the quantized weight formats (`wx8_<fmt>`, `WX8_SLICE_<FMT>`),
-/// part of the `matmul_gemv_x8` modules: the shared helpers, then the formats read as u32 words
-/// (blocks only 2- or 4-byte aligned) or as 16-byte words (Q8_0, Q4_K, Q5_K, int8 rows).
+/// part of the `matmul_gemv_x8` modules (weights bound as 16-byte words).
 pub const QUANT_WEIGHTS_X8: &str = include_str!("../../../shaders/quant_weights_x8.wgsl");
-pub const QUANT_WEIGHTS_X8_W32: &str = include_str!("../../../shaders/quant_weights_x8_w32.wgsl");
-pub const QUANT_WEIGHTS_X8_W128: &str = include_str!("../../../shaders/quant_weights_x8_w128.wgsl");
 
 /// Whether `matmul_gemv_x8` has a module for weight dtype `d` (the quantized formats with an
 /// integer form: every GGML type and int8 rows; fp8 codes are not integers).
@@ -214,16 +211,12 @@ fn quant_snippet(reads: Reads, d: DType) -> Option<String> {
             "@group(0) @binding(2) var<storage, read> w: array<u32>;\n{QUANT_WEIGHTS}\n\
              fn w8(i: u32) -> array<vec4<f32>, 2> {{ let g = w_cols() / 8u; let r = i / g; return deq8_{f}(r, i - r * g); }}\n"
         ),
-        Reads::X8 if has_x8(d) => {
-            let wide = matches!(d, DType::I8Row | DType::Ggml(GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q5_K));
-            let (ty, fmts) = if wide { ("vec4<u32>", QUANT_WEIGHTS_X8_W128) } else { ("u32", QUANT_WEIGHTS_X8_W32) };
-            format!(
-                "@group(0) @binding(2) var<storage, read> w: array<{ty}>;\n{QUANT_WEIGHTS_X8}\n{fmts}\n\
-                 const WX8_SLICE: u32 = WX8_SLICE_{F};\n\
-                 fn wx8(r: u32, j: u32, xb: u32) -> f32 {{ return wx8_{f}(r, j, xb); }}\n",
-                F = f.to_uppercase()
-            )
-        }
+        Reads::X8 if has_x8(d) => format!(
+            "@group(0) @binding(2) var<storage, read> w: array<vec4<u32>>;\n{QUANT_WEIGHTS_X8}\n\
+             const WX8_SLICE: u32 = WX8_SLICE_{F};\n\
+             fn wx8(r: u32, j: u32, xb: u32) -> f32 {{ return wx8_{f}(r, j, xb); }}\n",
+            F = f.to_uppercase()
+        ),
         _ => return None,
     })
 }
