@@ -1,27 +1,27 @@
 // Quantized weights against int8 x (the snippet of matmul_gemv_x8; docs/backends.md "Quantized
-// weights"). The module declares the weights `w: array<vec4<u32>>` (binding 2: the matrix's bytes
-// as little-endian 16-byte words), `w_cols()` / `w_rows()`
-// (k / n), and the int8 x blocks: `xq_lo(b)` / `xq_hi(b)` (codes 0..15 / 16..31 of x block b,
-// four i8 per u32, element 4t in the low byte of word t; `xq_part(b, h)` = half h of them) and
-// `xq_ds(b)` (its scale d and the sum
-// of its 32 codes, as f32), so that x block b holds the values d * code.
+// weights"). The module declares the weights `w: array<vec4<u32>>` (binding 2: the matrix's
+// bytes as little-endian 16-byte words), `w_cols()` / `w_rows()` (k / n), and the int8 x blocks:
+// `xq_lo(b)` / `xq_hi(b)` (codes 0..15 / 16..31 of x block b, four i8 per u32, element 4t in the
+// low byte of word t; `xq_part(b, h)`: half h of them) and `xq_ds(b)` (its scale d and the sum of
+// its 32 codes, as f32), so that x block b holds the values d * code.
 //
 // Per format X: `wx8_X(r, j, xb) -> f32`, slice j of weight row r (WX8_SLICE_X consecutive
-// weights: one 32-weight block of the small formats (half of one for Q8_0), one 64-weight group of Q4_K / Q5_K, one
-// 128-weight half of a Q6_K block) times x, whose first block is xb. A slice reads its block's
-// header (f16 scales, 6-bit K scales) once and its codes as whole words, multiplies them with
-// `dot4I8Packed` (4 i8 products per instruction; naga emits OpSDot where the Vulkan device has
-// integer dot products, else a shift polyfill) and applies the scales to the integer sums: the
-// value is that of the dequantized weights (reference/weight_quant.rs) times the int8 x, up to
-// f32 rounding. Offsets: Q4_0 -8 and Q5_0 -16 through the x code sum (d_w d_x (sumi - 8 sumq)),
-// Q6_K -32 folded into the bytes before the dot (its scales change every 16 weights), the mins of
-// Q4_1 / Q5_1 / Q4_K / Q5_K through the code sum. Every slice is read as the 16-byte words that
-// cover it: Q4_K (144-byte blocks), Q5_K (176) and int8 rows (k % 32 == 0) are 16-byte aligned
-// (a K block's first word is its whole header: d, dmin and the 12 scale bytes); the 18-, 20-,
-// 22-, 24-, 34- and 210-byte blocks are cut out of the 2-3 words covering them (`wq_window`: a
-// select of whole words, then a 16-bit funnel shift where the start is odd in halves), so one
-// load of a subgroup covers consecutive 16-byte words rather than one u32 per lane. fp8 rows
-// have no integer form (no wx8_fp8: they stay on matmul_gemv_subgroup).
+// weights: one 32-weight block of the small formats, half of one for Q8_0, one 64-weight group
+// of Q4_K / Q5_K, one 128-weight half of a Q6_K block) times x, whose first block is xb. A slice
+// reads its block's header (f16 scales, 6-bit K scales) once and its codes as whole words,
+// multiplies them with `dot4I8Packed` (4 i8 products per instruction; naga emits OpSDot where the
+// Vulkan device has integer dot products, else a shift polyfill) and applies the scales to the
+// integer sums: the value is that of the dequantized weights (reference/weight_quant.rs) times
+// the int8 x, up to f32 rounding. Offsets: Q4_0 -8 and Q5_0 -16 through the x code sum (d_w d_x
+// (sumi - 8 sumq)), Q6_K -32 folded into the bytes before the dot (its scales change every 16
+// weights), the mins of Q4_1 / Q5_1 / Q4_K / Q5_K through the code sum. Every slice is read as
+// the 16-byte words that cover it: Q4_K (144-byte blocks), Q5_K (176) and int8 rows (k % 32 ==
+// 0) are 16-byte aligned (a K block's first word is its whole header: d, dmin and the 12 scale
+// bytes); the 18-, 20-, 22-, 24-, 34- and 210-byte blocks are cut out of the 2-3 words covering
+// them (`wq_window`: a select of whole words, then a 16-bit funnel shift where the start is odd
+// in halves), so a lane issues one 16-byte load per 16 bytes of its slice (plus one), not one u32
+// load per 4 bytes. fp8 rows have no integer form (no wx8_fp8: they stay on
+// matmul_gemv_subgroup).
 
 const WQ_LO4: u32 = 0x0f0f0f0fu;
 
@@ -124,8 +124,8 @@ fn wq_half_at(a: vec4<u32>, s: u32) -> f32 {
 }
 
 // The 32-weight formats: block j of row r, of `bytes` bytes, lies in the 16-byte words from t =
-// its first byte / 16, at byte offset s = its first byte % 16 (< 16, so an 18..24-byte block
-// spans 2 words, a 22-byte one up to 3).
+// its first byte / 16, at byte offset s = its first byte % 16 (18-, 20- and 24-byte blocks start
+// at s <= 14, 12, 8, so they end inside word t + 1; a 22-byte block can reach word t + 2).
 fn wq_small(r: u32, j: u32, bytes: u32) -> vec2<u32> {
     let b = (r * (w_cols() / 32u) + j) * bytes;
     return vec2<u32>(b / 16u, b % 16u);
