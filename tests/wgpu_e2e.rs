@@ -3,9 +3,13 @@
 //! selection engaged with a small sink/window/budget) on the longest prompt for 32 tokens, so
 //! its context (67 tokens) exceeds the 48-token budget for the last 19 steps. (Lavapipe runs the
 //! shaders on the CI machine's CPU: these are the slowest tests of the suite, sized to match.) With f32 weights the two backends differ
-//! only in summation order, so the tokens must be identical; with the default f16 weights a
-//! divergence is accepted only where the CPU's two best logits are within 0.05 of each other (a
-//! near tie that f16 rounding of the weights can flip), and the margin is printed.
+//! only in summation order, so the tokens must be identical; with the default weights (the GGUF's
+//! Q4_1 / Q8_0 matrices kept native on both backends) a divergence is accepted only at a near tie
+//! of the CPU's two best logits, and the margin is printed. Near means < NEAR_TIE_X8 = 0.15: the
+//! wgpu batch-1 GEMV on quantized weights multiplies them with x rounded to int8 blocks of 32
+//! (llama.cpp's numerics, docs/backends.md), which moves this model's logits by more than f16
+//! rounding did (a flip at margin 0.089 was seen on d1_plain; tests/quant_weights.rs holds the
+//! same path to the dequantized CPU's NLL within 0.1%).
 #![cfg(feature = "wgpu")]
 
 mod common;
@@ -23,6 +27,8 @@ const DENSE_PROMPTS: [&str; 3] = ["d1_plain", "d2_chat", "d3_code"];
 const DENSE_TOKENS: usize = 16;
 const SPARSE_PROMPTS: [&str; 1] = ["d2_chat"];
 const SPARSE_TOKENS: usize = 32;
+/// Top-2 logit margin below which a greedy divergence is a near tie (module header).
+const NEAR_TIE_X8: f32 = 0.15;
 
 fn sparse_config() -> Config {
     let mut c = common::paged_config(16, 4);
@@ -93,7 +99,7 @@ fn compare(label: &str, dtype: Option<DType>, config: Config, sparse: bool) {
         let gap = margin(&mut cpu, &prefix);
         eprintln!("{label} {p}: tokens diverge at {i} ({} vs {}), CPU top-2 margin {gap:.4}", a[i], b[i]);
         assert!(dtype == Some(DType::F16) || dtype.is_none(), "{label} {p}: f32 weights must agree exactly");
-        assert!(gap < 0.05, "{label} {p}: divergence at {i} is not a near tie (margin {gap})");
+        assert!(gap < NEAR_TIE_X8, "{label} {p}: divergence at {i} is not a near tie (margin {gap})");
     }
 }
 
