@@ -136,7 +136,8 @@ fn every_pipeline_matches_its_wgsl_bindings() {
 }
 
 /// Every GGML type the backends must support has its shader modules (each op that reads weights
-/// gets one per weight dtype), and so do the row-scaled 8-bit types.
+/// gets one per weight dtype), and so do the row-scaled 8-bit types; `matmul_gemv_x8` has one
+/// for each but fp8.
 #[test]
 fn every_quantized_weight_dtype_has_modules() {
     use lserve::backend::DType;
@@ -151,5 +152,8 @@ fn every_quantized_weight_dtype_has_modules() {
             let name = format!("{op}_{}", d.weight_name());
             assert!(modules.iter().any(|m| m.name == name), "no module {name}");
         }
+        // The int8-x GEMV: every format with an integer form (fp8 codes are not integers).
+        let name = format!("matmul_gemv_x8_{}", d.weight_name());
+        assert_eq!(modules.iter().any(|m| m.name == name), d != DType::F8Row, "module {name}");
     }
 }

@@ -3,9 +3,10 @@
 //! selection engaged with a small sink/window/budget) on the longest prompt for 32 tokens, so
 //! its context (67 tokens) exceeds the 48-token budget for the last 19 steps. (Lavapipe runs the
 //! shaders on the CI machine's CPU: these are the slowest tests of the suite, sized to match.) With f32 weights the two backends differ
-//! only in summation order, so the tokens must be identical; with the default f16 weights a
-//! divergence is accepted only where the CPU's two best logits are within 0.05 of each other (a
-//! near tie that f16 rounding of the weights can flip), and the margin is printed.
+//! only in summation order, so the tokens must be identical; with the default weights (the GGUF's
+//! Q4_1 / Q8_0 matrices kept native on both backends; wgpu's batch-1 GEMV multiplies them with x
+//! to ~16 bits, `Caps::matmul_x8_max_m`) a divergence is accepted only where the CPU's two best
+//! logits are within 0.05 of each other (a near tie), and the margin is printed.
 #![cfg(feature = "wgpu")]
 
 mod common;

@@ -130,7 +130,11 @@ fn matmul_strided<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, tol: f32
     for m in [1, 3, 40] {
         let (n, ldo, off) = (37, 50, 5);
         let p = MatmulParams { ldo, out_off: off, ..MatmulParams::new(m, n, k, true) };
-        let x = rand_x(t, dtype, m, k);
+        if dtype.is_weight_quant() {
+            quant_case(t, dtype, &p);
+            continue;
+        }
+        let x = t.rand(DType::F32, m * k, 1.0);
         let w = weights(t, dtype, n, k, 0.1);
         let b = t.rand(DType::F32, n, 1.0);
         let len = p.out_len() + 9;
@@ -147,9 +151,50 @@ fn matmul_strided<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, tol: f32
     }
 }
 
-/// Random x `[m][k]` for a matmul with `dtype` weights; where the backend multiplies x as int8
-/// blocks (`Caps::matmul_x8_max_m`), x is snapped to that grid first, so the integer dot must equal
-/// the CPU's f32 product within TOL_REDUCTION (a wrong code, scale or block offset cannot hide in
+/// Quantized weights: random blocks (odd n; k a few whole blocks, and one long row), every GEMV
+/// and GEMM row count the backends distinguish, against the CPU's dequantize-then-multiply
+/// ([`check_quant`] for the tolerances), then the edges of the batch-1 kernels
+/// ([`matmul_quantized_m1`]) and a strided output.
+fn matmul_quantized<B: Backend>(gpu: &B, dtype: DType) {
+    let mut t = pair(gpu);
+    let bs = block_of(dtype).max(32);
+    // Row-scaled types take any k: one odd k among them (byte-assembled words, a short x block).
+    let odd = if block_of(dtype) == 1 { 5 } else { 0 };
+    // 1280: 40 blocks of 32 (a 2-byte-aligned block row whose length is a multiple of 16 bytes).
+    let ks = [bs, 2 * bs, 3 * bs + odd, 9 * bs, 1280usize.div_ceil(bs) * bs, 4096usize.div_ceil(bs) * bs];
+    let ms = [1, 2, 3, 5, 8, 9, 16, 17, 32, 37, 64, 130];
+    let ns = [1, 31, 64, 97, 300];
+    for (i, &m) in ms.iter().enumerate() {
+        for (j, &k) in ks.iter().enumerate() {
+            let n = ns[(i + 2 * j) % ns.len()];
+            let p = MatmulParams::new(m, n, k, (i + j) % 2 == 1);
+            quant_case(&mut t, dtype, &p);
+        }
+    }
+    matmul_quantized_m1(&mut t, dtype);
+    matmul_strided(&mut t, dtype, TOL_REDUCTION);
+}
+
+/// Batch-1 edges (wgpu: matmul_gemv_x8, 8 weight rows per workgroup, lanes striding over
+/// 32/64/128-weight slices two at a time): one block per row (k = 32 for the 32-weight formats),
+/// slice counts that are not a multiple of any subgroup's stride, rows not a multiple of 8 (a
+/// workgroup with one row), rows starting at odd 16-bit offsets (odd block counts of the 18, 22,
+/// 34 and 210-byte blocks), with and without bias, and a strided output (ldo > n, out_off > 0).
+fn matmul_quantized_m1<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType) {
+    let bs = block_of(dtype).max(32);
+    for (n, blocks, bias) in [(1, 1, true), (7, 1, false), (9, 3, true), (17, 5, false), (8, 37, true), (33, 67, false)]
+    {
+        quant_case(t, dtype, &MatmulParams::new(1, n, blocks * bs, bias));
+    }
+    for (n, blocks, ldo, off) in [(9, 3, 20, 7), (41, 7, 50, 3)] {
+        quant_case(t, dtype, &MatmulParams { ldo, out_off: off, ..MatmulParams::new(1, n, blocks * bs, true) });
+    }
+}
+
+/// Random x `[m][k]` for a matmul with `dtype` weights; where the backend multiplies x as two
+/// int8 digits per element (`Caps::matmul_x8_max_m`; CUDA's and wgpu's batch-1 GEMVs), x is
+/// snapped to that grid first (`weight_quant::x8_blocks`), so the integer dot must equal the
+/// CPU's f32 product within TOL_REDUCTION (a wrong code, scale or block offset cannot hide in
 /// the quantization error).
 fn rand_x<B: Backend>(
     t: &mut super::Pair<'_, B>,
@@ -162,36 +207,22 @@ fn rand_x<B: Backend>(
     t.up(DType::F32, &if x8 { weight_quant::x8_blocks(&x, k) } else { x })
 }
 
-/// Quantized weights: random blocks (odd n; k a few whole blocks, and one long row), every GEMV
-/// and GEMM row count the backends distinguish, against the CPU's dequantize-then-multiply. Where
-/// the backend multiplies in 16 bits (`matmul_x16_from`) it may round x and the dequantized
-/// weights to bf16, so those rows compare within TOL_QUANT; the others within TOL_REDUCTION.
-fn matmul_quantized<B: Backend>(gpu: &B, dtype: DType) {
-    let mut t = pair(gpu);
-    let bs = block_of(dtype).max(32);
-    // Row-scaled types take any k: one odd k among them (byte-assembled words, a short x block).
-    let odd = if block_of(dtype) == 1 { 5 } else { 0 };
-    // 1280: 40 blocks of 32 (a 2-byte-aligned block row whose length is a multiple of 16 bytes).
-    let ks = [bs, 2 * bs, 3 * bs + odd, 9 * bs, 1280usize.div_ceil(bs) * bs, 4096usize.div_ceil(bs) * bs];
-    let ms = [1, 2, 3, 5, 8, 9, 16, 17, 32, 37, 64, 130];
-    let ns = [1, 31, 64, 97, 300];
-    let x16_from = t.gpu.caps().matmul_x16_from;
-    for (i, &m) in ms.iter().enumerate() {
-        for (j, &k) in ks.iter().enumerate() {
-            let n = ns[(i + 2 * j) % ns.len()];
-            let bias = (i + j) % 2 == 1;
-            let x = rand_x(&mut t, dtype, m, k);
-            let w = weights(&mut t, dtype, n, k, 0.1);
-            let b = t.rand(DType::F32, n, 1.0);
-            let mut out = t.out(m * n);
-            let p = MatmulParams::new(m, n, k, bias);
-            t.gpu.matmul(&p, &x.0, &w.0, bias.then_some(&b.0), &mut out.0).unwrap();
-            t.cpu.matmul(&p, &x.1, &w.1, bias.then_some(&b.1), &mut out.1).unwrap();
-            let tol = if x16_from.is_some_and(|r| m >= r) { TOL_QUANT } else { TOL_REDUCTION };
-            t.check(&format!("matmul {dtype:?} {m}x{n}x{k} bias={bias}"), &out, m * n, tol);
-        }
-    }
-    matmul_strided(&mut t, dtype, TOL_REDUCTION);
+/// One quantized matmul (x from [`rand_x`], random blocks and bias; poisoned output of
+/// `p.out_len()` + 9) on both backends: within TOL_REDUCTION of the CPU's product, TOL_QUANT from
+/// `matmul_x16_from` rows (the backend may round x and the dequantized weights to 16 bits).
+fn quant_case<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, p: &MatmulParams) {
+    let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
+    let x = rand_x(t, dtype, m, k);
+    let w = weights(t, dtype, n, k, 0.1);
+    let b = t.rand(DType::F32, n, 1.0);
+    let len = p.out_len() + 9;
+    let mut out = t.out(len);
+    let bias = (p.has_bias != 0).then_some(&b);
+    t.gpu.matmul(p, &x.0, &w.0, bias.map(|b| &b.0), &mut out.0).unwrap();
+    t.cpu.matmul(p, &x.1, &w.1, bias.map(|b| &b.1), &mut out.1).unwrap();
+    let name = format!("matmul {dtype:?} {m}x{n}x{k} bias={} ldo={} off={}", p.has_bias, p.ldo, p.out_off);
+    let x16 = t.gpu.caps().matmul_x16_from.is_some_and(|r| m >= r);
+    t.check(&name, &out, len, if x16 { TOL_QUANT } else { TOL_REDUCTION });
 }
 
 pub fn test_rmsnorm<B: Backend>(gpu: &B) {

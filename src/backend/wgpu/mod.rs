@@ -70,7 +70,8 @@ impl WgpuBackend {
             max_buffer_bytes: gpu.limits.max_storage_buffer_binding_size,
             memory_bytes: gpu.limits.max_buffer_size.min(u64::MAX / 2),
             matmul_x16_from: None,
-            matmul_x8_max_m: 0,
+            // The two-digit-x batch-1 GEMV (ops_matmul.rs) needs SUBGROUP.
+            matmul_x8_max_m: usize::from(gpu.use_subgroup),
         };
         Ok(WgpuBackend { gpu, caps, scratch: RefCell::new(None) })
     }

@@ -5,10 +5,22 @@
 //! by shaders/quant_weights.wgsl), bias `[n]` f32, out `[m]` rows of `ldo` f32 from element
 //! `out_off` (out[out_off + r * ldo + c], r < m, c < n; the rest untouched, so the parts of a
 //! fused output can be written by one matmul each). Kernels, picked per call from m (see [`pick`]):
+//! - m == 1 on quantized weights with an integer form (every GGML type; int8 rows with k % 32 ==
+//!   0; not fp8), adapters with SUBGROUP: two dispatches, llama.cpp's mmvq scheme in WGSL.
+//!   `matmul_gemv_x8_pack` quantizes x to two int8 digits per element in blocks of 32 (d = max|x|
+//!   / 127, x = d (hi + lo / 254), code sum; weight_quant::x8_blocks)
+//!   into the backend's scratch buffer, then `matmul_gemv_x8` (8 rows per workgroup, one subgroup
+//!   per row, lanes on consecutive slices of 32..128 weights) multiplies whole weight words with
+//!   both x digits by `dot4I8Packed`, reading each block header once per slice. A pre-pass rather
+//!   than a per-workgroup prologue: a prologue would quantize x once per 8 weight rows (512 times
+//!   for a 4096x4096 matmul, reading x's 16 KiB of f32 each time: 8 MiB through L2, as many
+//!   bytes as the Q4_K weights themselves, plus a barrier and the quantizing ALU in every
+//!   workgroup); the pre-pass reads x once, for one more dispatch (and barrier) per matmul. The
+//!   result is the weights times x to ~16 bits (`Caps::matmul_x8_max_m`, docs/backends.md).
 //! - m <= [`GEMV_MAX_M`] (decode, batches up to 16), one pass over the weights for all m rows:
 //!   - adapters with SUBGROUP, 16-bit or quantized weights, k % 8 == 0 ("pairs": 16-byte words
 //!     of 8 16-bit weights, or groups of 8 quantized weights of one sub-block, decoded in
-//!     registers with one scale): for m == 1
+//!     registers with one scale): for m == 1 (16-bit weights, fp8, int8 with k % 32 != 0)
 //!     `matmul_gemv_subgroup`, 8 rows per workgroup, one subgroup per row, 16-byte weight loads,
 //!     `subgroupAdd` (the measured batch-1 kernel: docs/benchmarks.md); for 2..=16 rows
 //!     `matmul_gemv_subgroup_batch`, 4 weight rows per 128-thread workgroup, k split over the
@@ -45,6 +57,7 @@
 use super::context::err;
 use super::ops_basic::rows_grid;
 use super::pipelines as pl;
+use super::shaders;
 use super::{WgpuBackend, WgpuBuffer, need, need_weights};
 use crate::backend::*;
 use crate::error::Result;
@@ -59,6 +72,9 @@ const GEMV_ROWS: usize = 16;
 /// Weight rows per workgroup of `matmul_gemv_subgroup` / `_batch` (`ROWS` there).
 const GEMV_SUBGROUP_ROWS: usize = 8;
 const GEMV_BATCH_ROWS: usize = 4;
+/// Threads (x blocks) per workgroup of `matmul_gemv_x8_pack`; weight rows per workgroup of
+/// `matmul_gemv_x8` are `GEMV_SUBGROUP_ROWS` (`ROWS` there).
+const X8_PACK_WG: usize = 64;
 
 /// The kernel for m rows of x against n weight rows and the number of workgroups it runs (before
 /// folding).
@@ -107,9 +123,38 @@ pub fn matmul(
     if m == 0 || n == 0 {
         return Ok(());
     }
+    if m == 1 && k % 32 == 0 && be.has_subgroup() && shaders::has_x8(w.dtype) {
+        return gemv_x8(be, p, x, w, bias, out);
+    }
     let pairs =
         (matches!(w.dtype, DType::F16 | DType::BF16) || w.dtype.is_weight_quant()) && k % 8 == 0 && be.has_subgroup();
     let (op, groups) = pick(m, n, pairs);
     let binds = pl::matmul::Binds { x, w, bias, out };
     pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups))
+}
+
+/// Words of the two-digit x of `matmul_gemv_x8_pack` for m rows of k (k % 32 == 0): per block of
+/// 32, 8 code words per digit and 2 header words.
+pub fn x8_words(m: usize, k: usize) -> usize {
+    m * (k / 32) * 18
+}
+
+/// m == 1 on quantized weights with an integer form (module header): x to int8 blocks in the
+/// backend's scratch buffer (pass 1), then the integer-dot GEMV (pass 2; wgpu orders the two
+/// dispatches and puts a barrier between them).
+fn gemv_x8(
+    be: &WgpuBackend,
+    p: &MatmulParams,
+    x: &WgpuBuffer,
+    w: &WgpuBuffer,
+    bias: &WgpuBuffer,
+    out: &mut WgpuBuffer,
+) -> Result<()> {
+    let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
+    let mut xq = be.scratch(x8_words(m, k))?;
+    let pack = pl::matmul_gemv_x8_pack::Binds { x, xq: &mut xq };
+    let blocks = m * (k / 32);
+    pl::matmul_gemv_x8_pack::dispatch(be.gpu(), None, p, pack, rows_grid(be, blocks.div_ceil(X8_PACK_WG)))?;
+    let binds = pl::matmul_gemv_x8::Binds { xq: &xq, w, bias, out };
+    pl::matmul_gemv_x8::dispatch(be.gpu(), Some(w.dtype), p, binds, rows_grid(be, n.div_ceil(GEMV_SUBGROUP_ROWS)))
 }

@@ -115,6 +115,10 @@ pipelines! {
         GEMV_SUBGROUP_BATCH = matmul_gemv_subgroup_batch,
     ]
     { x: read, w: read, bias: read, out: read_write }
+    /// The batch-1 GEMV on quantized weights with two-digit int8 x (pass 2; ops_matmul.rs).
+    matmul_gemv_x8(MatmulParams) { xq: read, w: read, bias: read, out: read_write }
+    /// Pass 1 of `matmul_gemv_x8`: x to int8 blocks of 32.
+    matmul_gemv_x8_pack(MatmulParams) { x: read, xq: read_write }
     rmsnorm(RmsnormParams) { x: read, wn: read, out: read_write }
     add_rmsnorm(RmsnormParams) { residual: read_write, x: read, wn: read, out: read_write }
     add(AddParams) { a: read_write, b: read }

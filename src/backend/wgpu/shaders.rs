@@ -4,7 +4,9 @@
 //! (f32 bits, two f16 per word via `unpack2x16float`, or two bf16 per word by shifting), so no
 //! shader extension is needed for 16-bit weights. Quantized weight dtypes (GGML blocks, I8Row,
 //! F8Row) get shaders/quant_weights.wgsl and a `load_w` that decodes one element, or for the
-//! subgroup GEMVs a `w8` that decodes a group of 8 (one sub-block: one scale). `lserve dump-shaders` writes these assembled
+//! subgroup GEMVs a `w8` that decodes a group of 8 (one sub-block: one scale), or for
+//! `matmul_gemv_x8` the format's integer-dot slice `wx8` (shaders/quant_weights_x8*.wgsl: the
+//! weights against int8 x). `lserve dump-shaders` writes these assembled
 //! modules; a test validates each with naga and translates it to SPIR-V, MSL and HLSL.
 //!
 //! KV ops ([`Reads::Kv`]) get a KV snippet instead, one module per KV dtype (`<op>_<kv>`, e.g.
@@ -35,6 +37,11 @@ pub enum Reads {
     /// unpacked by bit operations. Quantized weights: `array<u32>`, one sub-block's group of 8
     /// decoded by `deq8_<fmt>` (no f32 variant: f32 weights use Scalar modules).
     Pairs,
+    /// Quantized weights against int8 x (`matmul_gemv_x8`): the weight binding (binding 2,
+    /// `array<vec4<u32>>`), shaders/quant_weights_x8.wgsl, `WX8_SLICE` (weights per slice) and
+    /// `wx8(r, j, xb) -> f32` (slice j of row r times the x blocks from xb) of the format. Only
+    /// formats with an integer form have these modules (no fp8, no float dtypes).
+    X8,
     /// The KV cache: the variant's dtype is the KV dtype, and the KV snippet ([`kv_snippet`])
     /// defines `KV_KIND`, the pool element types `KV_EL` / `KV_K4` and an accessor
     /// `kv_<pool>(i) -> f32` (and `kv4_<pool>(i) -> vec4<f32>`) per pool binding the op reads.
@@ -130,6 +137,8 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         Reads::Pairs,
         true,
     ),
+    ("matmul_gemv_x8", include_str!("../../../shaders/matmul_gemv_x8.wgsl"), Reads::X8, true),
+    ("matmul_gemv_x8_pack", include_str!("../../../shaders/matmul_gemv_x8_pack.wgsl"), Reads::Nothing, false),
     ("rmsnorm", include_str!("../../../shaders/rmsnorm.wgsl"), Reads::Nothing, false),
     ("add_rmsnorm", include_str!("../../../shaders/add_rmsnorm.wgsl"), Reads::Nothing, false),
     ("add", include_str!("../../../shaders/add.wgsl"), Reads::Nothing, false),
@@ -161,6 +170,16 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
 /// of a quantized weight dtype.
 pub const QUANT_WEIGHTS: &str = include_str!("../../../shaders/quant_weights.wgsl");
 
+/// The int8-x slice functions of the quantized weight formats (`wx8_<fmt>`, `WX8_SLICE_<FMT>`),
+/// part of the `matmul_gemv_x8` modules (weights bound as 16-byte words).
+pub const QUANT_WEIGHTS_X8: &str = include_str!("../../../shaders/quant_weights_x8.wgsl");
+
+/// Whether `matmul_gemv_x8` has a module for weight dtype `d` (the quantized formats with an
+/// integer form: every GGML type and int8 rows; fp8 codes are not integers).
+pub fn has_x8(d: DType) -> bool {
+    d.is_weight_quant() && d != DType::F8Row && WEIGHT_DTYPES.contains(&d)
+}
+
 /// The weight dtypes shaders can read: the float types, the eight GGML block types of
 /// [`GGML_WEIGHT_TYPES`](crate::backend::reference::weight_quant::GGML_WEIGHT_TYPES) and the
 /// row-scaled 8-bit types.
@@ -191,6 +210,12 @@ fn quant_snippet(reads: Reads, d: DType) -> Option<String> {
         Reads::Pairs => format!(
             "@group(0) @binding(2) var<storage, read> w: array<u32>;\n{QUANT_WEIGHTS}\n\
              fn w8(i: u32) -> array<vec4<f32>, 2> {{ let g = w_cols() / 8u; let r = i / g; return deq8_{f}(r, i - r * g); }}\n"
+        ),
+        Reads::X8 if has_x8(d) => format!(
+            "@group(0) @binding(2) var<storage, read> w: array<vec4<u32>>;\n{QUANT_WEIGHTS_X8}\n\
+             const WX8_SLICE: u32 = WX8_SLICE_{F};\n\
+             fn wx8(r: u32, j: u32, xb: u32) -> f32 {{ return wx8_{f}(r, j, xb); }}\n",
+            F = f.to_uppercase()
         ),
         _ => return None,
     })
