@@ -239,77 +239,66 @@ __device__ __forceinline__ float qf_s(int s) { return __int_as_float(0x4b400000 
 // The digit sums of a dot as one float in units of d: h + l / 254.
 __device__ __forceinline__ float xsum(int h, int l) { return fmaf(qf_s(l), 1.0f / 254.0f, qf_s(h)); }
 
-// Field loads: from global memory through the read-only path (S = false), or generic loads
-// (S = true, e.g. a shared-memory copy); p 2-byte aligned (u16 pairs) or 4 (mq_u32). (A variant
-// that staged each warp's run of blocks through shared memory with coalesced 16-byte loads was
-// measured slower on the H200 — 8B shape, 32K sparse: Q8_0 4.84 vs 4.57 ms, Q6_K 5.06 vs 4.73 —
-// its shared-memory u16 reads cost the same LSU issue slots as the global ones.)
-template <bool S> __device__ __forceinline__ u32 mq_u16(const u8* p) {
-    return S ? *reinterpret_cast<const u16*>(p) : __ldg(reinterpret_cast<const u16*>(p));
-}
-template <bool S> __device__ __forceinline__ u32 mq_u32a2(const u8* p) { return mq_u16<S>(p) | (mq_u16<S>(p + 2) << 16); }
-template <bool S> __device__ __forceinline__ u32 mq_u32(const u8* p) {
-    return S ? *reinterpret_cast<const u32*>(p) : __ldg(reinterpret_cast<const u32*>(p));
-}
-template <bool S> __device__ __forceinline__ float mq_f16(const u8* p) { return f16_to_f32((u16)mq_u16<S>(p)); }
+// (A variant that staged each warp's run of 2-byte-aligned blocks through shared memory with
+// coalesced 16-byte loads was measured slower on the H200 — 8B shape, 32K sparse: Q8_0 4.84 vs
+// 4.57 ms, Q6_K 5.06 vs 4.73 — its shared-memory u16 reads cost the same LSU issue slots as the
+// global ones.)
 
-// Per format: SL slices per block, RM the most rows per warp; dot<S>(b, sl, xq, xds) = slice sl of block b
+// The value of one 32-weight block's slice sl: codes lo (elements 4sl..) and hi (16 + 4sl..) times
+// both x digits, scale d, min m (0 for the formats whose offset is folded into the codes; the
+// slice's share of the min term is a quarter of the block's exact x sum).
+__device__ __forceinline__ float mq32(u32 lo, u32 hi, float d, float m, int sl, XQ xq, const float2* xds) {
+    int h = 0, l = 0;
+    dp4a2(lo, xq[sl], h, l);
+    dp4a2(hi, xq[4 + sl], h, l);
+    float2 xd = xds[0];
+    return d * xd.x * xsum(h, l) + 0.25f * m * xd.y;
+}
+
+// Per format: SL slices per block, RM the most rows per warp; dot(b, sl, xq, xds) = slice sl of block b
 // times x, where xq / xds point at the x block of the weight block's first element. The slices of
 // a block together cover it once (min terms as the slice's share of the block's exact x sum).
 struct MQ4_0 {
     static const int QK = 32, BYTES = 18, SL = 4, RM = 1;
-    template <bool S> static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
-        u32 q = mq_u32a2<S>(b + 2 + 4 * sl);
-        int h = 0, l = 0;
-        dp4a2(sub_bytes(q & LO4, 0x08080808u), xq[sl], h, l);
-        dp4a2(sub_bytes((q >> 4) & LO4, 0x08080808u), xq[4 + sl], h, l);
-        return mq_f16<S>(b) * xds[0].x * xsum(h, l);
+    static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+        u32 q = ld_u32_a2(b + 2 + 4 * sl);
+        return mq32(sub_bytes(q & LO4, 0x08080808u), sub_bytes((q >> 4) & LO4, 0x08080808u), ld_f16_a2(b), 0.0f, sl, xq, xds);
     }
 };
 struct MQ4_1 {
     static const int QK = 32, BYTES = 20, SL = 4, RM = 1;
-    template <bool S> static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
-        u32 dm = mq_u32<S>(b), q = mq_u32<S>(b + 4 + 4 * sl);
-        int h = 0, l = 0;
-        dp4a2(q & LO4, xq[sl], h, l);
-        dp4a2((q >> 4) & LO4, xq[4 + sl], h, l);
+    static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+        u32 dm = __ldg(reinterpret_cast<const u32*>(b)), q = __ldg(reinterpret_cast<const u32*>(b + 4) + sl);
         float d = f16_to_f32((u16)(dm & 0xffffu)), m = f16_to_f32((u16)(dm >> 16));
-        float2 xd = xds[0];
-        return d * xd.x * xsum(h, l) + 0.25f * m * xd.y;
+        return mq32(q & LO4, (q >> 4) & LO4, d, m, sl, xq, xds);
     }
 };
 struct MQ5_0 {
     static const int QK = 32, BYTES = 22, SL = 4, RM = 1;
-    template <bool S> static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
-        u32 qh = mq_u32a2<S>(b + 2), q = mq_u32a2<S>(b + 6 + 4 * sl);
+    static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+        u32 qh = ld_u32_a2(b + 2), q = ld_u32_a2(b + 6 + 4 * sl);
         u32 lo = (q & LO4) | bit4_bytes(qh >> (4 * sl)), hi = ((q >> 4) & LO4) | bit4_bytes(qh >> (4 * sl + 16));
-        int h = 0, l = 0;
-        dp4a2(sub_bytes(lo, 0x10101010u), xq[sl], h, l);
-        dp4a2(sub_bytes(hi, 0x10101010u), xq[4 + sl], h, l);
-        return mq_f16<S>(b) * xds[0].x * xsum(h, l);
+        return mq32(sub_bytes(lo, 0x10101010u), sub_bytes(hi, 0x10101010u), ld_f16_a2(b), 0.0f, sl, xq, xds);
     }
 };
 struct MQ5_1 {
     static const int QK = 32, BYTES = 24, SL = 4, RM = 1;
-    template <bool S> static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
-        u32 dm = mq_u32<S>(b), qh = mq_u32<S>(b + 4), q = mq_u32<S>(b + 8 + 4 * sl);
-        u32 lo = (q & LO4) | bit4_bytes(qh >> (4 * sl)), hi = ((q >> 4) & LO4) | bit4_bytes(qh >> (4 * sl + 16));
-        int h = 0, l = 0;
-        dp4a2(lo, xq[sl], h, l);
-        dp4a2(hi, xq[4 + sl], h, l);
-        float d = f16_to_f32((u16)(dm & 0xffffu)), m = f16_to_f32((u16)(dm >> 16));
-        float2 xd = xds[0];
-        return d * xd.x * xsum(h, l) + 0.25f * m * xd.y;
+    static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+        uint2 hd = __ldg(reinterpret_cast<const uint2*>(b));
+        u32 q = __ldg(reinterpret_cast<const u32*>(b + 8) + sl);
+        u32 lo = (q & LO4) | bit4_bytes(hd.y >> (4 * sl)), hi = ((q >> 4) & LO4) | bit4_bytes(hd.y >> (4 * sl + 16));
+        float d = f16_to_f32((u16)(hd.x & 0xffffu)), m = f16_to_f32((u16)(hd.x >> 16));
+        return mq32(lo, hi, d, m, sl, xq, xds);
     }
 };
 struct MQ8_0 {
     static const int QK = 32, BYTES = 34, SL = 4, RM = 1;
-    template <bool S> static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
-        u32 q0 = mq_u32a2<S>(b + 2 + 8 * sl), q1 = mq_u32a2<S>(b + 6 + 8 * sl);
+    static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+        u32 q0 = ld_u32_a2(b + 2 + 8 * sl), q1 = ld_u32_a2(b + 6 + 8 * sl);
         int h = 0, l = 0;
         dp4a2(q0, xq[2 * sl], h, l);
         dp4a2(q1, xq[2 * sl + 1], h, l);
-        return mq_f16<S>(b) * xds[0].x * xsum(h, l);
+        return ld_f16_a2(b) * xds[0].x * xsum(h, l);
     }
 };
 // Q4_K / Q5_K slice g (0..3): the 64 weights of chunk g, sub-blocks 2g (low nibbles of code
@@ -354,13 +343,13 @@ __device__ __forceinline__ float mq_k(const u8* b, int g, XQ xq, const float2* x
 }
 struct MQ4_K {
     static const int QK = 256, BYTES = 144, SL = 4, RM = 2;
-    template <bool S> static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+    static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
         return mq_k<false>(b, sl, xq, xds);
     }
 };
 struct MQ5_K {
     static const int QK = 256, BYTES = 176, SL = 4, RM = 2;
-    template <bool S> static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+    static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
         return mq_k<true>(b, sl, xq, xds);
     }
 };
@@ -369,13 +358,13 @@ struct MQ5_K {
 // 4n + i), scales sc[8n + is + 2i].
 struct MQ6_K {
     static const int QK = 256, BYTES = 210, SL = 8, RM = 1;
-    template <bool S> static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+    static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
         int n = sl >> 2, l0 = 8 * (sl & 3), is = l0 >> 4;
         const u8* pa = b + 64 * n + l0;
         const u8* ph = b + 128 + 32 * n + l0;
-        u32 qa[2] = {mq_u32a2<S>(pa), mq_u32a2<S>(pa + 4)}, qb[2] = {mq_u32a2<S>(pa + 32), mq_u32a2<S>(pa + 36)};
-        u32 qh[2] = {mq_u32a2<S>(ph), mq_u32a2<S>(ph + 4)};
-        u32 sw[2] = {mq_u32a2<S>(b + 192 + 8 * n), mq_u32a2<S>(b + 196 + 8 * n)};
+        u32 qa[2] = {ld_u32_a2(pa), ld_u32_a2(pa + 4)}, qb[2] = {ld_u32_a2(pa + 32), ld_u32_a2(pa + 36)};
+        u32 qh[2] = {ld_u32_a2(ph), ld_u32_a2(ph + 4)};
+        u32 sw[2] = {ld_u32_a2(b + 192 + 8 * n), ld_u32_a2(b + 196 + 8 * n)};
         XQ xa = xq + 36 * n + (l0 >> 2); // x block 4n, word l0 / 4
         float acc = 0.0f;
 #pragma unroll
@@ -390,7 +379,7 @@ struct MQ6_K {
             float sc = qf_s((int)(signed char)byte_of(sw, is + 2 * i));
             acc = fmaf(sc * xds[4 * n + i].x, xsum(h, l), acc);
         }
-        return mq_f16<S>(b + 208) * acc;
+        return ld_f16_a2(b + 208) * acc;
     }
 };
 
@@ -436,7 +425,7 @@ __device__ void mmv_impl(MatmulParams p, const float* x, const u8* w, const floa
         const u8* b = row + (u64)blk * Q::BYTES;
 #pragma unroll
         for (u32 r = 0; r < Q::RM; r++)
-            if (r < rows) acc[r] += Q::template dot<false>(b + r * rb, sl, xq + 9 * XB * blk, xds + XB * blk);
+            if (r < rows) acc[r] += Q::dot(b + r * rb, sl, xq + 9 * XB * blk, xds + XB * blk);
     }
 #pragma unroll
     for (u32 r = 0; r < Q::RM; r++) {

@@ -60,6 +60,11 @@ fn wq_block_x(dw: f32, mw: f32, sumi: f32, xa: u32) -> f32 {
     return ds.x * (dw * sumi + mw * ds.y);
 }
 
+// wq_block_x of the 32 codes c (elements 0..15, 16..31) of one block against x block xa.
+fn wq_block32(dw: f32, mw: f32, c: array<vec4<u32>, 2>, xa: u32) -> f32 {
+    return wq_block_x(dw, mw, wq_dotx(c[0], xa, 0u) + wq_dotx(c[1], xa, 1u), xa);
+}
+
 // The 32 five-bit codes of a Q5_0 / Q5_1 block, low 16 and high 16: nibbles of qs, fifth bit e of qh.
 fn wq_q5_codes(q: vec4<u32>, qh: u32) -> array<vec4<u32>, 2> {
     let lo = (q & vec4<u32>(WQ_LO4)) | wq_bit5(vec4<u32>(qh) >> vec4<u32>(0u, 4u, 8u, 12u));
@@ -85,9 +90,7 @@ fn wq_k4_scale_min(s: vec3<u32>, j: u32) -> vec2<f32> {
 fn wq_k_group(c0: array<vec4<u32>, 2>, c1: array<vec4<u32>, 2>, dm: vec2<f32>, s: vec3<u32>, g: u32, xa: u32) -> f32 {
     let sm0 = wq_k4_scale_min(s, 2u * g);
     let sm1 = wq_k4_scale_min(s, 2u * g + 1u);
-    let s0 = wq_dotx(c0[0], xa, 0u) + wq_dotx(c0[1], xa, 1u);
-    let s1 = wq_dotx(c1[0], xa + 1u, 0u) + wq_dotx(c1[1], xa + 1u, 1u);
-    return wq_block_x(dm.x * sm0.x, -dm.y * sm0.y, s0, xa) + wq_block_x(dm.x * sm1.x, -dm.y * sm1.y, s1, xa + 1u);
+    return wq_block32(dm.x * sm0.x, -dm.y * sm0.y, c0, xa) + wq_block32(dm.x * sm1.x, -dm.y * sm1.y, c1, xa + 1u);
 }
 
 // Quarter c of a half: ql words l0 (l 0..15) / l1 (16..31) shifted by ns, qh words h0 / h1 shifted
@@ -151,7 +154,7 @@ fn wx8_q4_0(r: u32, j: u32, xb: u32) -> f32 {
     let c = wq_nibbles(wq_window_b(a, w[ts.x + 1u], ts.y + 2u));
     let d = wq_half_at(a, ts.y);
     let xa = xb + j;
-    return wq_block_x(d, -8.0 * d, wq_dotx(c[0], xa, 0u) + wq_dotx(c[1], xa, 1u), xa);
+    return wq_block32(d, -8.0 * d, c, xa);
 }
 
 // ---- Q4_1 (20 B: d, m f16, qs[16]; q d + m). Slice = block: 2 words.
@@ -162,7 +165,7 @@ fn wx8_q4_1(r: u32, j: u32, xb: u32) -> f32 {
     let c = wq_nibbles(wq_window_b(a, w[ts.x + 1u], ts.y + 4u));
     let dm = unpack2x16float(a[ts.y / 4u]);
     let xa = xb + j;
-    return wq_block_x(dm.x, dm.y, wq_dotx(c[0], xa, 0u) + wq_dotx(c[1], xa, 1u), xa);
+    return wq_block32(dm.x, dm.y, c, xa);
 }
 
 // ---- Q5_0 (22 B: d f16, qh u32, qs[16]; (q - 16) d). Slice = block: 3 words.
@@ -176,7 +179,7 @@ fn wx8_q5_0(r: u32, j: u32, xb: u32) -> f32 {
     let c = wq_q5_codes(wq_window3(a, b, e, ts.y + 6u), qh);
     let d = wq_half_at(a, ts.y);
     let xa = xb + j;
-    return wq_block_x(d, -16.0 * d, wq_dotx(c[0], xa, 0u) + wq_dotx(c[1], xa, 1u), xa);
+    return wq_block32(d, -16.0 * d, c, xa);
 }
 
 // ---- Q5_1 (24 B: d, m f16, qh u32, qs[16]; q d + m; blocks 8-byte aligned). Slice = block: 2
@@ -188,7 +191,7 @@ fn wx8_q5_1(r: u32, j: u32, xb: u32) -> f32 {
     let c = wq_q5_codes(wq_window_b(a, w[ts.x + 1u], ts.y + 8u), a[ts.y / 4u + 1u]);
     let dm = unpack2x16float(a[ts.y / 4u]);
     let xa = xb + j;
-    return wq_block_x(dm.x, dm.y, wq_dotx(c[0], xa, 0u) + wq_dotx(c[1], xa, 1u), xa);
+    return wq_block32(dm.x, dm.y, c, xa);
 }
 
 // ---- Q8_0 (34 B: d f16, qs: i8[32]; q d). Slice = half a block (16 codes): the two words
