@@ -191,19 +191,27 @@ PF(prefill_attention_fp8_d64, e4m3_t, 64)
 
 // ---- the tensor-core version ---------------------------------------------------------------
 //
-// `prefill_attention_mma_<kv>_d<D>` for 16-bit KV: the same contract as above on mma.sync tiles.
-// A block takes PM_BQ = 64 query rows of one sequence and one head, 4 warps of 16 rows each; key
-// tiles of BK = 64 keys (32 when D > 128) are ALIGNED to multiples of BK in key position and
-// staged with 16-byte cp.async copies into two shared-memory stages (the next tile loads while
-// this one is consumed). Shared memory (16-bit elements, rows padded to D + 8 so fragment loads
-// and ldmatrix are bank-conflict free): Q [64][D+8] (f32 activations rounded to the KV type),
-// K and V [2][BK][D+8]. Per warp and key tile: S = Q K^T by m16n8k16 mma (A = Q fragments, B = K
-// rows as col-major operands), online softmax in registers (exp2 domain, each thread owns two
-// rows and reduces across its quad), P rounded to the KV type and reused as the A operand of
-// O += P V (B = V through ldmatrix.trans); f32 accumulation throughout.
+// `prefill_attention_mma_<kv>_d<D>[_pad]` for 16-bit KV: the same contract as above on mma.sync tiles,
+// laid out as FlashAttention-2 does. A block takes BQ query rows of one sequence and one head (BQ =
+// 128 for D <= 128, 64 for D = 256), 4 warps of MT = BQ / 64 m16 tiles each (32 or 16 rows): a warp
+// that owns two m-tiles uses every K and V fragment it loads twice, which is what keeps the
+// shared-memory pipe below the tensor pipe. Key tiles of BK = 64 keys (32 when D = 256) are ALIGNED
+// to multiples of BK in key position and staged with 16-byte cp.async copies into two
+// shared-memory stages (the next tile loads while this one is consumed). Shared memory (16-bit
+// elements, rows padded to D + 8 so ldmatrix is bank-conflict free): Q [BQ][D+8] (f32 activations
+// rounded to the KV type), K and V [2][BK][D+8]. Per warp and key tile: S = Q K^T by m16n8k16 mma
+// (A = Q by ldmatrix, or registers when they fit; B = K rows by ldmatrix), online softmax in
+// registers (exp2 domain, each thread owns two rows per m-tile and reduces across its quad; the
+// row max is taken on raw scores, so the scale must be positive), P rounded to the KV type and
+// reused as the A operand of O += P V (B = V through ldmatrix.trans); f32 accumulation throughout.
+//
+// Paged gather: each key row's pool offset (page table or streaming ring lookup) is computed once
+// per tile by one lane of the warp that copies that row and broadcast by shuffle to the lanes that
+// copy its 16-byte chunks.
 //
 // Head dims: D is 64, 128 or 256; a head_dim below D (any multiple of 8) is zero-padded in shared
-// memory, and k-steps / output tiles past head_dim are skipped.
+// memory, and k-steps / output tiles past head_dim are skipped (FULL: head_dim == D, compiled
+// without those checks).
 //
 // Lambda block sparsity: a block visits only the key tiles that intersect its visible set: for
 // retrieval heads [wlo(first row), last row]; for streaming heads the sink [0, sink) and the band
@@ -214,8 +222,15 @@ PF(prefill_attention_fp8_d64, e4m3_t, 64)
 // local of the last row) skips the per-element mask; the others (diagonal, window and band edges)
 // mask k <= pos, k >= wlo(pos) and (k < sink or pos - k < local) element by element.
 
-#define PM_BQ 64
 #define PM_THREADS 128
+
+// Tile shape for head dim D (host twin: ops_attention::prefill_mma_kernel).
+template <int D> struct PmShape {
+    static constexpr u32 MT = D <= 128 ? 2 : 1;    // m16 tiles per warp
+    static constexpr u32 BQ = 64 * MT;             // query rows per block (4 warps)
+    static constexpr u32 BK = D <= 128 ? 64 : 32;  // keys per tile
+    static constexpr u32 LD = D + 8;               // shared row stride (elements)
+};
 
 __device__ __forceinline__ u32 pm_smem_addr(const void* p) {
     u32 s;
@@ -228,7 +243,20 @@ __device__ __forceinline__ void pm_cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void pm_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void pm_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-// Four 8x8 16-bit matrices, transposed: thread l gives the row address of matrix l / 8.
+// 2^x by the MUFU unit, subnormal results flushed to zero (they are below any weight P V keeps).
+__device__ __forceinline__ float pm_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Four 8x8 16-bit matrices: thread l gives the row address of matrix l / 8.
+__device__ __forceinline__ void pm_ldsm_x4(u32* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(pm_smem_addr(p)));
+}
+// The same, transposed.
 __device__ __forceinline__ void pm_ldsm_x4_t(u32* r, const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -237,7 +265,7 @@ __device__ __forceinline__ void pm_ldsm_x4_t(u32* r, const void* p) {
 
 // Block-uniform geometry of a tile of query rows.
 struct PmTile {
-    u32 s, r0, nr;       // sequence, first row (token index), rows (<= PM_BQ)
+    u32 s, r0, nr;       // sequence, first row (token index), rows (<= BQ)
     u32 p_lo, p_hi;      // positions of the first and the last row
     bool streaming;
     u32 hi;              // head index within its kind's pool
@@ -245,20 +273,21 @@ struct PmTile {
 };
 
 // Which tile blockIdx.y is (the last tiles, which see the most keys, first); false when surplus.
+template <u32 BQ>
 __device__ __forceinline__ bool pm_tile(const AttentionParams& p, const u32* q_indptr, const u32* kv_len,
                                         const u32* head_map, PmTile& t) {
     u32 total = 0;
     for (u32 s = 0; s < p.num_seqs; s++) {
         u32 a = q_indptr[s], e = q_indptr[s + 1];
-        total += e > a ? (e - a + PM_BQ - 1) / PM_BQ : 0;
+        total += e > a ? (e - a + BQ - 1) / BQ : 0;
     }
     if (blockIdx.y >= total) return false;
     u32 b = total - 1 - blockIdx.y;
     bool found = false;
     for (t.s = 0; t.s < p.num_seqs; t.s++) {
         u32 a = q_indptr[t.s], e = q_indptr[t.s + 1];
-        u32 nt = e > a ? (e - a + PM_BQ - 1) / PM_BQ : 0;
-        if (b < nt) { t.r0 = a + b * PM_BQ; t.nr = min(PM_BQ, e - t.r0); found = true; break; }
+        u32 nt = e > a ? (e - a + BQ - 1) / BQ : 0;
+        if (b < nt) { t.r0 = a + b * BQ; t.nr = min(BQ, e - t.r0); found = true; break; }
         b -= nt;
     }
     if (!found || t.r0 + t.nr > p.n_tokens) return false;
@@ -280,28 +309,37 @@ __device__ __forceinline__ bool pm_tile(const AttentionParams& p, const u32* q_i
     return true;
 }
 
-// Long (about 200 lines) on purpose: the kernel's phases (Q fragments, cp.async K/V stages, mma
+// Long (about 220 lines) on purpose: the kernel's phases (Q fragments, cp.async K/V stages, mma
 // scores, online softmax, P.V, output) share its registers and shared memory; split into device
 // functions they would pass all of that state around, and the body reads in the order it runs.
-template <typename KT, int D>
+template <typename KT, int D, bool FULL>
 __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v,
                                  const KT* sk, const KT* sv, const u32* head_map, const u32* page_indptr,
                                  const u32* page_table, const u32* kv_len, const u32* ring_table, float* out,
                                  u32 page_table_len, u32 ring_table_len) {
-    constexpr u32 BK = D <= 128 ? 64 : 32;  // keys per tile
-    constexpr u32 LD = D + 8;               // shared row stride (elements)
-    constexpr u32 NT = BK / 8;              // n-tiles of S per warp
-    constexpr u32 ND = D / 8;               // n-tiles of O per warp
-    constexpr u32 CH = D / 8;               // 16-byte chunks per row
-    constexpr bool QREG = D <= 128;         // Q fragments kept in registers
+    using S = PmShape<D>;
+    constexpr u32 MT = S::MT, BQ = S::BQ, BK = S::BK, LD = S::LD;
+    constexpr u32 NT = BK / 8;                     // n-tiles of S per m-tile
+    constexpr u32 ND = D / 8;                      // n-tiles of O per m-tile
+    constexpr u32 CH = D / 8;                      // 16-byte chunks per row
+    constexpr u32 WR = 32 / CH;                    // rows a warp copies per pass
+    constexpr u32 RP = PM_THREADS / CH;            // rows the block copies per pass
+    constexpr u32 NP = BK * CH / PM_THREADS;       // passes per tile
+    constexpr bool QREG = MT * (D / 16) * 4 <= 32;  // Q fragments kept in registers
+    static_assert(WR * NP <= 32, "a warp's rows of a tile must fit its lanes");
     extern __shared__ __align__(16) unsigned char pm_smem[];
     KT* qs = reinterpret_cast<KT*>(pm_smem);
-    KT* ks = qs + PM_BQ * LD;  // [2][BK][LD]
+    KT* ks = qs + BQ * LD;      // [2][BK][LD]
     KT* vs = ks + 2 * BK * LD;  // [2][BK][LD]
 
-    PmTile t;
-    if (!pm_tile(p, q_indptr, kv_len, head_map, t)) return;
-    const u32 hd = p.head_dim, nh = p.n_heads, h = blockIdx.x;
+    // The tile's geometry lives in shared memory (block-uniform, read where used) so it does not
+    // hold registers through the key loop.
+    __shared__ PmTile t;
+    __shared__ bool live;
+    if (threadIdx.x == 0) live = pm_tile<BQ>(p, q_indptr, kv_len, head_map, t);
+    __syncthreads();
+    if (!live) return;
+    const u32 hd = FULL ? D : p.head_dim, nh = p.n_heads, h = blockIdx.x;
     const u32 tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
     const KT* kpool = t.streaming ? sk : k;
     const KT* vpool = t.streaming ? sv : v;
@@ -314,24 +352,33 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
     const u32 na = ta1 - ta0, n_tiles = na + (tb1 - tb0);
 
     // Q rows, rounded to KT; rows past the tile and dims past head_dim are zero.
-    for (u32 i = tid; i < PM_BQ * (D / 4); i += PM_THREADS) {
+    for (u32 i = tid; i < BQ * (D / 4); i += PM_THREADS) {
         u32 r = i / (D / 4), d = 4 * (i % (D / 4));
         float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r < t.nr && d < hd) x = *reinterpret_cast<const float4*>(q + ((u64)(t.r0 + r) * nh + h) * hd + d);
+        if (r < t.nr && (FULL || d < hd)) x = *reinterpret_cast<const float4*>(q + ((u64)(t.r0 + r) * nh + h) * hd + d);
         *reinterpret_cast<uint2*>(qs + r * LD + d) = make_uint2(mma_pack<KT>(x.x, x.y), mma_pack<KT>(x.z, x.w));
     }
 
+    // Stage key tile ti: lane l < WR * NP of each warp looks up the pool offset of the warp's row
+    // l % WR + RP * (l / WR) (+ warp * WR); pass n's lanes take it by shuffle.
     auto stage = [&](u32 st, u32 ti) {
         const u32 k0 = (ti < na ? ta0 + ti : tb0 + (ti - na)) * BK;
         KT* kd = ks + st * BK * LD;
         KT* vd = vs + st * BK * LD;
-        for (u32 i = tid; i < BK * CH; i += PM_THREADS) {
-            u32 j = i / CH, d = 8 * (i % CH), kp = k0 + j;
-            bool in = d < hd && ((kp >= t.lo_a && kp < t.hi_a) || (kp >= t.lo_b && kp < t.hi_b));
-            u32 off = in ? key_offset(p, t.streaming, t.hi, t.s, kp, page_indptr, page_table, ring_table,
-                                      page_table_len, ring_table_len)
-                         : NONE_U32;
-            if (off != NONE_U32) {
+        u32 mine = NONE_U32;
+        if (lane < WR * NP) {
+            u32 kp = k0 + warp * WR + lane % WR + RP * (lane / WR);
+            bool in = (kp >= t.lo_a && kp < t.hi_a) || (kp >= t.lo_b && kp < t.hi_b);
+            if (in)
+                mine = key_offset(p, t.streaming, t.hi, t.s, kp, page_indptr, page_table, ring_table, page_table_len,
+                                  ring_table_len);
+        }
+        const u32 d = 8 * (lane % CH);
+#pragma unroll
+        for (u32 n = 0; n < NP; n++) {
+            const u32 off = __shfl_sync(0xffffffffu, mine, lane / CH + WR * n);
+            const u32 j = warp * WR + lane / CH + RP * n;
+            if (off != NONE_U32 && (FULL || d < hd)) {
                 pm_cp_async16(kd + j * LD + d, kpool + off + d);
                 pm_cp_async16(vd + j * LD + d, vpool + off + d);
             } else {
@@ -343,17 +390,22 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
     };
     if (n_tiles > 0) stage(0, 0);
 
-    // Per thread: rows ra = warp * 16 + g and ra + 8 of the tile.
-    const u32 ra = warp * 16 + g;
-    const u32 pos_a = t.p_lo + ra, pos_b = pos_a + 8;
-    const u32 wlo_a = window_lo(pos_a, p.window), wlo_b = window_lo(pos_b, p.window);
+    // Per thread and m-tile mt: rows w0 + 16 mt + g and that + 8 of the tile.
+    const u32 w0 = warp * 16 * MT;
     const u32 wlo_hi = window_lo(t.p_hi, p.window);
     const float qscale = p.scale * 1.4426950408889634f;
-    float acc[ND][4];
+    float acc[MT][ND][4];
+    float m[MT][2], l[MT][2];
 #pragma unroll
-    for (u32 n = 0; n < ND; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    float m_a = -LS_INF, m_b = -LS_INF, l_a = 0.0f, l_b = 0.0f;
-    u32 qf[QREG ? D / 16 : 1][4];
+    for (u32 mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (u32 n = 0; n < ND; n++) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+        m[mt][0] = m[mt][1] = -LS_INF;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
+    u32 qf[QREG ? MT : 1][QREG ? D / 16 : 1][4];
+    // Lane l's ldmatrix row within a 16-row A tile, and its 8-column half.
+    const u32 a_row = lane & 15, a_col = 8 * (lane >> 4);
 
     for (u32 ti = 0; ti < n_tiles; ti++) {
         const u32 st = ti & 1;
@@ -361,142 +413,176 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
         __syncthreads();
         if (QREG && ti == 0) {
 #pragma unroll
-            for (u32 kd = 0; kd < (QREG ? D / 16 : 1); kd++) {
-                const KT* qa = qs + ra * LD + kd * 16 + 2 * tq;
-                qf[kd][0] = *reinterpret_cast<const u32*>(qa);
-                qf[kd][1] = *reinterpret_cast<const u32*>(qa + 8 * LD);
-                qf[kd][2] = *reinterpret_cast<const u32*>(qa + 8);
-                qf[kd][3] = *reinterpret_cast<const u32*>(qa + 8 * LD + 8);
-            }
+            for (u32 mt = 0; mt < (QREG ? MT : 1); mt++)
+#pragma unroll
+                for (u32 kd = 0; kd < (QREG ? D / 16 : 1); kd++)
+                    pm_ldsm_x4(qf[mt][kd], qs + (w0 + 16 * mt + a_row) * LD + kd * 16 + a_col);
         }
         const KT* kt = ks + st * BK * LD;
         const KT* vt = vs + st * BK * LD;
         const u32 k0 = (ti < na ? ta0 + ti : tb0 + (ti - na)) * BK;
 
-        // S = Q K^T over the dims that exist.
-        float sc[NT][4];
+        // S = Q K^T over the dims that exist. Lane l addresses key (l & 7) + 8 (l >> 4), dims
+        // + 8 ((l >> 3) & 1): matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15) = b0 b1 of two n-tiles.
+        float sc[MT][NT][4];
 #pragma unroll
-        for (u32 j = 0; j < NT; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+        for (u32 mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (u32 j = 0; j < NT; j++) sc[mt][j][0] = sc[mt][j][1] = sc[mt][j][2] = sc[mt][j][3] = 0.0f;
+        const KT* kr = kt + ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
 #pragma unroll
         for (u32 kd = 0; kd < D / 16; kd++) {
-            if (kd * 16 >= hd) break;
-            u32 a[4];
-            if (QREG) {
+            if (!FULL && kd * 16 >= hd) break;
+            u32 a[MT][4];
 #pragma unroll
-                for (int e = 0; e < 4; e++) a[e] = qf[QREG ? kd : 0][e];
-            } else {
-                const KT* qa = qs + ra * LD + kd * 16 + 2 * tq;
-                a[0] = *reinterpret_cast<const u32*>(qa);
-                a[1] = *reinterpret_cast<const u32*>(qa + 8 * LD);
-                a[2] = *reinterpret_cast<const u32*>(qa + 8);
-                a[3] = *reinterpret_cast<const u32*>(qa + 8 * LD + 8);
+            for (u32 mt = 0; mt < MT; mt++) {
+                if (QREG) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) a[mt][e] = qf[QREG ? mt : 0][QREG ? kd : 0][e];
+                } else {
+                    pm_ldsm_x4(a[mt], qs + (w0 + 16 * mt + a_row) * LD + kd * 16 + a_col);
+                }
             }
 #pragma unroll
-            for (u32 j = 0; j < NT; j++) {
-                const KT* kr = kt + (j * 8 + g) * LD + kd * 16 + 2 * tq;
-                mma_16816<KT>(sc[j], a, *reinterpret_cast<const u32*>(kr), *reinterpret_cast<const u32*>(kr + 8));
+            for (u32 jp = 0; jp < NT / 2; jp++) {
+                u32 b[4];
+                pm_ldsm_x4(b, kr + jp * 16 * LD + kd * 16);
+#pragma unroll
+                for (u32 mt = 0; mt < MT; mt++) {
+                    mma_16816<KT>(sc[mt][2 * jp], a[mt], b[0], b[1]);
+                    mma_16816<KT>(sc[mt][2 * jp + 1], a[mt], b[2], b[3]);
+                }
             }
         }
 
-        // Scale, mask (boundary tiles only), online softmax.
+        // Mask (boundary tiles only), online softmax on raw scores (qscale > 0).
+        float corr[MT][2];
         const bool full = k0 + BK - 1 <= t.p_lo && k0 >= wlo_hi &&
                           (!t.streaming || k0 + BK <= p.sink || t.p_hi - k0 < p.local);
-        float mx_a = -LS_INF, mx_b = -LS_INF;
 #pragma unroll
-        for (u32 j = 0; j < NT; j++) {
+        for (u32 mt = 0; mt < MT; mt++) {
+            float mx[2] = {-LS_INF, -LS_INF};
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = sc[j][e] * qscale;
-                if (!full) {
-                    u32 kp = k0 + j * 8 + 2 * tq + (e & 1), pos = e < 2 ? pos_a : pos_b;
-                    u32 wlo = e < 2 ? wlo_a : wlo_b;
-                    bool vis = kp <= pos && kp >= wlo && (!t.streaming || kp < p.sink || pos - kp < p.local);
-                    if (!vis) x = -LS_INF;
+            for (u32 j = 0; j < NT; j++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    if (!full) {
+                        const u32 kp = k0 + j * 8 + 2 * tq + (e & 1);
+                        const u32 ps_ = t.p_lo + w0 + 16 * mt + g + 8 * (e >> 1);
+                        const bool vis = kp <= ps_ && kp >= window_lo(ps_, p.window) &&
+                                         (!t.streaming || kp < p.sink || ps_ - kp < p.local);
+                        if (!vis) sc[mt][j][e] = -LS_INF;
+                    }
+                    mx[e >> 1] = fmaxf(mx[e >> 1], sc[mt][j][e]);
                 }
-                sc[j][e] = x;
             }
-            mx_a = fmaxf(mx_a, fmaxf(sc[j][0], sc[j][1]));
-            mx_b = fmaxf(mx_b, fmaxf(sc[j][2], sc[j][3]));
-        }
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-        const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-        // A row that has seen no key yet keeps m = -inf; 0 stands in so no inf - inf appears.
-        const float mu_a = mn_a == -LS_INF ? 0.0f : mn_a, mu_b = mn_b == -LS_INF ? 0.0f : mn_b;
-        const float corr_a = exp2f(m_a - mu_a), corr_b = exp2f(m_b - mu_b);
-        m_a = mn_a;
-        m_b = mn_b;
-        l_a *= corr_a;
-        l_b *= corr_b;
 #pragma unroll
-        for (u32 n = 0; n < ND; n++) {
-            acc[n][0] *= corr_a; acc[n][1] *= corr_a;
-            acc[n][2] *= corr_b; acc[n][3] *= corr_b;
-        }
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                const float mn = fmaxf(m[mt][r], mx[r] * qscale);
+                // A row that has seen no key yet keeps m = -inf; 0 stands in so no inf - inf appears.
+                const float mu = mn == -LS_INF ? 0.0f : mn;
+                corr[mt][r] = pm_exp2(m[mt][r] - mu);
+                m[mt][r] = mn;
+                l[mt][r] *= corr[mt][r];
 #pragma unroll
-        for (u32 j = 0; j < NT; j++) {
-            sc[j][0] = exp2f(sc[j][0] - mu_a);
-            sc[j][1] = exp2f(sc[j][1] - mu_a);
-            sc[j][2] = exp2f(sc[j][2] - mu_b);
-            sc[j][3] = exp2f(sc[j][3] - mu_b);
-            l_a += sc[j][0] + sc[j][1];
-            l_b += sc[j][2] + sc[j][3];
+                for (u32 j = 0; j < NT; j++) {
+                    sc[mt][j][2 * r] = pm_exp2(fmaf(sc[mt][j][2 * r], qscale, -mu));
+                    sc[mt][j][2 * r + 1] = pm_exp2(fmaf(sc[mt][j][2 * r + 1], qscale, -mu));
+                    l[mt][r] += sc[mt][j][2 * r] + sc[mt][j][2 * r + 1];
+                }
+            }
         }
 
-        // O += P V: P's S fragments become A fragments (16 keys = two n-tiles of S).
+        // The output rescale, skipped when no row of the warp saw a new maximum (most tiles once
+        // a row has seen a few hundred keys).
+        bool grew = false;
+#pragma unroll
+        for (u32 mt = 0; mt < MT; mt++) grew |= corr[mt][0] != 1.0f || corr[mt][1] != 1.0f;
+        if (__any_sync(0xffffffffu, grew)) {
+#pragma unroll
+            for (u32 mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (u32 n = 0; n < ND; n++) {
+                    acc[mt][n][0] *= corr[mt][0];
+                    acc[mt][n][1] *= corr[mt][0];
+                    acc[mt][n][2] *= corr[mt][1];
+                    acc[mt][n][3] *= corr[mt][1];
+                }
+        }
+
+        // O += P V: P's S fragments become A fragments (16 keys = two n-tiles of S). Lane l
+        // addresses row l % 8 of matrix l / 8: keys +8 for odd matrices, dims +8 for the upper two.
+        const KT* vr = vt + ((lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (lane >> 4);
 #pragma unroll
         for (u32 kk = 0; kk < BK / 16; kk++) {
-            u32 a[4];
-            a[0] = mma_pack<KT>(sc[2 * kk][0], sc[2 * kk][1]);
-            a[1] = mma_pack<KT>(sc[2 * kk][2], sc[2 * kk][3]);
-            a[2] = mma_pack<KT>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-            a[3] = mma_pack<KT>(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
-            // Lane l addresses row l % 8 of matrix l / 8: keys +8 for odd matrices, dims +8 for the
-            // upper two.
-            const KT* vr = vt + (kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (lane >> 4);
+            u32 a[MT][4];
+#pragma unroll
+            for (u32 mt = 0; mt < MT; mt++) {
+                a[mt][0] = mma_pack<KT>(sc[mt][2 * kk][0], sc[mt][2 * kk][1]);
+                a[mt][1] = mma_pack<KT>(sc[mt][2 * kk][2], sc[mt][2 * kk][3]);
+                a[mt][2] = mma_pack<KT>(sc[mt][2 * kk + 1][0], sc[mt][2 * kk + 1][1]);
+                a[mt][3] = mma_pack<KT>(sc[mt][2 * kk + 1][2], sc[mt][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (u32 np = 0; np < ND / 2; np++) {
-                if (np * 16 >= hd) break;
+                if (!FULL && np * 16 >= hd) break;
                 u32 b[4];
-                pm_ldsm_x4_t(b, vr + np * 16);
-                mma_16816<KT>(acc[2 * np], a, b[0], b[1]);
-                mma_16816<KT>(acc[2 * np + 1], a, b[2], b[3]);
+                pm_ldsm_x4_t(b, vr + kk * 16 * LD + np * 16);
+#pragma unroll
+                for (u32 mt = 0; mt < MT; mt++) {
+                    mma_16816<KT>(acc[mt][2 * np], a[mt], b[0], b[1]);
+                    mma_16816<KT>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+                }
             }
         }
         __syncthreads();  // the stage consumed here is refilled next iteration
     }
 
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-    const float ia = l_a > 0.0f ? 1.0f / l_a : 0.0f, ib = l_b > 0.0f ? 1.0f / l_b : 0.0f;
 #pragma unroll
-    for (u32 n = 0; n < ND; n++) {
-        u32 d = n * 8 + 2 * tq;
-        if (d >= hd) break;
-        if (ra < t.nr)
-            *reinterpret_cast<float2*>(out + ((u64)(t.r0 + ra) * nh + h) * hd + d) =
-                make_float2(acc[n][0] * ia, acc[n][1] * ia);
-        if (ra + 8 < t.nr)
-            *reinterpret_cast<float2*>(out + ((u64)(t.r0 + ra + 8) * nh + h) * hd + d) =
-                make_float2(acc[n][2] * ib, acc[n][3] * ib);
+    for (u32 mt = 0; mt < MT; mt++) {
+        float inv[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float s = l[mt][r];
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            inv[r] = s > 0.0f ? 1.0f / s : 0.0f;
+        }
+        const u32 ra = w0 + 16 * mt + g;
+#pragma unroll
+        for (u32 n = 0; n < ND; n++) {
+            u32 d = n * 8 + 2 * tq;
+            if (!FULL && d >= hd) break;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                if (ra + 8 * r < t.nr)
+                    *reinterpret_cast<float2*>(out + ((u64)(t.r0 + ra + 8 * r) * nh + h) * hd + d) =
+                        make_float2(acc[mt][n][2 * r] * inv[r], acc[mt][n][2 * r + 1] * inv[r]);
+            }
+        }
     }
 }
 
-#define PM(name, KT, D) \
+#define PM(name, KT, D, FULL) \
     extern "C" __global__ void __launch_bounds__(PM_THREADS) name( \
         AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v, const KT* sk, const KT* sv, \
         const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, \
         float* out, u32 ptl, u32 rtl) { \
-        prefill_mma_impl<KT, D>(p, q, q_indptr, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, \
-                                out, ptl, rtl); \
+        prefill_mma_impl<KT, D, FULL>(p, q, q_indptr, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, \
+                                      ring_table, out, ptl, rtl); \
     }
-PM(prefill_attention_mma_f16_d64, f16_t, 64)
-PM(prefill_attention_mma_f16_d128, f16_t, 128)
-PM(prefill_attention_mma_f16_d256, f16_t, 256)
-PM(prefill_attention_mma_bf16_d64, bf16_t, 64)
-PM(prefill_attention_mma_bf16_d128, bf16_t, 128)
-PM(prefill_attention_mma_bf16_d256, bf16_t, 256)
+// _d<D>: head_dim == D; _d<D>_pad: head_dim below D, zero-padded up to it.
+PM(prefill_attention_mma_f16_d64, f16_t, 64, true)
+PM(prefill_attention_mma_f16_d128, f16_t, 128, true)
+PM(prefill_attention_mma_f16_d256, f16_t, 256, true)
+PM(prefill_attention_mma_f16_d64_pad, f16_t, 64, false)
+PM(prefill_attention_mma_f16_d128_pad, f16_t, 128, false)
+PM(prefill_attention_mma_f16_d256_pad, f16_t, 256, false)
+PM(prefill_attention_mma_bf16_d64, bf16_t, 64, true)
+PM(prefill_attention_mma_bf16_d128, bf16_t, 128, true)
+PM(prefill_attention_mma_bf16_d256, bf16_t, 256, true)
+PM(prefill_attention_mma_bf16_d64_pad, bf16_t, 64, false)
+PM(prefill_attention_mma_bf16_d128_pad, bf16_t, 128, false)
+PM(prefill_attention_mma_bf16_d256_pad, bf16_t, 256, false)

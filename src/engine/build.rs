@@ -22,8 +22,11 @@ pub struct EngineOptions {
 }
 
 impl EngineOptions {
+    /// One sequence of at most `max_tokens`, prefilled in steps of [`DEFAULT_PREFILL_CHUNK`]
+    /// tokens (fewer when the sequence is shorter, so its streaming ring is no larger than it).
     pub fn new(config: Config, max_tokens: usize) -> Self {
-        EngineOptions { config, max_tokens, max_seqs: 1, prefill_chunk: DEFAULT_PREFILL_CHUNK, layout: None }
+        let prefill_chunk = DEFAULT_PREFILL_CHUNK.min(max_tokens.max(1));
+        EngineOptions { config, max_tokens, max_seqs: 1, prefill_chunk, layout: None }
     }
 }
 

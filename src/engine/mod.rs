@@ -25,8 +25,17 @@ use crate::model::llama::{AttnSettings, Llama, Logits};
 use crate::sampling::{Sampler, SamplingParams, log_prob};
 use crate::sparse::{DecodePlan, SparseConfig};
 
-/// Tokens per prefill chunk unless configured otherwise.
-pub const DEFAULT_PREFILL_CHUNK: usize = 512;
+/// Tokens per prefill step of a single-sequence engine (generate, score, bench, niah) unless
+/// configured otherwise: a long prompt goes in few large steps, so one step's attention grid is
+/// many waves deep and the short tiles of streaming heads free their SMs for the long rows of
+/// retrieval heads (docs/benchmarks.md: 512-token steps left a 32K prefill's attention at 1.8x the
+/// 8K-step time). The streaming ring holds sink + local + this many tokens, so serving, which holds
+/// many sequences, sets its own smaller chunk (`lserve serve --prefill-chunk`).
+pub const DEFAULT_PREFILL_CHUNK: usize = 8192;
+
+/// Rows per prefill step when every row's logits are kept (scoring): bounds the logits buffer to
+/// this many rows of the vocabulary.
+pub const LOGITS_CHUNK: usize = 512;
 
 pub struct Engine<B: Backend> {
     pub backend: B,
@@ -158,19 +167,21 @@ impl<B: Backend> Engine<B> {
     fn prefill_sample(&mut self, seq: &mut SeqPages, tokens: &[u32], sampler: &mut Sampler) -> Result<u32> {
         let chunk = self.prefill_chunk.max(1);
         let last = tokens.len().saturating_sub(1) / chunk * chunk;
-        self.prefill(seq, &tokens[..last], Logits::None, &mut |_| {})?;
+        self.prefill(seq, &tokens[..last], chunk, Logits::None, &mut |_| {})?;
         self.sample_next(seq, &tokens[last..], sampler)
     }
 
-    /// Chunked prefill of `tokens` at the end of `seq`; `on_logits` sees each chunk's logits.
+    /// Prefill of `tokens` at the end of `seq` in steps of `chunk` tokens (at most the engine's
+    /// `prefill_chunk`, which sized the streaming ring); `on_logits` sees each step's logits.
     fn prefill(
         &mut self,
         seq: &mut SeqPages,
         tokens: &[u32],
+        chunk: usize,
         want: Logits,
         on_logits: &mut dyn FnMut(&[f32]),
     ) -> Result<()> {
-        let chunk = self.prefill_chunk.max(1);
+        let chunk = chunk.clamp(1, self.prefill_chunk.max(1));
         let n_chunks = tokens.len().div_ceil(chunk);
         for (i, part) in tokens.chunks(chunk).enumerate() {
             let logits = match want {
@@ -313,7 +324,7 @@ impl<B: Backend> Engine<B> {
             }
         };
         let mut pos = 0;
-        self.prefill(seq, &ids[..split], Logits::All, &mut |logits| {
+        self.prefill(seq, &ids[..split], LOGITS_CHUNK, Logits::All, &mut |logits| {
             for row in logits.chunks(vocab) {
                 add(out, pos, row);
                 pos += 1;

@@ -277,10 +277,15 @@ kernels! {
         ptl: U32 Scalar, rtl: U32 Scalar,
     }
 
-    /// The tensor-core prefill `[f16 | bf16 KV][head_dim tier 64 | 128 | 256]` (same arguments).
+    /// The tensor-core prefill `[f16 | bf16 KV][head_dim tier 64 | 128 | 256, then the same tiers
+    /// zero-padded for a smaller head_dim]` (same arguments).
     prefill_attention_mma: "prefill_attention" (AttentionParams) [
         "prefill_attention_mma_f16_d64", "prefill_attention_mma_f16_d128", "prefill_attention_mma_f16_d256",
+        "prefill_attention_mma_f16_d64_pad", "prefill_attention_mma_f16_d128_pad",
+        "prefill_attention_mma_f16_d256_pad",
         "prefill_attention_mma_bf16_d64", "prefill_attention_mma_bf16_d128", "prefill_attention_mma_bf16_d256",
+        "prefill_attention_mma_bf16_d64_pad", "prefill_attention_mma_bf16_d128_pad",
+        "prefill_attention_mma_bf16_d256_pad",
     ]
     {
         q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,

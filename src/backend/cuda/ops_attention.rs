@@ -23,9 +23,9 @@
 //! (`sparse_decode_attention_<kv>_g<G>`, G = the group rounded up to a power of two, at most 8).
 //! 8-bit KV: prefill and lambda_mass run their scalar kernels, dequantizing as they stage.
 //!
-//! Prefill: a 16-bit KV cache runs the tensor-core kernel (`prefill_attention_mma_<kv>_d<D>`,
-//! mma.sync m16n8k16, D = 64/128/256 with head_dim zero-padded up to it; 64-row query tiles,
-//! grid (heads, tiles)); an f32 KV cache keeps the scalar f32 kernel, the exact reference
+//! Prefill: a 16-bit KV cache runs the tensor-core kernel (`prefill_attention_mma_<kv>_d<D>[_pad]`,
+//! mma.sync m16n8k16, D = 64/128/256 with head_dim zero-padded up to it; query tiles of 128 rows,
+//! 32 a warp (64 and 16 at D = 256); grid (heads, tiles)); an f32 KV cache keeps the scalar f32 kernel, the exact reference
 //! (TF32 tensor cores would miss its tolerance); 8-bit KV runs the scalar kernel (codes
 //! dequantized as they are staged).
 //!
@@ -45,8 +45,6 @@ const MAX_SPLITS: usize = 256;
 const DECODE_HEADS: usize = 8;
 /// Query rows per prefill tile (PF_TQ in the kernel).
 const PREFILL_ROWS: usize = 32;
-/// Query rows per tensor-core prefill tile (PM_BQ in the kernel).
-const PREFILL_MMA_ROWS: usize = 64;
 
 fn u(x: u32) -> usize {
     x as usize
@@ -85,13 +83,14 @@ fn check_common(p: &AttentionParams, kv: &LayerKv<CudaBackend>, meta: &PagedMeta
 
 /// KV dtypes of the scalar prefill entries (`[dtype][log2 dims-per-thread - 2]`, 5 each).
 const PREFILL_SCALAR_DTYPES: [DType; 3] = [DType::F32, DType::I8, DType::F8E4M3];
-/// KV dtypes of the tensor-core prefill entries (`[dtype][head_dim tier]`, 3 each).
+/// KV dtypes of the tensor-core prefill entries (`[dtype][padded][head_dim tier]`, 6 each).
 const PREFILL_MMA_DTYPES: [DType; 2] = [DType::F16, DType::BF16];
 
 /// The tensor-core kernel for a 16-bit KV dtype and head_dim (a multiple of 8 up to 256, padded
-/// to D = 64, 128 or 256), and its dynamic shared memory: Q [64][D+8] plus two stages of K and V
-/// [BK][D+8], 16-bit elements, BK = 64 keys (32 when D = 256).
-fn prefill_mma_kernel(kv: DType, hd: usize) -> Result<(&'static str, usize)> {
+/// to D = 64, 128 or 256), its query rows per block and its dynamic shared memory (the kernel's
+/// `PmShape`): BQ = 128 rows (64 when D = 256), Q [BQ][D+8] plus two stages of K and V [BK][D+8],
+/// 16-bit elements, BK = 64 keys (32 when D = 256).
+fn prefill_mma_kernel(kv: DType, hd: usize) -> Result<(&'static str, usize, usize)> {
     let tier = if hd <= 64 {
         0
     } else if hd <= 128 {
@@ -100,9 +99,11 @@ fn prefill_mma_kernel(kv: DType, hd: usize) -> Result<(&'static str, usize)> {
         2
     };
     let d = 64 << tier;
-    let bk = if d <= 128 { 64 } else { 32 };
-    let name = entry_in(kern::prefill_attention_mma::ENTRIES, &PREFILL_MMA_DTYPES, kv, tier, 3)?;
-    Ok((name, (PREFILL_MMA_ROWS + 4 * bk) * (d + 8) * 2))
+    let (bq, bk) = if d <= 128 { (128, 64) } else { (64, 32) };
+    // Entries per dtype: the three tiers at head_dim == D, then the three zero-padded ones.
+    let variant = if hd == d { tier } else { 3 + tier };
+    let name = entry_in(kern::prefill_attention_mma::ENTRIES, &PREFILL_MMA_DTYPES, kv, variant, 6)?;
+    Ok((name, bq, (bq + 4 * bk) * (d + 8) * 2))
 }
 
 pub fn prefill_attention(
@@ -144,8 +145,12 @@ pub fn prefill_attention(
         };
     }
     if matches!(kv.k.dtype, DType::F16 | DType::BF16) {
-        let (name, smem) = prefill_mma_kernel(kv.k.dtype, hd)?;
-        let tiles = n / PREFILL_MMA_ROWS + ns;
+        // The kernel takes the row max on raw scores, which needs a positive scale.
+        if !(p.scale > 0.0) {
+            return Err(err(format!("prefill_attention: scale {} (must be positive)", p.scale)));
+        }
+        let (name, rows, smem) = prefill_mma_kernel(kv.k.dtype, hd)?;
+        let tiles = n / rows + ns;
         let l = Launch::new((nh as u32, tiles as u32, 1), 128).smem(smem);
         return kern::prefill_attention_mma::launch_variant(be.gpu(), name, l, p, args!(prefill_attention_mma));
     }
