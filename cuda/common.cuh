@@ -190,6 +190,23 @@ __device__ __forceinline__ unsigned char kv8_code(bool fp8, float x, u32 ab) {
     return (unsigned char)(neg ? -l : l);
 }
 
+// (Shared by the tensor-core attention kernels, which multiply codes as exact f16 values and apply
+// the row scales in f32.)
+// Four 8-bit codes (one word, lowest byte first) as two f16 pairs of their values (fp8: / 256).
+__device__ __forceinline__ void codes_f16(u32 w, u32& lo, u32& hi, i8kv_t) {
+    const u32 u = w ^ 0x80808080u, one024 = 0x64646464u, c1152 = 0x64806480u;
+    const u32 a = __byte_perm(u, one024, 0x4140), b = __byte_perm(u, one024, 0x4342);
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(lo) : "r"(a), "r"(c1152));
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(hi) : "r"(b), "r"(c1152));
+}
+__device__ __forceinline__ void codes_f16(u32 w, u32& lo, u32& hi, e4m3_t) {
+    const u32 a = __byte_perm(w, 0u, 0x4140), b = __byte_perm(w, 0u, 0x4342);
+    lo = ((a << 8) & 0x80008000u) | ((a << 7) & 0x3f803f80u);
+    hi = ((b << 8) & 0x80008000u) | ((b << 7) & 0x3f803f80u);
+}
+template <typename KT> __device__ __forceinline__ float code_scale() { return 1.0f; }
+template <> __device__ __forceinline__ float code_scale<e4m3_t>() { return 256.0f; }
+
 // Element d of the row at element offset `el` of a pool of KT, as f32 (dequantized for 8-bit).
 template <typename KT>
 __device__ __forceinline__ float kv_elem(const KT* pool, u64 el, u32 d, u32 ps, u32 hd) {

@@ -232,6 +232,11 @@ template <int D> struct PmShape {
     static constexpr u32 LD = D + 8;               // shared row stride (elements)
 };
 
+// The mma operand type for a KV storage type: itself for 16-bit KV, f16 for 8-bit codes (exact).
+template <typename KT> struct PmType { typedef KT T; typedef i8kv_t K8; };
+template <> struct PmType<i8kv_t> { typedef f16_t T; typedef i8kv_t K8; };
+template <> struct PmType<e4m3_t> { typedef f16_t T; typedef e4m3_t K8; };
+
 __device__ __forceinline__ u32 pm_smem_addr(const void* p) {
     u32 s;
     asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(s) : "l"(p));
@@ -327,10 +332,20 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
     constexpr u32 NP = BK * CH / PM_THREADS;       // passes per tile
     constexpr bool QREG = MT * (D / 16) * 4 <= 32;  // Q fragments kept in registers
     static_assert(WR * NP <= 32, "a warp's rows of a tile must fit its lanes");
+    // 8-bit KV: 16-byte chunks of codes per row, and the copy geometry for them.
+    constexpr bool KV8 = is_kv8<KT>::value;
+    constexpr u32 C8 = D / 16, W8 = 32 / C8, R8 = PM_THREADS / C8, N8 = BK * C8 / PM_THREADS;
+    static_assert(!KV8 || (FULL && W8 * N8 <= 32), "8-bit tiles: head_dim == D, rows fit the lanes");
+    typedef typename PmType<KT>::T CT;  // the mma operand type
+    typedef typename PmType<KT>::K8 K8;  // the 8-bit code type (i8kv_t for 16-bit KV: unused)
+    constexpr u32 NS = KV8 ? 1 : 2;     // stages of 16-bit K/V tiles
     extern __shared__ __align__(16) unsigned char pm_smem[];
-    KT* qs = reinterpret_cast<KT*>(pm_smem);
-    KT* ks = qs + BQ * LD;      // [2][BK][LD]
-    KT* vs = ks + 2 * BK * LD;  // [2][BK][LD]
+    CT* qs = reinterpret_cast<CT*>(pm_smem);
+    CT* ks = qs + BQ * LD;       // [NS][BK][LD]
+    CT* vs = ks + NS * BK * LD;  // [NS][BK][LD]
+    // 8-bit only: raw codes [2 stages][K, V][BK][D] and row scales [2][K, V][BK] (times code_scale).
+    unsigned char* raw = reinterpret_cast<unsigned char*>(vs + NS * BK * LD);
+    float* scl = reinterpret_cast<float*>(raw + (KV8 ? 4 * BK * D : 0));
 
     // The tile's geometry lives in shared memory (block-uniform, read where used) so it does not
     // hold registers through the key loop.
@@ -356,37 +371,106 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
         u32 r = i / (D / 4), d = 4 * (i % (D / 4));
         float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (r < t.nr && (FULL || d < hd)) x = *reinterpret_cast<const float4*>(q + ((u64)(t.r0 + r) * nh + h) * hd + d);
-        *reinterpret_cast<uint2*>(qs + r * LD + d) = make_uint2(mma_pack<KT>(x.x, x.y), mma_pack<KT>(x.z, x.w));
+        *reinterpret_cast<uint2*>(qs + r * LD + d) = make_uint2(mma_pack<CT>(x.x, x.y), mma_pack<CT>(x.z, x.w));
     }
+
+    // 8-bit KV: stage the codes (16-byte cp.async) and the row scales (4-byte cp.async) of the tile
+    // at key k0 into raw stage st; lane l < W8 * N8 of each warp looks up its row
+    // l % W8 + R8 * (l / W8) (+ warp * W8) and passes the code offset on by shuffle.
+    auto stage8 = [&](u32 st, u32 k0) {
+        unsigned char* kr8 = raw + st * 2 * BK * D;
+        float* ss = scl + st * 2 * BK;
+        u32 lo = NONE_U32, hi32 = 0u;
+        if (lane < W8 * N8) {
+            const u32 j = warp * W8 + lane % W8 + R8 * (lane / W8), kp = k0 + j;
+            const bool in = (kp >= t.lo_a && kp < t.hi_a) || (kp >= t.lo_b && kp < t.hi_b);
+            const u32 el = in ? key_offset(p, t.streaming, t.hi, t.s, kp, page_indptr, page_table, ring_table,
+                                           page_table_len, ring_table_len)
+                              : NONE_U32;
+            if (el != NONE_U32) {
+                const u32 row = el / D, blk = row / p.page_size, r = row - blk * p.page_size;
+                const u64 base = (u64)blk * p.page_size * (D + 4);
+                const u64 code = base + (u64)r * D, sc = base + (u64)p.page_size * D + 4u * r;
+                const unsigned char* kb = reinterpret_cast<const unsigned char*>(kpool);
+                const unsigned char* vb = reinterpret_cast<const unsigned char*>(vpool);
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(pm_smem_addr(ss + j)), "l"(kb + sc) : "memory");
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(pm_smem_addr(ss + BK + j)), "l"(vb + sc)
+                             : "memory");
+                lo = (u32)code;
+                hi32 = (u32)(code >> 32);
+            } else {
+                ss[j] = 0.0f;
+                ss[BK + j] = 0.0f;
+            }
+        }
+        const u32 c = 16 * (lane % C8);
+#pragma unroll
+        for (u32 n = 0; n < N8; n++) {
+            const u32 from = lane / C8 + W8 * n;
+            const u32 olo = __shfl_sync(0xffffffffu, lo, from), ohi = __shfl_sync(0xffffffffu, hi32, from);
+            const u32 j = warp * W8 + lane / C8 + R8 * n;
+            unsigned char* kd = kr8 + j * D + c;
+            if (olo != NONE_U32 || ohi != 0u) {
+                const u64 code = ((u64)ohi << 32) | olo;
+                pm_cp_async16(kd, reinterpret_cast<const unsigned char*>(kpool) + code + c);
+                pm_cp_async16(kd + BK * D, reinterpret_cast<const unsigned char*>(vpool) + code + c);
+            } else {
+                *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
+                *reinterpret_cast<uint4*>(kd + BK * D) = make_uint4(0, 0, 0, 0);
+            }
+        }
+        pm_cp_commit();
+    };
+    // 8-bit KV: the codes of raw stage st as exact f16 values in the K/V tiles (16 codes an item).
+    auto convert8 = [&](u32 st) {
+        if constexpr (!KV8) return;
+        const unsigned char* src = raw + st * 2 * BK * D;
+        for (u32 i = tid; i < 2 * BK * C8; i += PM_THREADS) {
+            const u32 kv = i / (BK * C8), j = (i / C8) % BK, c = 16 * (i % C8);
+            const uint4 w = *reinterpret_cast<const uint4*>(src + kv * BK * D + j * D + c);
+            uint4 a, b;
+            codes_f16(w.x, a.x, a.y, K8{});
+            codes_f16(w.y, a.z, a.w, K8{});
+            codes_f16(w.z, b.x, b.y, K8{});
+            codes_f16(w.w, b.z, b.w, K8{});
+            CT* dst = (kv ? vs : ks) + j * LD + c;
+            *reinterpret_cast<uint4*>(dst) = a;
+            *reinterpret_cast<uint4*>(dst + 8) = b;
+        }
+    };
 
     // Stage key tile ti: lane l < WR * NP of each warp looks up the pool offset of the warp's row
     // l % WR + RP * (l / WR) (+ warp * WR); pass n's lanes take it by shuffle.
     auto stage = [&](u32 st, u32 ti) {
         const u32 k0 = (ti < na ? ta0 + ti : tb0 + (ti - na)) * BK;
-        KT* kd = ks + st * BK * LD;
-        KT* vd = vs + st * BK * LD;
-        u32 mine = NONE_U32;
-        if (lane < WR * NP) {
-            u32 kp = k0 + warp * WR + lane % WR + RP * (lane / WR);
-            bool in = (kp >= t.lo_a && kp < t.hi_a) || (kp >= t.lo_b && kp < t.hi_b);
-            if (in)
-                mine = key_offset(p, t.streaming, t.hi, t.s, kp, page_indptr, page_table, ring_table, page_table_len,
-                                  ring_table_len);
-        }
-        const u32 d = 8 * (lane % CH);
-#pragma unroll
-        for (u32 n = 0; n < NP; n++) {
-            const u32 off = __shfl_sync(0xffffffffu, mine, lane / CH + WR * n);
-            const u32 j = warp * WR + lane / CH + RP * n;
-            if (off != NONE_U32 && (FULL || d < hd)) {
-                pm_cp_async16(kd + j * LD + d, kpool + off + d);
-                pm_cp_async16(vd + j * LD + d, vpool + off + d);
-            } else {
-                *reinterpret_cast<uint4*>(kd + j * LD + d) = make_uint4(0, 0, 0, 0);
-                *reinterpret_cast<uint4*>(vd + j * LD + d) = make_uint4(0, 0, 0, 0);
+        if constexpr (KV8) {
+            stage8(st, k0);
+        } else {
+            CT* kd = ks + st * BK * LD;
+            CT* vd = vs + st * BK * LD;
+            u32 mine = NONE_U32;
+            if (lane < WR * NP) {
+                u32 kp = k0 + warp * WR + lane % WR + RP * (lane / WR);
+                bool in = (kp >= t.lo_a && kp < t.hi_a) || (kp >= t.lo_b && kp < t.hi_b);
+                if (in)
+                    mine = key_offset(p, t.streaming, t.hi, t.s, kp, page_indptr, page_table, ring_table, page_table_len,
+                                      ring_table_len);
             }
+            const u32 d = 8 * (lane % CH);
+#pragma unroll
+            for (u32 n = 0; n < NP; n++) {
+                const u32 off = __shfl_sync(0xffffffffu, mine, lane / CH + WR * n);
+                const u32 j = warp * WR + lane / CH + RP * n;
+                if (off != NONE_U32 && (FULL || d < hd)) {
+                    pm_cp_async16(kd + j * LD + d, kpool + off + d);
+                    pm_cp_async16(vd + j * LD + d, vpool + off + d);
+                } else {
+                    *reinterpret_cast<uint4*>(kd + j * LD + d) = make_uint4(0, 0, 0, 0);
+                    *reinterpret_cast<uint4*>(vd + j * LD + d) = make_uint4(0, 0, 0, 0);
+                }
+            }
+            pm_cp_commit();
         }
-        pm_cp_commit();
     };
     if (n_tiles > 0) stage(0, 0);
 
@@ -418,8 +502,12 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
                 for (u32 kd = 0; kd < (QREG ? D / 16 : 1); kd++)
                     pm_ldsm_x4(qf[mt][kd], qs + (w0 + 16 * mt + a_row) * LD + kd * 16 + a_col);
         }
-        const KT* kt = ks + st * BK * LD;
-        const KT* vt = vs + st * BK * LD;
+        if constexpr (KV8) {
+            convert8(st);
+            __syncthreads();
+        }
+        const CT* kt = ks + (KV8 ? 0 : st) * BK * LD;
+        const CT* vt = vs + (KV8 ? 0 : st) * BK * LD;
         const u32 k0 = (ti < na ? ta0 + ti : tb0 + (ti - na)) * BK;
 
         // S = Q K^T over the dims that exist. Lane l addresses key (l & 7) + 8 (l >> 4), dims
@@ -429,7 +517,7 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
         for (u32 mt = 0; mt < MT; mt++)
 #pragma unroll
             for (u32 j = 0; j < NT; j++) sc[mt][j][0] = sc[mt][j][1] = sc[mt][j][2] = sc[mt][j][3] = 0.0f;
-        const KT* kr = kt + ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
+        const CT* kr = kt + ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
 #pragma unroll
         for (u32 kd = 0; kd < D / 16; kd++) {
             if (!FULL && kd * 16 >= hd) break;
@@ -449,8 +537,25 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
                 pm_ldsm_x4(b, kr + jp * 16 * LD + kd * 16);
 #pragma unroll
                 for (u32 mt = 0; mt < MT; mt++) {
-                    mma_16816<KT>(sc[mt][2 * jp], a[mt], b[0], b[1]);
-                    mma_16816<KT>(sc[mt][2 * jp + 1], a[mt], b[2], b[3]);
+                    mma_16816<CT>(sc[mt][2 * jp], a[mt], b[0], b[1]);
+                    mma_16816<CT>(sc[mt][2 * jp + 1], a[mt], b[2], b[3]);
+                }
+            }
+        }
+
+        // 8-bit KV: a score times its key's K scale (the codes were multiplied as exact values).
+        if constexpr (KV8) {
+            const float* ksc = scl + st * 2 * BK;
+#pragma unroll
+            for (u32 j = 0; j < NT; j++) {
+                const float2 f = *reinterpret_cast<const float2*>(ksc + j * 8 + 2 * tq);
+                const float fx = f.x * code_scale<KT>(), fy = f.y * code_scale<KT>();
+#pragma unroll
+                for (u32 mt = 0; mt < MT; mt++) {
+                    sc[mt][j][0] *= fx;
+                    sc[mt][j][1] *= fy;
+                    sc[mt][j][2] *= fx;
+                    sc[mt][j][3] *= fy;
                 }
             }
         }
@@ -494,6 +599,22 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
                 }
             }
         }
+        // 8-bit KV: P times its key's V scale before it is rounded for P V (l keeps plain P).
+        if constexpr (KV8) {
+            const float* vsc = scl + st * 2 * BK + BK;
+#pragma unroll
+            for (u32 j = 0; j < NT; j++) {
+                const float2 f = *reinterpret_cast<const float2*>(vsc + j * 8 + 2 * tq);
+                const float fx = f.x * code_scale<KT>(), fy = f.y * code_scale<KT>();
+#pragma unroll
+                for (u32 mt = 0; mt < MT; mt++) {
+                    sc[mt][j][0] *= fx;
+                    sc[mt][j][1] *= fy;
+                    sc[mt][j][2] *= fx;
+                    sc[mt][j][3] *= fy;
+                }
+            }
+        }
 
         // The output rescale, skipped when no row of the warp saw a new maximum (most tiles once
         // a row has seen a few hundred keys).
@@ -514,16 +635,16 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
 
         // O += P V: P's S fragments become A fragments (16 keys = two n-tiles of S). Lane l
         // addresses row l % 8 of matrix l / 8: keys +8 for odd matrices, dims +8 for the upper two.
-        const KT* vr = vt + ((lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (lane >> 4);
+        const CT* vr = vt + ((lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (lane >> 4);
 #pragma unroll
         for (u32 kk = 0; kk < BK / 16; kk++) {
             u32 a[MT][4];
 #pragma unroll
             for (u32 mt = 0; mt < MT; mt++) {
-                a[mt][0] = mma_pack<KT>(sc[mt][2 * kk][0], sc[mt][2 * kk][1]);
-                a[mt][1] = mma_pack<KT>(sc[mt][2 * kk][2], sc[mt][2 * kk][3]);
-                a[mt][2] = mma_pack<KT>(sc[mt][2 * kk + 1][0], sc[mt][2 * kk + 1][1]);
-                a[mt][3] = mma_pack<KT>(sc[mt][2 * kk + 1][2], sc[mt][2 * kk + 1][3]);
+                a[mt][0] = mma_pack<CT>(sc[mt][2 * kk][0], sc[mt][2 * kk][1]);
+                a[mt][1] = mma_pack<CT>(sc[mt][2 * kk][2], sc[mt][2 * kk][3]);
+                a[mt][2] = mma_pack<CT>(sc[mt][2 * kk + 1][0], sc[mt][2 * kk + 1][1]);
+                a[mt][3] = mma_pack<CT>(sc[mt][2 * kk + 1][2], sc[mt][2 * kk + 1][3]);
             }
 #pragma unroll
             for (u32 np = 0; np < ND / 2; np++) {
@@ -532,8 +653,8 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
                 pm_ldsm_x4_t(b, vr + kk * 16 * LD + np * 16);
 #pragma unroll
                 for (u32 mt = 0; mt < MT; mt++) {
-                    mma_16816<KT>(acc[mt][2 * np], a[mt], b[0], b[1]);
-                    mma_16816<KT>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+                    mma_16816<CT>(acc[mt][2 * np], a[mt], b[0], b[1]);
+                    mma_16816<CT>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
                 }
             }
         }
@@ -586,3 +707,10 @@ PM(prefill_attention_mma_bf16_d256, bf16_t, 256, true)
 PM(prefill_attention_mma_bf16_d64_pad, bf16_t, 64, false)
 PM(prefill_attention_mma_bf16_d128_pad, bf16_t, 128, false)
 PM(prefill_attention_mma_bf16_d256_pad, bf16_t, 256, false)
+// 8-bit KV: head_dim == D only (16-byte code rows).
+PM(prefill_attention_mma_int8_d64, i8kv_t, 64, true)
+PM(prefill_attention_mma_int8_d128, i8kv_t, 128, true)
+PM(prefill_attention_mma_int8_d256, i8kv_t, 256, true)
+PM(prefill_attention_mma_fp8_d64, e4m3_t, 64, true)
+PM(prefill_attention_mma_fp8_d128, e4m3_t, 128, true)
+PM(prefill_attention_mma_fp8_d256, e4m3_t, 256, true)

@@ -498,20 +498,6 @@ template <typename MT> __device__ __forceinline__ void split_pair(float a, float
     lo = mma_pack<MT>(a - half_f32<MT>(hi, false), b - half_f32<MT>(hi, true));
 }
 
-// Four 8-bit codes (one word, lowest byte first) as two f16 pairs of their values (fp8: / 256).
-__device__ __forceinline__ void codes_f16(u32 w, u32& lo, u32& hi, i8kv_t) {
-    const u32 u = w ^ 0x80808080u, one024 = 0x64646464u, c1152 = 0x64806480u;
-    const u32 a = __byte_perm(u, one024, 0x4140), b = __byte_perm(u, one024, 0x4342);
-    asm("sub.f16x2 %0, %1, %2;" : "=r"(lo) : "r"(a), "r"(c1152));
-    asm("sub.f16x2 %0, %1, %2;" : "=r"(hi) : "r"(b), "r"(c1152));
-}
-__device__ __forceinline__ void codes_f16(u32 w, u32& lo, u32& hi, e4m3_t) {
-    const u32 a = __byte_perm(w, 0u, 0x4140), b = __byte_perm(w, 0u, 0x4342);
-    lo = ((a << 8) & 0x80008000u) | ((a << 7) & 0x3f803f80u);
-    hi = ((b << 8) & 0x80008000u) | ((b << 7) & 0x3f803f80u);
-}
-template <typename KT> __device__ __forceinline__ float code_scale() { return 1.0f; }
-template <> __device__ __forceinline__ float code_scale<e4m3_t>() { return 256.0f; }
 
 // A key's address for the loads below: 16-bit pools: a = the element offset of its row, b unused;
 // 8-bit pools: a = its (page, head) block, b = its row in the block. a = NONE_U32: absent key.

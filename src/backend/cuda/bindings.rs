@@ -293,6 +293,18 @@ kernels! {
         ptl: U32 Scalar, rtl: U32 Scalar,
     }
 
+    /// The tensor-core prefill over 8-bit KV `[int8 | fp8][head_dim 64 | 128 | 256]`, head_dim
+    /// == D only (same arguments).
+    prefill_attention_mma8: "prefill_attention" (AttentionParams) [
+        "prefill_attention_mma_int8_d64", "prefill_attention_mma_int8_d128", "prefill_attention_mma_int8_d256",
+        "prefill_attention_mma_fp8_d64", "prefill_attention_mma_fp8_d128", "prefill_attention_mma_fp8_d256",
+    ]
+    {
+        q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,
+        page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out F32,
+        ptl: U32 Scalar, rtl: U32 Scalar,
+    }
+
     /// `[kv dtype][log2 G]` (G query heads of one KV head per block).
     sparse_decode_attention: "sparse_decode_attention" (AttentionParams) [
         "sparse_decode_attention_f32_g1", "sparse_decode_attention_f32_g2",

@@ -21,13 +21,15 @@
 //! (`sparse_decode_attention_mma_<kv>_d<D>`, 8 query heads a block, K/V read once into registers
 //! for the whole GQA group); f32 KV and other head dims the SIMT cp.async kernel
 //! (`sparse_decode_attention_<kv>_g<G>`, G = the group rounded up to a power of two, at most 8).
-//! 8-bit KV: prefill and lambda_mass run their scalar kernels, dequantizing as they stage.
+//! 8-bit KV: lambda_mass runs its scalar kernel, dequantizing as it stages.
 //!
 //! Prefill: a 16-bit KV cache runs the tensor-core kernel (`prefill_attention_mma_<kv>_d<D>[_pad]`,
 //! mma.sync m16n8k16, D = 64/128/256 with head_dim zero-padded up to it; query tiles of 128 rows,
 //! 32 a warp (64 and 16 at D = 256); grid (heads, tiles)); an f32 KV cache keeps the scalar f32 kernel, the exact reference
-//! (TF32 tensor cores would miss its tolerance); 8-bit KV runs the scalar kernel (codes
-//! dequantized as they are staged).
+//! (TF32 tensor cores would miss its tolerance); 8-bit KV at head_dim 64 / 128 / 256 runs the
+//! tensor-core kernel too (`prefill_attention_mma_<int8|fp8>_d<D>`: codes multiplied as exact f16
+//! values, K scales applied to the scores and V scales to P in f32), other head dims the scalar
+//! kernel (codes dequantized as they are staged).
 //!
 //! Every launch goes through its typed binding (bindings.rs): the entry is picked from the
 //! binding's table by dtype and variant, the arguments are named fields.
@@ -83,6 +85,8 @@ fn check_common(p: &AttentionParams, kv: &LayerKv<CudaBackend>, meta: &PagedMeta
 
 /// KV dtypes of the scalar prefill entries (`[dtype][log2 dims-per-thread - 2]`, 5 each).
 const PREFILL_SCALAR_DTYPES: [DType; 3] = [DType::F32, DType::I8, DType::F8E4M3];
+/// KV dtypes of the 8-bit tensor-core prefill entries (`[dtype][head_dim tier]`, 3 each).
+const PREFILL_MMA8_DTYPES: [DType; 2] = [DType::I8, DType::F8E4M3];
 /// KV dtypes of the tensor-core prefill entries (`[dtype][padded][head_dim tier]`, 6 each).
 const PREFILL_MMA_DTYPES: [DType; 2] = [DType::F16, DType::BF16];
 
@@ -104,6 +108,16 @@ fn prefill_mma_kernel(kv: DType, hd: usize) -> Result<(&'static str, usize, usiz
     let variant = if hd == d { tier } else { 3 + tier };
     let name = entry_in(kern::prefill_attention_mma::ENTRIES, &PREFILL_MMA_DTYPES, kv, variant, 6)?;
     Ok((name, bq, (bq + 4 * bk) * (d + 8) * 2))
+}
+
+/// The tensor-core kernel for 8-bit KV at head_dim 64, 128 or 256 (the kernel's `PmShape`, its
+/// 8-bit layout): Q [BQ][D+8] and one stage of K and V [BK][D+8] as f16, two stages of raw K and
+/// V codes [BK][D] and their row scales [BK] (f32).
+fn prefill_mma8_kernel(kv: DType, hd: usize) -> Result<(&'static str, usize, usize)> {
+    let tier = hd.trailing_zeros() as usize - 6;
+    let (bq, bk) = if hd <= 128 { (128, 64) } else { (64, 32) };
+    let name = entry_in(kern::prefill_attention_mma8::ENTRIES, &PREFILL_MMA8_DTYPES, kv, tier, 3)?;
+    Ok((name, bq, (bq + 2 * bk) * (hd + 8) * 2 + 4 * bk * hd + 16 * bk))
 }
 
 pub fn prefill_attention(
@@ -144,11 +158,18 @@ pub fn prefill_attention(
             }
         };
     }
-    if matches!(kv.k.dtype, DType::F16 | DType::BF16) {
-        // The kernel takes the row max on raw scores, which needs a positive scale.
-        if !(p.scale > 0.0) {
-            return Err(err(format!("prefill_attention: scale {} (must be positive)", p.scale)));
-        }
+    let mma8 = kv.k.dtype.is_kv8() && matches!(hd, 64 | 128 | 256);
+    let mma16 = matches!(kv.k.dtype, DType::F16 | DType::BF16);
+    // The tensor-core kernels take the row max on raw scores, which needs a positive scale.
+    if (mma8 || mma16) && !(p.scale > 0.0) {
+        return Err(err(format!("prefill_attention: scale {} (must be positive)", p.scale)));
+    }
+    if mma8 {
+        let (name, rows, smem) = prefill_mma8_kernel(kv.k.dtype, hd)?;
+        let l = Launch::new((nh as u32, (n / rows + ns) as u32, 1), 128).smem(smem);
+        return kern::prefill_attention_mma8::launch_variant(be.gpu(), name, l, p, args!(prefill_attention_mma8));
+    }
+    if mma16 {
         let (name, rows, smem) = prefill_mma_kernel(kv.k.dtype, hd)?;
         let tiles = n / rows + ns;
         let l = Launch::new((nh as u32, tiles as u32, 1), 128).smem(smem);
