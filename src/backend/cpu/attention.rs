@@ -9,9 +9,9 @@
 
 use rayon::prelude::*;
 
+use super::attn_ops::{Kernels, kernels};
 use super::kvops::head_kinds;
 use super::kvpool::{PoolRef, pool};
-use super::ops::Dot2x4;
 use super::{CpuBackend, CpuBuffer, err, f32s, f32s_mut, u32s};
 use crate::backend::reference::kv_layout::ring_index;
 use crate::backend::*;
@@ -26,6 +26,12 @@ struct Pool<'a> {
     k: PoolRef<'a>,
     v: PoolRef<'a>,
     heads: usize,
+}
+
+impl<'a> Pool<'a> {
+    fn k_or_v(&self, v: bool) -> &PoolRef<'a> {
+        if v { &self.v } else { &self.k }
+    }
 }
 
 struct Ctx<'a> {
@@ -134,10 +140,9 @@ impl Ctx<'_> {
 
     /// softmax(q_g . K^T * scale) . V for the query heads of one KV head (`q`, `out`:
     /// `[group][head_dim]`) over the rows of `sc.spans`, in span order. Each key and value row is
-    /// read (dequantized) once for the whole group. Per head the arithmetic is a plain per-position
-    /// walk's: every score is `ops::dot` exactly (`dot2x4` equals it bit for bit) times the scale,
-    /// a two-pass softmax with an f64 sum, and each output element sums `w * v` in row order.
-    fn attend_group(&self, q: &[f32], sc: &mut Scratch, out: &mut [f32], dot: Dot2x4) {
+    /// read (dequantized) once for the whole group. Per head: the scores of `attn_ops`, a two-pass
+    /// softmax in f32 with an f64 sum, and each output element summing `w * v` in row order.
+    fn attend_group(&self, q: &[f32], sc: &mut Scratch, out: &mut [f32], kn: Kernels) {
         let (hd, group) = (self.hd, q.len() / self.hd);
         let Scratch { spans, scores, rows } = sc;
         let total: usize = spans.iter().map(|sp| sp.n).sum();
@@ -146,25 +151,22 @@ impl Ctx<'_> {
             return;
         }
         scores.resize(group * total, 0.0);
-        let qr = |g: usize| &q[g.min(group - 1) * hd..(g.min(group - 1) + 1) * hd];
-        let mut off = 0;
-        for sp in spans.iter() {
-            let k = self.pool(sp.streaming).k.rows(sp.at, sp.n, hd, rows);
-            let kr = |j: usize| &k[j.min(sp.n - 1) * hd..(j.min(sp.n - 1) + 1) * hd];
-            for g0 in (0..group).step_by(4) {
-                let qs = [qr(g0), qr(g0 + 1), qr(g0 + 2), qr(g0 + 3)];
-                for j in (0..sp.n).step_by(2) {
-                    // A short last block repeats its last query / key (computed, not stored).
-                    let d = dot([kr(j), kr(j + 1)], qs);
-                    for (jj, d) in d.iter().enumerate().take(sp.n - j) {
-                        for (gg, &x) in d.iter().enumerate().take(group - g0) {
-                            scores[(g0 + gg) * total + off + j + jj] = x * self.p.scale;
-                        }
-                    }
-                }
+        // Each span's rows are requested while the previous span (or the softmax) computes.
+        let ahead = |i: usize, v: bool| {
+            if let Some(sp) = spans.get(i) {
+                let pool = self.pool(sp.streaming);
+                (pool.k_or_v(v).f32_rows(sp.at, sp.n, hd)).map(kn.prefetch);
             }
+        };
+        ahead(0, false);
+        let mut off = 0;
+        for (i, sp) in spans.iter().enumerate() {
+            ahead(i + 1, false);
+            let k = self.pool(sp.streaming).k.rows(sp.at, sp.n, hd, rows);
+            (kn.scores)(q, k, hd, self.p.scale, &mut scores[off..], total);
             off += sp.n;
         }
+        ahead(0, true);
         for w in scores.chunks_exact_mut(total) {
             let max = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut sum = 0f64;
@@ -175,14 +177,10 @@ impl Ctx<'_> {
             w.iter_mut().for_each(|x| *x = (*x as f64 / sum) as f32);
         }
         let mut off = 0;
-        for sp in spans.iter() {
+        for (i, sp) in spans.iter().enumerate() {
+            ahead(i + 1, true);
             let v = self.pool(sp.streaming).v.rows(sp.at, sp.n, hd, rows);
-            for (j, vr) in v.chunks_exact(hd).enumerate() {
-                for (g, o) in out.chunks_exact_mut(hd).enumerate() {
-                    let w = scores[g * total + off + j];
-                    o.iter_mut().zip(vr).for_each(|(o, v)| *o += w * v);
-                }
-            }
+            (kn.weighted_sum)(&scores[off..], total, v, hd, out);
             off += sp.n;
         }
     }
@@ -378,13 +376,13 @@ pub fn prefill_attention(
         }
     }
     // One task per (query row, streaming KV head): the group's query heads are adjacent in q/out.
-    let (nkv, dot) = (u(p.n_kv_heads), super::ops::pick_dot2x4());
+    let (nkv, kn) = (u(p.n_kv_heads), kernels());
     out.par_chunks_mut(group * hd).enumerate().for_each_init(Scratch::default, |sc, (i, o)| {
         let ((s, pos), kvh) = (seq_pos[i / nkv], i % nkv);
         if let (true, si) = ctx.kinds[kvh] {
             sc.spans.clear();
             ctx.lambda_spans(s, si, pos, &mut sc.spans);
-            ctx.attend_group(&q[i * group * hd..(i + 1) * group * hd], sc, o, dot);
+            ctx.attend_group(&q[i * group * hd..(i + 1) * group * hd], sc, o, kn);
         }
     });
     Ok(())
@@ -408,7 +406,7 @@ pub fn sparse_decode_attention(
     let counts = u32s(pages.counts, max_slot * n_ret, "decode counts")?;
     let q = f32s(q, ns * nh * hd, "sparse_decode_attention q")?;
     let out = f32s_mut(out, ns * nh * hd, "sparse_decode_attention out")?;
-    let (nkv, dot) = (u(p.n_kv_heads), super::ops::pick_dot2x4());
+    let (nkv, kn) = (u(p.n_kv_heads), kernels());
     let group = nh / nkv;
     // One task per (sequence, KV head): the group's query heads are adjacent in q and out.
     out.par_chunks_mut(group * hd).enumerate().for_each_init(Scratch::default, |sc, (i, o)| {
@@ -429,7 +427,7 @@ pub fn sparse_decode_attention(
                 ctx.page_spans(s, r, sel.chain(tail.min(n_pages)..n_pages), lo, len, &mut sc.spans);
             }
         }
-        ctx.attend_group(&q[i * group * hd..(i + 1) * group * hd], sc, o, dot);
+        ctx.attend_group(&q[i * group * hd..(i + 1) * group * hd], sc, o, kn);
     });
     Ok(())
 }

@@ -67,6 +67,14 @@ impl PoolRef<'_> {
         }
     }
 
+    /// The f32 rows `[n][hd]` at element offset `at` of an f32 pool (None for 8-bit pools).
+    pub fn f32_rows(&self, at: usize, n: usize, hd: usize) -> Option<&[f32]> {
+        match self {
+            PoolRef::F32(v) => v.get(at..at + n * hd),
+            PoolRef::Kv8 { .. } => None,
+        }
+    }
+
     /// `n` consecutive rows from element offset `at`, `[n][hd]`: f32 pools in place, 8-bit pools
     /// dequantized row by row into `buf` (each row exactly as [`PoolRef::row`] reads it).
     pub fn rows<'s>(&'s self, at: usize, n: usize, hd: usize, buf: &'s mut Vec<f32>) -> &'s [f32] {

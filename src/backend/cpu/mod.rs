@@ -8,6 +8,7 @@
 //! wrong call is an error, not an out-of-bounds panic. Ops run synchronously; `sync` is a no-op.
 
 mod attention;
+mod attn_ops;
 mod kvops;
 mod kvpool;
 mod ops;

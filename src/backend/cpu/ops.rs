@@ -63,7 +63,7 @@ pub fn matmul(x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32], m: us
 /// The dot products of two `x` rows with four weight rows, `[x row][weight row]`, each exactly
 /// what [`dot`] computes (the same 8 lanes, multiply then add, the same final sum), so a result
 /// never depends on which rows share the call or on the instruction set.
-pub type Dot2x4 = fn([&[f32]; 2], [&[f32]; 4]) -> [[f32; 4]; 2];
+type Dot2x4 = fn([&[f32]; 2], [&[f32]; 4]) -> [[f32; 4]; 2];
 
 fn dot2x4_plain(x: [&[f32]; 2], w: [&[f32]; 4]) -> [[f32; 4]; 2] {
     x.map(|x| w.map(|r| dot(x, r)))
@@ -105,7 +105,7 @@ fn dot2x4_avx2(x: [&[f32]; 2], w: [&[f32]; 4]) -> [[f32; 4]; 2] {
     out
 }
 
-pub fn pick_dot2x4() -> Dot2x4 {
+fn pick_dot2x4() -> Dot2x4 {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2, checked just above.
