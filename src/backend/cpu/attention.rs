@@ -1,11 +1,21 @@
 //! CPU reference for the attention ops: `prefill_attention`, `sparse_decode_attention` and
-//! `lambda_mass`. Written for obviousness: each query lists the positions it may see, fetches
-//! their keys from the retrieval pool (via the page table) or the streaming ring, and does a
-//! two-pass softmax over them in ascending position order.
+//! `lambda_mass`.
 //!
 //! Visibility: a retrieval head sees positions `lo..=pos` (`lo` from the sliding window, else 0);
-//! in decode only those on the pages [`HeadPages`] lists. A streaming head sees the Lambda mask:
-//! positions `< sink` or within `local` of the query, also clipped by the window.
+//! in decode only those on the pages [`HeadPages`] lists (selected pages below the tail, in list
+//! order, then the tail). A streaming head sees the Lambda mask: positions `< sink` or within
+//! `local` of the query, also clipped by the window, read through the ring.
+//!
+//! Decode, and prefill's streaming heads: one rayon task per (query row, KV head). The visible
+//! positions become a list of [`Span`]s, runs of consecutive rows of one pool page (a retrieval
+//! page clipped to the window; a ring page, cut where the ring wraps), so the page table is read
+//! once per page. [`Ctx::attend_group`] then reads each key row once for all the query heads of
+//! the GQA group (the `attn_ops` score kernel), does a two-pass softmax per head (f32 scores,
+//! f64 sum), and reads each value row once for the group (`attn_ops` weighted sum, `w * v` added
+//! in row order). Prefill's retrieval heads: dense causal tiles of up to 64 queries through two
+//! GEMMs (`gemm` crate). `lambda_mass` reuses the tiles' scores.
+//! Everything is f32 (8-bit pools are dequantized row by row, `kvpool.rs`): this is the
+//! reference the GPU backends are compared with.
 
 use rayon::prelude::*;
 

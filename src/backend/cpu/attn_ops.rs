@@ -1,11 +1,13 @@
 //! Inner loops of the CPU attention (`attention.rs`): the scores of a GQA group's queries against
 //! a run of key rows, and the weighted sum of a run of value rows into the group's outputs.
 //!
-//! Each kernel is ONE source compiled twice, plain and with AVX2 enabled (picked at run time by
-//! [`kernels`]). Rust never reassociates or contracts float arithmetic, so both builds compute
-//! bit for bit the same values; only the vector width differs. Layouts: `q`, `out` are
-//! `[group][head_dim]`; `k`, `v` are `[n][head_dim]` (contiguous rows of one page of one head);
-//! scores / weights are `[group][stride]`, row `j` of the run at column `j`.
+//! Each kernel has a plain build and an AVX2 build, picked at run time by [`kernels`], that
+//! compute bit for bit the same values (checked by the unit test below): `weighted_sum` is one
+//! source compiled twice (Rust never reassociates or contracts float arithmetic, so only the
+//! vector width differs); the AVX2 scores are intrinsics doing exactly [`dot_lanes`]'s lane
+//! products, sums and reduction tree. Layouts: `q`, `out` are `[group][head_dim]`; `k`, `v` are
+//! `[n][head_dim]` (contiguous rows of one page of one head); scores / weights are
+//! `[group][stride]`, row `j` of the run at column `j`.
 
 /// `out[g * stride + j] = dot(q_g, k_j) * scale` for every query `g` and key row `j`.
 pub type Scores = fn(q: &[f32], k: &[f32], hd: usize, scale: f32, out: &mut [f32], stride: usize);
