@@ -1,14 +1,25 @@
 //! CPU reference for the attention ops: `prefill_attention`, `sparse_decode_attention` and
-//! `lambda_mass`. Written for obviousness: each query lists the positions it may see, fetches
-//! their keys from the retrieval pool (via the page table) or the streaming ring, and does a
-//! two-pass softmax over them in ascending position order.
+//! `lambda_mass`.
 //!
 //! Visibility: a retrieval head sees positions `lo..=pos` (`lo` from the sliding window, else 0);
-//! in decode only those on the pages [`HeadPages`] lists. A streaming head sees the Lambda mask:
-//! positions `< sink` or within `local` of the query, also clipped by the window.
+//! in decode only those on the pages [`HeadPages`] lists (selected pages below the tail, in list
+//! order, then the tail). A streaming head sees the Lambda mask: positions `< sink` or within
+//! `local` of the query, also clipped by the window, read through the ring.
+//!
+//! Decode, and prefill's streaming heads: one rayon task per (query row, KV head). The visible
+//! positions become a list of [`Span`]s, runs of consecutive rows of one pool page (a retrieval
+//! page clipped to the window; a ring page, cut where the ring wraps), so the page table is read
+//! once per page. [`Ctx::attend_group`] then reads each key row once for all the query heads of
+//! the GQA group (the `attn_ops` score kernel), does a two-pass softmax per head (f32 scores,
+//! f64 sum), and reads each value row once for the group (`attn_ops` weighted sum, `w * v` added
+//! in row order). Prefill's retrieval heads: dense causal tiles of up to 64 queries through two
+//! GEMMs (`gemm` crate). `lambda_mass` reuses the tiles' scores.
+//! Everything is f32 (8-bit pools are dequantized row by row, `kvpool.rs`): this is the
+//! reference the GPU backends are compared with.
 
 use rayon::prelude::*;
 
+use super::attn_ops::{Kernels, kernels};
 use super::kvops::head_kinds;
 use super::kvpool::{PoolRef, pool};
 use super::{CpuBackend, CpuBuffer, err, f32s, f32s_mut, u32s};
@@ -27,6 +38,12 @@ struct Pool<'a> {
     heads: usize,
 }
 
+impl<'a> Pool<'a> {
+    fn k_or_v(&self, v: bool) -> &PoolRef<'a> {
+        if v { &self.v } else { &self.k }
+    }
+}
+
 struct Ctx<'a> {
     ret: Pool<'a>,
     strm: Pool<'a>,
@@ -38,6 +55,25 @@ struct Ctx<'a> {
     ps: usize,
     hd: usize,
     p: AttentionParams,
+}
+
+/// A run of `n` consecutive token rows of one pool (one page of one head), from element offset
+/// `at`.
+#[derive(Clone, Copy)]
+struct Span {
+    streaming: bool,
+    at: usize,
+    n: usize,
+}
+
+/// Per-task scratch of [`Ctx::attend_group`], reused across the tasks a rayon worker runs.
+#[derive(Default)]
+struct Scratch {
+    spans: Vec<Span>,
+    /// `[head in group][row]`: scaled scores, then softmax weights.
+    scores: Vec<f32>,
+    /// Dequantized rows of one span (8-bit KV).
+    rows: Vec<f32>,
 }
 
 impl Ctx<'_> {
@@ -60,36 +96,102 @@ impl Ctx<'_> {
         if self.p.window == 0 { 0 } else { (pos + 1).saturating_sub(u(self.p.window)) }
     }
 
-    /// Positions a streaming head at query position `pos` sees (Lambda mask), ascending.
-    fn lambda(&self, pos: usize) -> Vec<usize> {
-        let (sink, local, lo) = (u(self.p.sink), u(self.p.local), self.window_lo(pos));
-        let recent = (pos + 1).saturating_sub(local);
-        (lo..sink.min(pos + 1)).chain(recent.max(sink).max(lo)..=pos).collect()
+    fn pool(&self, streaming: bool) -> &Pool<'_> {
+        if streaming { &self.strm } else { &self.ret }
     }
 
-    /// softmax(q . K^T * scale) . V over `positions` of sequence `s`, KV head `h`.
-    fn attend(&self, q: &[f32], s: usize, h: usize, positions: &[usize], out: &mut [f32]) {
-        let hd = self.hd;
-        let offs: Vec<(bool, usize)> = positions.iter().map(|&pos| self.at(s, h, pos)).collect();
-        let pool = |streaming: bool| if streaming { &self.strm } else { &self.ret };
-        let mut buf = Vec::new();
-        let mut scores: Vec<f32> = Vec::with_capacity(offs.len());
-        for &(st, at) in &offs {
-            scores.push(super::ops::dot(q, pool(st).k.row(at, hd, &mut buf)) * self.p.scale);
+    /// Spans of positions `a..b` of sequence `s` in streaming head `i`'s ring: a span ends at a
+    /// ring page's end and where the ring wraps back to `sink`.
+    fn ring_spans(&self, s: usize, i: usize, a: usize, b: usize, spans: &mut Vec<Span>) {
+        let (ps, sink, ring) = (self.ps, u(self.p.sink), u(self.p.ring_tokens));
+        let mut pos = a;
+        while pos < b {
+            let r = ring_index(pos, sink, ring);
+            let n = (b - pos).min(ps - r % ps).min(ring - r);
+            let page = u(self.ring_table[s * (ring / ps) + r / ps]);
+            spans.push(Span { streaming: true, at: ((page * self.strm.heads + i) * ps + r % ps) * self.hd, n });
+            pos += n;
         }
+    }
+
+    /// The Lambda mask of streaming head `i` for a query at `pos`: positions `< sink` and within
+    /// `local` of the query, clipped by the window, ascending.
+    fn lambda_spans(&self, s: usize, i: usize, pos: usize, spans: &mut Vec<Span>) {
+        let (sink, local, lo) = (u(self.p.sink), u(self.p.local), self.window_lo(pos));
+        let recent = (pos + 1).saturating_sub(local);
+        self.ring_spans(s, i, lo, sink.min(pos + 1), spans);
+        self.ring_spans(s, i, recent.max(sink).max(lo), pos + 1, spans);
+    }
+
+    /// Spans of retrieval head `i` of sequence `s` over the logical pages `pages` (in that
+    /// order), each clipped to positions `lo..len`.
+    fn page_spans(
+        &self,
+        s: usize,
+        i: usize,
+        pages: impl Iterator<Item = usize>,
+        lo: usize,
+        len: usize,
+        spans: &mut Vec<Span>,
+    ) {
+        let ps = self.ps;
+        for j in pages {
+            let (a, b) = ((j * ps).max(lo), ((j + 1) * ps).min(len));
+            if a < b {
+                let page = u(self.page_table[u(self.page_indptr[s]) + j]);
+                spans.push(Span {
+                    streaming: false,
+                    at: ((page * self.ret.heads + i) * ps + a % ps) * self.hd,
+                    n: b - a,
+                });
+            }
+        }
+    }
+
+    /// softmax(q_g . K^T * scale) . V for the query heads of one KV head (`q`, `out`:
+    /// `[group][head_dim]`) over the rows of `sc.spans`, in span order. Each key and value row is
+    /// read (dequantized) once for the whole group. Per head: the scores of `attn_ops`, a two-pass
+    /// softmax in f32 with an f64 sum, and each output element summing `w * v` in row order.
+    fn attend_group(&self, q: &[f32], sc: &mut Scratch, out: &mut [f32], kn: Kernels) {
+        let (hd, group) = (self.hd, q.len() / self.hd);
+        let Scratch { spans, scores, rows } = sc;
+        let total: usize = spans.iter().map(|sp| sp.n).sum();
         out.fill(0.0);
-        if scores.is_empty() {
+        if total == 0 {
             return;
         }
-        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0f64;
-        scores.iter_mut().for_each(|x| {
-            *x = (*x - max).exp();
-            sum += *x as f64;
-        });
-        for (&(st, at), &w) in offs.iter().zip(&scores) {
-            let w = (w as f64 / sum) as f32;
-            out.iter_mut().zip(pool(st).v.row(at, hd, &mut buf)).for_each(|(o, v)| *o += w * v);
+        scores.resize(group * total, 0.0);
+        // Each span's rows are requested while the previous span (or the softmax) computes.
+        let ahead = |i: usize, v: bool| {
+            if let Some(sp) = spans.get(i) {
+                let pool = self.pool(sp.streaming);
+                (pool.k_or_v(v).f32_rows(sp.at, sp.n, hd)).map(kn.prefetch);
+            }
+        };
+        ahead(0, false);
+        let mut off = 0;
+        for (i, sp) in spans.iter().enumerate() {
+            ahead(i + 1, false);
+            let k = self.pool(sp.streaming).k.rows(sp.at, sp.n, hd, rows);
+            (kn.scores)(q, k, hd, self.p.scale, &mut scores[off..], total);
+            off += sp.n;
+        }
+        ahead(0, true);
+        for w in scores.chunks_exact_mut(total) {
+            let max = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0f64;
+            w.iter_mut().for_each(|x| {
+                *x = (*x - max).exp();
+                sum += *x as f64;
+            });
+            w.iter_mut().for_each(|x| *x = (*x as f64 / sum) as f32);
+        }
+        let mut off = 0;
+        for (i, sp) in spans.iter().enumerate() {
+            ahead(i + 1, true);
+            let v = self.pool(sp.streaming).v.rows(sp.at, sp.n, hd, rows);
+            (kn.weighted_sum)(&scores[off..], total, v, hd, out);
+            off += sp.n;
         }
     }
 }
@@ -191,8 +293,11 @@ fn tiles(seq_pos: &[(usize, usize)], n_kv: usize) -> Vec<Tile> {
 fn context<'a>(p: &AttentionParams, kv: &'a LayerKv<CpuBackend>, meta: &'a PagedMeta<CpuBackend>) -> Result<Ctx<'a>> {
     let (ns, nkv, ps, hd) = (u(p.num_seqs), u(p.n_kv_heads), u(p.page_size), u(p.head_dim));
     let (n_ret, n_str) = (u(p.n_ret), u(p.n_str));
-    if n_ret + n_str != nkv || !u(p.n_heads).is_multiple_of(nkv.max(1)) {
+    if nkv == 0 || p.n_heads == 0 || n_ret + n_str != nkv || !u(p.n_heads).is_multiple_of(nkv) {
         return Err(err("attention: bad head counts"));
+    }
+    if ps == 0 || hd == 0 {
+        return Err(err("attention: page_size and head_dim must be positive"));
     }
     let kinds = head_kinds(kv.head_map, nkv, n_ret, n_str)?;
     let page_indptr = u32s(meta.page_indptr, ns + 1, "attention page_indptr")?;
@@ -280,12 +385,14 @@ pub fn prefill_attention(
             }
         }
     }
-    out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| {
-        let (t, h) = (i / nh, i % nh);
-        let (s, pos) = seq_pos[t];
-        let kvh = h / group;
-        if ctx.kinds[kvh].0 {
-            ctx.attend(&q[i * hd..(i + 1) * hd], s, kvh, &ctx.lambda(pos), o);
+    // One task per (query row, streaming KV head): the group's query heads are adjacent in q/out.
+    let (nkv, kn) = (u(p.n_kv_heads), kernels());
+    out.par_chunks_mut(group * hd).enumerate().for_each_init(Scratch::default, |sc, (i, o)| {
+        let ((s, pos), kvh) = (seq_pos[i / nkv], i % nkv);
+        if let (true, si) = ctx.kinds[kvh] {
+            sc.spans.clear();
+            ctx.lambda_spans(s, si, pos, &mut sc.spans);
+            ctx.attend_group(&q[i * group * hd..(i + 1) * group * hd], sc, o, kn);
         }
     });
     Ok(())
@@ -307,33 +414,30 @@ pub fn sparse_decode_attention(
     let max_slot = slots.iter().map(|&s| u(s) + 1).max().unwrap_or(0);
     let selected = u32s(pages.selected, max_slot * n_ret * stride, "decode selected")?;
     let counts = u32s(pages.counts, max_slot * n_ret, "decode counts")?;
-    // Retrieval pages each (sequence, retrieval head) reads: selected (below the tail), then the tail.
-    let mut lists: Vec<Vec<usize>> = Vec::with_capacity(ns * n_ret);
-    for s in 0..ns {
-        let n_pages = u(ctx.kv_len[s]).div_ceil(ps);
-        for r in 0..n_ret {
-            let c = u(counts[u(slots[s]) * n_ret + r]).min(stride);
-            let base = (u(slots[s]) * n_ret + r) * stride;
-            let sel = selected[base..base + c].iter().map(|&j| u(j)).filter(|&j| j < u(tail[s]));
-            lists.push(sel.chain(u(tail[s]).min(n_pages)..n_pages).collect());
-        }
-    }
     let q = f32s(q, ns * nh * hd, "sparse_decode_attention q")?;
     let out = f32s_mut(out, ns * nh * hd, "sparse_decode_attention out")?;
-    let group = nh / u(p.n_kv_heads);
-    out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| {
-        let (s, h) = (i / nh, i % nh);
-        let kvh = h / group;
+    let (nkv, kn) = (u(p.n_kv_heads), kernels());
+    let group = nh / nkv;
+    // One task per (sequence, KV head): the group's query heads are adjacent in q and out.
+    out.par_chunks_mut(group * hd).enumerate().for_each_init(Scratch::default, |sc, (i, o)| {
+        let (s, kvh) = (i / nkv, i % nkv);
         let len = u(ctx.kv_len[s]);
-        let pos = len - 1;
-        let positions: Vec<usize> = match ctx.kinds[kvh] {
-            (true, _) => ctx.lambda(pos),
+        sc.spans.clear();
+        match ctx.kinds[kvh] {
+            // An empty sequence has no query position: it sees nothing (zeros).
+            _ if len == 0 => {}
+            (true, si) => ctx.lambda_spans(s, si, len - 1, &mut sc.spans),
             (false, r) => {
-                let lo = ctx.window_lo(pos);
-                lists[s * n_ret + r].iter().flat_map(|&j| (j * ps).max(lo)..((j + 1) * ps).min(len)).collect()
+                // Selected pages below the tail (in list order), then the tail's pages.
+                let (n_pages, tail) = (len.div_ceil(ps), u(tail[s]));
+                let base = (u(slots[s]) * n_ret + r) * stride;
+                let c = u(counts[u(slots[s]) * n_ret + r]).min(stride);
+                let sel = selected[base..base + c].iter().map(|&j| u(j)).filter(|&j| j < tail);
+                let lo = ctx.window_lo(len - 1);
+                ctx.page_spans(s, r, sel.chain(tail.min(n_pages)..n_pages), lo, len, &mut sc.spans);
             }
-        };
-        ctx.attend(&q[i * hd..(i + 1) * hd], s, kvh, &positions, o);
+        }
+        ctx.attend_group(&q[i * group * hd..(i + 1) * group * hd], sc, o, kn);
     });
     Ok(())
 }

@@ -66,6 +66,31 @@ impl PoolRef<'_> {
             PoolRef::Kv8 { dtype, bytes, ps, hd } => read_row(*dtype, bytes, *ps, *hd, at, buf),
         }
     }
+
+    /// The f32 rows `[n][hd]` at element offset `at` of an f32 pool (None for 8-bit pools).
+    pub fn f32_rows(&self, at: usize, n: usize, hd: usize) -> Option<&[f32]> {
+        match self {
+            PoolRef::F32(v) => v.get(at..at + n * hd),
+            PoolRef::Kv8 { .. } => None,
+        }
+    }
+
+    /// `n` consecutive rows from element offset `at`, `[n][hd]`: f32 pools in place, 8-bit pools
+    /// dequantized row by row into `buf` (each row exactly as [`PoolRef::row`] reads it).
+    pub fn rows<'s>(&'s self, at: usize, n: usize, hd: usize, buf: &'s mut Vec<f32>) -> &'s [f32] {
+        match self {
+            PoolRef::F32(v) => &v[at..at + n * hd],
+            PoolRef::Kv8 { dtype, bytes, ps, hd } => {
+                buf.resize(n * hd, 0.0);
+                for (r, out) in buf.chunks_exact_mut(*hd).enumerate() {
+                    let (c, s) = quant::row_offsets(at / hd + r, *ps, *hd);
+                    let scale = f32::from_le_bytes(bytes[s..s + 4].try_into().expect("4 bytes"));
+                    quant::dequantize_row(*dtype, &bytes[c..c + hd], scale, out);
+                }
+                buf
+            }
+        }
+    }
 }
 
 impl PoolMut<'_> {

@@ -1,13 +1,15 @@
 //! The CPU backend: f32 everywhere (the 8-bit KV types excepted: their pools hold the quantized
 //! bytes that define those dtypes, `kvpool.rs`), plain loops parallelised with rayon. It is the reference the
-//! GPU backends are tested against, so clarity wins over speed except in `matmul`, which uses the
-//! `gemm` crate (runtime-dispatched SIMD) because prefill is GEMM-bound and the test suite runs the
-//! real model.
+//! GPU backends are tested against, so clarity wins over speed except in `matmul` (the `gemm`
+//! crate for prefill, AVX2 GEMVs for decode; prefill is GEMM-bound and the test suite runs the real
+//! model) and in attention (per KV head, one pass over the keys and values for the whole GQA group,
+//! AVX2 kernels in `attn_ops.rs`; a decode batch otherwise spends its time there).
 //!
 //! Every op checks the lengths of its buffers against its params before touching them, so a
 //! wrong call is an error, not an out-of-bounds panic. Ops run synchronously; `sync` is a no-op.
 
 mod attention;
+mod attn_ops;
 mod kvops;
 mod kvpool;
 mod ops;
