@@ -474,6 +474,22 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
     };
     if (n_tiles > 0) stage(0, 0);
 
+    // 8-bit KV: S or P fragments times their key's row scale (times code_scale), from `rs` [BK].
+    auto mul_keys = [&](float (&x)[MT][NT][4], const float* rs) {
+#pragma unroll
+        for (u32 j = 0; j < NT; j++) {
+            const float2 f = *reinterpret_cast<const float2*>(rs + j * 8 + 2 * tq);
+            const float fx = f.x * code_scale<KT>(), fy = f.y * code_scale<KT>();
+#pragma unroll
+            for (u32 mt = 0; mt < MT; mt++) {
+                x[mt][j][0] *= fx;
+                x[mt][j][1] *= fy;
+                x[mt][j][2] *= fx;
+                x[mt][j][3] *= fy;
+            }
+        }
+    };
+
     // Per thread and m-tile mt: rows w0 + 16 mt + g and that + 8 of the tile.
     const u32 w0 = warp * 16 * MT;
     const u32 wlo_hi = window_lo(t.p_hi, p.window);
@@ -544,21 +560,7 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
         }
 
         // 8-bit KV: a score times its key's K scale (the codes were multiplied as exact values).
-        if constexpr (KV8) {
-            const float* ksc = scl + st * 2 * BK;
-#pragma unroll
-            for (u32 j = 0; j < NT; j++) {
-                const float2 f = *reinterpret_cast<const float2*>(ksc + j * 8 + 2 * tq);
-                const float fx = f.x * code_scale<KT>(), fy = f.y * code_scale<KT>();
-#pragma unroll
-                for (u32 mt = 0; mt < MT; mt++) {
-                    sc[mt][j][0] *= fx;
-                    sc[mt][j][1] *= fy;
-                    sc[mt][j][2] *= fx;
-                    sc[mt][j][3] *= fy;
-                }
-            }
-        }
+        if constexpr (KV8) mul_keys(sc, scl + st * 2 * BK);
 
         // Mask (boundary tiles only), online softmax on raw scores (qscale > 0).
         float corr[MT][2];
@@ -600,21 +602,7 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
             }
         }
         // 8-bit KV: P times its key's V scale before it is rounded for P V (l keeps plain P).
-        if constexpr (KV8) {
-            const float* vsc = scl + st * 2 * BK + BK;
-#pragma unroll
-            for (u32 j = 0; j < NT; j++) {
-                const float2 f = *reinterpret_cast<const float2*>(vsc + j * 8 + 2 * tq);
-                const float fx = f.x * code_scale<KT>(), fy = f.y * code_scale<KT>();
-#pragma unroll
-                for (u32 mt = 0; mt < MT; mt++) {
-                    sc[mt][j][0] *= fx;
-                    sc[mt][j][1] *= fy;
-                    sc[mt][j][2] *= fx;
-                    sc[mt][j][3] *= fy;
-                }
-            }
-        }
+        if constexpr (KV8) mul_keys(sc, scl + st * 2 * BK + BK);
 
         // The output rescale, skipped when no row of the warp saw a new maximum (most tiles once
         // a row has seen a few hundred keys).
