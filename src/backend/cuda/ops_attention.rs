@@ -161,7 +161,7 @@ pub fn prefill_attention(
     let mma8 = kv.k.dtype.is_kv8() && matches!(hd, 64 | 128 | 256);
     let mma16 = matches!(kv.k.dtype, DType::F16 | DType::BF16);
     // The tensor-core kernels take the row max on raw scores, which needs a positive scale.
-    if (mma8 || mma16) && !(p.scale > 0.0) {
+    if (mma8 || mma16) && (p.scale.is_nan() || p.scale <= 0.0) {
         return Err(err(format!("prefill_attention: scale {} (must be positive)", p.scale)));
     }
     if mma8 {
