@@ -233,9 +233,9 @@ template <int D> struct PmShape {
 };
 
 // The mma operand type for a KV storage type: itself for 16-bit KV, f16 for 8-bit codes (exact).
-template <typename KT> struct PmType { typedef KT T; typedef i8kv_t K8; };
-template <> struct PmType<i8kv_t> { typedef f16_t T; typedef i8kv_t K8; };
-template <> struct PmType<e4m3_t> { typedef f16_t T; typedef e4m3_t K8; };
+template <typename KT> struct PmType { typedef KT T; };
+template <> struct PmType<i8kv_t> { typedef f16_t T; };
+template <> struct PmType<e4m3_t> { typedef f16_t T; };
 
 __device__ __forceinline__ u32 pm_smem_addr(const void* p) {
     u32 s;
@@ -337,7 +337,6 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
     constexpr u32 C8 = D / 16, W8 = 32 / C8, R8 = PM_THREADS / C8, N8 = BK * C8 / PM_THREADS;
     static_assert(!KV8 || (FULL && W8 * N8 <= 32), "8-bit tiles: head_dim == D, rows fit the lanes");
     typedef typename PmType<KT>::T CT;  // the mma operand type
-    typedef typename PmType<KT>::K8 K8;  // the 8-bit code type (i8kv_t for 16-bit KV: unused)
     constexpr u32 NS = KV8 ? 1 : 2;     // stages of 16-bit K/V tiles
     extern __shared__ __align__(16) unsigned char pm_smem[];
     CT* qs = reinterpret_cast<CT*>(pm_smem);
@@ -374,6 +373,14 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
         *reinterpret_cast<uint2*>(qs + r * LD + d) = make_uint2(mma_pack<CT>(x.x, x.y), mma_pack<CT>(x.z, x.w));
     }
 
+    // Pool element offset of the key at position kp, NONE_U32 outside the tile's visible ranges.
+    auto key_el = [&](u32 kp) {
+        const bool in = (kp >= t.lo_a && kp < t.hi_a) || (kp >= t.lo_b && kp < t.hi_b);
+        return in ? key_offset(p, t.streaming, t.hi, t.s, kp, page_indptr, page_table, ring_table, page_table_len,
+                               ring_table_len)
+                  : NONE_U32;
+    };
+
     // 8-bit KV: stage the codes (16-byte cp.async) and the row scales (4-byte cp.async) of the tile
     // at key k0 into raw stage st; lane l < W8 * N8 of each warp looks up its row
     // l % W8 + R8 * (l / W8) (+ warp * W8) and passes the code offset on by shuffle.
@@ -382,11 +389,8 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
         float* ss = scl + st * 2 * BK;
         u32 lo = NONE_U32, hi32 = 0u;
         if (lane < W8 * N8) {
-            const u32 j = warp * W8 + lane % W8 + R8 * (lane / W8), kp = k0 + j;
-            const bool in = (kp >= t.lo_a && kp < t.hi_a) || (kp >= t.lo_b && kp < t.hi_b);
-            const u32 el = in ? key_offset(p, t.streaming, t.hi, t.s, kp, page_indptr, page_table, ring_table,
-                                           page_table_len, ring_table_len)
-                              : NONE_U32;
+            const u32 j = warp * W8 + lane % W8 + R8 * (lane / W8);
+            const u32 el = key_el(k0 + j);
             if (el != NONE_U32) {
                 const u32 row = el / D, blk = row / p.page_size, r = row - blk * p.page_size;
                 const u64 base = (u64)blk * p.page_size * (D + 4);
@@ -423,19 +427,20 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
     };
     // 8-bit KV: the codes of raw stage st as exact f16 values in the K/V tiles (16 codes an item).
     auto convert8 = [&](u32 st) {
-        if constexpr (!KV8) return;
-        const unsigned char* src = raw + st * 2 * BK * D;
-        for (u32 i = tid; i < 2 * BK * C8; i += PM_THREADS) {
-            const u32 kv = i / (BK * C8), j = (i / C8) % BK, c = 16 * (i % C8);
-            const uint4 w = *reinterpret_cast<const uint4*>(src + kv * BK * D + j * D + c);
-            uint4 a, b;
-            codes_f16(w.x, a.x, a.y, K8{});
-            codes_f16(w.y, a.z, a.w, K8{});
-            codes_f16(w.z, b.x, b.y, K8{});
-            codes_f16(w.w, b.z, b.w, K8{});
-            CT* dst = (kv ? vs : ks) + j * LD + c;
-            *reinterpret_cast<uint4*>(dst) = a;
-            *reinterpret_cast<uint4*>(dst + 8) = b;
+        if constexpr (KV8) {
+            const unsigned char* src = raw + st * 2 * BK * D;
+            for (u32 i = tid; i < 2 * BK * C8; i += PM_THREADS) {
+                const u32 kv = i / (BK * C8), j = (i / C8) % BK, c = 16 * (i % C8);
+                const uint4 w = *reinterpret_cast<const uint4*>(src + kv * BK * D + j * D + c);
+                uint4 a, b;
+                codes_f16(w.x, a.x, a.y, KT{});
+                codes_f16(w.y, a.z, a.w, KT{});
+                codes_f16(w.z, b.x, b.y, KT{});
+                codes_f16(w.w, b.z, b.w, KT{});
+                CT* dst = (kv ? vs : ks) + j * LD + c;
+                *reinterpret_cast<uint4*>(dst) = a;
+                *reinterpret_cast<uint4*>(dst + 8) = b;
+            }
         }
     };
 
@@ -449,13 +454,7 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
             CT* kd = ks + st * BK * LD;
             CT* vd = vs + st * BK * LD;
             u32 mine = NONE_U32;
-            if (lane < WR * NP) {
-                u32 kp = k0 + warp * WR + lane % WR + RP * (lane / WR);
-                bool in = (kp >= t.lo_a && kp < t.hi_a) || (kp >= t.lo_b && kp < t.hi_b);
-                if (in)
-                    mine = key_offset(p, t.streaming, t.hi, t.s, kp, page_indptr, page_table, ring_table, page_table_len,
-                                      ring_table_len);
-            }
+            if (lane < WR * NP) mine = key_el(k0 + warp * WR + lane % WR + RP * (lane / WR));
             const u32 d = 8 * (lane % CH);
 #pragma unroll
             for (u32 n = 0; n < NP; n++) {

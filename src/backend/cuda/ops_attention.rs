@@ -90,11 +90,10 @@ const PREFILL_MMA8_DTYPES: [DType; 2] = [DType::I8, DType::F8E4M3];
 /// KV dtypes of the tensor-core prefill entries (`[dtype][padded][head_dim tier]`, 6 each).
 const PREFILL_MMA_DTYPES: [DType; 2] = [DType::F16, DType::BF16];
 
-/// The tensor-core kernel for a 16-bit KV dtype and head_dim (a multiple of 8 up to 256, padded
-/// to D = 64, 128 or 256), its query rows per block and its dynamic shared memory (the kernel's
-/// `PmShape`): BQ = 128 rows (64 when D = 256), Q [BQ][D+8] plus two stages of K and V [BK][D+8],
-/// 16-bit elements, BK = 64 keys (32 when D = 256).
-fn prefill_mma_kernel(kv: DType, hd: usize) -> Result<(&'static str, usize, usize)> {
+/// The tensor-core kernels' tile shape for a head_dim (the kernel's `PmShape`): (head_dim tier,
+/// D = 64 << tier, query rows per block BQ, keys per tile BK) — D = 64, 128 or 256 the smallest
+/// that holds head_dim, BQ = 128 and BK = 64 up to D = 128, else 64 and 32.
+fn prefill_mma_shape(hd: usize) -> (usize, usize, usize, usize) {
     let tier = if hd <= 64 {
         0
     } else if hd <= 128 {
@@ -104,20 +103,27 @@ fn prefill_mma_kernel(kv: DType, hd: usize) -> Result<(&'static str, usize, usiz
     };
     let d = 64 << tier;
     let (bq, bk) = if d <= 128 { (128, 64) } else { (64, 32) };
+    (tier, d, bq, bk)
+}
+
+/// The tensor-core kernel for a 16-bit KV dtype and head_dim (a multiple of 8 up to 256, padded
+/// to D), its query rows per block and its dynamic shared memory: Q [BQ][D+8] plus two stages of
+/// K and V [BK][D+8], 16-bit elements.
+fn prefill_mma_kernel(kv: DType, hd: usize) -> Result<(&'static str, usize, usize)> {
+    let (tier, d, bq, bk) = prefill_mma_shape(hd);
     // Entries per dtype: the three tiers at head_dim == D, then the three zero-padded ones.
     let variant = if hd == d { tier } else { 3 + tier };
     let name = entry_in(kern::prefill_attention_mma::ENTRIES, &PREFILL_MMA_DTYPES, kv, variant, 6)?;
     Ok((name, bq, (bq + 4 * bk) * (d + 8) * 2))
 }
 
-/// The tensor-core kernel for 8-bit KV at head_dim 64, 128 or 256 (the kernel's `PmShape`, its
-/// 8-bit layout): Q [BQ][D+8] and one stage of K and V [BK][D+8] as f16, two stages of raw K and
-/// V codes [BK][D] and their row scales [BK] (f32).
+/// The tensor-core kernel for 8-bit KV at head_dim 64, 128 or 256 (head_dim == D), its query rows
+/// per block and its dynamic shared memory: Q [BQ][D+8] and one stage of K and V [BK][D+8] as
+/// f16, two stages of raw K and V codes [BK][D] and their row scales [BK] (f32).
 fn prefill_mma8_kernel(kv: DType, hd: usize) -> Result<(&'static str, usize, usize)> {
-    let tier = hd.trailing_zeros() as usize - 6;
-    let (bq, bk) = if hd <= 128 { (128, 64) } else { (64, 32) };
+    let (tier, d, bq, bk) = prefill_mma_shape(hd);
     let name = entry_in(kern::prefill_attention_mma8::ENTRIES, &PREFILL_MMA8_DTYPES, kv, tier, 3)?;
-    Ok((name, bq, (bq + 2 * bk) * (hd + 8) * 2 + 4 * bk * hd + 16 * bk))
+    Ok((name, bq, (bq + 2 * bk) * (d + 8) * 2 + 4 * bk * d + 16 * bk))
 }
 
 pub fn prefill_attention(
