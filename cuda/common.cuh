@@ -6,6 +6,11 @@
 typedef unsigned short u16;
 typedef unsigned long long u64;
 #define STREAMING_BIT 0x80000000u
+// Block-sparse prefill (src/backend/mod.rs BlockPages): query rows per block, the dense marker
+// of a block's count, and the first page of a block's tail for its first position.
+#define PREFILL_BLOCK_ROWS 128u
+#define BLOCK_DENSE 0xffffffffu
+__device__ __forceinline__ u32 block_tail_page(u32 first, u32 ps) { return first >= ps ? (first - ps) / ps : 0u; }
 #define NONE_U32 0xffffffffu
 #define LS_INF __int_as_float(0x7f800000)
 

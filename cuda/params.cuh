@@ -12,6 +12,7 @@ struct GeluTanhMulParams { u32 rows; u32 dim; u32 _pad0; u32 _pad1; };
 struct HeadRmsnormParams { u32 rows; u32 n_heads; u32 head_dim; u32 row_stride; float eps; u32 _pad0; u32 _pad1; u32 _pad2; };
 struct ScaleParams { u32 n; float scale; u32 _pad0; u32 _pad1; };
 struct GatherRowsParams { u32 n_out; u32 dim; u32 n_src; u32 _pad; };
+struct MeanRowsParams { u32 n_out; u32 dim; u32 n_src; u32 _pad; };
 struct ArgmaxParams { u32 rows; u32 n; u32 _pad0; u32 _pad1; };
 struct SampleParams { u32 rows; u32 n; u32 _pad0; u32 _pad1; };
 struct RopeAppendKvParams {

@@ -37,6 +37,41 @@ __device__ __forceinline__ u32 key_offset(const AttentionParams& p, bool streami
     return ((page * p.n_ret + hi) * ps + kp % ps) * p.head_dim;
 }
 
+// Most list pages of a sparse block (page 0 + sel_stride entries; the host bounds sel_stride).
+#define PM_MAX_LIST 1024
+
+// Block-uniform geometry of a tile of query rows.
+struct PmTile {
+    u32 s, r0, nr;       // sequence, first row (token index), rows (<= BQ)
+    u32 p_lo, p_hi;      // positions of the first and the last row
+    bool streaming;
+    u32 hi;              // head index within its kind's pool
+    u32 lo_a, hi_a, lo_b, hi_b;  // visible key ranges [lo_a, hi_a) and [lo_b, hi_b)
+    // Block-sparse (retrieval head of a sparse block): the tail's first page and position (klo,
+    // below which range keys are masked; 0 otherwise), the block's selected entries (count cnt at
+    // blk_sel[sel_off]), and after compaction nv = the list pages' keys (read as virtual keys
+    // 0..nv, nvt tiles of them, before the ranges).
+    bool sparse;
+    u32 tpage, klo, cnt, sel_off, nv;
+};
+
+// A sparse block's list pages in lst (warp 0): page 0 when the tail starts past it, then each
+// selected entry j with j + 1 < tpage as page j + 1, in order; sets t.nv.
+__device__ __forceinline__ void pm_block_list(const AttentionParams& p, const u32* blk_sel, PmTile& t, u32* lst) {
+    const u32 lane = threadIdx.x % 32;
+    u32 n = t.tpage > 0 ? 1u : 0u;
+    if (lane == 0 && n) lst[0] = 0;
+    for (u32 i0 = 0; i0 < t.cnt; i0 += 32) {
+        const u32 i = i0 + lane;
+        const u32 j = i < t.cnt ? blk_sel[t.sel_off + i] : NONE_U32;
+        const bool ok = j != NONE_U32 && j + 1 < t.tpage;
+        const u32 bal = __ballot_sync(0xffffffffu, ok);
+        if (ok) lst[n + __popc(bal & ((1u << lane) - 1u))] = j + 1;
+        n += __popc(bal);
+    }
+    if (lane == 0) t.nv = n * p.page_size;
+}
+
 // Long (about 120 lines) on purpose: the kernel's phases (query staging, key tiles, online softmax,
 // output) share its registers and shared memory; split into device functions they would pass all of
 // that state around, and the body reads in the order it runs.
@@ -44,20 +79,28 @@ template <typename KT, int DPT>
 __device__ void prefill_impl(AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v,
                              const KT* sk, const KT* sv, const u32* head_map, const u32* page_indptr,
                              const u32* page_table, const u32* kv_len, const u32* ring_table, float* out,
-                             u32 page_table_len, u32 ring_table_len) {
+                             u32 page_table_len, u32 ring_table_len, const u32* blk_sel, const u32* blk_cnt,
+                             u32 bsl, u32 bcl) {
     extern __shared__ float smem[];
+    __shared__ u32 lst[PM_MAX_LIST];  // a sparse block's list pages (pm_block_list)
+    __shared__ PmTile bt;             // its block geometry (sparse, tpage, klo, cnt, sel_off, nv)
     const u32 hd = p.head_dim, nh = p.n_heads, h = blockIdx.y;
     const u32 tk = min(32u, 4096u / hd);
     float* ks = smem;
     float* vs = smem + tk * hd;
     // Which sequence and rows this block takes.
-    u32 b = blockIdx.x, s = 0, r0 = 0, r1 = 0;
+    u32 b = blockIdx.x, s = 0, r0 = 0, r1 = 0, qb = 0;
     bool found = false;
     for (; s < p.num_seqs; s++) {
         u32 a = q_indptr[s], e = q_indptr[s + 1];
         u32 nt = e > a ? (e - a + PF_TQ - 1) / PF_TQ : 0;
-        if (b < nt) { r0 = a + b * PF_TQ; r1 = min(r0 + PF_TQ, e); found = true; break; }
+        if (b < nt) {
+            r0 = a + b * PF_TQ; r1 = min(r0 + PF_TQ, e); found = true;
+            qb += (r0 - a) / PREFILL_BLOCK_ROWS;
+            break;
+        }
         b -= nt;
+        qb += e > a ? (e - a + PREFILL_BLOCK_ROWS - 1) / PREFILL_BLOCK_ROWS : 0;
     }
     if (!found || r1 > p.n_tokens) return;
     const u32 len = kv_len[s], rows_s = q_indptr[s + 1] - q_indptr[s];
@@ -69,6 +112,23 @@ __device__ void prefill_impl(AttentionParams p, const float* q, const u32* q_ind
     const u32 hi = hm & ~STREAMING_BIT;
     const KT* kp_ = streaming ? sk : k;
     const KT* vp_ = streaming ? sv : v;
+    // Block-sparse: a retrieval head of a sparse block reads its list pages (virtual keys 0..nv)
+    // and the tail from klo (the same geometry as the tensor-core kernel's).
+    const u32 ci = qb * p.n_ret + hi;
+    const u32 c = !streaming && ci < bcl ? blk_cnt[ci] : BLOCK_DENSE;
+    if (threadIdx.x == 0) {
+        bt.sparse = c != BLOCK_DENSE;
+        const u32 bfirst = first + (r0 - q_indptr[s]) / PREFILL_BLOCK_ROWS * PREFILL_BLOCK_ROWS;
+        bt.tpage = bt.sparse ? block_tail_page(bfirst, p.page_size) : 0u;
+        bt.klo = bt.tpage * p.page_size;
+        bt.sel_off = ci * p.sel_stride;
+        bt.cnt = bt.sparse && bt.sel_off < bsl ? min(min(c, p.sel_stride), bsl - bt.sel_off) : 0u;
+        bt.nv = 0;
+    }
+    __syncthreads();
+    if (bt.sparse && threadIdx.x < 32) pm_block_list(p, blk_sel, bt, lst);
+    __syncthreads();
+    const u32 klo = bt.klo, nv = bt.nv;
 
     const u32 rloc = threadIdx.x / 4, sub = threadIdx.x % 4;
     const u32 row = r0 + rloc;
@@ -88,15 +148,17 @@ __device__ void prefill_impl(AttentionParams p, const float* q, const u32* q_ind
     // Key ranges of the tile: [lo_a, hi_a) then [lo_b, hi_b).
     const u32 p_lo = first + (r0 - q_indptr[s]), p_hi = first + (r1 - 1 - q_indptr[s]);
     const u32 w0 = window_lo(p_lo, p.window);
-    u32 lo_a = w0, hi_a = p_hi + 1, lo_b = 0, hi_b = 0;
+    u32 lo_a = max(w0, klo), hi_a = p_hi + 1, lo_b = 0, hi_b = 0;
     if (streaming) {
         hi_a = max(w0, min(p.sink, p_hi + 1));
         lo_b = max(max(p.sink, w0), p_lo + 1 > p.local ? p_lo + 1 - p.local : 0u);
         hi_b = p_hi + 1;
         if (lo_b <= hi_a) { hi_a = max(hi_a, hi_b); lo_b = hi_b = 0; }
     }
-    for (int range = 0; range < 2; range++) {
-        u32 lo = range == 0 ? lo_a : lo_b, hi_end = range == 0 ? hi_a : hi_b;
+    // Range -1: the list pages' virtual keys; 0 and 1: [lo_a, hi_a) and [lo_b, hi_b).
+    for (int range = -1; range < 2; range++) {
+        const bool virt = range < 0;
+        u32 lo = range <= 0 ? (virt ? 0u : lo_a) : lo_b, hi_end = virt ? nv : range == 0 ? hi_a : hi_b;
         for (u32 t0 = lo; t0 < hi_end; t0 += tk) {
             u32 nk = min(tk, hi_end - t0);
             __syncthreads();
@@ -104,7 +166,9 @@ __device__ void prefill_impl(AttentionParams p, const float* q, const u32* q_ind
                 u32 j = i / hd, d = i % hd;
                 float kx = 0.0f, vx = 0.0f;
                 if (j < nk) {
-                    u32 off = key_offset(p, streaming, hi, s, t0 + j, page_indptr, page_table, ring_table,
+                    u32 kk = t0 + j;
+                    if (virt) kk = lst[kk / p.page_size] * p.page_size + kk % p.page_size;
+                    u32 off = key_offset(p, streaming, hi, s, kk, page_indptr, page_table, ring_table,
                                          page_table_len, ring_table_len);
                     if (off != NONE_U32) {
                         kx = kv_elem(kp_, off, d, p.page_size, hd);
@@ -131,8 +195,9 @@ __device__ void prefill_impl(AttentionParams p, const float* q, const u32* q_ind
                     }
                     d += __shfl_xor_sync(0xffffffffu, d, 1);
                     d += __shfl_xor_sync(0xffffffffu, d, 2);
-                    bool vis = active && j < nk && kp <= pos && kp >= wlo &&
-                               (!streaming || kp < p.sink || pos - kp < p.local);
+                    bool vis = active && j < nk &&
+                               (virt || (kp <= pos && kp >= max(wlo, klo) &&
+                                         (!streaming || kp < p.sink || pos - kp < p.local)));
                     sc[u] = vis ? d : -LS_INF;
                     mx = fmaxf(mx, sc[u]);
                 }
@@ -169,9 +234,9 @@ __device__ void prefill_impl(AttentionParams p, const float* q, const u32* q_ind
     extern "C" __global__ void __launch_bounds__(PF_THREADS) name( \
         AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v, const KT* sk, const KT* sv, \
         const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, \
-        float* out, u32 ptl, u32 rtl) { \
+        float* out, const u32* blk_sel, const u32* blk_cnt, u32 ptl, u32 rtl, u32 bsl, u32 bcl) { \
         prefill_impl<KT, DPT>(p, q, q_indptr, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, out, \
-                              ptl, rtl); \
+                              ptl, rtl, blk_sel, blk_cnt, bsl, bcl); \
     }
 PF(prefill_attention_f32_d4, float, 4)
 PF(prefill_attention_f32_d8, float, 8)
@@ -268,32 +333,30 @@ __device__ __forceinline__ void pm_ldsm_x4_t(u32* r, const void* p) {
                  : "r"(pm_smem_addr(p)));
 }
 
-// Block-uniform geometry of a tile of query rows.
-struct PmTile {
-    u32 s, r0, nr;       // sequence, first row (token index), rows (<= BQ)
-    u32 p_lo, p_hi;      // positions of the first and the last row
-    bool streaming;
-    u32 hi;              // head index within its kind's pool
-    u32 lo_a, hi_a, lo_b, hi_b;  // visible key ranges [lo_a, hi_a) and [lo_b, hi_b)
-};
 
 // Which tile blockIdx.y is (the last tiles, which see the most keys, first); false when surplus.
 template <u32 BQ>
 __device__ __forceinline__ bool pm_tile(const AttentionParams& p, const u32* q_indptr, const u32* kv_len,
-                                        const u32* head_map, PmTile& t) {
+                                        const u32* head_map, const u32* blk_cnt, u32 bsl, u32 bcl, PmTile& t) {
+    static_assert(PREFILL_BLOCK_ROWS % BQ == 0, "a tile lies inside one prefill block");
     u32 total = 0;
     for (u32 s = 0; s < p.num_seqs; s++) {
         u32 a = q_indptr[s], e = q_indptr[s + 1];
         total += e > a ? (e - a + BQ - 1) / BQ : 0;
     }
     if (blockIdx.y >= total) return false;
-    u32 b = total - 1 - blockIdx.y;
+    u32 b = total - 1 - blockIdx.y, qb = 0;
     bool found = false;
     for (t.s = 0; t.s < p.num_seqs; t.s++) {
         u32 a = q_indptr[t.s], e = q_indptr[t.s + 1];
         u32 nt = e > a ? (e - a + BQ - 1) / BQ : 0;
-        if (b < nt) { t.r0 = a + b * BQ; t.nr = min(BQ, e - t.r0); found = true; break; }
+        if (b < nt) {
+            t.r0 = a + b * BQ; t.nr = min(BQ, e - t.r0); found = true;
+            qb += (t.r0 - a) / PREFILL_BLOCK_ROWS;
+            break;
+        }
         b -= nt;
+        qb += e > a ? (e - a + PREFILL_BLOCK_ROWS - 1) / PREFILL_BLOCK_ROWS : 0;
     }
     if (!found || t.r0 + t.nr > p.n_tokens) return false;
     const u32 len = kv_len[t.s], rows_s = q_indptr[t.s + 1] - q_indptr[t.s];
@@ -311,8 +374,25 @@ __device__ __forceinline__ bool pm_tile(const AttentionParams& p, const u32* q_i
         t.hi_b = t.p_hi + 1;
         if (t.lo_b <= t.hi_a) { t.hi_a = max(t.hi_a, t.hi_b); t.lo_b = t.hi_b = 0; }
     }
+    t.sparse = false;
+    t.tpage = t.klo = t.cnt = t.sel_off = t.nv = 0;
+    const u32 ci = qb * p.n_ret + t.hi;
+    if (!t.streaming && ci < bcl) {
+        const u32 c = blk_cnt[ci];
+        if (c != BLOCK_DENSE) {
+            // The block's first position: the tile's, less the rows of earlier tiles of the block.
+            const u32 first = t.p_lo - (t.r0 - q_indptr[t.s]) % PREFILL_BLOCK_ROWS;
+            t.sparse = true;
+            t.tpage = block_tail_page(first, p.page_size);
+            t.klo = t.tpage * p.page_size;
+            t.sel_off = ci * p.sel_stride;
+            t.cnt = t.sel_off < bsl ? min(min(c, p.sel_stride), bsl - t.sel_off) : 0u;
+            t.lo_a = t.klo;
+        }
+    }
     return true;
 }
+
 
 // Long (about 220 lines) on purpose: the kernel's phases (Q fragments, cp.async K/V stages, mma
 // scores, online softmax, P.V, output) share its registers and shared memory; split into device
@@ -321,7 +401,8 @@ template <typename KT, int D, bool FULL>
 __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v,
                                  const KT* sk, const KT* sv, const u32* head_map, const u32* page_indptr,
                                  const u32* page_table, const u32* kv_len, const u32* ring_table, float* out,
-                                 u32 page_table_len, u32 ring_table_len) {
+                                 u32 page_table_len, u32 ring_table_len, const u32* blk_sel, const u32* blk_cnt,
+                                 u32 bsl, u32 bcl) {
     using S = PmShape<D>;
     constexpr u32 MT = S::MT, BQ = S::BQ, BK = S::BK, LD = S::LD;
     constexpr u32 NT = BK / 8;                     // n-tiles of S per m-tile
@@ -350,9 +431,12 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
     // hold registers through the key loop.
     __shared__ PmTile t;
     __shared__ bool live;
-    if (threadIdx.x == 0) live = pm_tile<BQ>(p, q_indptr, kv_len, head_map, t);
+    __shared__ u32 lst[PM_MAX_LIST];  // a sparse block's list pages (pm_block_list)
+    if (threadIdx.x == 0) live = pm_tile<BQ>(p, q_indptr, kv_len, head_map, blk_cnt, bsl, bcl, t);
     __syncthreads();
     if (!live) return;
+    if (t.sparse && threadIdx.x < 32) pm_block_list(p, blk_sel, t, lst);
+    __syncthreads();
     const u32 hd = FULL ? D : p.head_dim, nh = p.n_heads, h = blockIdx.x;
     const u32 tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
     const KT* kpool = t.streaming ? sk : k;
@@ -363,7 +447,13 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
     u32 tb0 = t.lo_b / BK, tb1 = t.hi_b > t.lo_b ? (t.hi_b + BK - 1) / BK : tb0;
     if (tb1 > tb0 && ta1 > ta0 && tb0 < ta1) { ta1 = max(ta1, tb1); tb1 = tb0; }
     if (ta1 <= ta0) { ta0 = tb0; ta1 = tb1; tb1 = tb0; }
-    const u32 na = ta1 - ta0, n_tiles = na + (tb1 - tb0);
+    // A sparse block's list pages come first, as nvt tiles of virtual keys 0..nv.
+    const u32 nvt = (t.nv + BK - 1) / BK;
+    const u32 na = ta1 - ta0, n_tiles = nvt + na + (tb1 - tb0);
+    // The first key (position, or virtual key for the list tiles) of tile ti.
+    auto tile_k0 = [&](u32 ti) {
+        return ti < nvt ? ti * BK : (ti - nvt < na ? ta0 + (ti - nvt) : tb0 + (ti - nvt - na)) * BK;
+    };
 
     // Q rows, rounded to KT; rows past the tile and dims past head_dim are zero.
     for (u32 i = tid; i < BQ * (D / 4); i += PM_THREADS) {
@@ -380,17 +470,25 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
                                ring_table_len)
                   : NONE_U32;
     };
+    // Pool element offset of key j of tile ti (a list page's key for ti < nvt).
+    auto key_at = [&](u32 ti, u32 j) {
+        const u32 kk = tile_k0(ti) + j;
+        if (ti >= nvt) return key_el(kk);
+        if (kk >= t.nv) return NONE_U32;
+        const u32 kp = lst[kk / p.page_size] * p.page_size + kk % p.page_size;
+        return key_offset(p, false, t.hi, t.s, kp, page_indptr, page_table, ring_table, page_table_len, ring_table_len);
+    };
 
-    // 8-bit KV: stage the codes (16-byte cp.async) and the row scales (4-byte cp.async) of the tile
-    // at key k0 into raw stage st; lane l < W8 * N8 of each warp looks up its row
+    // 8-bit KV: stage the codes (16-byte cp.async) and the row scales (4-byte cp.async) of key
+    // tile ti into raw stage st; lane l < W8 * N8 of each warp looks up its row
     // l % W8 + R8 * (l / W8) (+ warp * W8) and passes the code offset on by shuffle.
-    auto stage8 = [&](u32 st, u32 k0) {
+    auto stage8 = [&](u32 st, u32 ti) {
         unsigned char* kr8 = raw + st * 2 * BK * D;
         float* ss = scl + st * 2 * BK;
         u32 lo = NONE_U32, hi32 = 0u;
         if (lane < W8 * N8) {
             const u32 j = warp * W8 + lane % W8 + R8 * (lane / W8);
-            const u32 el = key_el(k0 + j);
+            const u32 el = key_at(ti, j);
             if (el != NONE_U32) {
                 const u32 row = el / D, blk = row / p.page_size, r = row - blk * p.page_size;
                 const u64 base = (u64)blk * p.page_size * (D + 4);
@@ -447,14 +545,13 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
     // Stage key tile ti: lane l < WR * NP of each warp looks up the pool offset of the warp's row
     // l % WR + RP * (l / WR) (+ warp * WR); pass n's lanes take it by shuffle.
     auto stage = [&](u32 st, u32 ti) {
-        const u32 k0 = (ti < na ? ta0 + ti : tb0 + (ti - na)) * BK;
         if constexpr (KV8) {
-            stage8(st, k0);
+            stage8(st, ti);
         } else {
             CT* kd = ks + st * BK * LD;
             CT* vd = vs + st * BK * LD;
             u32 mine = NONE_U32;
-            if (lane < WR * NP) mine = key_el(k0 + warp * WR + lane % WR + RP * (lane / WR));
+            if (lane < WR * NP) mine = key_at(ti, warp * WR + lane % WR + RP * (lane / WR));
             const u32 d = 8 * (lane % CH);
 #pragma unroll
             for (u32 n = 0; n < NP; n++) {
@@ -491,7 +588,7 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
 
     // Per thread and m-tile mt: rows w0 + 16 mt + g and that + 8 of the tile.
     const u32 w0 = warp * 16 * MT;
-    const u32 wlo_hi = window_lo(t.p_hi, p.window);
+    const u32 wlo_hi = max(window_lo(t.p_hi, p.window), t.klo);
     const float qscale = p.scale * 1.4426950408889634f;
     float acc[MT][ND][4];
     float m[MT][2], l[MT][2];
@@ -523,7 +620,8 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
         }
         const CT* kt = ks + (KV8 ? 0 : st) * BK * LD;
         const CT* vt = vs + (KV8 ? 0 : st) * BK * LD;
-        const u32 k0 = (ti < na ? ta0 + ti : tb0 + (ti - na)) * BK;
+        const u32 k0 = tile_k0(ti);
+        const bool virt = ti < nvt;
 
         // S = Q K^T over the dims that exist. Lane l addresses key (l & 7) + 8 (l >> 4), dims
         // + 8 ((l >> 3) & 1): matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15) = b0 b1 of two n-tiles.
@@ -563,8 +661,10 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
 
         // Mask (boundary tiles only), online softmax on raw scores (qscale > 0).
         float corr[MT][2];
-        const bool full = k0 + BK - 1 <= t.p_lo && k0 >= wlo_hi &&
-                          (!t.streaming || k0 + BK <= p.sink || t.p_hi - k0 < p.local);
+        // List tiles: every key before nv is visible to every row (its page lies below the tail).
+        const bool full = virt ? k0 + BK <= t.nv
+                               : k0 + BK - 1 <= t.p_lo && k0 >= wlo_hi &&
+                                     (!t.streaming || k0 + BK <= p.sink || t.p_hi - k0 < p.local);
 #pragma unroll
         for (u32 mt = 0; mt < MT; mt++) {
             float mx[2] = {-LS_INF, -LS_INF};
@@ -575,8 +675,9 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
                     if (!full) {
                         const u32 kp = k0 + j * 8 + 2 * tq + (e & 1);
                         const u32 ps_ = t.p_lo + w0 + 16 * mt + g + 8 * (e >> 1);
-                        const bool vis = kp <= ps_ && kp >= window_lo(ps_, p.window) &&
-                                         (!t.streaming || kp < p.sink || ps_ - kp < p.local);
+                        const bool vis = virt ? kp < t.nv
+                                              : kp <= ps_ && kp >= max(window_lo(ps_, p.window), t.klo) &&
+                                                    (!t.streaming || kp < p.sink || ps_ - kp < p.local);
                         if (!vis) sc[mt][j][e] = -LS_INF;
                     }
                     mx[e >> 1] = fmaxf(mx[e >> 1], sc[mt][j][e]);
@@ -677,9 +778,9 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
     extern "C" __global__ void __launch_bounds__(PM_THREADS) name( \
         AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v, const KT* sk, const KT* sv, \
         const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, \
-        float* out, u32 ptl, u32 rtl) { \
+        float* out, const u32* blk_sel, const u32* blk_cnt, u32 ptl, u32 rtl, u32 bsl, u32 bcl) { \
         prefill_mma_impl<KT, D, FULL>(p, q, q_indptr, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, \
-                                      ring_table, out, ptl, rtl); \
+                                      ring_table, out, ptl, rtl, blk_sel, blk_cnt, bsl, bcl); \
     }
 // _d<D>: head_dim == D; _d<D>_pad: head_dim below D, zero-padded up to it.
 PM(prefill_attention_mma_f16_d64, f16_t, 64, true)

@@ -10,6 +10,7 @@ struct GeluTanhMulParams { rows: u32, dim: u32, _pad0: u32, _pad1: u32 }
 struct HeadRmsnormParams { rows: u32, n_heads: u32, head_dim: u32, row_stride: u32, eps: f32, _pad0: u32, _pad1: u32, _pad2: u32 }
 struct ScaleParams { n: u32, scale: f32, _pad0: u32, _pad1: u32 }
 struct GatherRowsParams { n_out: u32, dim: u32, n_src: u32, _pad: u32 }
+struct MeanRowsParams { n_out: u32, dim: u32, n_src: u32, _pad: u32 }
 struct ArgmaxParams { rows: u32, n: u32, _pad0: u32, _pad1: u32 }
 struct SampleParams { rows: u32, n: u32, _pad0: u32, _pad1: u32 }
 struct RopeAppendKvParams {

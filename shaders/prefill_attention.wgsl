@@ -24,6 +24,12 @@
 // are the retrieval pool, or the streaming pool in the pass recorded with n_ret = 0; workgroups of
 // the other kind's heads return at once. No branch picks a pool, so loads stay back to back.
 //
+// Block-sparse prefill (src/backend/mod.rs BlockPages; the host passes sel_stride 0 without
+// block lists): a retrieval head's tile in a sparse block reads first its list slots (page 0 when
+// the tail starts past it, then one slot per selected entry j: page j + 1, absent unless
+// j + 1 < tail page), then the tail range from the tail page's first position. Absent keys are
+// masked like any other (koff NONE), so the result is the CPU reference's, which skips them.
+//
 // Visibility (as the CPU reference): retrieval heads see wlo(pos)..=pos through the page table;
 // streaming heads the Lambda mask (k < sink or pos - k < local, within the window) through their
 // ring, iterating only the sink range then the local range of the tile. Invariant relied on: the
@@ -41,9 +47,23 @@
 @group(0) @binding(8) var<storage, read> kv_len: array<u32>;
 @group(0) @binding(9) var<storage, read> ring_table: array<u32>;
 @group(0) @binding(10) var<storage, read_write> out: array<f32>;
+@group(0) @binding(11) var<storage, read> blk_sel: array<u32>;
+@group(0) @binding(12) var<storage, read> blk_cnt: array<u32>;
 
 const WG: u32 = 128u;
 const NONE: u32 = 0xffffffffu;
+const BLOCK_ROWS: u32 = 128u;  // PREFILL_BLOCK_ROWS
+const BLOCK_DENSE: u32 = 0xffffffffu;
+
+// A tile's block list: nl slots (p0 = 1: page 0 first), the entries at blk_sel[off..], the tail page.
+struct Blk { nl: u32, p0: u32, off: u32, tpage: u32 }
+
+// The page of list slot i, NONE for an entry that is not below the tail page - 1.
+fn list_page(b: Blk, i: u32) -> u32 {
+    if (i < b.p0) { return 0u; }
+    let e = blk_sel[min(b.off + i - b.p0, arrayLength(&blk_sel) - 1u)];
+    return select(NONE, e + 1u, e != NONE && e + 1u < b.tpage);
+}
 
 // Rows hold hd4 = ceil(hd / 4) vec4s (zero past hd) at a stride of hd4 + 1 vec4s (no bank
 // conflicts for vec4 reads of different rows).
@@ -83,13 +103,24 @@ fn key_offset(streaming: bool, s: u32, hi: u32, pos: u32) -> u32 {
     return ((page * p.n_ret + hi) * ps + pos % ps) * p.head_dim;
 }
 
-// Metadata slot j of buffer `buf` <- virtual key v: position a0 + v for v < na, else b0 + (v - na).
-fn set_key(buf: u32, j: u32, v: u32, na: u32, nkeys: u32, a0: u32, b0: u32, streaming: bool, s: u32, hi: u32) {
-    var kp = a0 + v;
-    if (v >= na) { kp = b0 + (v - na); }
+// Metadata slot j of buffer `buf` <- virtual key v: key v % page_size of list slot v / page_size
+// for v < nl * page_size, then w = v - that: position a0 + w for w < na, else b0 + (w - na).
+fn set_key(buf: u32, j: u32, v: u32, na: u32, nkeys: u32, a0: u32, b0: u32, streaming: bool, s: u32, hi: u32, b: Blk) {
+    let nlk = b.nl * p.page_size;
+    var ok = v < nkeys;
+    var kp = 0u;
+    if (v < nlk) {
+        let pg = list_page(b, v / p.page_size);
+        ok = pg != NONE;
+        kp = pg * p.page_size + v % p.page_size;
+    } else {
+        let w = v - nlk;
+        kp = a0 + w;
+        if (w >= na) { kp = b0 + (w - na); }
+    }
     kpos[buf * 16u + j] = kp;
     koff[buf * 16u + j] = NONE;
-    if (v < nkeys) { koff[buf * 16u + j] = key_offset(streaming, s, hi, kp); }
+    if (ok) { koff[buf * 16u + j] = key_offset(streaming, s, hi, kp); }
 }
 
 // Vec4 idx (row idx / hd4, vec4 idx % hd4) of the block's K or V rows (metadata buffer `buf`):
@@ -145,6 +176,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     var s = 0u;
     var t0 = 0u;
     var nq = 0u;
+    var qb = 0u;  // prefill blocks of the sequences before s
     for (; s < p.num_seqs; s = s + 1u) {
         let a = q_indptr[s];
         let b = q_indptr[s + 1u];
@@ -152,6 +184,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         let nt = (nq * group + br - 1u) / br;
         if (tile < t0 + nt) { break; }
         t0 = t0 + nt;
+        qb = qb + (nq + BLOCK_ROWS - 1u) / BLOCK_ROWS;
     }
     let len = kv_len[min(s, p.num_seqs - 1u)];
     if (s >= p.num_seqs || nq > len) { return; }
@@ -163,8 +196,23 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let p_last = first + (row0 + nrows - 1u) / group;
 
 
-    // Keys: virtual index v < na is position a0 + v, else b0 + (v - na).
-    let a0 = window_lo(p_first);
+    // A sparse block's list (a tile lies inside one block: BR divides BLOCK_ROWS * group).
+    var blk = Blk(0u, 0u, 0u, 0u);
+    var klo = 0u;
+    let ci = (qb + (row0 / group) / BLOCK_ROWS) * p.n_ret + hi;
+    if (p.sel_stride != 0u && !streaming && ci < arrayLength(&blk_cnt)) {
+        let c = blk_cnt[ci];
+        if (c != BLOCK_DENSE) {
+            let bfirst = first + (row0 / group) / BLOCK_ROWS * BLOCK_ROWS;
+            let tpage = select(0u, (bfirst - p.page_size) / p.page_size, bfirst >= p.page_size);
+            let p0 = select(0u, 1u, tpage > 0u);
+            blk = Blk(p0 + min(c, p.sel_stride), p0, ci * p.sel_stride, tpage);
+            klo = tpage * p.page_size;
+        }
+    }
+
+    // Keys: the list's keys, then virtual index w < na is position a0 + w, else b0 + (w - na).
+    let a0 = max(window_lo(p_first), klo);
     var na = 0u;
     var b0 = a0;
     if (streaming) {
@@ -174,7 +222,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         b0 = max(max(p.sink, a0), recent);
     }
     let nb = select(0u, p_last + 1u - b0, p_last + 1u > b0);
-    let nkeys = na + nb;
+    let nkeys = blk.nl * p.page_size + na + nb;
 
     // Queries (scaled, zero past hd), row positions, the first block's keys.
     for (var i = t; i < nrows * hd4; i = i + WG) {
@@ -189,7 +237,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         qs[(i / hd4) * st + i % hd4] = x;
     }
     if (t < br) { rpos[t] = first + (row0 + t) / group; }
-    if (t < bk) { set_key(0u, t, t, na, nkeys, a0, b0, streaming, s, hi); }
+    if (t < bk) { set_key(0u, t, t, na, nkeys, a0, b0, streaming, s, hi, blk); }
     workgroupBarrier();
 
     // Pipeline: block b's K is staged from registers and scored; its V staged while block b+1's K
@@ -200,7 +248,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     var k1 = fetch(false, 0u, t + WG, bk);
     var v0 = fetch(true, 0u, t, bk);
     var v1 = fetch(true, 0u, t + WG, bk);
-    if (t < bk) { set_key(1u, t, bk + t, na, nkeys, a0, b0, streaming, s, hi); }
+    if (t < bk) { set_key(1u, t, bk + t, na, nkeys, a0, b0, streaming, s, hi, blk); }
 
     // Thread (row r, lane) owns vec4s lane + ln * i (dims 4 (lane + ln i) .. + 4) in acc0..acc3.
     let r = t / ln;
@@ -212,8 +260,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     var acc2 = vec4(0.0);
     var acc3 = vec4(0.0);
 
-    for (var blk = 0u; blk < nblocks; blk = blk + 1u) {
-        let cur = blk & 1u;
+    for (var kb = 0u; kb < nblocks; kb = kb + 1u) {
+        let cur = kb & 1u;
         stage(k0, cur, t, bk);
         stage(k1, cur, t + WG, bk);
         workgroupBarrier();
@@ -236,12 +284,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         workgroupBarrier();
         stage(v0, cur, t, bk);
         stage(v1, cur, t + WG, bk);
-        if (blk + 1u < nblocks) {
+        if (kb + 1u < nblocks) {
             k0 = fetch(false, cur ^ 1u, t, bk);
             k1 = fetch(false, cur ^ 1u, t + WG, bk);
         }
         workgroupBarrier();
-        if (blk + 1u < nblocks) {
+        if (kb + 1u < nblocks) {
             v0 = fetch(true, cur ^ 1u, t, bk);
             v1 = fetch(true, cur ^ 1u, t + WG, bk);
         }
@@ -268,7 +316,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
             }
             m = mn;
         }
-        if (t < bk) { set_key(cur, t, (blk + 2u) * bk + t, na, nkeys, a0, b0, streaming, s, hi); }
+        if (t < bk) { set_key(cur, t, (kb + 2u) * bk + t, na, nkeys, a0, b0, streaming, s, hi, blk); }
         workgroupBarrier();
     }
 

@@ -303,7 +303,7 @@ fn prefill_case(rng: &mut Rng, c: &Case, kvd: DType) -> f64 {
     let meta = PagedMeta { page_indptr: &pi, page_table: &pt, kv_len: &kl, ring_table: &rt };
     let p = AttentionParams { n_tokens: n as u32, ..st.p };
     let mut out = CpuBuffer::F32(vec![f32::NAN; n * nh * hd]);
-    cpu.prefill_attention(&p, &CpuBuffer::F32(q.clone()), &u(&q_indptr), st.layer(), &meta, &mut out).unwrap();
+    cpu.prefill_attention(&p, &CpuBuffer::F32(q.clone()), &u(&q_indptr), st.layer(), &meta, None, &mut out).unwrap();
     let out = cpu.download_f32(&out, 0, n * nh * hd).unwrap();
     let kinds = kinds(&c.streaming);
     let mut worst = 0f64;
@@ -316,6 +316,78 @@ fn prefill_case(rng: &mut Rng, c: &Case, kvd: DType) -> f64 {
                 let visible = |t: usize| st.window_ok(t, pos) && (!streaming || st.lambda_ok(t, pos));
                 let want = st.reference(&q[at..at + hd], s, streaming, i, visible, pos);
                 let what = format!("prefill {kvd:?} group {} hd {hd} window {} pos {pos} head {h}", c.group, c.window);
+                worst = worst.max(check(&what, &out[at..at + hd], &want));
+            }
+        }
+    }
+    worst
+}
+
+/// Block-sparse prefill (`BlockPages`): the chunk rows of each sequence form one block; each
+/// (block, retrieval head) gets a random list (entries anywhere in 0..pages + 2, so some are at
+/// or past the tail and must be skipped, in random order, garbage past the count) or BLOCK_DENSE.
+/// A retrieval query then sees, causally: page 0 when the tail starts past it, pages j + 1 of
+/// the valid entries j, and every position from the tail page on.
+fn block_prefill_case(rng: &mut Rng, c: &Case, kvd: DType) -> f64 {
+    let st = setup(rng, c, kvd);
+    let (nh, hd, ps, n_ret) = (st.p.n_heads as usize, c.hd, c.ps, st.n_ret);
+    let rows: Vec<usize> = LENS.iter().map(|&l| l.min(30)).collect();
+    let n: usize = rows.iter().sum();
+    let mut q_indptr = vec![0u32];
+    rows.iter().for_each(|&r| q_indptr.push(q_indptr.last().unwrap() + r as u32));
+    let (mut selected, mut counts) = (vec![u32::MAX; LENS.len() * n_ret * STRIDE], vec![0u32; LENS.len() * n_ret]);
+    for (b, len) in LENS.iter().enumerate() {
+        for r in 0..n_ret {
+            let at = b * n_ret + r;
+            if rng.next() < 0.2 {
+                counts[at] = BLOCK_DENSE;
+                continue;
+            }
+            let pick = shuffled(rng, len.div_ceil(ps) + 2);
+            let k = pick.len().min(STRIDE);
+            let cnt = (rng.next() * (k + 1) as f64) as usize;
+            counts[at] = cnt as u32;
+            selected[at * STRIDE..at * STRIDE + k].copy_from_slice(&pick[..k]);
+        }
+    }
+    let q = rng.normal_vec(n * nh * hd, 1.0);
+    let cpu = CpuBackend::new();
+    let u = |v: &[u32]| CpuBuffer::U32(v.to_vec());
+    let kv_len: Vec<u32> = LENS.iter().map(|&l| l as u32).collect();
+    let (pi, pt, kl, rt) = (u(&st.page_indptr), u(&st.page_table), u(&kv_len), u(&st.ring_table));
+    let meta = PagedMeta { page_indptr: &pi, page_table: &pt, kv_len: &kl, ring_table: &rt };
+    let (se, co) = (u(&selected), u(&counts));
+    let blocks = BlockPages { selected: &se, counts: &co };
+    let p = AttentionParams { n_tokens: n as u32, sel_stride: STRIDE as u32, ..st.p };
+    let mut out = CpuBuffer::F32(vec![f32::NAN; n * nh * hd]);
+    let qb = CpuBuffer::F32(q.clone());
+    cpu.prefill_attention(&p, &qb, &u(&q_indptr), st.layer(), &meta, Some(&blocks), &mut out).unwrap();
+    let out = cpu.download_f32(&out, 0, n * nh * hd).unwrap();
+    let kinds = kinds(&c.streaming);
+    let mut worst = 0f64;
+    for (s, &len) in LENS.iter().enumerate() {
+        let first = len - rows[s];
+        let tail = block_tail_page(first, ps);
+        for row in q_indptr[s] as usize..q_indptr[s + 1] as usize {
+            let pos = first + row - q_indptr[s] as usize;
+            for h in 0..nh {
+                let (streaming, i) = kinds[h / c.group];
+                let at = (row * nh + h) * hd;
+                let list = |t: usize| {
+                    let (j, base, cnt) = (t / ps, (s * n_ret + i) * STRIDE, counts[s * n_ret + i] as usize);
+                    let valid = selected[base..base + cnt].iter().any(|&e| (e as usize) + 1 == j && j < tail);
+                    t >= tail * ps || (j == 0 && tail > 0) || valid
+                };
+                let visible = |t: usize| {
+                    t <= pos
+                        && if streaming {
+                            st.lambda_ok(t, pos)
+                        } else {
+                            counts[s * n_ret + i] == BLOCK_DENSE || list(t)
+                        }
+                };
+                let want = st.reference(&q[at..at + hd], s, streaming, i, visible, pos);
+                let what = format!("block prefill {kvd:?} group {} hd {hd} pos {pos} head {h}", c.group);
                 worst = worst.max(check(&what, &out[at..at + hd], &want));
             }
         }
@@ -354,6 +426,17 @@ fn prefill_attention_matches_brute_force() {
         for kvd in [DType::F32, DType::I8, DType::F8E4M3] {
             let worst = prefill_case(&mut rng, &c, kvd);
             eprintln!("prefill {kvd:?} group {} hd {}: max |diff| {worst:e}", c.group, c.hd);
+        }
+    }
+}
+
+#[test]
+fn block_sparse_prefill_attention_matches_brute_force() {
+    let mut rng = Rng(common::seed() | 1);
+    for c in cases().into_iter().filter(|c| c.window == 0) {
+        for kvd in [DType::F32, DType::I8, DType::F8E4M3] {
+            let worst = block_prefill_case(&mut rng, &c, kvd);
+            eprintln!("block prefill {kvd:?} group {} hd {}: max |diff| {worst:e}", c.group, c.hd);
         }
     }
 }

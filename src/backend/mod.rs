@@ -198,6 +198,31 @@ pub struct HeadPages<'a, B: Backend + ?Sized> {
     pub tail_start: &'a B::Buffer,
 }
 
+/// Query rows per block of block-sparse prefill: sequence `s`'s step rows are cut into blocks of
+/// this many from its first row (the last block may be shorter); blocks are numbered across the
+/// step in sequence order.
+pub const PREFILL_BLOCK_ROWS: usize = 128;
+/// `counts` entry of a block that attends densely (causal, as without `blocks`).
+pub const BLOCK_DENSE: u32 = u32::MAX;
+
+/// The first page of a prefill block's tail (read in full, causally masked), for a block whose
+/// first query sits at position `first`: the page before the one holding `first` (saturating),
+/// so every query sees at least `page_size` keys before it besides the selection.
+pub fn block_tail_page(first: usize, page_size: usize) -> usize {
+    first.saturating_sub(page_size) / page_size
+}
+
+/// Which pages each query block of a block-sparse prefill reads, per retrieval head `r`: for
+/// block `b` with `c = counts[b * n_ret + r]`: `BLOCK_DENSE` means dense causal attention;
+/// otherwise, with `t = block_tail_page(first position of b, page_size)`: page 0 when `t > 0`,
+/// pages `selected[(b * n_ret + r) * sel_stride + i] + 1` for `i < c` (distinct, in `1..t`,
+/// ascending: `page_select` over the block's pages `1..=t` writes them), and every position
+/// from `t * page_size` up to the query (causal). `sel_stride` is `AttentionParams::sel_stride`.
+pub struct BlockPages<'a, B: Backend + ?Sized> {
+    pub selected: &'a B::Buffer,
+    pub counts: &'a B::Buffer,
+}
+
 /// Output of `page_select`: the `selected` and `counts` buffers of [`HeadPages`].
 pub struct SelectedMut<'a, B: Backend + ?Sized> {
     pub selected: &'a mut B::Buffer,
@@ -309,6 +334,16 @@ pub trait Backend {
         rows: &Self::Buffer,
         out: &mut Self::Buffer,
     ) -> Result<()>;
+    /// out[i, :] = mean of src rows `indptr[i]..indptr[i+1]` (summed in row order in f32, then
+    /// divided by the count; an empty range gives zeros). src `[n_src][dim]`, indptr `[n_out + 1]`
+    /// (non-decreasing, at most n_src), out `[n_out][dim]` f32.
+    fn mean_rows(
+        &self,
+        p: &MeanRowsParams,
+        src: &Self::Buffer,
+        indptr: &Self::Buffer,
+        out: &mut Self::Buffer,
+    ) -> Result<()>;
     /// qkv `[n_tokens][(n_heads + 2 n_kv_heads) head_dim]` -> q `[n_tokens][n_heads][head_dim]`
     /// rotated (rotate-half RoPE at each token's position); each KV head's rotated k and its v go
     /// to the retrieval pool (`slots`) or the streaming ring (`ring_slots`) per `head_map`, and the
@@ -328,7 +363,10 @@ pub trait Backend {
     /// already appended). q/out `[n_tokens][n_heads][head_dim]`; sequence `s`'s queries are rows
     /// `q_indptr[s]..q_indptr[s+1]` at the last positions of its `kv_len[s]` tokens. Retrieval heads
     /// see every earlier token (within `window` if set); streaming heads the Lambda mask: keys
-    /// `k <= q` with `k < sink` or `q - k < local`.
+    /// `k <= q` with `k < sink` or `q - k < local`. With `blocks` (block-sparse prefill, window 0
+    /// only), a retrieval head's queries in a sparse block read only that block's pages
+    /// ([`BlockPages`]).
+    #[allow(clippy::too_many_arguments)]
     fn prefill_attention(
         &self,
         p: &AttentionParams,
@@ -336,6 +374,7 @@ pub trait Backend {
         q_indptr: &Self::Buffer,
         kv: LayerKv<Self>,
         meta: &PagedMeta<Self>,
+        blocks: Option<&BlockPages<Self>>,
         out: &mut Self::Buffer,
     ) -> Result<()>;
     /// One query per sequence (at position kv_len-1): retrieval heads read only the pages

@@ -40,6 +40,7 @@ pub fn all_param_layouts() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
         one::<AddParams>(),
         one::<SiluMulParams>(),
         one::<GatherRowsParams>(),
+        one::<MeanRowsParams>(),
         one::<ArgmaxParams>(),
         one::<SampleParams>(),
         one::<RopeAppendKvParams>(),
@@ -88,6 +89,8 @@ params! {
     /// `scale`, in place: x[i] *= scale for i < n (Gemma's embedding scale).
     pub struct ScaleParams { pub n: u32, pub scale: f32, pub _pad0: u32, pub _pad1: u32 }
     pub struct GatherRowsParams { pub n_out: u32, pub dim: u32, pub n_src: u32, pub _pad: u32 }
+    /// `mean_rows`: out `[n_out][dim]`, row i the mean of src rows `indptr[i]..indptr[i+1]` of `[n_src][dim]`.
+    pub struct MeanRowsParams { pub n_out: u32, pub dim: u32, pub n_src: u32, pub _pad: u32 }
     pub struct ArgmaxParams { pub rows: u32, pub n: u32, pub _pad0: u32, pub _pad1: u32 }
     /// `sample`: logits `[rows][n]`; the per-row settings are a buffer (they change every step,
     /// and a replayed CUDA graph freezes kernel arguments).

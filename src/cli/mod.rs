@@ -333,6 +333,13 @@ pub struct SparseArgs {
     /// Always select each retrieval head's first page (the attention sink).
     #[arg(long, value_enum)]
     pub pin_sink_page: Option<OnOff>,
+    /// Block-sparse prefill: tokens each 128-row query block of a retrieval head reads besides
+    /// page 0 and its tail (0 = off; needs --sparse on).
+    #[arg(long)]
+    pub prefill_budget: Option<usize>,
+    /// Query blocks starting before this position attend densely in a block-sparse prefill.
+    #[arg(long)]
+    pub prefill_dense_below: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]

@@ -154,6 +154,8 @@ pub fn resolve_config(sparse: Option<OnOff>, a: &SparseArgs) -> Result<Config> {
     if let Some(v) = a.pin_sink_page {
         s.pin_sink_page = v == OnOff::On;
     }
+    s.prefill_budget = a.prefill_budget.unwrap_or(s.prefill_budget);
+    s.prefill_dense_below = a.prefill_dense_below.unwrap_or(s.prefill_dense_below);
     if a.head_pattern.is_some() {
         s.head_pattern = a.head_pattern.clone();
     }

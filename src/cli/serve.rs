@@ -155,6 +155,7 @@ struct Load {
 
 impl Load {
     fn build<B: Backend>(self, be: B) -> Result<ServeEngine<B>> {
+        let synthetic = matches!(self.weights, Weights::Synthetic);
         let model = match self.weights {
             Weights::File(w) => Llama::load_with(&be, &self.cfg, w.as_ref(), &self.dtype, |_, _| {})?,
             Weights::Synthetic => {
@@ -162,12 +163,17 @@ impl Load {
             }
         };
         let max_seqs = self.opts.sched.max_num_seqs;
+        // Synthetic weights have no calibrated head pattern: with --sparse on and no
+        // --head-pattern, the bench's synthetic one (every other KV head, `streaming_ratio` of them).
+        let s = &self.config.sparse;
+        let layout = (synthetic && s.enabled && s.head_pattern.is_none())
+            .then(|| lserve::bench::synthetic_layout(&self.cfg, s.streaming_ratio));
         let eopts = EngineOptions {
             config: self.config,
             max_tokens: self.cfg.context_len(),
             max_seqs,
             prefill_chunk: self.opts.sched.prefill_chunk,
-            layout: None,
+            layout,
         };
         let engine = build_engine(be, model, &eopts)?;
         Ok(ServeEngine::new(engine, self.tokenizer, self.opts)?)

@@ -76,6 +76,9 @@ pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) ->
         k_pages: k_pages(s.token_budget, ps),
         dense_layer: (0..cfg.num_layers).map(|l| !s.enabled || s.dense_layers.contains(&l)).collect(),
         window: cfg.sliding_window.unwrap_or(0),
+        // Block-sparse prefill needs page selection's summaries (sparse on) and no model window.
+        prefill_k_pages: if s.enabled && cfg.sliding_window.is_none() { s.prefill_budget / ps } else { 0 },
+        prefill_dense_below: s.prefill_dense_below,
     };
     let ring_tokens = if layout.any_streaming() {
         let local = s.local_tokens.max(crate::model::gemma3::ring_window(&cfg));

@@ -33,6 +33,11 @@ pub struct AttnSettings {
     pub dense_layer: Vec<bool>,
     /// Model sliding window in tokens (Mistral v0.1); 0 = none.
     pub window: usize,
+    /// Block-sparse prefill: pages `page_select` keeps per query block and retrieval head (page 0
+    /// and the block's tail come besides); 0 = dense prefill.
+    pub prefill_k_pages: usize,
+    /// Query blocks whose first position is below this attend densely.
+    pub prefill_dense_below: usize,
 }
 
 impl AttnSettings {
@@ -44,6 +49,8 @@ impl AttnSettings {
             k_pages: 0,
             dense_layer: vec![true; cfg.num_layers],
             window: cfg.sliding_window.unwrap_or(0),
+            prefill_k_pages: 0,
+            prefill_dense_below: 0,
         }
     }
 }

@@ -245,7 +245,7 @@ impl<B: Backend> Gemma3<B> {
                 };
                 be.sparse_decode_attention(&ap, &q, store.view(), &paged, &hp, &mut attn_out)?;
             } else {
-                be.prefill_attention(&ap, &q, &m.q_indptr, store.view(), &paged, &mut attn_out)?;
+                be.prefill_attention(&ap, &q, &m.q_indptr, store.view(), &paged, None, &mut attn_out)?;
             }
             if let Some(hook) = hook.as_mut() {
                 hook(be, i, &q, store.view(), &paged)?;

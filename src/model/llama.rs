@@ -11,6 +11,7 @@
 
 pub use super::batch::{AttnSettings, LayerHook, Logits, SeqStep};
 use super::batch::{GraphRegion, Head};
+use super::blocks::{BlockSeq, PrefillBlocks};
 use super::linear::{Linear, WeightLoader};
 use super::pool::BufferPool;
 use super::step::StepMeta;
@@ -344,6 +345,7 @@ impl<B: Backend> Llama<B> {
             self.inv_freq(seqs.iter().map(|s| s.cache.len + s.tokens.len()).max().unwrap_or(0));
         let pool = &self.pool;
         let m = StepMeta::build(be, pool, cache, seqs, c, inv)?;
+        let mut blocks = self.prefill_blocks(be, cache, attn, seqs, m.decode)?;
         let (n, h, hd) = (m.n_tokens, c.hidden_size, c.head_dim);
         let (nq, ffn) = (c.num_heads * hd, c.intermediate_size);
         let a = |len: usize| pool.take(be, DType::F32, len);
@@ -363,6 +365,7 @@ impl<B: Backend> Llama<B> {
         be.embed(&ep, &self.embed, &m.ids, &mut x)?;
         let paged = m.paged();
         let rmeta = m.rope_meta();
+        let lp = cache.shape.logical_page;
         for (i, l) in self.layers.iter().enumerate() {
             if i == 0 {
                 be.rmsnorm(&norm, &x, &l.attn_norm, &mut xn)?;
@@ -389,8 +392,11 @@ impl<B: Backend> Llama<B> {
                     tail_start: tail,
                 };
                 be.sparse_decode_attention(&ap, &q, store.view(), &paged, &hp, &mut attn_out)?;
+            } else if let Some(b) = blocks.as_mut().filter(|_| !attn.dense_layer[i] && ap.n_ret > 0) {
+                let (bap, lists) = b.select(be, pool, &m, &ap, lp, &q, store.view())?;
+                be.prefill_attention(&bap, &q, &m.q_indptr, store.view(), &paged, Some(&lists), &mut attn_out)?;
             } else {
-                be.prefill_attention(&ap, &q, &m.q_indptr, store.view(), &paged, &mut attn_out)?;
+                be.prefill_attention(&ap, &q, &m.q_indptr, store.view(), &paged, None, &mut attn_out)?;
             }
             if let Some(hook) = hook.as_mut() {
                 hook(be, i, &q, store.view(), &paged)?;
@@ -436,7 +442,26 @@ impl<B: Backend> Llama<B> {
         region.finish()?;
         [x, xn, qkv, q, attn_out, o, gu, act].into_iter().chain(settings).for_each(|b| pool.put(b));
         m.recycle(pool);
+        blocks.into_iter().for_each(|b| b.recycle(pool));
         Ok((out, ids))
+    }
+
+    /// A prefill step's block-sparse metadata, when the settings ask for it and a block qualifies.
+    fn prefill_blocks(
+        &self,
+        be: &B,
+        cache: &KvCache<B>,
+        attn: &AttnSettings,
+        seqs: &[SeqStep],
+        decode: bool,
+    ) -> Result<Option<PrefillBlocks<B>>> {
+        if decode || attn.prefill_k_pages == 0 || attn.window != 0 {
+            return Ok(None);
+        }
+        let bs: Vec<BlockSeq> =
+            seqs.iter().map(|s| BlockSeq { first: s.cache.len, rows: s.tokens.len(), pages: &s.cache.pages }).collect();
+        let ps = cache.shape.page_size;
+        PrefillBlocks::build(be, &self.pool, &bs, ps, attn.prefill_k_pages, attn.prefill_dense_below)
     }
 
     /// The `[rows][4]` sampling settings of a step with `nl` logits rows, on the device.

@@ -12,6 +12,9 @@
 //! dense_below = 4096        # contexts up to this length skip page selection
 //! dense_layers = []         # layers kept fully dense
 //! pin_sink_page = false     # always select the first page (the attention sink)
+//! prefill_budget = 0        # block-sparse prefill: tokens each query block of a retrieval head
+//!                           # reads besides page 0 and its tail (0 = off, dense prefill)
+//! prefill_dense_below = 32768  # query blocks starting before this position attend densely
 //! [cache]
 //! physical_page = 64
 //! logical_page = 16
@@ -47,6 +50,11 @@ pub struct SparseConfig {
     /// Always select each retrieval head's first page (the attention sink) at decode, as one of
     /// the budget's pages (`Engine::pin_sink_page`; docs/sparse-attention.md, measured there).
     pub pin_sink_page: bool,
+    /// Block-sparse prefill (docs/sparse-attention.md): each 128-row query block of a retrieval
+    /// head at or past `prefill_dense_below` reads page 0, the `prefill_budget / physical_page`
+    /// pages `page_select` ranks best for the block's mean query, and its tail. 0 = off.
+    pub prefill_budget: usize,
+    pub prefill_dense_below: usize,
 }
 
 impl Default for SparseConfig {
@@ -63,6 +71,8 @@ impl Default for SparseConfig {
             dense_layers: vec![],
             pattern: None,
             pin_sink_page: false,
+            prefill_budget: 0,
+            prefill_dense_below: 32768,
         }
     }
 }
@@ -139,6 +149,15 @@ impl Config {
             return bad(format!(
                 "token_budget {} is below one physical page ({} tokens): retrieval heads would read nothing but the newest page",
                 s.token_budget, c.physical_page
+            ));
+        }
+        // The prefill kernels hold a block's list in shared memory (1024 entries).
+        if s.prefill_budget > 0 && !(2 * c.physical_page..=1000 * c.physical_page).contains(&s.prefill_budget) {
+            return bad(format!(
+                "prefill_budget {} must be 0 (off) or between two and 1000 physical pages ({} and {} tokens)",
+                s.prefill_budget,
+                2 * c.physical_page,
+                1000 * c.physical_page
             ));
         }
         Ok(())

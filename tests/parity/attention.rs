@@ -43,8 +43,8 @@ pub fn test_prefill_attention<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
         let mut out = t.out(n * nh * hd);
         let mg = PagedMeta { page_indptr: &m[0].0, page_table: &m[1].0, kv_len: &m[2].0, ring_table: &m[3].0 };
         let mc = PagedMeta { page_indptr: &m[0].1, page_table: &m[1].1, kv_len: &m[2].1, ring_table: &m[3].1 };
-        t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, &mut out.0).unwrap();
-        t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, &mut out.1).unwrap();
+        t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, None, &mut out.0).unwrap();
+        t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, None, &mut out.1).unwrap();
         t.check(&format!("prefill_attention window {window} kv {kvd:?}"), &out, n * nh * hd, tol);
     }
 }
@@ -108,9 +108,35 @@ fn prefill_attention_long<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
                 ..attn_params(&kv, 240, nh, window)
             };
             let mut out = t.out(240 * row);
-            t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, &mut out.0).unwrap();
-            t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, &mut out.1).unwrap();
+            t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, None, &mut out.0).unwrap();
+            t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, None, &mut out.1).unwrap();
             t.check(&format!("prefill_attention_long hd {hd} window {window} kv {kvd:?}"), &out, 240 * row, tol);
+        }
+        // Block-sparse: blocks A0 (first 300, tail page 17), A1 (first 428, tail 25), B0 (first
+        // 0, tail 0); lists with entries at or past the tail (skipped), out of order, garbage
+        // past the count; a dense block; a sparse block with an empty list.
+        let sel = [
+            [0, 3, 7, 15, 16, 40], // A0: 16 + 1 is not below 17
+            [2, 24, 5, 23, 1, 9],  // A1: 24 + 1 is not below 25
+            [0, 1, 2, 3, 4, 5],    // B0
+        ];
+        let selected: Vec<u32> = sel.iter().flatten().copied().collect();
+        for counts in [[5, 4, BLOCK_DENSE], [0, BLOCK_DENSE, 3], [6, 6, 0]] {
+            let p = AttentionParams {
+                num_seqs: 2,
+                sink: sink as u32,
+                local,
+                scale: 1.0 / (hd as f32).sqrt(),
+                sel_stride: 6,
+                ..attn_params(&kv, 240, nh, 0)
+            };
+            let (se, co) = (t.up_u32(&selected), t.up_u32(&counts));
+            let bg = BlockPages { selected: &se.0, counts: &co.0 };
+            let bc = BlockPages { selected: &se.1, counts: &co.1 };
+            let mut out = t.out(240 * row);
+            t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, Some(&bg), &mut out.0).unwrap();
+            t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, Some(&bc), &mut out.1).unwrap();
+            t.check(&format!("block-sparse prefill hd {hd} counts {counts:?} kv {kvd:?}"), &out, 240 * row, tol);
         }
     }
 }

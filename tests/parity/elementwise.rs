@@ -1,5 +1,5 @@
 //! The weight, norm, elementwise and row ops against the CPU reference: embed and matmul (a
-//! weight-dtype axis), rmsnorm, add_rmsnorm, add, silu_mul, gather_rows, argmax, fill_random, and
+//! weight-dtype axis), rmsnorm, add_rmsnorm, add, silu_mul, gather_rows, mean_rows, argmax, fill_random, and
 //! the partial writes of KV swap-in (write_at). Instantiated per backend by `parity_tests!` in
 //! tests/backend_parity.rs.
 
@@ -282,6 +282,19 @@ pub fn test_gather_rows<B: Backend>(gpu: &B) {
     t.gpu.gather_rows(&p, &src.0, &rows.0, &mut out.0).unwrap();
     t.cpu.gather_rows(&p, &src.1, &rows.1, &mut out.1).unwrap();
     t.check("gather_rows", &out, 5 * 33, 0.0);
+}
+
+/// Row blocks of uneven lengths (a 128-row block, an empty range, a 1-row one, the rest).
+pub fn test_mean_rows<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let (n_src, dim) = (300, 70);
+    let src = t.rand(DType::F32, n_src * dim, 1.0);
+    let indptr = t.up_u32(&[0, 128, 128, 129, 300]);
+    let mut out = t.out(4 * dim);
+    let p = MeanRowsParams { n_out: 4, dim: dim as u32, n_src: n_src as u32, _pad: 0 };
+    t.gpu.mean_rows(&p, &src.0, &indptr.0, &mut out.0).unwrap();
+    t.cpu.mean_rows(&p, &src.1, &indptr.1, &mut out.1).unwrap();
+    t.check("mean_rows", &out, 4 * dim, TOL_ELEMENTWISE);
 }
 
 pub fn test_argmax<B: Backend>(gpu: &B) {

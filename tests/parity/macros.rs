@@ -84,6 +84,11 @@ macro_rules! parity_tests {
                 backend().map(|b| super::test_gather_rows(&b));
             }
             #[test]
+            fn mean_rows() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+                backend().map(|b| super::test_mean_rows(&b));
+            }
+            #[test]
             fn argmax() {
                 let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_argmax(&b));

@@ -337,12 +337,71 @@ fn context<'a>(p: &AttentionParams, kv: &'a LayerKv<CpuBackend>, meta: &'a Paged
     })
 }
 
+/// A block-sparse prefill's page lists on the host: per row its block, per block its first
+/// position; `pages(row, r)` is `None` for a dense block.
+struct Blocks<'a> {
+    row_block: Vec<usize>,
+    first: Vec<usize>,
+    selected: &'a [u32],
+    counts: &'a [u32],
+    n_ret: usize,
+    stride: usize,
+}
+
+impl Blocks<'_> {
+    fn new<'a>(
+        p: &AttentionParams,
+        q_indptr: &[u32],
+        kv_len: &[u32],
+        b: &'a BlockPages<CpuBackend>,
+    ) -> Result<Blocks<'a>> {
+        if p.window != 0 {
+            return Err(err("prefill_attention: block-sparse prefill needs window 0"));
+        }
+        let (mut row_block, mut first) = (vec![], vec![]);
+        for s in 0..u(p.num_seqs) {
+            let (a, e) = (u(q_indptr[s]), u(q_indptr[s + 1]));
+            let start = u(kv_len[s]) - (e - a);
+            for r in a..e {
+                if (r - a) % PREFILL_BLOCK_ROWS == 0 {
+                    first.push(start + r - a);
+                }
+                row_block.push(first.len() - 1);
+            }
+        }
+        let (n_ret, stride) = (u(p.n_ret), u(p.sel_stride));
+        let nb = first.len();
+        let counts = u32s(b.counts, nb * n_ret, "prefill_attention block counts")?;
+        let selected = u32s(b.selected, nb * n_ret * stride, "prefill_attention block selected")?;
+        if counts.iter().any(|&c| c != BLOCK_DENSE && u(c) > stride) {
+            return Err(err("prefill_attention: a block count exceeds sel_stride"));
+        }
+        Ok(Blocks { row_block, first, selected, counts, n_ret, stride })
+    }
+
+    /// The logical pages a query row of retrieval head `r` reads besides its tail, and the tail's
+    /// first page; `None` for a dense block. Entries outside `1..tail` are skipped.
+    fn pages(&self, row: usize, r: usize, ps: usize) -> Option<(Vec<usize>, usize)> {
+        let b = self.row_block[row];
+        let c = self.counts[b * self.n_ret + r];
+        if c == BLOCK_DENSE {
+            return None;
+        }
+        let t = block_tail_page(self.first[b], ps);
+        let base = (b * self.n_ret + r) * self.stride;
+        let sel = self.selected[base..base + u(c)].iter().map(|&j| u(j) + 1).filter(|&j| j < t);
+        Some(((0..t.min(1)).chain(sel).collect(), t))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 pub fn prefill_attention(
     p: &AttentionParams,
     q: &CpuBuffer,
     q_indptr: &CpuBuffer,
     kv: LayerKv<CpuBackend>,
     meta: &PagedMeta<CpuBackend>,
+    blocks: Option<&BlockPages<CpuBackend>>,
     out: &mut CpuBuffer,
 ) -> Result<()> {
     let (n, nh, hd) = (u(p.n_tokens), u(p.n_heads), u(p.head_dim));
@@ -364,13 +423,20 @@ pub fn prefill_attention(
     if seq_pos.iter().any(|&(s, _)| s == usize::MAX) {
         return Err(err("prefill_attention: q_indptr does not cover every query row"));
     }
+    let blocks = blocks.map(|b| Blocks::new(p, q_indptr, ctx.kv_len, b)).transpose()?;
+    // Whether retrieval KV head kvh reads row `row` through a block's page list.
+    let sparse = |row: usize, kvh: usize| match (&blocks, ctx.kinds[kvh]) {
+        (Some(b), (false, r)) => b.counts[b.row_block[row] * b.n_ret + r] != BLOCK_DENSE,
+        _ => false,
+    };
     let q = f32s(q, n * nh * hd, "prefill_attention q")?;
     let out = f32s_mut(out, n * nh * hd, "prefill_attention out")?;
-    // Retrieval heads: dense causal tiles through GEMM. Streaming heads: per query, Lambda mask.
+    // Retrieval heads: dense causal tiles through GEMM (tiles lie inside one block), or per query
+    // over the block's pages. Streaming heads: per query, Lambda mask.
     let all = tiles(&seq_pos, u(p.n_kv_heads));
     let done: Vec<(Tile, Vec<f32>)> = all
         .into_par_iter()
-        .filter(|t| !ctx.kinds[t.kvh].0)
+        .filter(|t| !ctx.kinds[t.kvh].0 && !sparse(t.rows[0].0, t.kvh))
         .map(|t| {
             let o = tile_attention(&ctx, q, &t, group);
             (t, o)
@@ -389,11 +455,19 @@ pub fn prefill_attention(
     let (nkv, kn) = (u(p.n_kv_heads), kernels());
     out.par_chunks_mut(group * hd).enumerate().for_each_init(Scratch::default, |sc, (i, o)| {
         let ((s, pos), kvh) = (seq_pos[i / nkv], i % nkv);
-        if let (true, si) = ctx.kinds[kvh] {
-            sc.spans.clear();
-            ctx.lambda_spans(s, si, pos, &mut sc.spans);
-            ctx.attend_group(&q[i * group * hd..(i + 1) * group * hd], sc, o, kn);
+        sc.spans.clear();
+        match (ctx.kinds[kvh], &blocks) {
+            ((true, si), _) => ctx.lambda_spans(s, si, pos, &mut sc.spans),
+            ((false, r), Some(b)) => match b.pages(i / nkv, r, ctx.ps) {
+                Some((pages, t)) => {
+                    let tail = t..pos / ctx.ps + 1;
+                    ctx.page_spans(s, r, pages.into_iter().chain(tail), 0, pos + 1, &mut sc.spans);
+                }
+                None => return,
+            },
+            _ => return,
         }
+        ctx.attend_group(&q[i * group * hd..(i + 1) * group * hd], sc, o, kn);
     });
     Ok(())
 }

@@ -338,6 +338,27 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn mean_rows(&self, p: &MeanRowsParams, src: &CpuBuffer, indptr: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
+        let (n, d) = (u(p.n_out), u(p.dim));
+        let src = f32s(src, u(p.n_src) * d, "mean_rows src")?;
+        let ip = u32s(indptr, n + 1, "mean_rows indptr")?;
+        if ip.windows(2).any(|w| w[0] > w[1]) || ip[n] > p.n_src {
+            return Err(err("mean_rows: indptr must be non-decreasing and at most n_src"));
+        }
+        let out = f32s_mut(out, n * d, "mean_rows out")?;
+        for (i, o) in out.chunks_exact_mut(d).enumerate() {
+            let (a, b) = (u(ip[i]), u(ip[i + 1]));
+            o.fill(0.0);
+            for row in src[a * d..b * d].chunks_exact(d) {
+                o.iter_mut().zip(row).for_each(|(o, &x)| *o += x);
+            }
+            if b > a {
+                o.iter_mut().for_each(|o| *o /= (b - a) as f32);
+            }
+        }
+        Ok(())
+    }
+
     fn rope_append_kv(
         &self,
         p: &RopeAppendKvParams,
@@ -356,9 +377,10 @@ impl Backend for CpuBackend {
         q_indptr: &CpuBuffer,
         kv: LayerKv<Self>,
         meta: &PagedMeta<Self>,
+        blocks: Option<&BlockPages<Self>>,
         out: &mut CpuBuffer,
     ) -> Result<()> {
-        attention::prefill_attention(p, q, q_indptr, kv, meta, out)
+        attention::prefill_attention(p, q, q_indptr, kv, meta, blocks, out)
     }
 
     fn sparse_decode_attention(

@@ -178,6 +178,9 @@ kernels! {
     gather_rows: "gather_rows" (GatherRowsParams) ["gather_rows"]
     { src: In F32, rows: In U32, out: Out F32 }
 
+    mean_rows: "mean_rows" (MeanRowsParams) ["mean_rows"]
+    { src: In F32, indptr: In U32, out: Out F32 }
+
     argmax: "argmax" (ArgmaxParams) ["argmax"]
     { x: In F32, out: Out U32 }
 
@@ -274,7 +277,7 @@ kernels! {
     {
         q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,
         page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out F32,
-        ptl: U32 Scalar, rtl: U32 Scalar,
+        blk_sel: In U32, blk_cnt: In U32, ptl: U32 Scalar, rtl: U32 Scalar, bsl: U32 Scalar, bcl: U32 Scalar,
     }
 
     /// The tensor-core prefill `[f16 | bf16 KV][head_dim tier 64 | 128 | 256, then the same tiers
@@ -290,7 +293,7 @@ kernels! {
     {
         q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,
         page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out F32,
-        ptl: U32 Scalar, rtl: U32 Scalar,
+        blk_sel: In U32, blk_cnt: In U32, ptl: U32 Scalar, rtl: U32 Scalar, bsl: U32 Scalar, bcl: U32 Scalar,
     }
 
     /// The tensor-core prefill over 8-bit KV `[int8 | fp8][head_dim 64 | 128 | 256]`, head_dim
@@ -302,7 +305,7 @@ kernels! {
     {
         q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,
         page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out F32,
-        ptl: U32 Scalar, rtl: U32 Scalar,
+        blk_sel: In U32, blk_cnt: In U32, ptl: U32 Scalar, rtl: U32 Scalar, bsl: U32 Scalar, bcl: U32 Scalar,
     }
 
     /// `[kv dtype][log2 G]` (G query heads of one KV head per block).

@@ -40,6 +40,7 @@ sources!(
     "head_rmsnorm",
     "scale",
     "gather_rows",
+    "mean_rows",
     "argmax",
     "sample",
     "fill_random",

@@ -36,6 +36,7 @@ unsafe impl DeviceRepr for RmsnormParams {}
 unsafe impl DeviceRepr for AddParams {}
 unsafe impl DeviceRepr for SiluMulParams {}
 unsafe impl DeviceRepr for GatherRowsParams {}
+unsafe impl DeviceRepr for MeanRowsParams {}
 unsafe impl DeviceRepr for ArgmaxParams {}
 unsafe impl DeviceRepr for SampleParams {}
 unsafe impl DeviceRepr for RopeAppendKvParams {}
@@ -396,6 +397,10 @@ impl Backend for CudaBackend {
         ops_basic::gather_rows(self, p, src, rows, out)
     }
 
+    fn mean_rows(&self, p: &MeanRowsParams, src: &CudaBuffer, indptr: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
+        ops_basic::mean_rows(self, p, src, indptr, out)
+    }
+
     fn rope_append_kv(
         &self,
         p: &RopeAppendKvParams,
@@ -414,9 +419,10 @@ impl Backend for CudaBackend {
         q_indptr: &CudaBuffer,
         kv: LayerKv<Self>,
         meta: &PagedMeta<Self>,
+        blocks: Option<&BlockPages<Self>>,
         out: &mut CudaBuffer,
     ) -> Result<()> {
-        ops_attention::prefill_attention(self, p, q, q_indptr, kv, meta, out)
+        ops_attention::prefill_attention(self, p, q, q_indptr, kv, meta, blocks, out)
     }
 
     fn sparse_decode_attention(

@@ -47,6 +47,8 @@ const MAX_SPLITS: usize = 256;
 const DECODE_HEADS: usize = 8;
 /// Query rows per prefill tile (PF_TQ in the kernel).
 const PREFILL_ROWS: usize = 32;
+/// Entries of a sparse block's page list in the prefill kernels' shared memory (PM_MAX_LIST).
+const PREFILL_MAX_LIST: usize = 1024;
 
 fn u(x: u32) -> usize {
     x as usize
@@ -126,6 +128,7 @@ fn prefill_mma8_kernel(kv: DType, hd: usize) -> Result<(&'static str, usize, usi
     Ok((name, bq, (bq + 2 * bk) * (d + 8) * 2 + 4 * bk * d + 16 * bk))
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn prefill_attention(
     be: &CudaBackend,
     p: &AttentionParams,
@@ -133,6 +136,7 @@ pub fn prefill_attention(
     q_indptr: &CudaBuffer,
     kv: LayerKv<CudaBackend>,
     meta: &PagedMeta<CudaBackend>,
+    blocks: Option<&BlockPages<CudaBackend>>,
     out: &mut CudaBuffer,
 ) -> Result<()> {
     check_common(p, &kv, meta, "prefill_attention")?;
@@ -143,6 +147,22 @@ pub fn prefill_attention(
     if n == 0 || ns == 0 {
         return Ok(());
     }
+    // Block-sparse prefill: the list length is bounded by the kernels' shared list
+    // (PREFILL_MAX_LIST); the kernels bound every read by the buffers' lengths (a block past
+    // them attends densely).
+    let (blk_sel, blk_cnt, bsl, bcl) = match blocks {
+        Some(b) => {
+            if p.window != 0 || u(p.sel_stride) >= PREFILL_MAX_LIST {
+                return Err(err(format!(
+                    "prefill_attention: block-sparse prefill needs window 0 and sel_stride < {PREFILL_MAX_LIST}"
+                )));
+            }
+            need(b.counts, DType::U32, 0, "prefill_attention block counts")?;
+            need(b.selected, DType::U32, 0, "prefill_attention block selected")?;
+            (b.selected, b.counts, b.selected.len as u32, b.counts.len as u32)
+        }
+        None => (q_indptr, q_indptr, 0, 0),
+    };
     // The scalar and the tensor-core kernels share one argument list (two declarations).
     macro_rules! args {
         ($binding:ident) => {
@@ -161,6 +181,10 @@ pub fn prefill_attention(
                 out,
                 ptl: meta.page_table.len as u32,
                 rtl: meta.ring_table.len as u32,
+                blk_sel,
+                blk_cnt,
+                bsl,
+                bcl,
             }
         };
     }

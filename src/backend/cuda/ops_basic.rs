@@ -1,6 +1,6 @@
 //! Launches of the elementwise and row ops: embed (float and quantized tables), rmsnorm/add_rmsnorm, add, silu_mul,
 //! gelu_tanh_mul, head_rmsnorm, scale,
-//! gather_rows, argmax, sample, fill_random (cuda/<op>.cu). Each checks its buffers first.
+//! gather_rows, mean_rows, argmax, sample, fill_random (cuda/<op>.cu). Each checks its buffers first.
 
 use super::bindings::{self as k, entry_in};
 use super::context::{Launch, err};
@@ -120,6 +120,24 @@ pub fn gather_rows(
     need(out, DType::F32, n * d, "gather_rows out")?;
     let l = Launch::new((d.div_ceil(256) as u32, n as u32, 1), 256);
     k::gather_rows::launch(be.gpu(), l, p, k::gather_rows::Args { src, rows, out })
+}
+
+pub fn mean_rows(
+    be: &CudaBackend,
+    p: &MeanRowsParams,
+    src: &CudaBuffer,
+    indptr: &CudaBuffer,
+    out: &mut CudaBuffer,
+) -> Result<()> {
+    let (n, d) = (u(p.n_out), u(p.dim));
+    need(src, DType::F32, u(p.n_src) * d, "mean_rows src")?;
+    need(indptr, DType::U32, n + 1, "mean_rows indptr")?;
+    need(out, DType::F32, n * d, "mean_rows out")?;
+    if n == 0 || d == 0 {
+        return Ok(());
+    }
+    let l = Launch::new((d.div_ceil(256) as u32, n as u32, 1), 256);
+    k::mean_rows::launch(be.gpu(), l, p, k::mean_rows::Args { src, indptr, out })
 }
 
 pub fn argmax(be: &CudaBackend, p: &ArgmaxParams, x: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {

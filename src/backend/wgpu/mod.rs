@@ -363,6 +363,10 @@ impl Backend for WgpuBackend {
         ops_basic::gather_rows(self, p, src, rows, out)
     }
 
+    fn mean_rows(&self, p: &MeanRowsParams, src: &WgpuBuffer, indptr: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {
+        ops_basic::mean_rows(self, p, src, indptr, out)
+    }
+
     fn rope_append_kv(
         &self,
         p: &RopeAppendKvParams,
@@ -381,9 +385,10 @@ impl Backend for WgpuBackend {
         q_indptr: &WgpuBuffer,
         kv: LayerKv<Self>,
         meta: &PagedMeta<Self>,
+        blocks: Option<&BlockPages<Self>>,
         out: &mut WgpuBuffer,
     ) -> Result<()> {
-        ops_attention::prefill_attention(self, p, q, q_indptr, kv, meta, out)
+        ops_attention::prefill_attention(self, p, q, q_indptr, kv, meta, blocks, out)
     }
 
     fn sparse_decode_attention(

@@ -85,6 +85,7 @@ fn check_common(p: &AttentionParams, kv: &LayerKv<WgpuBackend>, meta: &PagedMeta
     need(meta.ring_table, DType::U32, ns * ring_pages, "attention ring_table")
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn prefill_attention(
     be: &WgpuBackend,
     p: &AttentionParams,
@@ -92,6 +93,7 @@ pub fn prefill_attention(
     q_indptr: &WgpuBuffer,
     kv: LayerKv<WgpuBackend>,
     meta: &PagedMeta<WgpuBackend>,
+    blocks: Option<&BlockPages<WgpuBackend>>,
     out: &mut WgpuBuffer,
 ) -> Result<()> {
     check_common(p, &kv, meta, "prefill_attention")?;
@@ -102,10 +104,23 @@ pub fn prefill_attention(
     if n == 0 || ns == 0 {
         return Ok(());
     }
+    // Block lists: the shader tells "none" by sel_stride 0 (it reads sel_stride for nothing else).
+    let (blk_sel, blk_cnt, stride) = match blocks {
+        Some(b) => {
+            if p.window != 0 || p.sel_stride == 0 {
+                return Err(err("prefill_attention: block-sparse prefill needs window 0 and sel_stride > 0"));
+            }
+            need(b.counts, DType::U32, 1, "prefill_attention block counts")?;
+            need(b.selected, DType::U32, 1, "prefill_attention block selected")?;
+            (b.selected, b.counts, p.sel_stride)
+        }
+        None => (q_indptr, q_indptr, 0),
+    };
     // Tiles never straddle sequences: at most one partial tile per sequence.
     let tiles = (n * (nh / nkv)).div_ceil(tile_rows(hd)) + ns;
     let (x, y, _) = rows_grid(be, tiles);
-    for (pp, k_pool, v_pool) in passes(p, &kv) {
+    for (mut pp, k_pool, v_pool) in passes(p, &kv) {
+        pp.sel_stride = stride;
         let binds = pl::prefill_attention::Binds {
             q,
             q_indptr,
@@ -117,6 +132,8 @@ pub fn prefill_attention(
             kv_len: meta.kv_len,
             ring_table: meta.ring_table,
             out: &mut *out,
+            blk_sel,
+            blk_cnt,
         };
         pl::prefill_attention::dispatch(be.gpu(), Some(kv.k.dtype), &pp, binds, (x, y, nkv as u32))?;
     }
@@ -375,8 +392,8 @@ mod tests {
             let (q, qi) = (t.f32s(&rng.vec(44 * p.n_heads as usize * hd)), t.u32s(&[0, 13, 43, 44]));
             let mut out = t.f32s(&vec![f32::NAN; q.0.len]);
             let ((kg, mg), (kc, mc)) = views(&b);
-            t.0.prefill_attention(&p, &q.0, &qi.0, kg, &mg, &mut out.0).unwrap();
-            t.1.prefill_attention(&p, &q.1, &qi.1, kc, &mc, &mut out.1).unwrap();
+            t.0.prefill_attention(&p, &q.0, &qi.0, kg, &mg, None, &mut out.0).unwrap();
+            t.1.prefill_attention(&p, &q.1, &qi.1, kc, &mc, None, &mut out.1).unwrap();
             t.check(&format!("prefill hd {hd} group {group}"), &out);
         }
     }

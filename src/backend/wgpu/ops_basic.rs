@@ -1,6 +1,6 @@
 //! Recording of the elementwise and row ops: embed, rmsnorm / add_rmsnorm, add, silu_mul,
 //! gelu_tanh_mul, head_rmsnorm, scale,
-//! gather_rows, argmax, sample (shaders/<op>.wgsl).
+//! gather_rows, mean_rows, argmax, sample (shaders/<op>.wgsl).
 
 use super::context::err;
 use super::pipelines as pl;
@@ -119,6 +119,23 @@ pub fn gather_rows(
         return Err(err("gather_rows: empty source"));
     }
     pl::gather_rows::dispatch(be.gpu(), None, p, pl::gather_rows::Binds { src, rows, out }, grid(be, n * d))
+}
+
+pub fn mean_rows(
+    be: &WgpuBackend,
+    p: &MeanRowsParams,
+    src: &WgpuBuffer,
+    indptr: &WgpuBuffer,
+    out: &mut WgpuBuffer,
+) -> Result<()> {
+    let (n, d) = (u(p.n_out), u(p.dim));
+    need(src, DType::F32, u(p.n_src) * d, "mean_rows src")?;
+    need(indptr, DType::U32, n + 1, "mean_rows indptr")?;
+    need(out, DType::F32, n * d, "mean_rows out")?;
+    if n == 0 || d == 0 {
+        return Ok(());
+    }
+    pl::mean_rows::dispatch(be.gpu(), None, p, pl::mean_rows::Binds { src, indptr, out }, grid(be, n * d))
 }
 
 pub fn argmax(be: &WgpuBackend, p: &ArgmaxParams, x: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {

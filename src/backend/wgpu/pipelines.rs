@@ -127,6 +127,7 @@ pipelines! {
     head_rmsnorm(HeadRmsnormParams) { x: read_write, wn: read }
     scale(ScaleParams) { x: read_write }
     gather_rows(GatherRowsParams) { src: read, rows: read, out: read_write }
+    mean_rows(MeanRowsParams) { src: read, indptr: read, out: read_write }
     argmax(ArgmaxParams) { x: read, out: read_write }
     sample(SampleParams) { x: read, settings: read, out: read_write }
     fill_random(FillRandomParams) { out: read_write }
@@ -152,7 +153,7 @@ pipelines! {
     }
     prefill_attention(AttentionParams) {
         q: read, q_indptr: read, k_pool: read, v_pool: read, head_map: read, page_indptr: read,
-        page_table: read, kv_len: read, ring_table: read, out: read_write,
+        page_table: read, kv_len: read, ring_table: read, out: read_write, blk_sel: read, blk_cnt: read,
     }
     sparse_decode_attention(AttentionParams) {
         q: read, k_pool: read, v_pool: read, head_map: read, page_indptr: read, page_table: read,

@@ -147,6 +147,7 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ("head_rmsnorm", include_str!("../../../shaders/head_rmsnorm.wgsl"), Reads::Nothing, false),
     ("scale", include_str!("../../../shaders/scale.wgsl"), Reads::Nothing, false),
     ("gather_rows", include_str!("../../../shaders/gather_rows.wgsl"), Reads::Nothing, false),
+    ("mean_rows", include_str!("../../../shaders/mean_rows.wgsl"), Reads::Nothing, false),
     ("argmax", include_str!("../../../shaders/argmax.wgsl"), Reads::Nothing, false),
     ("sample", include_str!("../../../shaders/sample.wgsl"), Reads::Nothing, false),
     ("rope_append_kv", include_str!("../../../shaders/rope_append_kv.wgsl"), Reads::Nothing, false),
