@@ -12,12 +12,14 @@
 //   slice and multiply 4 codes at a time with __dp4a against both digits; f32 d_w * d_x * (h + l /
 //   254) per slice, one warp_sum. Signed offsets (Q4_0 -8, Q5_0 -16, Q6_K -32) are folded into
 //   the codes before the dot; min terms use the exact f32 sums of x.
-// - 2 <= m <= 16, and fp8 at m == 1: matmul_gemv_<fmt>_m16 — one warp per weight row, all m rows
+// - 2 <= m <= 64, every format but fp8: the tensor-core MMQ GEMM of matmul_mmq.cu.
+// - fp8 at m <= 16 (and m == 1 where x does not fit the _m1 kernels' shared memory):
+//   matmul_gemv_<fmt>_m16 — one warp per weight row, all m rows
 //   of x at once in f32, so each weight byte is read exactly once per call; lanes take the row's
 //   decode chunks (a whole 32-weight block, or a quarter of a K-quant super-block: 64 weights) in
 //   turn, dequantize them in registers (quant.cuh) and multiply with x in f32 (float4 loads), f32
 //   accumulation, one warp_sum per x row. Block: 256 threads = 8 weight rows.
-// - m > 16: matmul_dequant_<fmt> writes rows row0 .. row0 + p.n of the weight as f16 (the
+// - m > 64 (fp8: m > 16): matmul_dequant_<fmt> writes rows row0 .. row0 + p.n of the weight as f16 (the
 //   reference's f32 values, rounded to nearest even) into a scratch [p.n][k], which the host then
 //   multiplies with x rounded to f16 in one cuBLAS tensor-core GEMM per chunk of rows. (f16, not
 //   bf16: 3 more mantissa bits; with both operands in bf16 a k = 4096 dot product missed the
