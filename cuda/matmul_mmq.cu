@@ -15,11 +15,12 @@
 //          (element i of a word in byte i): one 16-byte load gives a lane both digits' B fragments;
 //      xds [nkb][mp] float2: (d, f32 sum of the block's x) — the sum is the exact one the min terms
 //          (Q4_1, Q5_1, Q4_K, Q5_K) multiply.
-//    mp = m rounded up to 8, nkb = ceil(k / 32); padded rows and elements past k are 0.
+//    mp = 8 NT rows (m rounded up to the entry's n-tiles), nkb = ceil(k / 32); padded rows and
+//    elements past k are 0.
 //
 // 2. matmul_mmq_<fmt>_n<NT>: a block of 256 threads owns 32 weight rows (two 16-row m-tiles: the
 //    weights are the M side of mma.m16n8k32.s8, output channels) and all m rows of x (NT = 1, 2, 4
-//    or 8 n-tiles of 8 x rows; tiles past ceil(m / 8) are skipped). Its 8 warps split k: warp w takes
+//    or 8 n-tiles of 8 x rows; tiles past ceil(m / 8) multiply zero rows and are not stored). Its 8 warps split k: warp w takes
 //    groups of Q::U consecutive load units (a 32-block, or a 256-weight K-quant super-block) w, w +
 //    8, ...; each warp reads its share of the 32 rows' bytes exactly once, so every weight byte is
 //    read once per call, and the warps' int32 tiles never meet until a deterministic shared-memory
@@ -73,11 +74,11 @@ struct MFrag {
     float d0, d1, m;
 };
 
-// Per format: U load units per group (about 150-300 bytes of a row), S k-steps per unit, MIN: has
+// Per format: U load units per group (about 70-210 bytes of a row; more made ptxas spill), S k-steps per unit, MIN: has
 // a min term, K16: scales per 16 elements; units(k), row(w, r, k) the row's first byte,
 // load(row, u, t, k) the unit's raw words for lane quad t, frag(raw, s) k-step s of the unit.
 struct MMQ4_0 {
-    static const int U = 8, S = 1;
+    static const int U = 4, S = 1;
     static const bool MIN = false, K16 = false;
     struct Raw { u32 q; float d; };
     static __device__ __forceinline__ u32 units(u32 k) { return k / 32; }
@@ -91,7 +92,7 @@ struct MMQ4_0 {
     }
 };
 struct MMQ4_1 {
-    static const int U = 8, S = 1;
+    static const int U = 4, S = 1;
     static const bool MIN = true, K16 = false;
     struct Raw { u32 q, dm; };
     static __device__ __forceinline__ u32 units(u32 k) { return k / 32; }
@@ -106,7 +107,7 @@ struct MMQ4_1 {
     }
 };
 struct MMQ5_0 {
-    static const int U = 8, S = 1;
+    static const int U = 4, S = 1;
     static const bool MIN = false, K16 = false;
     struct Raw { u32 q, qh; float d; };
     static __device__ __forceinline__ u32 units(u32 k) { return k / 32; }
@@ -123,7 +124,7 @@ struct MMQ5_0 {
     }
 };
 struct MMQ5_1 {
-    static const int U = 8, S = 1;
+    static const int U = 4, S = 1;
     static const bool MIN = true, K16 = false;
     struct Raw { u32 q, qh, dm; };
     static __device__ __forceinline__ u32 units(u32 k) { return k / 32; }
@@ -140,7 +141,7 @@ struct MMQ5_1 {
     }
 };
 struct MMQ8_0 {
-    static const int U = 4, S = 1;
+    static const int U = 2, S = 1;
     static const bool MIN = false, K16 = false;
     struct Raw { u32 lo, hi; float d; };
     static __device__ __forceinline__ u32 units(u32 k) { return k / 32; }
@@ -266,10 +267,17 @@ template <> __device__ __forceinline__ float row_scale<MMQI8>(const MatmulParams
 
 // ---- x -> int8 digits ------------------------------------------------------------------------
 
+// Rows of the x scratches: m rounded up to the entry's n-tiles (8 x 1, 2, 4 or 8; ops_matmul.rs
+// mmq_tiles), so the GEMM reads every tile of its entry without a bounds branch.
+__device__ __forceinline__ u32 mmq_rows(u32 m) {
+    u32 t = (m + 7u) / 8u;
+    return 8u * (t <= 1u ? 1u : t <= 2u ? 2u : t <= 4u ? 4u : 8u);
+}
+
 // 8 lanes per (x block kb, row r) pair, pair index kb * mp + r; lane e of the 8 quantizes elements
 // 4e .. 4e + 3 (e < 4: quad t = e, first word; else t = e - 4, second word).
 extern "C" __global__ void matmul_quantize_x(MatmulParams p, const float* x, u32* xq, float* xds) {
-    const u32 mp = (p.m + 7u) & ~7u, nkb = (p.k + 31u) / 32u;
+    const u32 mp = mmq_rows(p.m), nkb = (p.k + 31u) / 32u;
     const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x, pair = gid >> 3;
     const u32 e = (u32)(gid & 7u);
     const bool live = pair < (u64)nkb * mp;
@@ -295,17 +303,30 @@ extern "C" __global__ void matmul_quantize_x(MatmulParams p, const float* x, u32
 
 // ---- the GEMM --------------------------------------------------------------------------------
 
-// One k-step kb for the lane's four rows f[0..4] (rows g, g + 8 of m-tile 0, then of m-tile 1) and
-// the live n-tiles.
-template <class Q, int NT>
-__device__ __forceinline__ void mmq_step(float (&acc)[2][NT][4], const MFrag* f, const uint4* xq, const float4* xds,
-                                         u32 kb, u32 mp, u32 tiles, u32 g, u32 t) {
+// The x side of one k-step, every n-tile: lane (g, t)'s digit words of x row 8j + g, and (d, sum) of
+// x rows 8j + 2t, 8j + 2t + 1 (its accumulator columns).
+template <int NT>
+struct XFrag {
+    uint4 q[NT];
+    float4 ds[NT];
+};
+template <int NT>
+__device__ __forceinline__ void x_load(XFrag<NT>& x, const uint4* xq, const float4* xds, u32 kb, u32 g, u32 t) {
 #pragma unroll
     for (int j = 0; j < NT; j++) {
-        if ((u32)j >= tiles) break;
-        const u64 base = (u64)kb * mp + 8u * j;
-        const uint4 xv = __ldg(xq + (base + g) * 4u + t);
-        const float4 xd = __ldg(xds + (base + 2u * t) / 2u); // (d, sum) of x rows 8j + 2t, 8j + 2t + 1
+        const u64 base = (u64)kb * (8u * NT) + 8u * j;
+        x.q[j] = __ldg(xq + (base + g) * 4u + t);
+        x.ds[j] = __ldg(xds + (base + 2u * t) / 2u);
+    }
+}
+
+// One k-step for the lane's four rows f[0..4] (rows g, g + 8 of m-tile 0, then of m-tile 1).
+template <class Q, int NT>
+__device__ __forceinline__ void mmq_step(float (&acc)[2][NT][4], const MFrag* f, const XFrag<NT>& x) {
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        const uint4 xv = x.q[j];
+        const float4 xd = x.ds[j];
 #pragma unroll
         for (int mt = 0; mt < 2; mt++) {
             const MFrag& a = f[2 * mt];
@@ -339,12 +360,16 @@ __device__ __forceinline__ void mmq_step(float (&acc)[2][NT][4], const MFrag* f,
     }
 }
 
+// The warp's k loop is straight-line code per group of U units (no branch between a load and its
+// use, so the compiler may hoist): units past the row's end (the last group) load the last unit
+// and count with zero scales; the x fragments of step q + 1 load while step q multiplies (for NT
+// <= 4; at NT = 8 the registers go to the accumulators).
 template <class Q, int NT>
 __device__ __forceinline__ void mmq_impl(const MatmulParams& p, const u32* xq, const float* xds, const u8* w,
                                          const float* bias, float* out) {
     __shared__ float red[MMQ_WARPS][32][9]; // per warp: [row of the block][x row of the n-tile] (+1 pad)
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const u32 g = lane >> 2, t = lane & 3u, mp = (p.m + 7u) & ~7u, tiles = mp / 8u, row0 = blockIdx.x * 32u;
+    const u32 g = lane >> 2, t = lane & 3u, row0 = blockIdx.x * 32u;
     const uint4* xq4 = reinterpret_cast<const uint4*>(xq);
     const float4* xds4 = reinterpret_cast<const float4*>(xds);
     // Rows past n read row n - 1 (never stored).
@@ -359,26 +384,40 @@ __device__ __forceinline__ void mmq_impl(const MatmulParams& p, const u32* xq, c
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[mt][j][c] = 0.0f;
     const u32 nu = Q::units(p.k);
+    const int STEPS = Q::U * Q::S;
+    const bool PF = NT <= 4;
     for (u32 u0 = warp * Q::U; u0 < nu; u0 += nw * Q::U) {
         typename Q::Raw raw[Q::U][4];
 #pragma unroll
         for (int uu = 0; uu < Q::U; uu++)
-            if (u0 + uu < nu)
 #pragma unroll
-                for (int i = 0; i < 4; i++) raw[uu][i] = Q::load(rows[i], u0 + uu, t, p.k);
+            for (int i = 0; i < 4; i++) raw[uu][i] = Q::load(rows[i], min(u0 + uu, nu - 1u), t, p.k);
+        XFrag<NT> xf[2];
+        if (PF) x_load<NT>(xf[0], xq4, xds4, min(u0, nu - 1u) * Q::S, g, t);
 #pragma unroll
-        for (int uu = 0; uu < Q::U; uu++) {
-            if (u0 + uu >= nu) break;
-#pragma unroll
-            for (int s = 0; s < Q::S; s++) {
-                MFrag f[4];
-#pragma unroll
-                for (int i = 0; i < 4; i++) f[i] = Q::frag(raw[uu][i], s);
-                mmq_step<Q, NT>(acc, f, xq4, xds4, (u0 + uu) * Q::S + s, mp, tiles, g, t);
+        for (int q = 0; q < STEPS; q++) {
+            const int uu = q / Q::S, s = q % Q::S;
+            const u32 u = u0 + uu;
+            XFrag<NT>& xc = xf[PF ? (q & 1) : 0];
+            if (PF && q + 1 < STEPS) {
+                const u32 un = u0 + (q + 1) / Q::S;
+                x_load<NT>(xf[(q + 1) & 1], xq4, xds4, min(un, nu - 1u) * Q::S + (q + 1) % Q::S, g, t);
             }
+            if (!PF) x_load<NT>(xc, xq4, xds4, min(u, nu - 1u) * Q::S + s, g, t);
+            const bool valid = u < nu;
+            MFrag f[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                f[i] = Q::frag(raw[uu][i], s);
+                f[i].d0 = valid ? f[i].d0 : 0.0f;
+                f[i].d1 = valid ? f[i].d1 : 0.0f;
+                f[i].m = valid ? f[i].m : 0.0f;
+            }
+            mmq_step<Q, NT>(acc, f, xc);
         }
     }
     // The warps' partial tiles, one n-tile at a time, summed in warp order (deterministic).
+    const u32 tiles = (p.m + 7u) / 8u;
 #pragma unroll
     for (int j = 0; j < NT; j++) {
         if ((u32)j >= tiles) break;

@@ -210,7 +210,7 @@ fn matmul_mmq(
     let (xq_bytes, xds_bytes) = mmq_x_bytes(m, k);
     let xq = Scratch(g.scratch("mmq_xq", xq_bytes)?);
     let xds = Scratch(g.scratch("mmq_xds", xds_bytes)?);
-    let pairs = k.div_ceil(32) * m.next_multiple_of(8);
+    let pairs = k.div_ceil(32) * 8 * mmq_tiles(m);
     let qargs = kern::matmul_quantize_x::Args { x, xq, xds };
     kern::matmul_quantize_x::launch(g, Launch::elems(8 * pairs), p, qargs)?;
     let tiles = mmq_tiles(m);
@@ -226,9 +226,10 @@ pub fn mmq_tiles(m: usize) -> usize {
 }
 
 /// Bytes of the MMQ x scratches for m rows of k: the digits (64 bytes per 32 elements of a row,
-/// rows padded to 8) and (d, sum) (8 bytes per 32 elements).
+/// rows padded to the entry's 8 * `mmq_tiles(m)`, cuda/matmul_mmq.cu `mmq_rows`) and (d, sum)
+/// (8 bytes per 32 elements).
 pub fn mmq_x_bytes(m: usize, k: usize) -> (usize, usize) {
-    let pairs = k.div_ceil(32) * m.next_multiple_of(8);
+    let pairs = k.div_ceil(32) * 8 * mmq_tiles(m);
     (64 * pairs, 8 * pairs)
 }
 
