@@ -12,12 +12,14 @@
 //   slice and multiply 4 codes at a time with __dp4a against both digits; f32 d_w * d_x * (h + l /
 //   254) per slice, one warp_sum. Signed offsets (Q4_0 -8, Q5_0 -16, Q6_K -32) are folded into
 //   the codes before the dot; min terms use the exact f32 sums of x.
-// - 2 <= m <= 16, and fp8 at m == 1: matmul_gemv_<fmt>_m16 — one warp per weight row, all m rows
+// - 2 <= m <= 64, every format but fp8: the tensor-core MMQ GEMM of matmul_mmq.cu.
+// - fp8 at m <= 16 (and m == 1 where x does not fit the _m1 kernels' shared memory):
+//   matmul_gemv_<fmt>_m16 — one warp per weight row, all m rows
 //   of x at once in f32, so each weight byte is read exactly once per call; lanes take the row's
 //   decode chunks (a whole 32-weight block, or a quarter of a K-quant super-block: 64 weights) in
 //   turn, dequantize them in registers (quant.cuh) and multiply with x in f32 (float4 loads), f32
 //   accumulation, one warp_sum per x row. Block: 256 threads = 8 weight rows.
-// - m > 16: matmul_dequant_<fmt> writes rows row0 .. row0 + p.n of the weight as f16 (the
+// - m > 64 (fp8: m > 16): matmul_dequant_<fmt> writes rows row0 .. row0 + p.n of the weight as f16 (the
 //   reference's f32 values, rounded to nearest even) into a scratch [p.n][k], which the host then
 //   multiplies with x rounded to f16 in one cuBLAS tensor-core GEMM per chunk of rows. (f16, not
 //   bf16: 3 more mantissa bits; with both operands in bf16 a k = 4096 dot product missed the
@@ -197,22 +199,9 @@ __device__ __forceinline__ void mmv_quantize_x(const float* x, u32 k, int* xq, u
 #pragma unroll
             for (int i = 0; i < 4; i++) v[i] = e + i < k ? __ldg(x + e + i) : 0.0f;
         }
-        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-        float sum = (v[0] + v[1]) + (v[2] + v[3]);
-#pragma unroll
-        for (int o = 1; o < 8; o <<= 1) {
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-            sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        }
-        float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        u32 hi = 0, lo = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float h = rintf(v[i] * id);
-            float l = fminf(fmaxf(rintf((v[i] - h * d) * id * 254.0f), -127.0f), 127.0f);
-            hi |= ((u32)(int)h & 0xffu) << (8 * i);
-            lo |= ((u32)(int)l & 0xffu) << (8 * i);
-        }
+        u32 hi, lo;
+        float d, sum;
+        x8_quantize4(v, hi, lo, d, sum);
         if (e4 < words) {
             xq[xq_pos(e4)] = (int)hi;
             xq[xq_pos(e4) + lo_off] = (int)lo;
@@ -221,23 +210,11 @@ __device__ __forceinline__ void mmv_quantize_x(const float* x, u32 k, int* xq, u
     }
 }
 
-// Bytes b - o per byte of v (each byte b <= 127 and o <= 0x7f: no borrow crosses bytes), as the
-// signed codes __dp4a wants.
-__device__ __forceinline__ int sub_bytes(u32 v, u32 o) { return (int)(((v | 0x80808080u) - o) ^ 0x80808080u); }
 // One weight word (4 signed or unsigned-below-128 codes) times both digits of an x word.
 __device__ __forceinline__ void dp4a2(u32 w, int2 x, int& h, int& l) {
     h = __dp4a((int)w, x.x, h);
     l = __dp4a((int)w, x.y, l);
 }
-// Bit j of v (j = 0..3) moved to bit 4 of byte j (the fifth bits of Q5_0 / Q5_1).
-__device__ __forceinline__ u32 bit4_bytes(u32 v) {
-    return ((v << 4) & 0x10u) | ((v << 11) & 0x1000u) | ((v << 18) & 0x100000u) | ((v << 25) & 0x10000000u);
-}
-const u32 LO4 = 0x0f0f0f0fu;
-// Exact float of an int with |s| < 2^22 without an I2F (quarter rate on sm_90): two full-rate ops.
-__device__ __forceinline__ float qf_s(int s) { return __int_as_float(0x4b400000 + s) - 12582912.0f; }
-// The digit sums of a dot as one float in units of d: h + l / 254.
-__device__ __forceinline__ float xsum(int h, int l) { return fmaf(qf_s(l), 1.0f / 254.0f, qf_s(h)); }
 
 // (A variant that staged each warp's run of 2-byte-aligned blocks through shared memory with
 // coalesced 16-byte loads was measured slower on the H200 — 8B shape, 32K sparse: Q8_0 4.84 vs

@@ -339,6 +339,13 @@ fn quant_entry_tables_follow_quant_dtypes() {
         assert_eq!(bindings::matmul_gemv_quant::ENTRIES[2 * i + 1], format!("matmul_gemv_{f}_m16"));
         assert_eq!(bindings::matmul_dequant::ENTRIES[i], format!("matmul_dequant_{f}"));
     }
+    // The MMQ GEMM: [QUANT_DTYPES without fp8][n-tiles 1 | 2 | 4 | 8].
+    assert_eq!(&bindings::MMQ_DTYPES[..], &q[..9]);
+    for (i, d) in bindings::MMQ_DTYPES.iter().enumerate() {
+        for (v, nt) in [1, 2, 4, 8].into_iter().enumerate() {
+            assert_eq!(bindings::matmul_mmq::ENTRIES[4 * i + v], format!("matmul_mmq_{}_n{nt}", d.weight_name()));
+        }
+    }
     let e = bindings::embed_dtypes();
     assert_eq!(e.len(), bindings::embed::ENTRIES.len());
     for (d, name) in e.iter().zip(bindings::embed::ENTRIES) {

@@ -131,7 +131,8 @@ pub struct Caps {
     /// Rows of x up to which a matmul with integer-coded quantized weights (the GGML formats and
     /// int8 rows; not fp8) multiplies x as two int8 digits per element in blocks of 32 (~16 bits:
     /// [`reference::weight_quant::x8_blocks`] gives the values used); 0: never.
-    /// (CUDA, and wgpu with SUBGROUP: 1 — the batch-1 decode GEMV.)
+    /// (CUDA: 64 — the batch-1 integer GEMV, then the MMQ tensor-core GEMM; wgpu with SUBGROUP: 1,
+    /// the batch-1 decode GEMV.)
     pub matmul_x8_max_m: usize,
 }
 

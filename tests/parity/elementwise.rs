@@ -162,7 +162,9 @@ fn matmul_quantized<B: Backend>(gpu: &B, dtype: DType) {
     let odd = if block_of(dtype) == 1 { 5 } else { 0 };
     // 1280: 40 blocks of 32 (a 2-byte-aligned block row whose length is a multiple of 16 bytes).
     let ks = [bs, 2 * bs, 3 * bs + odd, 9 * bs, 1280usize.div_ceil(bs) * bs, 4096usize.div_ceil(bs) * bs];
-    let ms = [1, 2, 3, 5, 8, 9, 16, 17, 32, 37, 64, 130];
+    // CUDA: 1 the integer GEMV; 2..=64 the MMQ GEMM (n-tile variants 1 | 2 | 4 | 8 of 8 x rows, partial
+    // tiles); 65 and 130 the dequantize + cuBLAS path.
+    let ms = [1, 2, 3, 5, 8, 9, 16, 17, 32, 33, 37, 48, 64, 65, 130];
     let ns = [1, 31, 64, 97, 300];
     for (i, &m) in ms.iter().enumerate() {
         for (j, &k) in ks.iter().enumerate() {
@@ -208,8 +210,9 @@ fn rand_x<B: Backend>(
 }
 
 /// One quantized matmul (x from [`rand_x`], random blocks and bias; poisoned output of
-/// `p.out_len()` + 9) on both backends: within TOL_REDUCTION of the CPU's product, TOL_QUANT from
-/// `matmul_x16_from` rows (the backend may round x and the dequantized weights to 16 bits).
+/// `p.out_len()` + 9) on both backends: within TOL_REDUCTION of the CPU's product (also where x is
+/// snapped to the two-digit grid: the integer dots must be exact), TOL_QUANT from `matmul_x16_from`
+/// rows otherwise (the backend may round x and the dequantized weights to 16 bits).
 fn quant_case<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, p: &MatmulParams) {
     let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
     let x = rand_x(t, dtype, m, k);
@@ -221,7 +224,8 @@ fn quant_case<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, p: &MatmulPa
     t.gpu.matmul(p, &x.0, &w.0, bias.map(|b| &b.0), &mut out.0).unwrap();
     t.cpu.matmul(p, &x.1, &w.1, bias.map(|b| &b.1), &mut out.1).unwrap();
     let name = format!("matmul {dtype:?} {m}x{n}x{k} bias={} ldo={} off={}", p.has_bias, p.ldo, p.out_off);
-    let x16 = t.gpu.caps().matmul_x16_from.is_some_and(|r| m >= r);
+    let x8 = dtype != DType::F8Row && m <= t.gpu.caps().matmul_x8_max_m;
+    let x16 = t.gpu.caps().matmul_x16_from.is_some_and(|r| m >= r) && !x8;
     t.check(&name, &out, len, if x16 { TOL_QUANT } else { TOL_REDUCTION });
 }
 

@@ -216,6 +216,25 @@ kernels! {
     ]
     { w: In Store, w16: ScratchOut Store, row0: U32 Scalar, n_total: U32 Scalar }
 
+    /// The tensor-core quantized GEMM for 2..=64 rows of x `[MMQ_DTYPES][n-tiles 1 | 2 | 4 | 8]`
+    /// (matmul_mmq.cu; x as int8 digits from `matmul_quantize_x`).
+    matmul_mmq: "matmul_mmq" (MatmulParams) [
+        "matmul_mmq_q4_0_n1", "matmul_mmq_q4_0_n2", "matmul_mmq_q4_0_n4", "matmul_mmq_q4_0_n8",
+        "matmul_mmq_q4_1_n1", "matmul_mmq_q4_1_n2", "matmul_mmq_q4_1_n4", "matmul_mmq_q4_1_n8",
+        "matmul_mmq_q5_0_n1", "matmul_mmq_q5_0_n2", "matmul_mmq_q5_0_n4", "matmul_mmq_q5_0_n8",
+        "matmul_mmq_q5_1_n1", "matmul_mmq_q5_1_n2", "matmul_mmq_q5_1_n4", "matmul_mmq_q5_1_n8",
+        "matmul_mmq_q8_0_n1", "matmul_mmq_q8_0_n2", "matmul_mmq_q8_0_n4", "matmul_mmq_q8_0_n8",
+        "matmul_mmq_q4_k_n1", "matmul_mmq_q4_k_n2", "matmul_mmq_q4_k_n4", "matmul_mmq_q4_k_n8",
+        "matmul_mmq_q5_k_n1", "matmul_mmq_q5_k_n2", "matmul_mmq_q5_k_n4", "matmul_mmq_q5_k_n8",
+        "matmul_mmq_q6_k_n1", "matmul_mmq_q6_k_n2", "matmul_mmq_q6_k_n4", "matmul_mmq_q6_k_n8",
+        "matmul_mmq_int8_n1", "matmul_mmq_int8_n2", "matmul_mmq_int8_n4", "matmul_mmq_int8_n8",
+    ]
+    { xq: ScratchIn U32, xds: ScratchIn F32, w: In Store, b: OptIn F32, o: Out F32 }
+
+    /// x as two int8 digits per element, blocks of 32, in the MMQ GEMM's B-fragment layout.
+    matmul_quantize_x: "matmul_mmq" (MatmulParams) ["matmul_quantize_x"]
+    { x: In F32, xq: ScratchOut U32, xds: ScratchOut F32 }
+
     /// out += bias per column (after a cuBLAS GEMM).
     matmul_bias: "matmul" (MatmulParams) ["matmul_bias"]
     { bias: In F32, out: Out F32 }
@@ -363,6 +382,18 @@ pub const STORE_DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType
 /// The quantized weight dtypes in the order of the quantized entry tables (`matmul_gemv_quant`,
 /// `matmul_dequant`, the tail of `embed`).
 pub const QUANT_DTYPES: [DType; 10] = crate::backend::reference::weight_quant::QUANT_WEIGHT_DTYPES;
+
+/// The weight dtypes of the MMQ GEMM's entry table (`matmul_mmq`): [`QUANT_DTYPES`] without fp8,
+/// which has no integer codes.
+pub const MMQ_DTYPES: [DType; 9] = {
+    let mut out = [DType::I8Row; 9];
+    let mut i = 0;
+    while i < 9 {
+        out[i] = QUANT_DTYPES[i];
+        i += 1;
+    }
+    out
+};
 
 /// The table dtypes of `embed`'s entries: f32, f16, bf16, then [`QUANT_DTYPES`].
 pub fn embed_dtypes() -> Vec<DType> {

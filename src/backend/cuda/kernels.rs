@@ -1,5 +1,5 @@
 //! The CUDA kernel sources (`cuda/*.cu`, one file per op stem, as `shaders/*.wgsl`; the quantized
-//! matmul in `matmul_quant.cu`) and their compilation: NVRTC compiles
+//! matmul in `matmul_quant.cu` and `matmul_mmq.cu`) and their compilation: NVRTC compiles
 //! `params.cuh + common.cuh (+ quant.cuh for the modules reading quantized weights) + <stem>.cu` to PTX for the device's
 //! architecture at start, in parallel, and caches the PTX on disk under
 //! `<kernel_cache>/<stem>-<hash>-<arch>.ptx` (`CudaOptions::kernel_cache`; the CLI passes
@@ -20,7 +20,7 @@ pub const COMMON_CUH: &str = include_str!("../../../cuda/common.cuh");
 /// The quantized weight formats in registers (after common.cuh, only in [`QUANT_STEMS`]).
 pub const QUANT_CUH: &str = include_str!("../../../cuda/quant.cuh");
 /// The modules that read quantized weights.
-const QUANT_STEMS: &[&str] = &["embed", "matmul_quant"];
+const QUANT_STEMS: &[&str] = &["embed", "matmul_quant", "matmul_mmq"];
 
 macro_rules! sources {
     ($($stem:literal),* $(,)?) => {
@@ -32,6 +32,7 @@ sources!(
     "embed",
     "matmul",
     "matmul_quant",
+    "matmul_mmq",
     "rmsnorm",
     "add_rmsnorm",
     "add",

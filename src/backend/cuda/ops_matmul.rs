@@ -15,8 +15,14 @@
 //!   each block quantizes x to two int8 digits per element, blocks of 32, in shared memory
 //!   ([`mmv_smem_bytes`]), lanes read consecutive slices of a weight row and multiply 4 codes at
 //!   a time with `__dp4a`, once per digit.
-//! - Quantized weights, m <= [`QUANT_GEMV_MAX_M`] otherwise: the f32 GEMV (`_m16`), which
-//!   dequantizes in registers and reads each weight byte once for all rows, x in f32.
+//! - Quantized weights but fp8, 2 <= m <= [`MMQ_MAX_M`]: the tensor-core MMQ GEMM
+//!   (cuda/matmul_mmq.cu): `matmul_quantize_x` writes x as the same two int8 digits per element
+//!   (blocks of 32) into two scratches, then `matmul_mmq_<fmt>_n<NT>` (NT = ceil(m / 8) rounded up
+//!   to 1, 2, 4 or 8 n-tiles) multiplies 32 weight rows per block with s8 `mma.sync`, reading each
+//!   weight byte once per call.
+//! - fp8 rows, m <= [`QUANT_GEMV_MAX_M`] (and m == 1 where the integer GEMV does not fit): the
+//!   f32 GEMV (`_m16`), which dequantizes in registers and reads each weight byte once for all
+//!   rows, x in f32.
 //! - Quantized weights, larger m: chunks of at most [`DEQUANT_SCRATCH_BYTES`] of weight rows are
 //!   dequantized to f16 (`matmul_dequant`, the reference's values rounded to nearest even) into a
 //!   scratch, and each chunk is one f16 cuBLAS GEMM with x rounded to f16, writing its column
@@ -30,7 +36,7 @@
 
 use cudarc::cublas::sys as blas;
 
-use super::bindings::{self as kern, QUANT_DTYPES, Scratch, entry, entry_in};
+use super::bindings::{self as kern, MMQ_DTYPES, QUANT_DTYPES, Scratch, entry, entry_in};
 use super::context::{Launch, err};
 use super::graph::GemmRec;
 use super::{CudaBackend, CudaBuffer, need, need_float, need_weights};
@@ -39,9 +45,10 @@ use crate::error::Result;
 
 /// Rows of x from which 16-bit-weight matmuls round x to 16 bits and run as one GEMM.
 pub const X16_FROM_M: usize = 2;
-/// Rows of x up to which quantized weights (not fp8) take the integer-dot GEMV (x as int8 blocks).
-pub const X8_MAX_M: usize = 1;
-/// Rows of x up to which quantized weights take the GEMV (dequantizing in registers, x in f32).
+/// Rows of x up to which quantized weights (not fp8) multiply x as two int8 digits per element:
+/// the integer-dot GEMV at m == 1, the MMQ GEMM from 2 rows to this (`Caps::matmul_x8_max_m`).
+pub const MMQ_MAX_M: usize = 64;
+/// Rows of x up to which fp8 weights take the f32 GEMV (dequantizing in registers).
 pub const QUANT_GEMV_MAX_M: usize = 16;
 /// Bound of the f16 scratch a quantized GEMM dequantizes its weight rows into (one chunk).
 pub const DEQUANT_SCRATCH_BYTES: usize = 64 << 20;
@@ -127,7 +134,8 @@ fn add_bias(be: &CudaBackend, p: &MatmulParams, bias: Option<&CudaBuffer>, out: 
     Ok(())
 }
 
-/// Quantized weights: the GEMV for m <= QUANT_GEMV_MAX_M, else f16 chunks and cuBLAS.
+/// Quantized weights: the integer GEMV at m == 1, the MMQ GEMM up to MMQ_MAX_M (not fp8), the f32
+/// GEMV up to QUANT_GEMV_MAX_M, else f16 chunks and cuBLAS.
 fn matmul_quant(
     be: &CudaBackend,
     p: &MatmulParams,
@@ -138,10 +146,13 @@ fn matmul_quant(
 ) -> Result<()> {
     let (m, n, k) = (u(p.m), u(p.n), u(p.k));
     let g = be.gpu();
+    if (2..=MMQ_MAX_M).contains(&m) && w.dtype != DType::F8Row {
+        return matmul_mmq(be, p, x, w, bias, out);
+    }
     if m <= QUANT_GEMV_MAX_M {
         // The integer-dot GEMV at m == 1 (x quantized into shared memory), unless fp8 or k too long.
         let smem = mmv_smem_bytes(k);
-        let mmv = m <= X8_MAX_M && w.dtype != DType::F8Row && smem <= g.smem_optin as usize;
+        let mmv = m == 1 && w.dtype != DType::F8Row && smem <= g.smem_optin as usize;
         // Entries [QUANT_DTYPES][m1 | m16]; fp8's m1 is the f32 GEMV.
         let m1 = mmv || (m == 1 && w.dtype == DType::F8Row);
         let name = entry_in(kern::matmul_gemv_quant::ENTRIES, &QUANT_DTYPES, w.dtype, usize::from(!m1), 2)?;
@@ -182,6 +193,44 @@ fn matmul_quant(
         g.gemm16(rec)?;
     }
     add_bias(be, p, bias, out)
+}
+
+/// The MMQ GEMM (2 <= m <= MMQ_MAX_M, integer-coded weights): x into the digit scratches, then one
+/// block of 256 threads per 32 weight rows (cuda/matmul_mmq.cu).
+fn matmul_mmq(
+    be: &CudaBackend,
+    p: &MatmulParams,
+    x: &CudaBuffer,
+    w: &CudaBuffer,
+    bias: Option<&CudaBuffer>,
+    out: &mut CudaBuffer,
+) -> Result<()> {
+    let g = be.gpu();
+    let (m, n, k) = (u(p.m), u(p.n), u(p.k));
+    let (xq_bytes, xds_bytes) = mmq_x_bytes(m, k);
+    let xq = Scratch(g.scratch("mmq_xq", xq_bytes)?);
+    let xds = Scratch(g.scratch("mmq_xds", xds_bytes)?);
+    let pairs = k.div_ceil(32) * 8 * mmq_tiles(m);
+    let qargs = kern::matmul_quantize_x::Args { x, xq, xds };
+    kern::matmul_quantize_x::launch(g, Launch::elems(8 * pairs), p, qargs)?;
+    let tiles = mmq_tiles(m);
+    let name = entry_in(kern::matmul_mmq::ENTRIES, &MMQ_DTYPES, w.dtype, tiles.trailing_zeros() as usize, 4)?;
+    let l = Launch::new((n.div_ceil(32) as u32, 1, 1), 256);
+    let args = kern::matmul_mmq::Args { xq, xds, w, b: bias, o: out };
+    kern::matmul_mmq::launch_variant(g, name, l, p, args)
+}
+
+/// The n-tiles (8 rows of x each) of the MMQ entry for m rows: ceil(m / 8) rounded up to 1, 2, 4, 8.
+pub fn mmq_tiles(m: usize) -> usize {
+    m.div_ceil(8).next_power_of_two()
+}
+
+/// Bytes of the MMQ x scratches for m rows of k: the digits (64 bytes per 32 elements of a row,
+/// rows padded to the entry's 8 * `mmq_tiles(m)`, cuda/matmul_mmq.cu `mmq_rows`) and (d, sum)
+/// (8 bytes per 32 elements).
+pub fn mmq_x_bytes(m: usize, k: usize) -> (usize, usize) {
+    let pairs = k.div_ceil(32) * 8 * mmq_tiles(m);
+    (64 * pairs, 8 * pairs)
 }
 
 /// Threads per block and weight rows per warp of the integer-dot GEMV for n rows of `d`: 8 warps
