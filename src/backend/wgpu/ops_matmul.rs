@@ -62,6 +62,14 @@ use super::{WgpuBackend, WgpuBuffer, need, need_weights};
 use crate::backend::*;
 use crate::error::Result;
 
+/// Rows of x from which the cooperative-matrix GEMMs serve 16-bit and quantized weights
+/// (`Caps::matmul_x16_from` on adapters that have them).
+pub const COOP_FROM_M: usize = 2;
+/// Output tile of `matmul_coop` (`BM`, `BN` there) and weight rows per workgroup of
+/// `matmul_coop_m16`.
+const COOP_TILE: usize = 64;
+const COOP_M16_ROWS: usize = 16;
+
 /// Largest m served by the GEMV kernels in one pass over the weights (`MX` in
 /// shaders/matmul_gemv.wgsl and shaders/matmul_gemv_subgroup_batch.wgsl).
 pub const GEMV_MAX_M: usize = 16;
@@ -90,6 +98,17 @@ pub fn pick(m: usize, n: usize, pairs: bool) -> (&'static str, usize) {
         (pl::matmul::M32, m.div_ceil(32) * n.div_ceil(64))
     } else {
         (pl::matmul::OP, m.div_ceil(128) * n.div_ceil(64))
+    }
+}
+
+/// The cooperative-matrix kernel for m >= 2 rows (16-bit or quantized weights, adapters with the
+/// feature) and its workgroup count: all rows as one 16-row fragment for m <= 16 (decode:
+/// 16 weight rows per workgroup, k split over its 4 subgroups), 64x64 tiles above.
+pub fn pick_coop(m: usize, n: usize) -> (&'static str, usize) {
+    if m <= GEMV_MAX_M {
+        (pl::matmul::COOP_M16, n.div_ceil(COOP_M16_ROWS))
+    } else {
+        (pl::matmul::COOP, m.div_ceil(COOP_TILE) * n.div_ceil(COOP_TILE))
     }
 }
 
@@ -125,6 +144,11 @@ pub fn matmul(
     }
     if m == 1 && k % 32 == 0 && be.has_subgroup() && shaders::has_x8(w.dtype) {
         return gemv_x8(be, p, x, w, bias, out);
+    }
+    if m >= COOP_FROM_M && be.has_coop() && w.dtype != DType::F32 {
+        let (op, groups) = pick_coop(m, n);
+        let binds = pl::matmul::Binds { x, w, bias, out };
+        return pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups));
     }
     let pairs =
         (matches!(w.dtype, DType::F16 | DType::BF16) || w.dtype.is_weight_quant()) && k % 8 == 0 && be.has_subgroup();
