@@ -2,7 +2,8 @@
 // modules after the weight-format snippet (shaders.rs, Reads::Coop). The module declares `p:
 // MatmulParams`, `x: array<vec4<f32>>` (x[m][k] f32, flattened) and `w: array<u32>`; the weight
 // snippet gives `load_w(i)` (element i of the flattened [n][k] matrix) and `w8(i)` (its 8-element
-// group i, only called when k % 8 == 0), and `X_BF16` (the weights are bf16).
+// group i, only called when k % 8 == 0), `X_BF16` (the weights are bf16) and `W_F16` (they are
+// f16: their values convert exactly, no rounding needed).
 //
 // Both operands reach the tensor cores as f16. Rounding is done here in integer arithmetic, ties
 // to even, so that the conversion `f16(v)` that follows is exact and no driver rounding mode
@@ -33,6 +34,12 @@ fn round_bf16(v: f32) -> f32 {
 // An x element as the GEMM multiplies it.
 fn x16(v: f32) -> f16 {
     return to_f16(select(v, round_bf16(v), X_BF16));
+}
+
+// A weight as the GEMM multiplies it.
+fn w16(v: f32) -> f16 {
+    if (W_F16) { return f16(v); } // exact: v came from an f16
+    return to_f16(v);
 }
 
 // x[r][c .. c + 7] (c % 8 == 0) as f32, zero past m or k.

@@ -51,8 +51,8 @@ fn stage(s: u32, n0: u32, k0: u32, g: u32) {
     for (var e = 0u; e < 4u; e++) {
         xs[o + e] = x16(xv[0][e]);
         xs[o + 4u + e] = x16(xv[1][e]);
-        ws[o + e] = to_f16(wv[0][e]);
-        ws[o + 4u + e] = to_f16(wv[1][e]);
+        ws[o + e] = w16(wv[0][e]);
+        ws[o + 4u + e] = w16(wv[1][e]);
     }
 }
 

@@ -17,7 +17,10 @@
 //! that have it and falls back to the plain op otherwise); f16-weight modules have a `_h` variant
 //! whose weights binding is f16 storage converted by native f16 types (SHADER_F16, `enable f16;`;
 //! naga 30 cannot bitcast u32 to vec2<f16>, gfx-rs/wgpu#8896, so the scalar `load_w` has none). Every module also exists
-//! without either feature, so an adapter lacking both runs everything.
+//! without either feature, so an adapter lacking both runs everything. The cooperative-matrix
+//! GEMMs (`matmul_coop*`, [`Reads::Coop`]) exist only with all three features (SHADER_F16,
+//! SUBGROUP, EXPERIMENTAL_COOPERATIVE_MATRIX): the caller picks them only where the device
+//! has them (context.rs `coop_supported`) and uses the kernels above otherwise.
 
 use crate::backend::DType;
 
@@ -45,7 +48,7 @@ pub enum Reads {
     /// The cooperative-matrix GEMMs (`matmul_coop*`, 16-bit and quantized weights only): the
     /// module declares `w: array<u32>`; the snippet gives both `load_w(i) -> f32` and `w8(i)`
     /// over it (16-bit weights: four u32 words per group), `X_BF16` (x is rounded to bf16 first,
-    /// for bf16 weights) and shaders/coop_common.wgsl. The module starts with `enable f16;`
+    /// for bf16 weights), `W_F16` (f16 weights: exact conversion) and shaders/coop_common.wgsl. The module starts with `enable f16;`
     /// and `enable wgpu_cooperative_matrix;` and needs the SHADER_F16, SUBGROUP and
     /// EXPERIMENTAL_COOPERATIVE_MATRIX features.
     Coop,
@@ -225,7 +228,7 @@ fn quant_snippet(reads: Reads, d: DType) -> Option<String> {
              fn w8(i: u32) -> array<vec4<f32>, 2> {{ let g = w_cols() / 8u; let r = i / g; return deq8_{f}(r, i - r * g); }}\n"
         ),
         Reads::Coop => format!(
-            "{QUANT_WEIGHTS}\nconst X_BF16: bool = false;\n\
+            "{QUANT_WEIGHTS}\nconst X_BF16: bool = false;\nconst W_F16: bool = false;\n\
              fn load_w(i: u32) -> f32 {{ let k = w_cols(); let r = i / k; return deq1_{f}(r, i - r * k); }}\n\
              fn w8(i: u32) -> array<vec4<f32>, 2> {{ let g = w_cols() / 8u; let r = i / g; return deq8_{f}(r, i - r * g); }}\n\
              {COOP_COMMON}\n"
@@ -294,7 +297,7 @@ fn weight_snippet(reads: Reads, v: Variant) -> Option<String> {
         ),
         (Reads::Coop, DType::F16, _) => {
             return Some(format!(
-                "const X_BF16: bool = false;\n\
+                "const X_BF16: bool = false;\nconst W_F16: bool = true;\n\
                  fn load_w(i: u32) -> f32 {{ let p = unpack2x16float(w[i >> 1u]); return select(p.x, p.y, (i & 1u) == 1u); }}\n\
                  fn w8(i: u32) -> array<vec4<f32>, 2> {{ let b = 4u * i; return array<vec4<f32>, 2>(\
                  vec4<f32>(unpack2x16float(w[b]), unpack2x16float(w[b + 1u])), vec4<f32>(unpack2x16float(w[b + 2u]), unpack2x16float(w[b + 3u]))); }}\n\
@@ -303,7 +306,7 @@ fn weight_snippet(reads: Reads, v: Variant) -> Option<String> {
         }
         (Reads::Coop, DType::BF16, _) => {
             return Some(format!(
-                "const X_BF16: bool = true;\n\
+                "const X_BF16: bool = true;\nconst W_F16: bool = false;\n\
                  fn load_w(i: u32) -> f32 {{ let v = w[i >> 1u]; return bitcast<f32>(select(v << 16u, v & 0xffff0000u, (i & 1u) == 1u)); }}\n\
                  fn bf2(v: u32) -> vec2<f32> {{ return vec2<f32>(bitcast<f32>(v << 16u), bitcast<f32>(v & 0xffff0000u)); }}\n\
                  fn w8(i: u32) -> array<vec4<f32>, 2> {{ let b = 4u * i; return array<vec4<f32>, 2>(\
