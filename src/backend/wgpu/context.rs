@@ -481,3 +481,34 @@ impl Gpu {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feature_lists_parse() {
+        let all = WgpuOptions::default();
+        assert_eq!(WgpuOptions::parse("all").unwrap(), all);
+        assert_eq!(WgpuOptions::parse("none").unwrap(), NO_FEATURES);
+        assert_eq!(WgpuOptions::parse("f16, subgroup").unwrap(), WgpuOptions { coop: false, ..all });
+        assert_eq!(WgpuOptions::parse("coop").unwrap(), WgpuOptions { coop: true, ..NO_FEATURES });
+        assert!(WgpuOptions::parse("f16,tensor").is_err());
+    }
+
+    #[test]
+    fn coop_configuration_is_16x16x16_f16_to_f32() {
+        use wgpu::CooperativeScalarType as T;
+        let c = |m, ab, cr| wgpu::CooperativeMatrixProperties {
+            m_size: m,
+            n_size: m,
+            k_size: m,
+            ab_type: ab,
+            cr_type: cr,
+            saturating_accumulation: false,
+        };
+        assert!(has_coop_f16_f32(&[c(8, T::F32, T::F32), c(16, T::F16, T::F32)]));
+        assert!(!has_coop_f16_f32(&[c(16, T::F16, T::F16), c(8, T::F16, T::F32)]));
+        assert!(!has_coop_f16_f32(&[]));
+    }
+}
