@@ -213,6 +213,12 @@ fn bad_flags_are_refused() {
             .output()
             .unwrap();
         assert_fails(&out, "unknown feature `bogus`");
+        let out = Command::new(env!("CARGO_BIN_EXE_lserve"))
+            .args(["generate", "--model", &m, "-p", "hi", "--device", "wgpu"])
+            .env("LSERVE_WGPU_NO_COOP", "yes")
+            .output()
+            .unwrap();
+        assert_fails(&out, "LSERVE_WGPU_NO_COOP: `yes` is not 1 or 0");
     }
     let out = lserve(&["generate", "--model", &m, "-p", "hi", "--max-tokens", "-3"]);
     assert_eq!(out.status.code(), Some(2));

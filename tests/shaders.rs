@@ -33,11 +33,18 @@ fn every_module_validates_and_translates() {
         if m.needs_subgroup {
             caps |= Capabilities::SUBGROUP;
         }
+        if m.needs_coop {
+            caps |= Capabilities::COOPERATIVE_MATRIX;
+        }
         let info = Validator::new(ValidationFlags::all(), caps)
             .validate(&module)
             .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
         let spv = naga::back::spv::Options { lang_version: (1, 3), ..Default::default() };
         naga::back::spv::write_vec(&module, &info, &spv, None).unwrap_or_else(|e| panic!("{name} SPIR-V: {e}"));
+        if m.needs_coop {
+            // Vulkan only (16x16 fragments): tests::coop_modules_translate_to_spirv checks them further.
+            continue;
+        }
         let msl = naga::back::msl::Options::default();
         naga::back::msl::write_string(&module, &info, &msl, &naga::back::msl::PipelineOptions::default())
             .unwrap_or_else(|e| panic!("{name} MSL: {e}"));
@@ -47,6 +54,71 @@ fn every_module_validates_and_translates() {
             .write(&module, &info, None)
             .unwrap_or_else(|e| panic!("{name} HLSL: {e}"));
         assert!(module.entry_points.iter().any(|e| e.name == "main"), "{name}: no `main` entry point");
+    }
+}
+
+/// The cooperative-matrix GEMMs (`matmul_coop`, `matmul_coop_m16`): one module per 16-bit and
+/// quantized weight dtype (none for f32 weights), each of which validates only with the
+/// COOPERATIVE_MATRIX capability (so the extension is really used) and translates to SPIR-V
+/// declaring `CooperativeMatrixKHR` (capability 6022) and the SPV_KHR_cooperative_matrix
+/// extension, with the A/B fragments f16 and the accumulator f32. lavapipe has no cooperative
+/// matrices, so this is as far as CI can take them; the parity tests run them on GPUs that do.
+#[test]
+fn coop_modules_translate_to_spirv() {
+    use lserve::backend::DType;
+    use lserve::backend::wgpu::shaders::{Variant, WEIGHT_DTYPES, assemble, module_name};
+    for op in ["matmul_coop", "matmul_coop_m16"] {
+        assert!(assemble(op, Variant::weights(DType::F32)).is_none(), "{op}: no f32-weight module");
+        for &d in WEIGHT_DTYPES.iter().filter(|&&d| d != DType::F32) {
+            let name = module_name(op, Variant::weights(d));
+            let src = assemble(op, Variant::weights(d)).unwrap_or_else(|| panic!("{name}: no module"));
+            assert!(src.starts_with("enable f16;\nenable wgpu_cooperative_matrix;\n"), "{name}: enables");
+            let module = parse(&name, &src);
+            let base = Capabilities::SHADER_FLOAT16_IN_FLOAT32 | Capabilities::SHADER_FLOAT16 | Capabilities::SUBGROUP;
+            assert!(
+                Validator::new(ValidationFlags::all(), base).validate(&module).is_err(),
+                "{name}: validates without COOPERATIVE_MATRIX"
+            );
+            let info = Validator::new(ValidationFlags::all(), base | Capabilities::COOPERATIVE_MATRIX)
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
+            let spv = naga::back::spv::Options { lang_version: (1, 3), ..Default::default() };
+            let words =
+                naga::back::spv::write_vec(&module, &info, &spv, None).unwrap_or_else(|e| panic!("{name} SPIR-V: {e}"));
+            // OpCapability (opcode 17, 2 words) CooperativeMatrixKHR (6022).
+            assert!(
+                words.windows(2).any(|w| w == [(2 << 16) | 17, 6022]),
+                "{name}: no CooperativeMatrixKHR capability"
+            );
+            // OpTypeCooperativeMatrixKHR (4456: result, component type, scope, rows, columns, use)
+            // of 16x16 f16 (OpTypeFloat 22 of width 16) for uses A (0) and B (1), f32 for C (2).
+            let (mut insts, mut i) = (vec![], 5);
+            while i < words.len() {
+                let n = (words[i] >> 16) as usize;
+                assert!(n > 0, "{name}: malformed SPIR-V");
+                insts.push(&words[i..i + n]);
+                i += n;
+            }
+            let float_of = |id: u32| insts.iter().find(|w| w[0] & 0xffff == 22 && w[1] == id).map(|w| w[2]);
+            let constant = |id: u32| insts.iter().find(|w| w[0] & 0xffff == 43 && w[2] == id).map(|w| w[3]);
+            let mut frags: Vec<_> = insts
+                .iter()
+                .filter(|w| w[0] & 0xffff == 4456)
+                .map(|w| (float_of(w[2]), constant(w[4]), constant(w[5]), constant(w[6])))
+                .collect();
+            frags.sort();
+            let want = [
+                (Some(16), Some(16), Some(16), Some(0)),
+                (Some(16), Some(16), Some(16), Some(1)),
+                (Some(32), Some(16), Some(16), Some(2)),
+            ];
+            assert_eq!(frags, want, "{name}: fragment types (width, rows, columns, use)");
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            assert!(
+                bytes.windows(26).any(|w| w == b"SPV_KHR_cooperative_matrix"),
+                "{name}: no SPV_KHR_cooperative_matrix extension"
+            );
+        }
     }
 }
 

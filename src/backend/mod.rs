@@ -126,7 +126,9 @@ pub struct Caps {
     /// The activation precision of `matmul`: from this many rows of x on, a matmul with 16-bit
     /// weights first rounds x to the weights' dtype (round to nearest even) and multiplies in
     /// 16 bits with f32 accumulation, as tensor cores do; `None`: x is used in f32 at every m.
-    /// (CUDA: from 2 rows — batched decode and prefill; the batch-1 GEMV reads x in f32.)
+    /// (CUDA: from 2 rows — batched decode and prefill; the batch-1 GEMV reads x in f32. wgpu
+    /// with cooperative matrices: from 2 rows, quantized weights too, with x and the dequantized
+    /// weights in f16.)
     pub matmul_x16_from: Option<usize>,
     /// Rows of x up to which a matmul with integer-coded quantized weights (the GGML formats and
     /// int8 rows; not fp8) multiplies x as two int8 digits per element in blocks of 32 (~16 bits:

@@ -67,6 +67,14 @@ fn probe_wgpu() -> Vec<String> {
             if f.contains(wgpu::Features::TIMESTAMP_QUERY) {
                 feats.push("timestamps");
             }
+            // The cooperative-matrix configuration the matmul_coop GEMMs use (the backend also
+            // needs subgroups of 32: src/backend/wgpu/context.rs coop_supported).
+            let coop = f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+            if coop && crate::backend::wgpu::has_coop_f16_f32(&a.cooperative_matrix_properties()) {
+                feats.push("coop-matrix f16xf16->f32 16x16x16");
+            } else if coop {
+                feats.push("coop-matrix (no 16x16x16 f16->f32: unused)");
+            }
             format!(
                 "wgpu:{i}  {} ({:?}, {:?}, driver {} {}), max storage binding {} MiB, features [{}]",
                 info.name,

@@ -62,9 +62,12 @@ pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
     // On wgpu (ops_matmul.rs picks the kernel from m): m <= 16 takes the GEMVs (for 16-bit weights
     // with k % 8 == 0 where SUBGROUP is available the subgroup ones: m == 1 one row per subgroup,
     // 2..=16 the batch kernel, both halves of 8 rows of its reduction; else matmul_gemv, one pass
-    // of up to 16 x rows), 17..=96 the 32-row GEMM tiles, larger m the 128-row ones. Odd n (rows
-    // not a multiple of any workgroup's 4 or 16, or a tile's 64), k with and without k % 8 == 0,
-    // odd word counts, k shorter than one k step, and multi-tile m.
+    // of up to 16 x rows), 17..=96 the 32-row GEMM tiles, larger m the 128-row ones. On adapters
+    // with cooperative matrices every m >= 2 takes matmul_coop_m16 (m <= 16: 16 weight rows per
+    // workgroup, k split in chunks of 64 over 4 subgroups) or matmul_coop (64x64 tiles, k steps of
+    // 32). Odd n (rows not a multiple of any workgroup's 4 or 16, or a tile's 64), k with and
+    // without k % 8 == 0, odd word counts, k shorter than one k step, multi-tile m, and long k
+    // (4096: every split-k subgroup runs many chunks; the f16 operands' rounding over a long sum).
     let shapes = [
         (1, 300, 1024),
         (5, 33, 2056),
@@ -96,6 +99,10 @@ pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
         (100, 47, 131),
         (256, 133, 72),
         (256, 69, 137),
+        (200, 70, 136),
+        (200, 45, 131),
+        (8, 40, 4096),
+        (17, 33, 4096),
     ];
     // Where the backend multiplies in 16 bits (Caps::matmul_x16_from), the reference gets x
     // rounded the same way, so the comparison stays one of summation order only.
@@ -163,8 +170,9 @@ fn matmul_quantized<B: Backend>(gpu: &B, dtype: DType) {
     // 1280: 40 blocks of 32 (a 2-byte-aligned block row whose length is a multiple of 16 bytes).
     let ks = [bs, 2 * bs, 3 * bs + odd, 9 * bs, 1280usize.div_ceil(bs) * bs, 4096usize.div_ceil(bs) * bs];
     // CUDA: 1 the integer GEMV; 2..=64 the MMQ GEMM (n-tile variants 1 | 2 | 4 | 8 of 8 x rows, partial
-    // tiles); 65 and 130 the dequantize + cuBLAS path.
-    let ms = [1, 2, 3, 5, 8, 9, 16, 17, 32, 33, 37, 48, 64, 65, 130];
+    // tiles); 65, 130 and 200 the dequantize + cuBLAS path. wgpu with cooperative matrices: 2..=16
+    // matmul_coop_m16, above matmul_coop (200: several 64-row tiles and a partial one).
+    let ms = [1, 2, 3, 5, 8, 9, 16, 17, 32, 33, 37, 48, 64, 65, 130, 200];
     let ns = [1, 31, 64, 97, 300];
     for (i, &m) in ms.iter().enumerate() {
         for (j, &k) in ks.iter().enumerate() {

@@ -37,9 +37,11 @@ pub struct Gpu {
     pub limits: wgpu::Limits,
     /// Features requested from the adapter (those it has, minus those the options turn off).
     pub features: wgpu::Features,
-    /// Shader variants in use: native f16 conversion, subgroup reductions.
+    /// Shader variants in use: native f16 conversion, subgroup reductions, the
+    /// cooperative-matrix GEMMs ([`coop_supported`]).
     pub use_f16: bool,
     pub use_subgroup: bool,
+    pub use_coop: bool,
     slot_size: u64,
     arena: wgpu::Buffer,
     state: RefCell<State>,
@@ -71,41 +73,88 @@ struct Profiler {
 pub struct WgpuOptions {
     pub f16: bool,
     pub subgroup: bool,
+    /// The tensor-core GEMMs (`matmul_coop*`, EXPERIMENTAL_COOPERATIVE_MATRIX); they also need
+    /// `f16` and `subgroup`.
+    pub coop: bool,
 }
 
 impl Default for WgpuOptions {
     fn default() -> Self {
-        WgpuOptions { f16: true, subgroup: true }
+        WgpuOptions { f16: true, subgroup: true, coop: true }
     }
 }
 
+const NO_FEATURES: WgpuOptions = WgpuOptions { f16: false, subgroup: false, coop: false };
+
 impl WgpuOptions {
-    /// From `LSERVE_WGPU_FEATURES`: a comma list of `f16`, `subgroup`, or `all` (the default) /
-    /// `none`. An unknown word is an error.
+    /// From `LSERVE_WGPU_FEATURES`: a comma list of `f16`, `subgroup`, `coop`, or `all` (the
+    /// default) / `none`; an unknown word is an error. Then `LSERVE_WGPU_NO_COOP=1` turns `coop`
+    /// off (any other value than `1` or `0` is an error).
     pub fn from_env() -> Result<Self> {
-        match std::env::var("LSERVE_WGPU_FEATURES") {
-            Ok(v) => Self::parse(&v),
-            Err(_) => Ok(Self::default()),
+        let mut o = match std::env::var("LSERVE_WGPU_FEATURES") {
+            Ok(v) => Self::parse(&v)?,
+            Err(_) => Self::default(),
+        };
+        match std::env::var("LSERVE_WGPU_NO_COOP").as_deref() {
+            Err(_) | Ok("0") | Ok("") => {}
+            Ok("1") => o.coop = false,
+            Ok(other) => {
+                return Err(Error::InvalidArgument(format!("LSERVE_WGPU_NO_COOP: `{other}` is not 1 or 0")));
+            }
         }
+        Ok(o)
     }
 
     pub fn parse(list: &str) -> Result<Self> {
-        let mut o = WgpuOptions { f16: false, subgroup: false };
+        let mut o = NO_FEATURES;
         for w in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             match w {
                 "all" => o = WgpuOptions::default(),
-                "none" => o = WgpuOptions { f16: false, subgroup: false },
+                "none" => o = NO_FEATURES,
                 "f16" => o.f16 = true,
                 "subgroup" => o.subgroup = true,
+                "coop" => o.coop = true,
                 other => {
                     return Err(Error::InvalidArgument(format!(
-                        "LSERVE_WGPU_FEATURES: unknown feature `{other}` (use f16, subgroup, all or none)"
+                        "LSERVE_WGPU_FEATURES: unknown feature `{other}` (use f16, subgroup, coop, all or none)"
                     )));
                 }
             }
         }
         Ok(o)
     }
+}
+
+/// Workgroup memory of the largest cooperative-matrix GEMM (`matmul_coop_m16`: 22 KiB).
+const COOP_WORKGROUP_BYTES: u32 = 22 * 1024;
+
+/// Whether the adapter's cooperative-matrix configurations include the one the `matmul_coop*`
+/// shaders use: 16x16x16, f16 A and B, f32 C, subgroup scope (wgpu lists only subgroup-scoped
+/// ones). An f16 -> f16 configuration is not used: accumulating k products in f16 loses about
+/// 11 bits x log2(k) of the sum, far outside the matmul parity tolerance.
+pub fn has_coop_f16_f32(props: &[wgpu::CooperativeMatrixProperties]) -> bool {
+    use wgpu::CooperativeScalarType as T;
+    props.iter().any(|c| (c.m_size, c.n_size, c.k_size) == (16, 16, 16) && c.ab_type == T::F16 && c.cr_type == T::F32)
+}
+
+/// Whether the `matmul_coop*` shaders can run on `adapter` with `features` (those about to be
+/// requested): the adapter has EXPERIMENTAL_COOPERATIVE_MATRIX with the 16x16x16 f16 -> f32
+/// configuration ([`has_coop_f16_f32`]); SHADER_F16 and SUBGROUP are requested (the shaders use
+/// f16 staging and the subgroup_id builtin); every subgroup has 32 invocations (a workgroup of
+/// 128 threads is exactly the shaders' 4 subgroups: NVIDIA; AMD and Intel may use other sizes);
+/// the workgroup memory fits.
+fn coop_supported(
+    adapter: &wgpu::Adapter,
+    info: &wgpu::AdapterInfo,
+    limits: &wgpu::Limits,
+    features: wgpu::Features,
+) -> bool {
+    adapter.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+        && features.contains(wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP)
+        && (info.subgroup_min_size, info.subgroup_max_size) == (32, 32)
+        && limits.max_compute_workgroup_storage_size >= COOP_WORKGROUP_BYTES
+        && limits.max_compute_invocations_per_workgroup >= 128
+        && has_coop_f16_f32(&adapter.cooperative_matrix_properties())
 }
 
 /// One storage binding of a dispatch.
@@ -133,13 +182,25 @@ impl Gpu {
         if opts.subgroup {
             wanted |= wgpu::Features::SUBGROUP;
         }
-        let features = adapter.features() & wanted;
+        let mut features = adapter.features() & wanted;
         let limits = adapter.limits();
+        let info = adapter.get_info();
+        let coop = opts.coop && coop_supported(&adapter, &info, &limits, features);
+        let experimental = if coop {
+            features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+            // SAFETY: the token only acknowledges that wgpu's experimental features may have
+            // bugs; the one requested (EXPERIMENTAL_COOPERATIVE_MATRIX) is used only by the
+            // `matmul_coop*` shaders, which the parity tests compare with the CPU reference,
+            // and LSERVE_WGPU_NO_COOP=1 leaves it off.
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
         let desc = wgpu::DeviceDescriptor {
             label: Some("lserve"),
             required_features: features,
             required_limits: limits.clone(),
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            experimental_features: experimental,
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         };
@@ -155,11 +216,12 @@ impl Gpu {
         Ok(Gpu {
             device,
             queue,
-            info: adapter.get_info(),
+            info,
             limits,
             features,
             use_f16: features.contains(wgpu::Features::SHADER_F16),
             use_subgroup: features.contains(wgpu::Features::SUBGROUP),
+            use_coop: coop,
             slot_size,
             arena,
             state: RefCell::new(State {
@@ -192,6 +254,9 @@ impl Gpu {
     fn pipeline(&self, op: &str, weights: Option<DType>) -> Result<Arc<wgpu::ComputePipeline>> {
         if shaders::needs_subgroup(op) && !self.use_subgroup {
             return Err(err(format!("{op} needs the SUBGROUP feature")));
+        }
+        if shaders::needs_coop(op) && !self.use_coop {
+            return Err(err(format!("{op} needs the EXPERIMENTAL_COOPERATIVE_MATRIX feature")));
         }
         let weights = shaders::Variant { weights, native_f16: self.use_f16 };
         let name = shaders::module_name(op, weights);
@@ -414,5 +479,36 @@ impl Gpu {
     pub fn wait(&self) -> Result<()> {
         self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| err(format!("poll: {e}")))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feature_lists_parse() {
+        let all = WgpuOptions::default();
+        assert_eq!(WgpuOptions::parse("all").unwrap(), all);
+        assert_eq!(WgpuOptions::parse("none").unwrap(), NO_FEATURES);
+        assert_eq!(WgpuOptions::parse("f16, subgroup").unwrap(), WgpuOptions { coop: false, ..all });
+        assert_eq!(WgpuOptions::parse("coop").unwrap(), WgpuOptions { coop: true, ..NO_FEATURES });
+        assert!(WgpuOptions::parse("f16,tensor").is_err());
+    }
+
+    #[test]
+    fn coop_configuration_is_16x16x16_f16_to_f32() {
+        use wgpu::CooperativeScalarType as T;
+        let c = |m, ab, cr| wgpu::CooperativeMatrixProperties {
+            m_size: m,
+            n_size: m,
+            k_size: m,
+            ab_type: ab,
+            cr_type: cr,
+            saturating_accumulation: false,
+        };
+        assert!(has_coop_f16_f32(&[c(8, T::F32, T::F32), c(16, T::F16, T::F32)]));
+        assert!(!has_coop_f16_f32(&[c(16, T::F16, T::F16), c(8, T::F16, T::F32)]));
+        assert!(!has_coop_f16_f32(&[]));
     }
 }

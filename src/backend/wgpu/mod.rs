@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use crate::backend::*;
 use crate::error::Result;
-pub use context::WgpuOptions;
 use context::{Gpu, err};
+pub use context::{WgpuOptions, has_coop_f16_f32};
 
 /// A device buffer and what it holds.
 #[derive(Clone, Debug)]
@@ -69,7 +69,8 @@ impl WgpuBackend {
             kv_dtypes: shaders::KV_DTYPES.to_vec(),
             max_buffer_bytes: gpu.limits.max_storage_buffer_binding_size,
             memory_bytes: gpu.limits.max_buffer_size.min(u64::MAX / 2),
-            matmul_x16_from: None,
+            // The tensor-core GEMMs (ops_matmul.rs) round x to f16 (bf16 first for bf16 weights).
+            matmul_x16_from: gpu.use_coop.then_some(ops_matmul::COOP_FROM_M),
             // The two-digit-x batch-1 GEMV (ops_matmul.rs) needs SUBGROUP.
             matmul_x8_max_m: usize::from(gpu.use_subgroup),
         };
@@ -84,6 +85,12 @@ impl WgpuBackend {
     /// Whether the subgroup shader variants are in use (SUBGROUP present and allowed).
     pub fn has_subgroup(&self) -> bool {
         self.gpu.use_subgroup
+    }
+
+    /// Whether the cooperative-matrix GEMMs are in use (`context::coop_supported`, allowed by
+    /// the options).
+    pub fn has_coop(&self) -> bool {
+        self.gpu.use_coop
     }
 
     /// A scratch buffer of at least `words` 32-bit words (contents undefined; typed f32, the

@@ -34,6 +34,13 @@
 //! - [`GEMV_MAX_M`] < m <= [`M32_MAX_M`] (batched decode beyond 16, short chunks): `matmul_m32`,
 //!   32x64 output tiles, 4x4 per thread.
 //! - larger m (prefill): `matmul`, 128x64 output tiles, k steps of 16, 8x4 per thread.
+//! - Adapters with cooperative matrices (`WgpuBackend::has_coop`: 16x16x16 f16 x f16 -> f32 at
+//!   subgroup size 32, context.rs `coop_supported`), m >= [`COOP_FROM_M`], 16-bit or quantized
+//!   weights: tensor cores through wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX ([`pick_coop`]):
+//!   `matmul_coop_m16` for m <= 16 (one 16-row fragment of x, weights read once, 16 weight rows
+//!   per workgroup with k split over its 4 subgroups), `matmul_coop` above (64x64 tiles). x and
+//!   the weights are staged as f16 (x rounded to the weights' dtype first: `Caps::matmul_x16_from`),
+//!   f32 accumulation; this replaces every kernel above for those m (not the batch-1 GEMVs).
 //!
 //! The tiled GEMMs dequantize quantized weights as they stage each weight tile into workgroup
 //! memory (each staged value then feeds 32 or 128 rows of FMAs).
@@ -42,8 +49,8 @@
 //! at least one read of the weights. The GEMVs reach that for m <= 16 (one pass). Each 16-bit
 //! weight costs m f32 FMAs; an H200 does about 7 FMAs per byte it reads from HBM (33.5 T FMA/s :
 //! 4.8 TB/s), so the read bounds the step up to m ~ 14 and at 16 the two are about even: the cost
-//! grows slowly with m. Beyond 16 rows the f32 FMAs (no tensor cores from WGSL: wgpu 30 has them
-//! only behind the experimental cooperative-matrix feature, not used here) bound the step, and
+//! grows slowly with m. Beyond 16 rows the f32 FMAs (on adapters without cooperative matrices, the only
+//! tensor-core path of WGSL on wgpu 30) bound the step, and
 //! what matters is not computing padding rows: 32-row tiles pad at most 31 rows, never more than
 //! 128-row tiles up to m = 96. From 97 to 128 both pad to 128; for prefill-size m (hundreds of rows
 //! and more) the last tile's padding is a small share, and the 128-row tile's 8x4 micro-tile does
@@ -61,6 +68,14 @@ use super::shaders;
 use super::{WgpuBackend, WgpuBuffer, need, need_weights};
 use crate::backend::*;
 use crate::error::Result;
+
+/// Rows of x from which the cooperative-matrix GEMMs serve 16-bit and quantized weights
+/// (`Caps::matmul_x16_from` on adapters that have them).
+pub const COOP_FROM_M: usize = 2;
+/// Output tile of `matmul_coop` (`BM`, `BN` there) and weight rows per workgroup of
+/// `matmul_coop_m16`.
+const COOP_TILE: usize = 64;
+const COOP_M16_ROWS: usize = 16;
 
 /// Largest m served by the GEMV kernels in one pass over the weights (`MX` in
 /// shaders/matmul_gemv.wgsl and shaders/matmul_gemv_subgroup_batch.wgsl).
@@ -90,6 +105,17 @@ pub fn pick(m: usize, n: usize, pairs: bool) -> (&'static str, usize) {
         (pl::matmul::M32, m.div_ceil(32) * n.div_ceil(64))
     } else {
         (pl::matmul::OP, m.div_ceil(128) * n.div_ceil(64))
+    }
+}
+
+/// The cooperative-matrix kernel for m >= 2 rows (16-bit or quantized weights, adapters with the
+/// feature) and its workgroup count: all rows as one 16-row fragment for m <= 16 (decode:
+/// 16 weight rows per workgroup, k split over its 4 subgroups), 64x64 tiles above.
+pub fn pick_coop(m: usize, n: usize) -> (&'static str, usize) {
+    if m <= GEMV_MAX_M {
+        (pl::matmul::COOP_M16, n.div_ceil(COOP_M16_ROWS))
+    } else {
+        (pl::matmul::COOP, m.div_ceil(COOP_TILE) * n.div_ceil(COOP_TILE))
     }
 }
 
@@ -125,6 +151,11 @@ pub fn matmul(
     }
     if m == 1 && k % 32 == 0 && be.has_subgroup() && shaders::has_x8(w.dtype) {
         return gemv_x8(be, p, x, w, bias, out);
+    }
+    if m >= COOP_FROM_M && be.has_coop() && w.dtype != DType::F32 {
+        let (op, groups) = pick_coop(m, n);
+        let binds = pl::matmul::Binds { x, w, bias, out };
+        return pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups));
     }
     let pairs =
         (matches!(w.dtype, DType::F16 | DType::BF16) || w.dtype.is_weight_quant()) && k % 8 == 0 && be.has_subgroup();

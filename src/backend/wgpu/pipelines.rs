@@ -113,6 +113,8 @@ pipelines! {
         GEMV = matmul_gemv,
         GEMV_SUBGROUP = matmul_gemv_subgroup,
         GEMV_SUBGROUP_BATCH = matmul_gemv_subgroup_batch,
+        COOP = matmul_coop,
+        COOP_M16 = matmul_coop_m16,
     ]
     { x: read, w: read, bias: read, out: read_write }
     /// The batch-1 GEMV on quantized weights with two-digit int8 x (pass 2; ops_matmul.rs).

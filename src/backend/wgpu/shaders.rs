@@ -17,7 +17,10 @@
 //! that have it and falls back to the plain op otherwise); f16-weight modules have a `_h` variant
 //! whose weights binding is f16 storage converted by native f16 types (SHADER_F16, `enable f16;`;
 //! naga 30 cannot bitcast u32 to vec2<f16>, gfx-rs/wgpu#8896, so the scalar `load_w` has none). Every module also exists
-//! without either feature, so an adapter lacking both runs everything.
+//! without either feature, so an adapter lacking both runs everything. The cooperative-matrix
+//! GEMMs (`matmul_coop*`, [`Reads::Coop`]) exist only with all three features (SHADER_F16,
+//! SUBGROUP, EXPERIMENTAL_COOPERATIVE_MATRIX): the caller picks them only where the device
+//! has them (context.rs `coop_supported`) and uses the kernels above otherwise.
 
 use crate::backend::DType;
 
@@ -42,6 +45,13 @@ pub enum Reads {
     /// `wx8(r, j, xb) -> f32` (slice j of row r times the x blocks from xb) of the format. Only
     /// formats with an integer form have these modules (no fp8, no float dtypes).
     X8,
+    /// The cooperative-matrix GEMMs (`matmul_coop*`, 16-bit and quantized weights only): the
+    /// module declares `w: array<u32>`; the snippet gives both `load_w(i) -> f32` and `w8(i)`
+    /// over it (16-bit weights: four u32 words per group), `X_BF16` (x is rounded to bf16 first,
+    /// for bf16 weights), `W_F16` (f16 weights: exact conversion) and shaders/coop_common.wgsl. The module starts with `enable f16;`
+    /// and `enable wgpu_cooperative_matrix;` and needs the SHADER_F16, SUBGROUP and
+    /// EXPERIMENTAL_COOPERATIVE_MATRIX features.
+    Coop,
     /// The KV cache: the variant's dtype is the KV dtype, and the KV snippet ([`kv_snippet`])
     /// defines `KV_KIND`, the pool element types `KV_EL` / `KV_K4` and an accessor
     /// `kv_<pool>(i) -> f32` (and `kv4_<pool>(i) -> vec4<f32>`) per pool binding the op reads.
@@ -124,7 +134,8 @@ fn kv_snippet(op: &str, d: DType) -> Option<String> {
     Some(out)
 }
 
-/// (op stem, source, weight access, needs the SUBGROUP feature).
+/// (op stem, source, weight access, needs the SUBGROUP feature; [`Reads::Coop`] ops also need
+/// SHADER_F16 and EXPERIMENTAL_COOPERATIVE_MATRIX).
 pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ("embed", include_str!("../../../shaders/embed.wgsl"), Reads::Scalar, false),
     ("matmul", include_str!("../../../shaders/matmul.wgsl"), Reads::Scalar, false),
@@ -137,6 +148,8 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         Reads::Pairs,
         true,
     ),
+    ("matmul_coop", include_str!("../../../shaders/matmul_coop.wgsl"), Reads::Coop, true),
+    ("matmul_coop_m16", include_str!("../../../shaders/matmul_coop_m16.wgsl"), Reads::Coop, true),
     ("matmul_gemv_x8", include_str!("../../../shaders/matmul_gemv_x8.wgsl"), Reads::X8, true),
     ("matmul_gemv_x8_pack", include_str!("../../../shaders/matmul_gemv_x8_pack.wgsl"), Reads::Nothing, false),
     ("rmsnorm", include_str!("../../../shaders/rmsnorm.wgsl"), Reads::Nothing, false),
@@ -170,6 +183,9 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
 /// The decoders of the quantized weight formats (`deq1_<fmt>`, `deq8_<fmt>`), part of every module
 /// of a quantized weight dtype.
 pub const QUANT_WEIGHTS: &str = include_str!("../../../shaders/quant_weights.wgsl");
+
+/// The f16 staging helpers of the cooperative-matrix GEMMs (`to_f16`, `x_group`, `w_group`).
+pub const COOP_COMMON: &str = include_str!("../../../shaders/coop_common.wgsl");
 
 /// The int8-x slice functions of the quantized weight formats (`wx8_<fmt>`, `WX8_SLICE_<FMT>`),
 /// part of the `matmul_gemv_x8` modules (weights bound as 16-byte words).
@@ -211,6 +227,12 @@ fn quant_snippet(reads: Reads, d: DType) -> Option<String> {
         Reads::Pairs => format!(
             "@group(0) @binding(2) var<storage, read> w: array<u32>;\n{QUANT_WEIGHTS}\n\
              fn w8(i: u32) -> array<vec4<f32>, 2> {{ let g = w_cols() / 8u; let r = i / g; return deq8_{f}(r, i - r * g); }}\n"
+        ),
+        Reads::Coop => format!(
+            "{QUANT_WEIGHTS}\nconst X_BF16: bool = false;\nconst W_F16: bool = false;\n\
+             fn load_w(i: u32) -> f32 {{ let k = w_cols(); let r = i / k; return deq1_{f}(r, i - r * k); }}\n\
+             fn w8(i: u32) -> array<vec4<f32>, 2> {{ let g = w_cols() / 8u; let r = i / g; return deq8_{f}(r, i - r * g); }}\n\
+             {COOP_COMMON}\n"
         ),
         Reads::X8 if has_x8(d) => format!(
             "@group(0) @binding(2) var<storage, read> w: array<vec4<u32>>;\n{QUANT_WEIGHTS_X8}\n\
@@ -274,6 +296,25 @@ fn weight_snippet(reads: Reads, v: Variant) -> Option<String> {
             "fn w8(i: u32) -> array<vec4<f32>, 2> { let q = w[i]; return array<vec4<f32>, 2>(",
             "vec4<f32>(bf2(q.x), bf2(q.y)), vec4<f32>(bf2(q.z), bf2(q.w))); }\n"
         ),
+        (Reads::Coop, DType::F16, _) => {
+            return Some(format!(
+                "const X_BF16: bool = false;\nconst W_F16: bool = true;\n\
+                 fn load_w(i: u32) -> f32 {{ let p = unpack2x16float(w[i >> 1u]); return select(p.x, p.y, (i & 1u) == 1u); }}\n\
+                 fn w8(i: u32) -> array<vec4<f32>, 2> {{ let b = 4u * i; return array<vec4<f32>, 2>(\
+                 vec4<f32>(unpack2x16float(w[b]), unpack2x16float(w[b + 1u])), vec4<f32>(unpack2x16float(w[b + 2u]), unpack2x16float(w[b + 3u]))); }}\n\
+                 {COOP_COMMON}\n"
+            ));
+        }
+        (Reads::Coop, DType::BF16, _) => {
+            return Some(format!(
+                "const X_BF16: bool = true;\nconst W_F16: bool = false;\n\
+                 fn load_w(i: u32) -> f32 {{ let v = w[i >> 1u]; return bitcast<f32>(select(v << 16u, v & 0xffff0000u, (i & 1u) == 1u)); }}\n\
+                 fn bf2(v: u32) -> vec2<f32> {{ return vec2<f32>(bitcast<f32>(v << 16u), bitcast<f32>(v & 0xffff0000u)); }}\n\
+                 fn w8(i: u32) -> array<vec4<f32>, 2> {{ let b = 4u * i; return array<vec4<f32>, 2>(\
+                 vec4<f32>(bf2(w[b]), bf2(w[b + 1u])), vec4<f32>(bf2(w[b + 2u]), bf2(w[b + 3u]))); }}\n\
+                 {COOP_COMMON}\n"
+            ));
+        }
         _ => return None,
     };
     Some(s.to_string())
@@ -296,6 +337,12 @@ pub fn needs_subgroup(op: &str) -> bool {
     OPS.iter().any(|&(name, _, _, sg)| name == op && sg)
 }
 
+/// Whether `op` is a cooperative-matrix GEMM ([`Reads::Coop`]: needs SHADER_F16 and
+/// EXPERIMENTAL_COOPERATIVE_MATRIX too).
+pub fn needs_coop(op: &str) -> bool {
+    OPS.iter().any(|&(name, _, r, _)| name == op && r == Reads::Coop)
+}
+
 /// The assembled source of one module (None for an unknown op or a variant it lacks).
 pub fn assemble(op: &str, v: Variant) -> Option<String> {
     let &(_, src, reads, _) = OPS.iter().find(|(name, ..)| *name == op)?;
@@ -308,7 +355,11 @@ pub fn assemble(op: &str, v: Variant) -> Option<String> {
         Reads::Kv => kv_snippet(op, v.weights?)?,
         r => weight_snippet(r, v)?,
     };
-    let enable = if v.uses_f16() { "enable f16;\n" } else { "" };
+    let enable = match (reads, v.uses_f16()) {
+        (Reads::Coop, _) => "enable f16;\nenable wgpu_cooperative_matrix;\n",
+        (_, true) => "enable f16;\n",
+        _ => "",
+    };
     Some(format!("{enable}{PARAMS}\n{snippet}\n{COMMON}\n{src}"))
 }
 
@@ -318,6 +369,9 @@ pub struct Module {
     pub source: String,
     pub needs_f16: bool,
     pub needs_subgroup: bool,
+    /// A cooperative-matrix module (`enable wgpu_cooperative_matrix;`): Vulkan only (16x16
+    /// fragments; naga's MSL and HLSL writers have none), with SHADER_F16 and SUBGROUP.
+    pub needs_coop: bool,
 }
 
 /// Every module the backend can build.
@@ -335,8 +389,9 @@ pub fn all_modules() -> Vec<Module> {
         };
         for v in variants {
             if let Some(source) = assemble(op, v) {
-                let needs_f16 = v.for_reads(reads).uses_f16();
-                out.push(Module { name: module_name(op, v), source, needs_f16, needs_subgroup: subgroup });
+                let needs_coop = reads == Reads::Coop;
+                let needs_f16 = needs_coop || v.for_reads(reads).uses_f16();
+                out.push(Module { name: module_name(op, v), source, needs_f16, needs_subgroup: subgroup, needs_coop });
             }
         }
     }
