@@ -35,7 +35,8 @@
 //!   32x64 output tiles, 4x4 per thread.
 //! - larger m (prefill): `matmul`, 128x64 output tiles, k steps of 16, 8x4 per thread.
 //! - Adapters with cooperative matrices (`WgpuBackend::has_coop`: 16x16x16 f16 x f16 -> f32 at
-//!   subgroup size 32, context.rs `coop_supported`), m >= [`COOP_FROM_M`], 16-bit or quantized
+//!   subgroup size 32, context.rs `coop_supported`), m >= [`coop_from_m`] (17; 2 with
+//!   `LSERVE_WGPU_COOP_DECODE=1`), 16-bit or quantized
 //!   weights: tensor cores through wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX ([`pick_coop`]):
 //!   `matmul_coop_m16` for m <= 16 (one 16-row fragment of x, weights read once, 16 weight rows
 //!   per workgroup with k split over its 4 subgroups), `matmul_coop` above (64x64 tiles). x and
@@ -70,8 +71,16 @@ use crate::backend::*;
 use crate::error::Result;
 
 /// Rows of x from which the cooperative-matrix GEMMs serve 16-bit and quantized weights
-/// (`Caps::matmul_x16_from` on adapters that have them).
-pub const COOP_FROM_M: usize = 2;
+/// (`Caps::matmul_x16_from` on adapters that have them): above the GEMVs' range, since on the
+/// H200 `matmul_coop_m16` made a batch-8 decode step 2.5x slower than the subgroup GEMV
+/// (docs/benchmarks.md, 2026-12-02); `LSERVE_WGPU_COOP_DECODE=1` sends 2..=16 rows to it too.
+pub fn coop_from_m() -> usize {
+    static FROM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *FROM.get_or_init(|| match std::env::var("LSERVE_WGPU_COOP_DECODE").as_deref() {
+        Ok("1") => 2,
+        _ => GEMV_MAX_M + 1,
+    })
+}
 /// Output tile of `matmul_coop` (`BM`, `BN` there) and weight rows per workgroup of
 /// `matmul_coop_m16`.
 const COOP_TILE: usize = 64;
@@ -152,7 +161,7 @@ pub fn matmul(
     if m == 1 && k % 32 == 0 && be.has_subgroup() && shaders::has_x8(w.dtype) {
         return gemv_x8(be, p, x, w, bias, out);
     }
-    if m >= COOP_FROM_M && be.has_coop() && w.dtype != DType::F32 {
+    if m >= coop_from_m() && be.has_coop() && w.dtype != DType::F32 {
         let (op, groups) = pick_coop(m, n);
         let binds = pl::matmul::Binds { x, w, bias, out };
         return pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups));
