@@ -333,6 +333,17 @@ pub struct SparseArgs {
     /// Always select each retrieval head's first page (the attention sink).
     #[arg(long, value_enum)]
     pub pin_sink_page: Option<OnOff>,
+    /// How page selection ranks pages: max (over the query heads' Quest bounds) or head_norm
+    /// (each query head's bounds normalized by a softmax over pages, summed over the group).
+    #[arg(long, value_enum)]
+    pub page_rank: Option<PageRankArg>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+pub enum PageRankArg {
+    Max,
+    #[value(name = "head_norm")]
+    HeadNorm,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]

@@ -12,6 +12,7 @@
 //! dense_below = 4096        # contexts up to this length skip page selection
 //! dense_layers = []         # layers kept fully dense
 //! pin_sink_page = false     # always select the first page (the attention sink)
+//! page_rank = "max"         # max | head_norm: how page_select ranks pages
 //! [cache]
 //! physical_page = 64
 //! logical_page = 16
@@ -47,6 +48,37 @@ pub struct SparseConfig {
     /// Always select each retrieval head's first page (the attention sink) at decode, as one of
     /// the budget's pages (`Engine::pin_sink_page`; docs/sparse-attention.md, measured there).
     pub pin_sink_page: bool,
+    /// How `page_select` ranks pages (docs/sparse-attention.md "Page selection").
+    pub page_rank: PageRank,
+}
+
+/// How `page_select` ranks physical pages from their logical pages' Quest bounds.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PageRank {
+    /// Max over the GQA group's query heads and the page's logical pages.
+    #[default]
+    Max,
+    /// Per query head a softmax over the candidate pages of `scale * max_l bound`, summed over
+    /// the group: every head's estimate counts equally, whatever its score scale.
+    HeadNorm,
+}
+
+impl PageRank {
+    /// The `PageSelectParams::rank` code.
+    pub fn code(self) -> u32 {
+        match self {
+            PageRank::Max => crate::backend::PAGE_RANK_MAX,
+            PageRank::HeadNorm => crate::backend::PAGE_RANK_HEAD_NORM,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PageRank::Max => "max",
+            PageRank::HeadNorm => "head_norm",
+        }
+    }
 }
 
 impl Default for SparseConfig {
@@ -63,6 +95,7 @@ impl Default for SparseConfig {
             dense_layers: vec![],
             pattern: None,
             pin_sink_page: false,
+            page_rank: PageRank::Max,
         }
     }
 }
@@ -248,6 +281,11 @@ mod tests {
         assert_eq!(c.cache.physical_page, 64);
         c.validate().unwrap();
         assert!(toml::from_str::<Config>("[sparse]\ntoken_budgte = 5\n").is_err(), "typos are errors");
+        assert_eq!(c.sparse.page_rank, PageRank::Max);
+        let c: Config = toml::from_str("[sparse]\npage_rank = \"head_norm\"\n").unwrap();
+        assert_eq!(c.sparse.page_rank, PageRank::HeadNorm);
+        let e = toml::from_str::<Config>("[sparse]\npage_rank = \"lse\"\n").unwrap_err().to_string();
+        assert!(e.contains("head_norm"), "{e}");
     }
 
     #[test]
