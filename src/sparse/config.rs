@@ -46,7 +46,7 @@ pub struct SparseConfig {
     #[serde(skip)]
     pub pattern: Option<crate::sparse::HeadPattern>,
     /// Always select each retrieval head's first page (the attention sink) at decode, as one of
-    /// the budget's pages (`Engine::pin_sink_page`; docs/sparse-attention.md, measured there).
+    /// the budget's pages (`PageSelectParams::pin_first`; docs/sparse-attention.md, measured there).
     pub pin_sink_page: bool,
     /// How `page_select` ranks pages (docs/sparse-attention.md "Page selection").
     pub page_rank: PageRank,
