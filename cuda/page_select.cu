@@ -15,6 +15,13 @@
 // in ascending page order by counting ranks. np comes from the step's longest sequence
 // (max_seq_pages), not the batch's whole page table. Lengths of selected/counts/page_table come
 // as arguments: nothing is read or written outside them.
+//
+// Ranks (p.rank): PAGE_RANK_MAX (0) as above. PAGE_RANK_HEAD_NORM (1): page_select_score writes
+// each query head g's own max bound over the page's logical pages to heads
+// [num_seqs][n_kv_heads][group][np] f32 instead of keys, and page_select_norm (grid (n_kv_heads,
+// num_seqs)) normalizes them per head over the candidates and combines them over the group into
+// the keys the sort reads (the formula: its header). With p.pin_first, candidate 0's key is 0,
+// first in the ascending sort (both ranks).
 
 __device__ __forceinline__ u32 ordered(float f) {
     u32 b = __float_as_uint(f);
@@ -24,7 +31,8 @@ __device__ __forceinline__ u32 ordered(float f) {
 #define PS_MAX_HD 256
 extern "C" __global__ void page_select_score(PageSelectParams p, const float* q, const float* summary,
                                              const u32* head_map, const u32* page_indptr, const u32* page_table,
-                                             const u32* select_mask, u64* keys, u32 np, u32 page_table_len) {
+                                             const u32* select_mask, u64* keys, float* heads, u32 np,
+                                             u32 page_table_len) {
     __shared__ float qs[8 * PS_MAX_HD];
     u32 kvh = blockIdx.y, s = blockIdx.z;
     u32 hm = head_map[kvh];
@@ -38,10 +46,16 @@ extern "C" __global__ void page_select_score(PageSelectParams p, const float* q,
     u32 cand = min(n_pages > 0 ? n_pages - 1 : 0, np);
     u32 lane = threadIdx.x & 31, j = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (j >= np) return;
+    bool hn = p.rank == 1u;
     u64* row = keys + ((u64)s * p.n_kv_heads + kvh) * np;
-    if (j >= cand) { if (lane == 0) row[j] = ~0ull; return; }
+    if (j >= cand) { if (lane == 0 && !hn) row[j] = ~0ull; return; }
+    // head_norm: query head g's bound of candidate j at hp[g * np].
+    float* hp = hn ? heads + ((u64)s * p.n_kv_heads + kvh) * group * np + j : nullptr;
     u32 page = page_table[a + j];
     float best = -LS_INF;  // NaN scores are skipped, as f32::max does in the reference
+    if (page >= p.num_pages && hn && lane == 0) {
+        for (u32 g = 0; g < group; g++) hp[(u64)g * np] = -LS_INF;
+    }
     if (page < p.num_pages) {
         for (u32 l = 0; l < lpp; l++) {
             const float* mn = summary + ((((u64)page * p.n_ret + r) * lpp + l) * 2) * hd;
@@ -61,11 +75,63 @@ extern "C" __global__ void page_select_score(PageSelectParams p, const float* q,
                     u32 c = lane + 32 * i;
                     if (c < hd) { float qc = qg[c]; acc += fmaxf(qc * hi[i], qc * lo[i]); }
                 }
-                best = fmaxf(best, warp_sum(acc));
+                float v = warp_sum(acc);
+                best = fmaxf(best, v);
+                if (hn && lane == 0) hp[(u64)g * np] = fmaxf(l == 0 ? -LS_INF : hp[(u64)g * np], v);
             }
         }
     }
-    if (lane == 0) row[j] = ((u64)(~ordered(best)) << 32) | j;
+    if (lane == 0 && !hn) row[j] = (p.pin_first != 0u && j == 0) ? 0ull : ((u64)(~ordered(best)) << 32) | j;
+}
+
+// The row's candidates: min(pages - 1, np) (the newest page is always read, never selected).
+__device__ __forceinline__ u32 row_candidates(const u32* page_indptr, u32 s, u32 np, u32 page_table_len) {
+    u32 a = page_indptr[s], b = min(page_indptr[s + 1], page_table_len);
+    u32 n_pages = b > a ? b - a : 0;
+    return min(n_pages > 0 ? n_pages - 1 : 0, np);
+}
+
+#define PS_LIM 1e30f
+// A head's bound as head_norm reads it: clamped to +-1e30 (-inf and NaN read as -1e30).
+__device__ __forceinline__ float norm_bound(float v) { return fminf(fmaxf(v, -PS_LIM), PS_LIM); }
+
+// PAGE_RANK_HEAD_NORM, between page_select_score and the sort; one block per (KV head, sequence),
+// any block size that is a multiple of 32. As the CPU reference (`head_norm_scores`): per query
+// head g, over the row's candidates j, m = norm_bound(bound), M = max_j m,
+// d = max(scale * (m - M), -1e30), x = d - log(sum_j exp(d)) (block reductions; each thread
+// rewrites its own candidates' entries to x in place); then per candidate
+// score = mx + log(sum_g exp(x_g - mx)), mx = max_g x_g, written as the sort's key (candidate 0's
+// key 0 with pin_first; ~0 past the candidates). Any number of pages and any group size.
+extern "C" __global__ void page_select_norm(PageSelectParams p, const u32* head_map, const u32* page_indptr,
+                                            const u32* select_mask, float* heads, u64* keys, u32 np,
+                                            u32 page_table_len) {
+    __shared__ float red[32];
+    u32 kvh = blockIdx.x, s = blockIdx.y;
+    u32 hm = head_map[kvh];
+    if ((hm & STREAMING_BIT) || select_mask[s] == 0u) return;
+    u32 cand = row_candidates(page_indptr, s, np, page_table_len);
+    u32 group = p.n_heads / p.n_kv_heads;
+    float* hrow = heads + ((u64)s * p.n_kv_heads + kvh) * group * np;  // head g, candidate j: hrow[g * np + j]
+    for (u32 g = 0; g < group; g++) {
+        float* x = hrow + (u64)g * np;
+        float m = -PS_LIM;
+        for (u32 j = threadIdx.x; j < cand; j += blockDim.x) m = fmaxf(m, norm_bound(x[j]));
+        float top = block_max(m, red);
+        float z = 0.0f;
+        for (u32 j = threadIdx.x; j < cand; j += blockDim.x) z += expf(fmaxf(p.scale * (norm_bound(x[j]) - top), -PS_LIM));
+        float lz = logf(block_sum(z, red));
+        for (u32 j = threadIdx.x; j < cand; j += blockDim.x) x[j] = fmaxf(p.scale * (norm_bound(x[j]) - top), -PS_LIM) - lz;
+    }
+    u64* row = keys + ((u64)s * p.n_kv_heads + kvh) * np;
+    for (u32 j = threadIdx.x; j < np; j += blockDim.x) {
+        if (j >= cand) { row[j] = ~0ull; continue; }
+        float mx = hrow[j];
+        for (u32 g = 1; g < group; g++) mx = fmaxf(mx, hrow[(u64)g * np + j]);
+        float sum = 0.0f;
+        for (u32 g = 0; g < group; g++) sum += expf(hrow[(u64)g * np + j] - mx);
+        float sc = mx + logf(sum);
+        row[j] = (p.pin_first != 0u && j == 0) ? 0ull : ((u64)(~ordered(sc)) << 32) | j;
+    }
 }
 
 // Sort one row's np keys ascending (bitonic, in place in `keys`: shared or global memory) and
@@ -96,13 +162,6 @@ __device__ void select_row(PageSelectParams p, u32 r, u32 cand, u32 slot, u64* k
         selected[base + rank] = mine;
     }
     if (threadIdx.x == 0) counts[ci] = k;
-}
-
-// The row's candidates: min(pages - 1, np) (the newest page is always read, never selected).
-__device__ __forceinline__ u32 row_candidates(const u32* page_indptr, u32 s, u32 np, u32 page_table_len) {
-    u32 a = page_indptr[s], b = min(page_indptr[s + 1], page_table_len);
-    u32 n_pages = b > a ? b - a : 0;
-    return min(n_pages > 0 ? n_pages - 1 : 0, np);
 }
 
 // The row's keys are copied to dynamic shared memory (np * 8 bytes) and sorted there.

@@ -9,8 +9,12 @@
 // reference does, so scores (and hence ties) are bitwise equal.
 //
 // Scores are written as u32 keys ordered like f32::total_cmp (key(-inf) = 0x007fffff; NaN
-// scores are skipped by the max, as f32::max does; key 1 marks a page id outside the pool) to
-// keys[(page_indptr[s] + j) * n_ret + r]. page_select_topk then picks the best k per row.
+// scores are skipped by the max, as f32::max does; key 1 marks a page id outside the pool).
+// rank PAGE_RANK_MAX (0): the max over the item's query heads goes to keys[(page_indptr[s] + j)
+// * n_ret + r] (with pin_first, candidate 0's key is 0xffffffff, above every score); then
+// page_select_topk picks the best k per row. rank PAGE_RANK_HEAD_NORM (1): each query head g's own
+// key goes to keys[((page_indptr[s] + j) * n_ret + r) * group + g]; page_select_norm turns them
+// into one key per item, in the slot of g = 0, which page_select_topk reads at stride group.
 //
 // Items (page-table entry e, retrieval head r), numbered e * n_ret + r, go 256 / gpt to a
 // workgroup (workgroup id wg.x + wg.y * num_workgroups.x), gpt = min(group, 64) threads per item,
@@ -76,9 +80,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let ns = p.num_seqs;
     let e = gi / p.n_ret;
     let r = gi % p.n_ret;
+    let norm = p.rank == 1u;
+    let width = select(1u, group, norm); // keys per item
     var key = 0u; // 0: no key (ranks below every real key; only the max is kept)
     var write = false;
-    if (li < ipw && e < page_indptr[ns] && e < arrayLength(&page_table) && gi < arrayLength(&keys)) {
+    if (li < ipw && e < page_indptr[ns] && e < arrayLength(&page_table) && (gi + 1u) * width <= arrayLength(&keys)) {
         // The sequence owning entry e: the last s with page_indptr[s] <= e.
         var lo = 0u;
         var hi = ns;
@@ -93,15 +99,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         }
         // A candidate (the newest page is not one) of a selecting row, with a retrieval head.
         if (select_mask[s] != 0u && e >= page_indptr[s] && e + 1u < page_indptr[s + 1u] && h < p.n_kv_heads) {
-            write = gt == 0u;
+            write = gt == 0u && !norm;
             let page = page_table[e];
-            if (page >= p.num_pages) {
-                key = 1u;
-            } else {
-                for (var g = gt; g < group; g = g + gpt) {
-                    key = max(key, head_key(page, r, (s * p.n_heads + h * group + g) * p.head_dim));
-                }
+            for (var g = gt; g < group; g = g + gpt) {
+                var hk = 1u;
+                if (page < p.num_pages) { hk = head_key(page, r, (s * p.n_heads + h * group + g) * p.head_dim); }
+                if (norm) { keys[gi * group + g] = hk; }
+                key = max(key, hk);
             }
+            if (p.pin_first != 0u && e == page_indptr[s]) { key = 0xffffffffu; }
         }
     }
     if (li < ipw) { atomicMax(&item_key[li], key); }

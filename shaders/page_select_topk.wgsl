@@ -1,7 +1,9 @@
 // page_select (2 of 2, top-k): for each selecting row s and retrieval head r, the best
 // min(k_pages, candidates) candidate pages j by (key desc, j asc), written ascending to
 // selected[(slot * n_ret + r) * sel_stride..] with their number in counts[slot * n_ret + r]
-// (slot = seq_slot[s]); keys come from page_select (keys[(page_indptr[s] + j) * n_ret + r]).
+// (slot = seq_slot[s]); keys come from page_select (keys[((page_indptr[s] + j) * n_ret + r) *
+// stride], stride 1, or the query-head group size for PAGE_RANK_HEAD_NORM, whose
+// page_select_norm leaves each key in its item's first slot).
 //
 // One workgroup of 256 per (row, head): g = wg.x + wg.y * num_workgroups.x, s = g / n_ret,
 // r = g % n_ret. Radix select, most significant byte first, finds the k-th largest key T in four
@@ -59,10 +61,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     if (row >= arrayLength(&counts) || (row + 1u) * p.sel_stride > arrayLength(&selected)) { return; }
     let start = page_indptr[s];
     let end = page_indptr[s + 1u];
-    if (end < start || end * p.n_ret > arrayLength(&keys)) { return; }
+    let stride = select(1u, p.n_heads / p.n_kv_heads, p.rank == 1u);
+    if (end < start || end * p.n_ret * stride > arrayLength(&keys)) { return; }
     let cand = max(end - start, 1u) - 1u;
     let k = min(p.k_pages, cand);
-    let base = start * p.n_ret + r; // key of candidate j: keys[base + j * n_ret]
+    let base = (start * p.n_ret + r) * stride; // key of candidate j: keys[base + j * n_ret * stride]
+    let step = p.n_ret * stride;
 
     // Radix select of T, the k-th largest key (when k > 0).
     if (t == 0u) {
@@ -75,7 +79,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         workgroupBarrier();
         let prefix = found[0];
         for (var j = t; j < cand; j = j + 256u) {
-            let key = keys[base + j * p.n_ret];
+            let key = keys[base + j * step];
             if ((key & mask) == prefix) { atomicAdd(&hist[(key >> u32(shift)) & 255u], 1u); }
         }
         workgroupBarrier();
@@ -105,7 +109,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     var gt = 0u;
     var eq = 0u;
     for (var j = j0; j < j1 && k > 0u; j = j + 1u) {
-        let key = keys[base + j * p.n_ret];
+        let key = keys[base + j * step];
         gt = gt + select(0u, 1u, key > thr);
         eq = eq + select(0u, 1u, key == thr);
     }
@@ -115,7 +119,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let out = row * p.sel_stride;
     var eq_seen = 0u;
     for (var j = j0; j < j1 && k > 0u; j = j + 1u) {
-        let key = keys[base + j * p.n_ret];
+        let key = keys[base + j * step];
         var pick = key > thr;
         if (key == thr) {
             pick = eq_seen < take_eq;

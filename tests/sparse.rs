@@ -417,58 +417,83 @@ fn lambda_mass_matches_brute_force() {
     }
 }
 
-/// The recall diagnostic's `Rank::Max` is exactly what `page_select` keeps (so its recall
-/// numbers describe the engine's selection); the oracle bounds every ranking; a budget covering
-/// every page recalls all the mass.
+/// The recall diagnostic's `Rank::Max`, `HeadNorm`, `MaxSink` and `HeadNormSink` are exactly what
+/// `page_select` keeps with `rank` max / head_norm (the probe's scale) and `pin_first` off / on
+/// (so its recall numbers describe the engine's selection); the query heads' scales differ so
+/// max and head_norm disagree somewhere (asserted); the oracle bounds every ranking; a budget
+/// covering every page recalls all the mass.
 #[test]
 fn recall_probe_ranks_like_page_select() {
     use lserve::eval::recall::{HeadView, Rank, top_k};
     let mut rng = Rng(common::seed() | 1);
     let be = CpuBackend::new();
-    for (ps, lp) in PAGE_SIZES {
-        let (hd, nh) = (8, 4);
-        let (mut cache, mut seq) = one_layer_cache(&be, 1, vec![false], ps, lp, hd);
-        let mut keys = vec![];
-        for _ in 0..9 {
-            keys.extend(append(&be, &mut cache, &mut seq, ps, nh, &mut rng));
+    let mut disagreements = 0;
+    for _ in 0..4 {
+        for (ps, lp) in PAGE_SIZES {
+            let (hd, nh) = (8, 4);
+            let (mut cache, mut seq) = one_layer_cache(&be, 1, vec![false], ps, lp, hd);
+            let mut keys = vec![];
+            for _ in 0..9 {
+                keys.extend(append(&be, &mut cache, &mut seq, ps, nh, &mut rng));
+            }
+            keys.extend(append(&be, &mut cache, &mut seq, 3, nh, &mut rng));
+            // Query head g at scale 0.3 * 3^g: one head's bounds dwarf the others'.
+            let q: Vec<f32> = rng
+                .normal_vec(nh * hd, 1.0)
+                .iter()
+                .enumerate()
+                .map(|(i, x)| x * 0.3 * 3f32.powi((i / hd) as i32))
+                .collect();
+            let k = 4;
+            let bufs = (
+                be.upload_u32(&[0, seq.pages.len() as u32]).unwrap(),
+                be.upload_u32(&seq.pages).unwrap(),
+                be.upload_u32(&[seq.len as u32]).unwrap(),
+                be.upload_u32(&seq.ring).unwrap(),
+            );
+            let meta = PagedMeta { page_indptr: &bufs.0, page_table: &bufs.1, kv_len: &bufs.2, ring_table: &bufs.3 };
+            let p = PageSelectParams {
+                num_seqs: 1,
+                n_heads: nh as u32,
+                n_kv_heads: 1,
+                head_dim: hd as u32,
+                page_size: ps as u32,
+                logical_page: lp as u32,
+                num_pages: cache.shape.num_pages as u32,
+                n_ret: 1,
+                k_pages: k as u32,
+                sel_stride: 8,
+                ..Default::default()
+            };
+            let (slot, mask) = (be.upload_u32(&[seq.slot]).unwrap(), be.upload_u32(&[1]).unwrap());
+            let qb = be.upload_f32(DType::F32, q.clone()).unwrap();
+            let store = &mut cache.layers[0];
+            let view = HeadView { q: &q, keys: &keys, head_dim: hd, page_size: ps, logical_page: lp, scale: 0.35 };
+            let mut lists = vec![];
+            for (rank, pin, probe) in [
+                (PAGE_RANK_MAX, 0, Rank::Max),
+                (PAGE_RANK_HEAD_NORM, 0, Rank::HeadNorm),
+                (PAGE_RANK_MAX, 1, Rank::MaxSink),
+                (PAGE_RANK_HEAD_NORM, 1, Rank::HeadNormSink),
+            ] {
+                store.selected = CpuBuffer::U32(vec![u32::MAX; as_u32(&store.selected).len()]); // poisoned
+                let p = PageSelectParams { rank, pin_first: pin, scale: 0.35, ..p };
+                let (kv, out) = store.select_view();
+                be.page_select(&p, &qb, kv, &meta, &slot, &mask, out).unwrap();
+                let base = seq.slot as usize * 8;
+                let got: Vec<usize> = as_u32(&store.selected)[base..base + k].iter().map(|&x| x as usize).collect();
+                assert_eq!(top_k(&view.rank_scores(probe, &view.bounds()), k), got, "{} pages {ps}/{lp}", probe.name());
+                lists.push(got);
+            }
+            disagreements += (lists[0] != lists[1]) as usize;
+            let (recalls, oracle) = view.recall(k);
+            assert!(recalls.iter().all(|&r| r <= oracle + 1e-9 && r > 0.0), "{recalls:?} vs oracle {oracle}");
+            let (all, oracle_all) = view.recall(100);
+            assert!(all.iter().chain([&oracle_all]).all(|&r| (r - 1.0).abs() < 1e-9), "full budget: {all:?}");
         }
-        keys.extend(append(&be, &mut cache, &mut seq, 3, nh, &mut rng));
-        let q = rng.normal_vec(nh * hd, 1.0);
-        let k = 4;
-        let bufs = (
-            be.upload_u32(&[0, seq.pages.len() as u32]).unwrap(),
-            be.upload_u32(&seq.pages).unwrap(),
-            be.upload_u32(&[seq.len as u32]).unwrap(),
-            be.upload_u32(&seq.ring).unwrap(),
-        );
-        let meta = PagedMeta { page_indptr: &bufs.0, page_table: &bufs.1, kv_len: &bufs.2, ring_table: &bufs.3 };
-        let p = PageSelectParams {
-            num_seqs: 1,
-            n_heads: nh as u32,
-            n_kv_heads: 1,
-            head_dim: hd as u32,
-            page_size: ps as u32,
-            logical_page: lp as u32,
-            num_pages: cache.shape.num_pages as u32,
-            n_ret: 1,
-            k_pages: k as u32,
-            sel_stride: 8,
-            ..Default::default()
-        };
-        let (slot, mask) = (be.upload_u32(&[seq.slot]).unwrap(), be.upload_u32(&[1]).unwrap());
-        let qb = be.upload_f32(DType::F32, q.clone()).unwrap();
-        let store = &mut cache.layers[0];
-        let (kv, out) = store.select_view();
-        be.page_select(&p, &qb, kv, &meta, &slot, &mask, out).unwrap();
-        let base = seq.slot as usize * 8;
-        let got: Vec<usize> = as_u32(&store.selected)[base..base + k].iter().map(|&x| x as usize).collect();
-        let view = HeadView { q: &q, keys: &keys, head_dim: hd, page_size: ps, logical_page: lp, scale: 0.35 };
-        assert_eq!(top_k(&view.rank_scores(Rank::Max, &view.bounds()), k), got, "pages {ps}/{lp}");
-        let (recalls, oracle) = view.recall(k);
-        assert!(recalls.iter().all(|&r| r <= oracle + 1e-9 && r > 0.0), "{recalls:?} vs oracle {oracle}");
-        let (all, oracle_all) = view.recall(100);
-        assert!(all.iter().chain([&oracle_all]).all(|&r| (r - 1.0).abs() < 1e-9), "full budget: {all:?}");
     }
+    eprintln!("cases where max and head_norm select differently: {disagreements} of 16");
+    assert!(disagreements > 0, "max and head_norm never disagree: head_norm is not exercised");
 }
 
 /// `pin_sink_page`: after a selecting decode step every retrieval head of every layer has the

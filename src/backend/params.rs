@@ -154,6 +154,13 @@ params! {
         /// rounded up to a power of two; 0: unknown, backends then assume the whole page table).
         /// Sizes per-row work (the CUDA sort), never bounds memory accesses.
         pub max_seq_pages: u32,
+        /// How pages are ranked: [`PAGE_RANK_MAX`] or [`PAGE_RANK_HEAD_NORM`].
+        pub rank: u32,
+        /// Nonzero: candidate 0 (the sequence's first page, the attention sink) is always kept.
+        pub pin_first: u32,
+        /// [`PAGE_RANK_HEAD_NORM`]'s softmax scale (the attention score scale); finite and > 0.
+        pub scale: f32,
+        pub _pad0: u32,
         pub _pad1: u32,
     }
     pub struct LambdaMassParams {
@@ -320,7 +327,22 @@ impl PageSelectParams {
             k_pages: k_pages.min(ap.sel_stride as usize) as u32,
             sel_stride: ap.sel_stride,
             max_seq_pages: max_seq_pages as u32,
+            rank: PAGE_RANK_MAX,
+            pin_first: 0,
+            scale: ap.scale,
+            _pad0: 0,
             _pad1: 0,
         }
     }
 }
+
+/// `page_select` ranking: a page's score is the max over the KV head's query heads and the page's
+/// logical pages of the Quest bound `b = sum_c max(q_c * max_c, q_c * min_c)`.
+pub const PAGE_RANK_MAX: u32 = 0;
+/// `page_select` ranking: per query head `g`, `m_g(j) = max_l b` over candidate `j`'s logical
+/// pages, normalized by a softmax over the candidates, `P_g(j) = exp(scale * m_g(j)) / Z_g`; the
+/// page scores `sum_g P_g(j)`. Computed in log space, `log sum_g exp(x_g(j))` with
+/// `x_g(j) = max(scale * (m_g(j) - M_g), -1e30) - log Z_g` (`M_g` the max over candidates,
+/// `Z_g = sum_j exp(max(scale * (m_g(j) - M_g), -1e30))`, `m_g` clamped to +-1e30 with NaN bounds
+/// skipped as in max), so no page's score underflows to a tie and no infinity enters the math.
+pub const PAGE_RANK_HEAD_NORM: u32 = 1;

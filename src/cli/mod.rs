@@ -340,6 +340,17 @@ pub struct SparseArgs {
     /// Query blocks starting before this position attend densely in a block-sparse prefill.
     #[arg(long)]
     pub prefill_dense_below: Option<usize>,
+    /// How page selection ranks pages: max (over the query heads' Quest bounds) or head_norm
+    /// (each query head's bounds normalized by a softmax over pages, summed over the group).
+    #[arg(long, value_enum)]
+    pub page_rank: Option<PageRankArg>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+pub enum PageRankArg {
+    Max,
+    #[value(name = "head_norm")]
+    HeadNorm,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]

@@ -13,11 +13,13 @@ use lserve::loader::{self, LoadedModel};
 use lserve::model::llama::Llama;
 use lserve::model::weights::{LoadOptions, WeightMode};
 use lserve::sampling::SamplingParams;
-use lserve::sparse::Config;
+use lserve::sparse::{Config, PageRank};
 use lserve::tokenizer::StreamDecoder;
 use serde_json::json;
 
-use super::{GenerateArgs, ModelArgs, OnOff, Output, QuantizeArg, ScoreArgs, SparseArgs, VocabOnlyArgs, WeightsArg};
+use super::{
+    GenerateArgs, ModelArgs, OnOff, Output, PageRankArg, QuantizeArg, ScoreArgs, SparseArgs, VocabOnlyArgs, WeightsArg,
+};
 
 /// The backend a `--device` value names. `auto` takes CUDA device 0 when a CUDA driver and GPU are
 /// present, else a GPU adapter through wgpu (not a CPU emulation such as lavapipe), else the CPU
@@ -156,6 +158,12 @@ pub fn resolve_config(sparse: Option<OnOff>, a: &SparseArgs) -> Result<Config> {
     }
     s.prefill_budget = a.prefill_budget.unwrap_or(s.prefill_budget);
     s.prefill_dense_below = a.prefill_dense_below.unwrap_or(s.prefill_dense_below);
+    if let Some(v) = a.page_rank {
+        s.page_rank = match v {
+            PageRankArg::Max => PageRank::Max,
+            PageRankArg::HeadNorm => PageRank::HeadNorm,
+        };
+    }
     if a.head_pattern.is_some() {
         s.head_pattern = a.head_pattern.clone();
     }

@@ -74,6 +74,8 @@ pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) ->
         sink: s.sink_tokens,
         local: s.local_tokens,
         k_pages: k_pages(s.token_budget, ps),
+        page_rank: s.page_rank,
+        pin_sink_page: s.pin_sink_page,
         dense_layer: (0..cfg.num_layers).map(|l| !s.enabled || s.dense_layers.contains(&l)).collect(),
         window: cfg.sliding_window.unwrap_or(0),
         // Block-sparse prefill needs page selection's summaries (sparse on) and no model window.

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::kv::{KvCache, SeqPages};
 use crate::model::llama::{AttnSettings, Llama, Logits};
 use crate::sampling::{Sampler, SamplingParams, log_prob};
-use crate::sparse::{DecodePlan, SparseConfig};
+use crate::sparse::SparseConfig;
 
 /// Tokens per prefill step of a single-sequence engine (generate, score, bench, niah) unless
 /// configured otherwise: a long prompt goes in few large steps, so one step's attention grid is
@@ -122,35 +122,6 @@ impl<B: Backend> Engine<B> {
                 "{tokens} tokens need more than the {}-token KV cache",
                 self.capacity()
             )));
-        }
-        Ok(())
-    }
-
-    /// With `pin_sink_page`, before a selecting decode step: make the min/max summaries of `seq`'s
-    /// first page (once it is full, so `rope_append_kv` never rewrites them) `-PIN / +PIN` in
-    /// every retrieval head of every selecting layer, so its Quest score `PIN * sum |q_c|` tops
-    /// every real page's and `page_select` keeps it as one of the budget's pages. Idempotent (a
-    /// swap-in restores whatever was there; the next selection pins again). Host writes before the
-    /// step's ops, so a replayed decode graph is unaffected.
-    pub fn pin_sink_page(&mut self, seq: &SeqPages, plan: &DecodePlan) -> Result<()> {
-        // 1e30 * sum |q_c| stays finite in f32 for |q_c| < 1e6 over 256 channels.
-        const PIN: f32 = 1e30;
-        let s = &self.cache.shape;
-        if !self.sparse.pin_sink_page || !plan.select || seq.len < s.page_size || seq.pages.is_empty() {
-            return Ok(());
-        }
-        let (lpp, hd) = (s.page_size / s.logical_page, s.head_dim);
-        let block: Vec<f32> = (0..lpp).flat_map(|_| [vec![-PIN; hd], vec![PIN; hd]].concat()).collect();
-        let page = seq.pages[0] as usize;
-        for l in 0..s.num_layers {
-            let n_ret = s.layout.n_ret(l);
-            if n_ret == 0 || self.attn.dense_layer[l] {
-                continue;
-            }
-            for r in 0..n_ret {
-                let at = (page * n_ret + r) * lpp * 2 * hd;
-                self.backend.write_f32_at(&mut self.cache.layers[l].summary, at, &block)?;
-            }
         }
         Ok(())
     }

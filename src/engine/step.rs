@@ -7,8 +7,8 @@
 //! decode step — it runs decode attention, and each row plans page selection (`plan_decode`:
 //! select now, or reuse its last selection). Any other step runs prefill attention for every row
 //! (dense for retrieval heads, the Lambda mask for streaming heads) and clears each row's
-//! selection, so a row that decoded before re-selects at its next decode step. A row that
-//! selects gets its sink page pinned first when `pin_sink_page` is on ([`Engine::pin_sink_page`]).
+//! selection, so a row that decoded before re-selects at its next decode step. With
+//! `pin_sink_page` on, `page_select` itself keeps each row's first page (`PageSelectParams::pin_first`).
 //!
 //! Invariants: the step is all or nothing for `len` — reservations are idempotent (they cover
 //! `len + n`), so a failed reservation or forward leaves every `len` as it was; only a successful
@@ -101,9 +101,6 @@ impl<B: Backend> Engine<B> {
                 }
             })
             .collect();
-        for (r, plan) in rows.iter().zip(&plans) {
-            self.pin_sink_page(&*r.seq, plan)?;
-        }
         let steps: Vec<SeqStep> = rows
             .iter()
             .zip(plans)

@@ -9,7 +9,9 @@
 //! methods from the Quest bound of each logical page `b_h(l) = sum_c max(q_c max_c, q_c min_c)`;
 //! its recall is the mass of the pages it keeps, averaged over the group's query heads. The
 //! oracle keeps the `k_pages` pages of largest group-summed mass (one list per KV head, as the
-//! kernels read). [`Rank::Max`] is what `page_select` computes (tested against the op).
+//! kernels read). [`Rank::Max`], [`Rank::HeadNorm`], [`Rank::MaxSink`] and [`Rank::HeadNormSink`]
+//! are what `page_select` computes with `page_rank` max / head_norm and the sink pin off / on
+//! (tested against the op; the op computes head_norm in log space, the same order).
 
 use serde::Serialize;
 

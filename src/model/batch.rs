@@ -29,6 +29,10 @@ pub struct AttnSettings {
     pub local: usize,
     /// Pages `page_select` keeps per retrieval head (the newest excluded).
     pub k_pages: usize,
+    /// How `page_select` ranks pages.
+    pub page_rank: crate::sparse::PageRank,
+    /// `page_select` always keeps each sequence's first page (the attention sink).
+    pub pin_sink_page: bool,
     /// `[layer]`: never select pages in this layer.
     pub dense_layer: Vec<bool>,
     /// Model sliding window in tokens (Mistral v0.1); 0 = none.
@@ -47,6 +51,8 @@ impl AttnSettings {
             sink: 0,
             local: 1,
             k_pages: 0,
+            page_rank: crate::sparse::PageRank::Max,
+            pin_sink_page: false,
             dense_layer: vec![true; cfg.num_layers],
             window: cfg.sliding_window.unwrap_or(0),
             prefill_k_pages: 0,

@@ -229,7 +229,7 @@ impl<B: Backend> Gemma3<B> {
             let rp = m.rope_params(cache, i, scaling);
             be.rope_append_kv(&rp, &qkv, &rmeta, &mut q, cache.layers[i].view_mut())?;
             let ap = self.layer_attention(&m, cache, i, attn);
-            let sp = m.select_params(cache, &ap, attn.k_pages);
+            let sp = m.select_params(cache, &ap, attn);
             let store = &mut cache.layers[i];
             if m.decode {
                 if !attn.dense_layer[i] && m.any_select && ap.n_ret > 0 {

@@ -376,7 +376,7 @@ impl<B: Backend> Llama<B> {
             let rp = m.rope_params(cache, i, attention_scaling);
             be.rope_append_kv(&rp, &qkv, &rmeta, &mut q, cache.layers[i].view_mut())?;
             let ap = m.attention_params(cache, i, attn);
-            let sp = m.select_params(cache, &ap, attn.k_pages);
+            let sp = m.select_params(cache, &ap, attn);
             let store = &mut cache.layers[i];
             if m.decode {
                 let select = !attn.dense_layer[i] && m.any_select && ap.n_ret > 0;

@@ -15,6 +15,7 @@
 //! prefill_budget = 0        # block-sparse prefill: tokens each query block of a retrieval head
 //!                           # reads besides page 0 and its tail (0 = off, dense prefill)
 //! prefill_dense_below = 32768  # query blocks starting before this position attend densely
+//! page_rank = "max"         # max | head_norm: how page_select ranks pages
 //! [cache]
 //! physical_page = 64
 //! logical_page = 16
@@ -48,13 +49,44 @@ pub struct SparseConfig {
     #[serde(skip)]
     pub pattern: Option<crate::sparse::HeadPattern>,
     /// Always select each retrieval head's first page (the attention sink) at decode, as one of
-    /// the budget's pages (`Engine::pin_sink_page`; docs/sparse-attention.md, measured there).
+    /// the budget's pages (`PageSelectParams::pin_first`; docs/sparse-attention.md, measured there).
     pub pin_sink_page: bool,
     /// Block-sparse prefill (docs/sparse-attention.md): each 128-row query block of a retrieval
     /// head at or past `prefill_dense_below` reads page 0, the `prefill_budget / physical_page`
     /// pages `page_select` ranks best for the block's mean query, and its tail. 0 = off.
     pub prefill_budget: usize,
     pub prefill_dense_below: usize,
+    /// How `page_select` ranks pages (docs/sparse-attention.md "Page selection").
+    pub page_rank: PageRank,
+}
+
+/// How `page_select` ranks physical pages from their logical pages' Quest bounds.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PageRank {
+    /// Max over the GQA group's query heads and the page's logical pages.
+    #[default]
+    Max,
+    /// Per query head a softmax over the candidate pages of `scale * max_l bound`, summed over
+    /// the group: every head's estimate counts equally, whatever its score scale.
+    HeadNorm,
+}
+
+impl PageRank {
+    /// The `PageSelectParams::rank` code.
+    pub fn code(self) -> u32 {
+        match self {
+            PageRank::Max => crate::backend::PAGE_RANK_MAX,
+            PageRank::HeadNorm => crate::backend::PAGE_RANK_HEAD_NORM,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PageRank::Max => "max",
+            PageRank::HeadNorm => "head_norm",
+        }
+    }
 }
 
 impl Default for SparseConfig {
@@ -73,6 +105,7 @@ impl Default for SparseConfig {
             pin_sink_page: false,
             prefill_budget: 0,
             prefill_dense_below: 32768,
+            page_rank: PageRank::Max,
         }
     }
 }
@@ -267,6 +300,11 @@ mod tests {
         assert_eq!(c.cache.physical_page, 64);
         c.validate().unwrap();
         assert!(toml::from_str::<Config>("[sparse]\ntoken_budgte = 5\n").is_err(), "typos are errors");
+        assert_eq!(c.sparse.page_rank, PageRank::Max);
+        let c: Config = toml::from_str("[sparse]\npage_rank = \"head_norm\"\n").unwrap();
+        assert_eq!(c.sparse.page_rank, PageRank::HeadNorm);
+        let e = toml::from_str::<Config>("[sparse]\npage_rank = \"lse\"\n").unwrap_err().to_string();
+        assert!(e.contains("head_norm"), "{e}");
     }
 
     #[test]

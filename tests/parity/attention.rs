@@ -327,3 +327,157 @@ fn page_select_case<B: Backend>(gpu: &B, num_pages: usize, lens: [usize; 4], max
     assert_eq!(want[3 * n_ret..], [u32::MAX; 2], "the row not selecting is untouched");
     t.check_u32("page_select selected", &sel, 4 * n_ret * sel_stride);
 }
+
+/// An independent f64 score of every candidate of one (row, retrieval head): per query head the
+/// max over the page's logical pages of the Quest bound, combined by max (`PAGE_RANK_MAX`) or as
+/// `ln sum_g softmax_j(scale * m_g(j))` (`PAGE_RANK_HEAD_NORM`, whose order is the sum's).
+fn rank_scores_f64(summary: &[f32], q: &[f32], pages: &[u32], dims: [usize; 5], rank: u32, scale: f64) -> Vec<f64> {
+    let [n_ret, lpp, hd, group, r] = dims;
+    let m: Vec<Vec<f64>> = q
+        .chunks_exact(hd)
+        .take(group)
+        .map(|qg| {
+            let bound = |page: usize, l: usize| -> f64 {
+                let at = (((page * n_ret + r) * lpp + l) * 2) * hd;
+                (0..hd)
+                    .map(|c| (qg[c] as f64 * summary[at + hd + c] as f64).max(qg[c] as f64 * summary[at + c] as f64))
+                    .sum()
+            };
+            pages.iter().map(|&pg| (0..lpp).map(|l| bound(pg as usize, l)).fold(f64::NEG_INFINITY, f64::max)).collect()
+        })
+        .collect();
+    let n = pages.len();
+    if rank == PAGE_RANK_MAX {
+        return (0..n).map(|j| m.iter().map(|h| h[j]).fold(f64::NEG_INFINITY, f64::max)).collect();
+    }
+    let norm: Vec<Vec<f64>> = m
+        .iter()
+        .map(|h| {
+            let top = h.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = h.iter().map(|x| (scale * (x - top)).exp()).collect();
+            let z: f64 = e.iter().sum();
+            e.into_iter().map(|x| x / z).collect()
+        })
+        .collect();
+    (0..n).map(|j| norm.iter().map(|h| h[j]).sum::<f64>().ln()).collect()
+}
+
+/// `sel` (ascending, `k` long) is a top-k of `scores` up to `tol`: no kept page scores below the
+/// k-th best by more than tol, no dropped page above it by more than tol.
+fn assert_top_k(name: &str, scores: &[f64], sel: &[u32], k: usize, pinned: bool, tol: f64) {
+    assert_eq!(sel.len(), k, "{name}: count");
+    assert!(sel.windows(2).all(|w| w[0] < w[1]), "{name}: not ascending: {sel:?}");
+    let mut s = scores.to_vec();
+    if pinned && !s.is_empty() {
+        s[0] = f64::INFINITY;
+        assert!(sel.contains(&0), "{name}: the pinned page 0 is missing");
+    }
+    if k == 0 {
+        return;
+    }
+    let mut sorted = s.clone();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    let kth = sorted[k - 1];
+    let tol = tol * (1.0 + kth.abs().min(1e6));
+    for (j, &x) in s.iter().enumerate() {
+        let kept = sel.contains(&(j as u32));
+        assert!(!kept || x >= kth - tol, "{name}: page {j} kept with {x} < k-th {kth}");
+        assert!(kept || x <= kth + tol, "{name}: page {j} dropped with {x} > k-th {kth}");
+    }
+}
+
+/// Both rankings (`rank` max and head_norm), each with and without the pinned first page, on
+/// random seeded summaries where the query heads' scales differ (so the rankings disagree: that
+/// is asserted), three selecting rows of 1, 300 and 700 pages and one not selecting, a streaming
+/// head between two retrieval heads. Max: the backend selects exactly the CPU's pages. head_norm
+/// (exp/log and the sums' order are the backend's own): both the backend's and the CPU's lists
+/// are a top-k of an independent f64 score up to 1e-4 relative, and their counts agree.
+pub fn test_page_select_ranks<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    let (nh, n_kv, n_ret, hd, ps, lp, num_pages) = (12, 3, 2usize, 16, 16, 4, 1100);
+    let (group, lpp) = (nh / n_kv, ps / lp);
+    let summary_h = t.f32s(num_pages * n_ret * lpp * 2 * hd, 1.0);
+    // Query head g of each group at scale 0.25 * 2^g: one head's bounds dwarf the others'.
+    let mut q_h = t.f32s(4 * nh * hd, 1.0);
+    for (i, x) in q_h.iter_mut().enumerate() {
+        *x *= 0.25 * (1 << ((i / hd) % group)) as f32;
+    }
+    let mut perm: Vec<u32> = (0..num_pages as u32).collect();
+    for i in (1..perm.len()).rev() {
+        perm.swap(i, (t.rng.next() * (i + 1) as f64) as usize % (i + 1));
+    }
+    let lens = [300usize, 1, 90, 700];
+    let mut indptr = vec![0u32];
+    for l in lens {
+        indptr.push(indptr.last().unwrap() + l as u32);
+    }
+    let (k_pages, sel_stride, slots, mask) = (24u32, 32usize, [2u32, 0, 3, 1], [1u32, 1, 0, 1]);
+    let (summary, q) = (t.up(DType::F32, &summary_h), t.up(DType::F32, &q_h));
+    let pool = t.rand(DType::F32, num_pages * n_ret * ps * hd, 1.0);
+    let spool = t.rand(DType::F32, ps * hd, 1.0);
+    let head_map = t.up_u32(&[0, STREAMING_BIT, 1]);
+    let (ip, tab, kvl, ring) = (t.up_u32(&indptr), t.up_u32(&perm), t.up_u32(&[0; 4]), t.up_u32(&[0; 4]));
+    let (slot, maskb) = (t.up_u32(&slots), t.up_u32(&mask));
+    let mut cpu_lists: Vec<Vec<Vec<u32>>> = vec![];
+    for (rank, pin) in [(PAGE_RANK_MAX, 0), (PAGE_RANK_HEAD_NORM, 0), (PAGE_RANK_MAX, 1), (PAGE_RANK_HEAD_NORM, 1)] {
+        let p = PageSelectParams {
+            num_seqs: 4,
+            n_heads: nh as u32,
+            n_kv_heads: n_kv as u32,
+            head_dim: hd as u32,
+            page_size: ps as u32,
+            logical_page: lp as u32,
+            num_pages: num_pages as u32,
+            n_ret: n_ret as u32,
+            k_pages,
+            sel_stride: sel_stride as u32,
+            rank,
+            pin_first: pin,
+            scale: 0.6,
+            ..Default::default()
+        };
+        let (mut sel, mut cnt) = (t.out_u32(4 * n_ret * sel_stride), t.out_u32(4 * n_ret));
+        let kvg =
+            LayerKv { k: &pool.0, v: &pool.0, summary: &summary.0, sk: &spool.0, sv: &spool.0, head_map: &head_map.0 };
+        let kvc =
+            LayerKv { k: &pool.1, v: &pool.1, summary: &summary.1, sk: &spool.1, sv: &spool.1, head_map: &head_map.1 };
+        let mg = PagedMeta { page_indptr: &ip.0, page_table: &tab.0, kv_len: &kvl.0, ring_table: &ring.0 };
+        let mc = PagedMeta { page_indptr: &ip.1, page_table: &tab.1, kv_len: &kvl.1, ring_table: &ring.1 };
+        let out = SelectedMut { selected: &mut sel.0, counts: &mut cnt.0 };
+        t.gpu.page_select(&p, &q.0, kvg, &mg, &slot.0, &maskb.0, out).unwrap();
+        let out = SelectedMut { selected: &mut sel.1, counts: &mut cnt.1 };
+        t.cpu.page_select(&p, &q.1, kvc, &mc, &slot.1, &maskb.1, out).unwrap();
+        let name = format!("page_select rank {rank} pin {pin}");
+        t.check_u32(&format!("{name} counts"), &cnt, 4 * n_ret);
+        if rank == PAGE_RANK_MAX {
+            t.check_u32(&format!("{name} selected"), &sel, 4 * n_ret * sel_stride);
+        }
+        let (gs, cs) = (download_u32_all(t.gpu, &sel.0), download_u32_all(&t.cpu, &sel.1));
+        let counts = download_u32_all(&t.cpu, &cnt.1);
+        let mut lists = vec![];
+        let mut differ = 0;
+        for s in (0..4).filter(|&s| mask[s] != 0) {
+            let pages = &perm[indptr[s] as usize..indptr[s + 1] as usize];
+            let cand = &pages[..pages.len() - 1];
+            for r in 0..n_ret {
+                let kvh = if r == 0 { 0 } else { 2 };
+                let row = slots[s] as usize * n_ret + r;
+                let k = counts[row] as usize;
+                assert_eq!(k, cand.len().min(k_pages as usize), "{name}: row {s} head {r} count");
+                let qs = &q_h[(s * nh + kvh * group) * hd..];
+                let scores = rank_scores_f64(&summary_h, qs, cand, [n_ret, lpp, hd, group, r], rank, 0.6);
+                let (g, c) = (&gs[row * sel_stride..][..k], &cs[row * sel_stride..][..k]);
+                assert_top_k(&format!("{name} cpu row {s} head {r}"), &scores, c, k, pin != 0, 1e-4);
+                assert_top_k(&format!("{name} backend row {s} head {r}"), &scores, g, k, pin != 0, 1e-4);
+                differ += g.iter().filter(|x| !c.contains(x)).count();
+                lists.push(c.to_vec());
+            }
+        }
+        eprintln!("{name}: {differ} backend pages differ from the CPU's (near-ties)");
+        cpu_lists.push(lists);
+    }
+    let disagree = |a: &[Vec<u32>], b: &[Vec<u32>]| a.iter().zip(b).filter(|(x, y)| x != y).count();
+    let (unpinned, pinned) = (disagree(&cpu_lists[0], &cpu_lists[1]), disagree(&cpu_lists[2], &cpu_lists[3]));
+    eprintln!("rows where max and head_norm select differently: {unpinned} unpinned, {pinned} pinned");
+    assert!(unpinned > 0 && pinned > 0, "the rankings never disagree: head_norm is not exercised");
+}

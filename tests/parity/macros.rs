@@ -141,6 +141,12 @@ macro_rules! parity_tests {
                     let _one = super::ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                     super::backend().map(|b| super::super::test_page_select_many(&b));
                 }
+                /// Both rankings (max, head_norm), with and without the pinned sink page.
+                #[test]
+                fn ranks() {
+                    let _one = super::ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+                    super::backend().map(|b| super::super::test_page_select_ranks(&b));
+                }
             }
         }
     };

@@ -1,5 +1,6 @@
 //! CPU reference for the KV-side ops: `rope_append_kv` (rotate, write to the retrieval pool or the
-//! streaming ring, refresh page summaries) and `page_select` (Quest scores, top-k).
+//! streaming ring, refresh page summaries) and `page_select` (Quest scores ranked by
+//! `PAGE_RANK_MAX` or `PAGE_RANK_HEAD_NORM`, the first page optionally pinned, top-k).
 //!
 //! Pool addressing (HND): token `t` of head `h` in page `p` of a pool holding `nh` heads starts at
 //! `((p * nh + h) * page_size + t) * head_dim`. Summaries: logical page `l` of retrieval head `r` in
@@ -132,6 +133,30 @@ pub fn quest_score(q: &[f32], min: &[f32], max: &[f32]) -> f32 {
     q.iter().zip(min.iter().zip(max)).map(|(&q, (&lo, &hi))| (q * hi).max(q * lo)).sum()
 }
 
+/// `PAGE_RANK_HEAD_NORM` scores of the candidates from `m[g][j]` (query head g's max bound over
+/// candidate j's logical pages), in f32 as the kernels compute it: per head, `d = max(scale *
+/// (m - M_g), -1e30)` and `x = d - ln(sum_j exp(d))`; per candidate, `ln(sum_g exp(x_g))` taken
+/// as `mx + ln(sum_g exp(x_g - mx))`. Sums run in index order.
+pub fn head_norm_scores(m: &[Vec<f32>], scale: f32) -> Vec<f32> {
+    const LIM: f32 = 1e30;
+    let n = m.first().map_or(0, |r| r.len());
+    let x: Vec<Vec<f32>> = m
+        .iter()
+        .map(|row| {
+            let top = row.iter().fold(-LIM, |a, &v| a.max(v.clamp(-LIM, LIM)));
+            let d: Vec<f32> = row.iter().map(|&v| (scale * (v.clamp(-LIM, LIM) - top)).max(-LIM)).collect();
+            let lz = d.iter().map(|&v| v.exp()).sum::<f32>().ln();
+            d.into_iter().map(|v| v - lz).collect()
+        })
+        .collect();
+    (0..n)
+        .map(|j| {
+            let mx = x.iter().map(|r| r[j]).fold(f32::NEG_INFINITY, f32::max);
+            mx + x.iter().map(|r| (r[j] - mx).exp()).sum::<f32>().ln()
+        })
+        .collect()
+}
+
 pub fn page_select(
     p: &PageSelectParams,
     q: &CpuBuffer,
@@ -167,31 +192,42 @@ pub fn page_select(
         CpuBuffer::U32(v) if v.len() >= max_slot * n_ret => v,
         _ => return Err(err("page_select: counts buffer too small")),
     };
+    if p.rank > PAGE_RANK_HEAD_NORM || (p.rank == PAGE_RANK_HEAD_NORM && !(p.scale.is_finite() && p.scale > 0.0)) {
+        return Err(err("page_select: unknown rank, or head_norm without a finite scale > 0"));
+    }
     let group = nh / nkv;
     for s in (0..ns).filter(|&s| mask[s] != 0) {
         let pages = &page_table[u(page_indptr[s])..u(page_indptr[s + 1])];
-        let candidates = pages.len().saturating_sub(1);
+        let candidates = &pages[..pages.len().saturating_sub(1)];
         for (h, &(streaming, r)) in kinds.iter().enumerate() {
             if streaming {
                 continue;
             }
-            let mut scored: Vec<(f32, u32)> = (0..candidates)
-                .map(|j| {
-                    let page = u(pages[j]);
-                    let best = (0..lpp)
-                        .flat_map(|l| (h * group..(h + 1) * group).map(move |qh| (l, qh)))
-                        .map(|(l, qh)| {
-                            let at = (((page * n_ret + r) * lpp + l) * 2) * hd;
-                            quest_score(
-                                &q[(s * nh + qh) * hd..(s * nh + qh + 1) * hd],
-                                &summary[at..at + hd],
-                                &summary[at + hd..at + 2 * hd],
-                            )
-                        })
-                        .fold(f32::NEG_INFINITY, f32::max);
-                    (best, j as u32)
+            // [group][candidate]: max over the page's logical pages of each query head's bound.
+            let per_head: Vec<Vec<f32>> = (h * group..(h + 1) * group)
+                .map(|qh| {
+                    let qv = &q[(s * nh + qh) * hd..(s * nh + qh + 1) * hd];
+                    let bound = |page: usize, l: usize| {
+                        let at = (((page * n_ret + r) * lpp + l) * 2) * hd;
+                        quest_score(qv, &summary[at..at + hd], &summary[at + hd..at + 2 * hd])
+                    };
+                    candidates
+                        .iter()
+                        .map(|&pg| (0..lpp).map(|l| bound(u(pg), l)).fold(f32::NEG_INFINITY, f32::max))
+                        .collect()
                 })
                 .collect();
+            let mut scores = if p.rank == PAGE_RANK_HEAD_NORM {
+                head_norm_scores(&per_head, p.scale)
+            } else {
+                (0..candidates.len()).map(|j| per_head.iter().map(|m| m[j]).fold(f32::NEG_INFINITY, f32::max)).collect()
+            };
+            if p.pin_first != 0
+                && let Some(x) = scores.first_mut()
+            {
+                *x = f32::INFINITY;
+            }
+            let mut scored: Vec<(f32, u32)> = scores.into_iter().zip(0u32..).collect();
             scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
             let mut keep: Vec<u32> = scored.iter().take(k_sel).map(|&(_, j)| j).collect();
             keep.sort_unstable();

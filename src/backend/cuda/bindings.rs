@@ -259,11 +259,21 @@ kernels! {
     ]
     { s: In U32, k: In Store, sum: Out F32 }
 
-    /// Pass 1 of `page_select`: packed (score, page) keys per (sequence, KV head).
+    /// Pass 1 of `page_select`: packed (score, page) keys per (sequence, KV head); with
+    /// `PAGE_RANK_HEAD_NORM` each query head's bound into `heads` instead.
     page_select_score: "page_select" (PageSelectParams) ["page_select_score"]
     {
         q: In F32, summary: In F32, head_map: In U32, page_indptr: In U32, page_table: In U32,
-        select_mask: In U32, keys: ScratchOut U64, np: U32 Scalar, page_table_len: U32 Scalar,
+        select_mask: In U32, keys: ScratchOut U64, heads: ScratchOut F32, np: U32 Scalar,
+        page_table_len: U32 Scalar,
+    }
+
+    /// `PAGE_RANK_HEAD_NORM` between passes 1 and 2: per-head bounds normalized and combined
+    /// into the keys.
+    page_select_norm: "page_select" (PageSelectParams) ["page_select_norm"]
+    {
+        head_map: In U32, page_indptr: In U32, select_mask: In U32, heads: ScratchOut F32, keys: ScratchOut U64,
+        np: U32 Scalar, page_table_len: U32 Scalar,
     }
 
     /// Pass 2 of `page_select`: top-k of the keys, ascending page ids (rows that fit sort in

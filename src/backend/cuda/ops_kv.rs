@@ -110,12 +110,19 @@ pub fn page_select(
     if hd > 256 {
         return Err(err("page_select: head_dim above 256 is not supported"));
     }
+    let hn = match p.rank {
+        PAGE_RANK_MAX => false,
+        PAGE_RANK_HEAD_NORM if p.scale.is_finite() && p.scale > 0.0 => true,
+        _ => return Err(err("page_select: unknown rank, or head_norm without a finite scale > 0")),
+    };
     let ptl = meta.page_table.len;
     // Keys per row: a power of two covering the longest sequence's candidates.
     let longest = if p.max_seq_pages == 0 { ptl } else { u(p.max_seq_pages).min(ptl) };
     let np = longest.next_power_of_two().max(32);
     let g = be.gpu();
     let keys = Scratch(g.scratch("page_select_keys", ns * nkv * np * 8)?);
+    // head_norm: one f32 bound per (sequence, query head, candidate).
+    let heads = if hn { Scratch(g.scratch("page_select_heads", ns * nh * np * 4)?) } else { Scratch::NONE };
     let l = Launch::new(((np / 8) as u32, nkv as u32, ns as u32), 256);
     let args = kern::page_select_score::Args {
         q,
@@ -125,10 +132,23 @@ pub fn page_select(
         page_table: meta.page_table,
         select_mask,
         keys,
+        heads,
         np: np as u32,
         page_table_len: ptl as u32,
     };
     kern::page_select_score::launch(g, l, p, args)?;
+    if hn {
+        let args = kern::page_select_norm::Args {
+            head_map: kv.head_map,
+            page_indptr: meta.page_indptr,
+            select_mask,
+            heads,
+            keys,
+            np: np as u32,
+            page_table_len: ptl as u32,
+        };
+        kern::page_select_norm::launch(g, Launch::new((nkv as u32, ns as u32, 1), 256), p, args)?;
+    }
     let (selected_len, counts_len) = (out.selected.len as u32, out.counts.len as u32);
     // The two sorts share every argument but the keys' (read in the first, sorted in place in
     // the second).

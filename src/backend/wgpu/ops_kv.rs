@@ -189,11 +189,18 @@ pub fn page_select(
     if ns == 0 || n_ret == 0 {
         return Ok(());
     }
+    let norm = match p.rank {
+        PAGE_RANK_MAX => false,
+        PAGE_RANK_HEAD_NORM if p.scale.is_finite() && p.scale > 0.0 => true,
+        _ => return Err(err("page_select: unknown rank, or head_norm without a finite scale > 0")),
+    };
     let entries = m.page_table.len;
-    if entries * n_ret > u32::MAX as usize {
+    // head_norm: one key per (entry, retrieval head, query head), combined in place.
+    let width = if norm { nh / nkv.max(1) } else { 1 };
+    if entries * n_ret * width > u32::MAX as usize {
         return Err(err("page_select: page table too large for 32-bit indexing"));
     }
-    let mut keys = be.scratch(entries * n_ret)?;
+    let mut keys = be.scratch(entries * n_ret * width)?;
     let binds = pl::page_select::Binds {
         q,
         summary: kv.summary,
@@ -205,6 +212,15 @@ pub fn page_select(
     };
     let per_wg = 256 / (nh / nkv).clamp(1, 64); // items per workgroup, as in the shader
     pl::page_select::dispatch(be.gpu(), None, p, binds, rows_grid(be, (entries * n_ret).div_ceil(per_wg)))?;
+    if norm {
+        let binds = pl::page_select_norm::Binds {
+            head_map: kv.head_map,
+            page_indptr: m.page_indptr,
+            select_mask,
+            keys: &mut keys,
+        };
+        pl::page_select_norm::dispatch(be.gpu(), None, p, binds, rows_grid(be, ns * n_ret))?;
+    }
     let binds = pl::page_select_topk::Binds {
         keys: &keys,
         head_map: kv.head_map,

@@ -148,6 +148,9 @@ pipelines! {
         q: read, summary: read, head_map: read, page_indptr: read, page_table: read, select_mask: read,
         keys: read_write,
     }
+    /// Between passes 1 and 2 of `page_select` with `PAGE_RANK_HEAD_NORM`: the per-query-head
+    /// keys normalized and combined into one key per (candidate, retrieval head), in place.
+    page_select_norm(PageSelectParams) { head_map: read, page_indptr: read, select_mask: read, keys: read_write }
     /// Pass 2 of `page_select`: top-k of the keys per (sequence, retrieval head).
     page_select_topk(PageSelectParams) {
         keys: read, head_map: read, page_indptr: read, seq_slot: read, select_mask: read,

@@ -175,6 +175,7 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         false,
     ),
     ("page_select", include_str!("../../../shaders/page_select.wgsl"), Reads::Nothing, false),
+    ("page_select_norm", include_str!("../../../shaders/page_select_norm.wgsl"), Reads::Nothing, false),
     ("page_select_topk", include_str!("../../../shaders/page_select_topk.wgsl"), Reads::Nothing, false),
     ("lambda_mass", include_str!("../../../shaders/lambda_mass.wgsl"), Reads::Kv, false),
     ("fill_random", include_str!("../../../shaders/fill_random.wgsl"), Reads::Nothing, false),
