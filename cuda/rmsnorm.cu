@@ -1,9 +1,11 @@
-// rmsnorm: out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, [rows][dim] f32, one block per row
+// rmsnorm: out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, [rows][dim] f32 in, one block per row
 // (1024 threads). Each thread keeps its (up to RN_CACHE) elements in registers between the sum of
-// squares and the scaling, so a row is read once; longer rows re-read the rest.
+// squares and the scaling, so a row is read once; longer rows re-read the rest. `out` is f32, or
+// f16/bf16 (the f32 result rounded to nearest even: the x of a 16-bit GEMM, Caps::act16_from).
 #define RN_CACHE 8
-extern "C" __global__ void rmsnorm(RmsnormParams p, const float* __restrict__ x, const float* __restrict__ w,
-                                   float* __restrict__ out) {
+template <typename O>
+__device__ void rmsnorm_impl(RmsnormParams p, const float* __restrict__ x, const float* __restrict__ w,
+                             O* __restrict__ out) {
     __shared__ float red[32];
     u64 base = (u64)blockIdx.x * p.dim;
     float v[RN_CACHE];
@@ -20,7 +22,14 @@ extern "C" __global__ void rmsnorm(RmsnormParams p, const float* __restrict__ x,
 #pragma unroll
     for (int i = 0; i < RN_CACHE; i++) {
         u32 c = threadIdx.x + i * blockDim.x;
-        if (c < p.dim) out[base + c] = v[i] * inv * w[c];
+        if (c < p.dim) out[base + c] = from_f32<O>(v[i] * inv * w[c]);
     }
-    for (u32 c = threadIdx.x + RN_CACHE * blockDim.x; c < p.dim; c += blockDim.x) out[base + c] = x[base + c] * inv * w[c];
+    for (u32 c = threadIdx.x + RN_CACHE * blockDim.x; c < p.dim; c += blockDim.x)
+        out[base + c] = from_f32<O>(x[base + c] * inv * w[c]);
 }
+extern "C" __global__ void rmsnorm_f32(RmsnormParams p, const float* __restrict__ x, const float* __restrict__ w,
+                                       float* __restrict__ out) { rmsnorm_impl(p, x, w, out); }
+extern "C" __global__ void rmsnorm_f16(RmsnormParams p, const float* __restrict__ x, const float* __restrict__ w,
+                                       f16_t* __restrict__ out) { rmsnorm_impl(p, x, w, out); }
+extern "C" __global__ void rmsnorm_bf16(RmsnormParams p, const float* __restrict__ x, const float* __restrict__ w,
+                                        bf16_t* __restrict__ out) { rmsnorm_impl(p, x, w, out); }

@@ -1,9 +1,31 @@
-// silu_mul: gate_up [rows][2 dim] (gate | up) -> out [rows][dim] = silu(gate) * up (f32).
-extern "C" __global__ void silu_mul(SiluMulParams p, const float* gu, float* out) {
-    u64 n = (u64)p.rows * p.dim;
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-        u64 r = i / p.dim, c = i % p.dim;
-        float g = gu[r * 2 * p.dim + c], u = gu[r * 2 * p.dim + p.dim + c];
-        out[i] = g / (1.0f + expf(-g)) * u;
+// silu_mul: gate_up [rows][2 dim] (gate | up) f32 -> out [rows][dim] = silu(gate) * up, out f32
+// or f16/bf16 (rounded to nearest even: the x of the down projection's 16-bit GEMM,
+// Caps::act16_from). Grid: x covers a row's columns, 4 a thread (float4 loads when dim % 4 == 0,
+// rows then 16-byte aligned), y strides the rows — no per-element 64-bit division.
+template <typename O>
+__device__ __forceinline__ void silu_store(O* o, float g, float u) { *o = from_f32<O>(g / (1.0f + expf(-g)) * u); }
+
+template <typename O>
+__device__ void silu_mul_impl(SiluMulParams p, const float* __restrict__ gu, O* __restrict__ out) {
+    u32 c = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
+    if (c >= p.dim) return;
+    bool vec = (p.dim & 3) == 0;
+    for (u32 r = blockIdx.y; r < p.rows; r += gridDim.y) {
+        const float* g = gu + (u64)r * 2 * p.dim;
+        const float* up = g + p.dim;
+        O* o = out + (u64)r * p.dim;
+        if (vec) {
+            float4 a = *reinterpret_cast<const float4*>(g + c);
+            float4 b = *reinterpret_cast<const float4*>(up + c);
+            silu_store(o + c, a.x, b.x);
+            silu_store(o + c + 1, a.y, b.y);
+            silu_store(o + c + 2, a.z, b.z);
+            silu_store(o + c + 3, a.w, b.w);
+        } else {
+            for (u32 j = c; j < c + 4 && j < p.dim; j++) silu_store(o + j, g[j], up[j]);
+        }
     }
 }
+extern "C" __global__ void silu_mul_f32(SiluMulParams p, const float* gu, float* out) { silu_mul_impl(p, gu, out); }
+extern "C" __global__ void silu_mul_f16(SiluMulParams p, const float* gu, f16_t* out) { silu_mul_impl(p, gu, out); }
+extern "C" __global__ void silu_mul_bf16(SiluMulParams p, const float* gu, bf16_t* out) { silu_mul_impl(p, gu, out); }

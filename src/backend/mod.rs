@@ -10,7 +10,8 @@
 //! - An op never reads an output before writing it (outputs may hold garbage; tests poison them).
 //! - An op validates buffer lengths against its params and returns [`Error::Backend`] on mismatch
 //!   instead of reading or writing out of bounds.
-//! - Activations and logits are f32; weights use one of `caps().weight_dtypes`; the KV cache uses
+//! - Activations and logits are f32 (except where `caps().act16_from` allows 16-bit norm and
+//!   FFN outputs feeding a matmul); weights use one of `caps().weight_dtypes`; the KV cache uses
 //!   one of `caps().kv_dtypes`. The engine asks before planning, never by catching a failure.
 
 pub mod cpu;
@@ -130,6 +131,12 @@ pub struct Caps {
     /// with cooperative matrices: from 2 rows, quantized weights too, with x and the dequantized
     /// weights in f16.)
     pub matmul_x16_from: Option<usize>,
+    /// 16-bit activations: from this many rows on, `rmsnorm`, `add_rmsnorm` and `silu_mul` may
+    /// write an f16 or bf16 `out` (the f32 result rounded to nearest even), and `matmul` takes an
+    /// x of its 16-bit weights' own dtype as it is: the values `matmul_x16_from`'s rounding would
+    /// have made, without the rounding pass (never below `matmul_x16_from`). `None`: activations
+    /// are f32 only. (CUDA: from 2 rows; the model uses it for prefill and batched decode.)
+    pub act16_from: Option<usize>,
     /// Rows of x up to which a matmul with integer-coded quantized weights (the GGML formats and
     /// int8 rows; not fp8) multiplies x as two int8 digits per element in blocks of 32 (~16 bits:
     /// [`reference::weight_quant::x8_blocks`] gives the values used); 0: never.

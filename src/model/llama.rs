@@ -349,8 +349,12 @@ impl<B: Backend> Llama<B> {
         let (n, h, hd) = (m.n_tokens, c.hidden_size, c.head_dim);
         let (nq, ffn) = (c.num_heads * hd, c.intermediate_size);
         let a = |len: usize| pool.take(be, DType::F32, len);
-        let (mut x, mut xn, mut qkv, mut q) = (a(n * h)?, a(n * h)?, a(n * c.qkv_dim())?, a(n * nq)?);
-        let (mut attn_out, mut o, mut gu, mut act) = (a(n * nq)?, a(n * h)?, a(n * 2 * ffn)?, a(n * ffn)?);
+        // The norms and silu_mul write their matmuls' x in 16 bits where the backend takes it.
+        let (xn_dt, act_dt) = self.act_dtypes(be, n);
+        let (mut x, mut xn, mut qkv, mut q) =
+            (a(n * h)?, pool.take(be, xn_dt, n * h)?, a(n * c.qkv_dim())?, a(n * nq)?);
+        let (mut attn_out, mut o, mut gu) = (a(n * nq)?, a(n * h)?, a(n * 2 * ffn)?);
+        let mut act = pool.take(be, act_dt, n * ffn)?;
         let norm = RmsnormParams { rows: n as u32, dim: h as u32, eps: c.rms_norm_eps, _pad: 0 };
         let ep = EmbedParams { n_tokens: n as u32, dim: h as u32, vocab: c.vocab_size as u32, _pad: 0 };
         // Sampling settings go up before the graph region: a write inside it would cut the
@@ -411,10 +415,16 @@ impl<B: Backend> Llama<B> {
         tracing::trace!(record_us = t_record.elapsed().as_micros() as u64, "step recorded");
         let (mut out, mut ids) = (vec![], vec![]);
         if nl > 0 {
-            be.add_rmsnorm(&norm, &mut x, &o, &self.norm, &mut xn)?;
+            // The LM head's rows are gathered from an f32 norm output.
+            let mut xf = if xn_dt == DType::F32 { None } else { Some(a(n * h)?) };
+            let fin = match xf.as_mut() {
+                Some(b) => b,
+                None => &mut xn,
+            };
+            be.add_rmsnorm(&norm, &mut x, &o, &self.norm, fin)?;
             let mut sel = a(nl * h)?;
             let gp = GatherRowsParams { n_out: nl as u32, dim: h as u32, n_src: n as u32, _pad: 0 };
-            be.gather_rows(&gp, &xn, &m.logit_rows, &mut sel)?;
+            be.gather_rows(&gp, fin, &m.logit_rows, &mut sel)?;
             let mut logits = a(nl * c.vocab_size)?;
             match &self.lm_head {
                 Some(head) => head.matmul(be, nl, &sel, &mut logits)?,
@@ -438,12 +448,28 @@ impl<B: Backend> Llama<B> {
             }
             pool.put(sel);
             pool.put(logits);
+            xf.into_iter().for_each(|b| pool.put(b));
         }
         region.finish()?;
         [x, xn, qkv, q, attn_out, o, gu, act].into_iter().chain(settings).for_each(|b| pool.put(b));
         m.recycle(pool);
         blocks.into_iter().for_each(|b| b.recycle(pool));
         Ok((out, ids))
+    }
+
+    /// The dtypes of a step's norm output (the x of q|k|v and gate|up) and of silu_mul's output
+    /// (the x of down) at `n` rows: the weights' 16-bit dtype where every layer's matrices take it
+    /// (`Linear::x16_dtype`), else f32. Bit-identical to f32 activations rounded by the matmul.
+    fn act_dtypes(&self, be: &B, n: usize) -> (DType, DType) {
+        let common = |ls: &mut dyn Iterator<Item = &Linear<B>>| {
+            let ds: Vec<Option<DType>> = ls.map(|l| l.x16_dtype(be, n)).collect();
+            match ds.first() {
+                Some(&Some(d)) if ds.iter().all(|&e| e == Some(d)) => d,
+                _ => DType::F32,
+            }
+        };
+        let xn = common(&mut self.layers.iter().flat_map(|l| [&l.w_qkv, &l.w_gate_up]));
+        (xn, common(&mut self.layers.iter().map(|l| &l.w_down)))
     }
 
     /// A prefill step's block-sparse metadata, when the settings ask for it and a block qualifies.

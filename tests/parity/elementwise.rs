@@ -107,11 +107,15 @@ pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
     // Where the backend multiplies in 16 bits (Caps::matmul_x16_from), the reference gets x
     // rounded the same way, so the comparison stays one of summation order only.
     let x16_from = t.gpu.caps().matmul_x16_from;
+    let act16_from = t.gpu.caps().act16_from;
     {
         for &(m, n, k) in &shapes {
             for bias in [false, true] {
                 let xs = t.f32s(m * k, 1.0);
-                let x = if dtype != DType::F32 && x16_from.is_some_and(|r| m >= r) {
+                let x = if act16_from.is_some_and(|r| m >= r) && dtype != DType::F32 && bias {
+                    // x already in the weights' 16-bit dtype (Caps::act16_from), with a bias.
+                    t.up(dtype, &xs)
+                } else if dtype != DType::F32 && x16_from.is_some_and(|r| m >= r) {
                     let rounded = t.cpu.download_f32(&t.up(dtype, &xs).1, 0, m * k).unwrap();
                     (t.gpu.upload_f32(DType::F32, xs.clone()).unwrap(), t.cpu.upload_f32(DType::F32, rounded).unwrap())
                 } else {
@@ -243,10 +247,12 @@ pub fn test_rmsnorm<B: Backend>(gpu: &B) {
     let x = t.rand(DType::F32, rows * dim, 2.0);
     let w = t.rand(DType::F32, dim, 1.0);
     let p = RmsnormParams { rows: rows as u32, dim: dim as u32, eps: 1e-5, _pad: 0 };
-    let mut out = t.out(rows * dim);
-    t.gpu.rmsnorm(&p, &x.0, &w.0, &mut out.0).unwrap();
-    t.cpu.rmsnorm(&p, &x.1, &w.1, &mut out.1).unwrap();
-    t.check("rmsnorm", &out, rows * dim, TOL_REDUCTION);
+    for dt in act_dtypes(gpu) {
+        let mut out = out_as(&t, dt, rows * dim);
+        t.gpu.rmsnorm(&p, &x.0, &w.0, &mut out.0).unwrap();
+        t.cpu.rmsnorm(&p, &x.1, &w.1, &mut out.1).unwrap();
+        check_act(&t, &format!("rmsnorm out {dt:?}"), &out, rows * dim, dt, TOL_REDUCTION);
+    }
 }
 
 pub fn test_add_rmsnorm<B: Backend>(gpu: &B) {
@@ -255,12 +261,49 @@ pub fn test_add_rmsnorm<B: Backend>(gpu: &B) {
     let x = t.rand(DType::F32, rows * dim, 2.0);
     let w = t.rand(DType::F32, dim, 1.0);
     let p = RmsnormParams { rows: rows as u32, dim: dim as u32, eps: 1e-5, _pad: 0 };
-    let mut res = t.rand(DType::F32, rows * dim, 1.0);
-    let mut out = t.out(rows * dim);
-    t.gpu.add_rmsnorm(&p, &mut res.0, &x.0, &w.0, &mut out.0).unwrap();
-    t.cpu.add_rmsnorm(&p, &mut res.1, &x.1, &w.1, &mut out.1).unwrap();
-    t.check("add_rmsnorm out", &out, rows * dim, TOL_REDUCTION);
-    t.check("add_rmsnorm residual", &res, rows * dim, TOL_ELEMENTWISE);
+    for dt in act_dtypes(gpu) {
+        let mut res = t.rand(DType::F32, rows * dim, 1.0);
+        let mut out = out_as(&t, dt, rows * dim);
+        t.gpu.add_rmsnorm(&p, &mut res.0, &x.0, &w.0, &mut out.0).unwrap();
+        t.cpu.add_rmsnorm(&p, &mut res.1, &x.1, &w.1, &mut out.1).unwrap();
+        check_act(&t, &format!("add_rmsnorm out {dt:?}"), &out, rows * dim, dt, TOL_REDUCTION);
+        t.check("add_rmsnorm residual", &res, rows * dim, TOL_ELEMENTWISE);
+    }
+}
+
+/// The out dtypes an activation op (rmsnorm, add_rmsnorm, silu_mul) is tested with: f32, and
+/// f16/bf16 where the backend writes 16-bit activations (`Caps::act16_from`).
+fn act_dtypes<B: Backend>(gpu: &B) -> Vec<DType> {
+    match gpu.caps().act16_from {
+        Some(_) => vec![DType::F32, DType::F16, DType::BF16],
+        None => vec![DType::F32],
+    }
+}
+
+/// Poisoned outputs of `n` elements: `dtype` on the backend, f32 on the reference.
+fn out_as<B: Backend>(t: &super::Pair<'_, B>, dtype: DType, n: usize) -> (B::Buffer, lserve::backend::cpu::CpuBuffer) {
+    (t.gpu.upload_f32(dtype, vec![f32::NAN; n]).unwrap(), t.cpu.upload_f32(DType::F32, vec![f32::NAN; n]).unwrap())
+}
+
+/// A backend output of `dtype` against the reference's f32 result rounded to `dtype` (to nearest
+/// even, as the backend must): within one unit in the last place of the 16-bit type, since the
+/// backend's f32 value may sit on the other side of a rounding boundary; f32 within `tol`.
+fn check_act<B: Backend>(
+    t: &super::Pair<'_, B>,
+    name: &str,
+    out: &(B::Buffer, lserve::backend::cpu::CpuBuffer),
+    n: usize,
+    dtype: DType,
+    tol: f32,
+) {
+    let got = t.gpu.download_f32(&out.0, 0, n).unwrap();
+    let want = t.cpu.download_f32(&out.1, 0, n).unwrap();
+    let (want, tol): (Vec<f32>, f32) = match dtype {
+        DType::BF16 => (want.iter().map(|&v| half::bf16::from_f32(v).to_f32()).collect(), 2f32.powi(-8)),
+        DType::F16 => (want.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect(), 2f32.powi(-10)),
+        _ => (want, tol),
+    };
+    close(name, &got, &want, tol);
 }
 
 pub fn test_add<B: Backend>(gpu: &B) {
@@ -276,13 +319,17 @@ pub fn test_add<B: Backend>(gpu: &B) {
 
 pub fn test_silu_mul<B: Backend>(gpu: &B) {
     let mut t = pair(gpu);
-    let (rows, dim) = (7, 300);
-    let gu = t.rand(DType::F32, rows * 2 * dim, 3.0);
-    let mut out = t.out(rows * dim);
-    let p = SiluMulParams { rows: rows as u32, dim: dim as u32, ..Default::default() };
-    t.gpu.silu_mul(&p, &gu.0, &mut out.0).unwrap();
-    t.cpu.silu_mul(&p, &gu.1, &mut out.1).unwrap();
-    t.check("silu_mul", &out, rows * dim, TOL_ELEMENTWISE);
+    // dim 300: float4 rows; 301: the scalar path.
+    for (rows, dim) in [(7, 300), (3, 301)] {
+        let gu = t.rand(DType::F32, rows * 2 * dim, 3.0);
+        let p = SiluMulParams { rows: rows as u32, dim: dim as u32, ..Default::default() };
+        for dt in act_dtypes(gpu) {
+            let mut out = out_as(&t, dt, rows * dim);
+            t.gpu.silu_mul(&p, &gu.0, &mut out.0).unwrap();
+            t.cpu.silu_mul(&p, &gu.1, &mut out.1).unwrap();
+            check_act(&t, &format!("silu_mul {rows}x{dim} {dt:?}"), &out, rows * dim, dt, TOL_ELEMENTWISE);
+        }
+    }
 }
 
 pub fn test_gather_rows<B: Backend>(gpu: &B) {

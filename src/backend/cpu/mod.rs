@@ -51,6 +51,7 @@ impl CpuBackend {
                 max_buffer_bytes: u64::MAX,
                 memory_bytes: host_memory_bytes(),
                 matmul_x16_from: None,
+                act16_from: None,
                 matmul_x8_max_m: 0,
             },
         }

@@ -119,6 +119,7 @@ impl CudaBackend {
             max_buffer_bytes: 1 << 32,
             memory_bytes: gpu.total_mem as u64,
             matmul_x16_from: Some(ops_matmul::X16_FROM_M),
+            act16_from: Some(ops_matmul::X16_FROM_M),
             matmul_x8_max_m: ops_matmul::MMQ_MAX_M,
         };
         Ok(CudaBackend { gpu, caps })

@@ -28,6 +28,8 @@
 //!   scratch, and each chunk is one f16 cuBLAS GEMM with x rounded to f16, writing its column
 //!   block of out (ldc = ldo, the pointer offset to the chunk's first column). docs/backends.md
 //!   argues this against per-tile dequantization into shared memory.
+//! - An x already in the 16-bit weights' dtype (m >= 2; `Caps::act16_from`: rmsnorm,
+//!   add_rmsnorm and silu_mul wrote it rounded) skips the rounding pass: the same GEMM operands.
 //! - f32 weights (tests): SGEMM at m >= 2. A bias is added by a small kernel afterwards.
 //!
 //! Row-major to cuBLAS column-major: out^T (n x m, ldc = ldo) = op(W)(n x k) . x^T (k x m), with W
@@ -66,7 +68,13 @@ pub fn matmul(
     out: &mut CudaBuffer,
 ) -> Result<()> {
     let (m, n, k) = (u(p.m), u(p.n), u(p.k));
-    need(x, DType::F32, m * k, "matmul x")?;
+    // x in the weights' own 16-bit dtype (Caps::act16_from) goes to the GEMM as it is.
+    let x_act16 = m >= X16_FROM_M && matches!(w.dtype, DType::F16 | DType::BF16) && x.dtype == w.dtype;
+    if !x_act16 {
+        need(x, DType::F32, m * k, "matmul x")?;
+    } else if x.len < m * k {
+        return Err(err(format!("matmul x: {} elements, op needs {}", x.len, m * k)));
+    }
     if w.dtype.is_weight_quant() {
         need_weights(w, n, k, "matmul w")?;
     } else {
@@ -107,7 +115,7 @@ pub fn matmul(
         be.gpu().timed("matmul_cublas", || sgemm(be, p, x, w, out0))?;
     } else {
         let bf16 = w.dtype == DType::BF16;
-        let x16 = round_x(be, p, x, bf16)?;
+        let x16 = if x_act16 { x.ptr() } else { round_x(be, p, x, bf16)? };
         let g =
             GemmRec { m: m as i32, n: n as i32, k: k as i32, bf16, ldc: p.ldo as i32, w: w.ptr(), x: x16, out: out0 };
         be.gpu().gemm16(g)?;

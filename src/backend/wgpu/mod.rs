@@ -71,6 +71,7 @@ impl WgpuBackend {
             memory_bytes: gpu.limits.max_buffer_size.min(u64::MAX / 2),
             // The tensor-core GEMMs (ops_matmul.rs) round x to f16 (bf16 first for bf16 weights).
             matmul_x16_from: gpu.use_coop.then_some(ops_matmul::coop_from_m()),
+            act16_from: None,
             // The two-digit-x batch-1 GEMV (ops_matmul.rs) needs SUBGROUP.
             matmul_x8_max_m: usize::from(gpu.use_subgroup),
         };
