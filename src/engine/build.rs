@@ -78,8 +78,9 @@ pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) ->
         pin_sink_page: s.pin_sink_page,
         dense_layer: (0..cfg.num_layers).map(|l| !s.enabled || s.dense_layers.contains(&l)).collect(),
         window: cfg.sliding_window.unwrap_or(0),
-        // Block-sparse prefill needs page selection's summaries (sparse on) and no model window.
-        prefill_k_pages: if s.enabled && cfg.sliding_window.is_none() { s.prefill_budget / ps } else { 0 },
+        // Block-sparse prefill needs page selection's summaries (sparse on); a Llama-family model
+        // with a model-wide window skips it, Gemma 3 applies it to its global layers.
+        prefill_k_pages: if s.enabled { s.prefill_budget / ps } else { 0 },
         prefill_dense_below: s.prefill_dense_below,
     };
     let ring_tokens = if layout.any_streaming() {

@@ -20,6 +20,8 @@ use std::collections::HashMap;
 
 use crate::backend::*;
 use crate::error::Result;
+use crate::kv::KvCache;
+use crate::model::batch::{AttnSettings, SeqStep};
 use crate::model::pool::BufferPool;
 use crate::model::step::StepMeta;
 
@@ -49,6 +51,26 @@ pub struct BlockSeq<'a> {
     pub first: usize,
     pub rows: usize,
     pub pages: &'a [u32],
+}
+
+/// A prefill step's block metadata when the settings ask for block-sparse prefill
+/// (`attn.prefill_k_pages > 0`) and a block qualifies; None for decode steps. The caller decides
+/// which layers use it (Llama: every layer of a model without a window; Gemma 3: its global layers).
+pub fn step_blocks<B: Backend>(
+    be: &B,
+    pool: &BufferPool<B>,
+    cache: &KvCache<B>,
+    attn: &AttnSettings,
+    seqs: &[SeqStep],
+    decode: bool,
+) -> Result<Option<PrefillBlocks<B>>> {
+    if decode || attn.prefill_k_pages == 0 {
+        return Ok(None);
+    }
+    let bs: Vec<BlockSeq> =
+        seqs.iter().map(|s| BlockSeq { first: s.cache.len, rows: s.tokens.len(), pages: &s.cache.pages }).collect();
+    let ps = cache.shape.page_size;
+    PrefillBlocks::build(be, pool, &bs, ps, attn.prefill_k_pages, attn.prefill_dense_below)
 }
 
 impl<B: Backend> PrefillBlocks<B> {

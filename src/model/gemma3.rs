@@ -209,12 +209,16 @@ impl<B: Backend> Gemma3<B> {
             Head::Sample(s) if m.n_logits > 0 => Some(upload_settings(be, pool, s, m.n_logits)?),
             _ => None,
         };
+        // Block-sparse prefill (docs/sparse-attention.md) acts on the global layers only: the
+        // local layers' window is already their whole key list.
+        let mut blocks = super::blocks::step_blocks(be, pool, cache, attn, seqs, m.decode)?;
         let region = GraphRegion::begin(be, m.decode && hook.is_none());
         let ep = EmbedParams { n_tokens: n as u32, dim: h as u32, vocab: c.vocab_size as u32, _pad: 0 };
         be.embed(&ep, &self.embed, &m.ids, &mut x)?;
         // HF casts sqrt(hidden) to the activation dtype (f32 here) before multiplying.
         be.scale(&ScaleParams { n: (n * h) as u32, scale: (h as f32).sqrt(), ..Default::default() }, &mut x)?;
         let paged = m.paged();
+        let lp = cache.shape.logical_page;
         for (i, l) in self.layers.iter().enumerate() {
             if i == 0 {
                 be.rmsnorm(&norm, &x, &l.attn_norm, &mut xn)?;
@@ -244,6 +248,9 @@ impl<B: Backend> Gemma3<B> {
                     tail_start: tail,
                 };
                 be.sparse_decode_attention(&ap, &q, store.view(), &paged, &hp, &mut attn_out)?;
+            } else if let Some(b) = blocks.as_mut().filter(|_| !l.local && !attn.dense_layer[i] && ap.n_ret > 0) {
+                let (bap, lists) = b.select(be, pool, &m, &ap, lp, &q, store.view())?;
+                be.prefill_attention(&bap, &q, &m.q_indptr, store.view(), &paged, Some(&lists), &mut attn_out)?;
             } else {
                 be.prefill_attention(&ap, &q, &m.q_indptr, store.view(), &paged, None, &mut attn_out)?;
             }
@@ -290,6 +297,7 @@ impl<B: Backend> Gemma3<B> {
         region.finish()?;
         [x, xn, qkv, q, attn_out, o, o2, gu, act, inv_local].into_iter().chain(settings).for_each(|b| pool.put(b));
         m.recycle(pool);
+        blocks.into_iter().for_each(|b| b.recycle(pool));
         Ok((out, ids))
     }
 }

@@ -11,7 +11,7 @@
 
 pub use super::batch::{AttnSettings, LayerHook, Logits, SeqStep};
 use super::batch::{GraphRegion, Head};
-use super::blocks::{BlockSeq, PrefillBlocks};
+use super::blocks::PrefillBlocks;
 use super::linear::{Linear, WeightLoader};
 use super::pool::BufferPool;
 use super::step::StepMeta;
@@ -472,7 +472,8 @@ impl<B: Backend> Llama<B> {
         (xn, common(&mut self.layers.iter().map(|l| &l.w_down)))
     }
 
-    /// A prefill step's block-sparse metadata, when the settings ask for it and a block qualifies.
+    /// A prefill step's block-sparse metadata, when the settings ask for it and a block qualifies
+    /// (never with a model-wide window: its layers read only the window anyway).
     fn prefill_blocks(
         &self,
         be: &B,
@@ -481,13 +482,10 @@ impl<B: Backend> Llama<B> {
         seqs: &[SeqStep],
         decode: bool,
     ) -> Result<Option<PrefillBlocks<B>>> {
-        if decode || attn.prefill_k_pages == 0 || attn.window != 0 {
+        if attn.window != 0 {
             return Ok(None);
         }
-        let bs: Vec<BlockSeq> =
-            seqs.iter().map(|s| BlockSeq { first: s.cache.len, rows: s.tokens.len(), pages: &s.cache.pages }).collect();
-        let ps = cache.shape.page_size;
-        PrefillBlocks::build(be, &self.pool, &bs, ps, attn.prefill_k_pages, attn.prefill_dense_below)
+        super::blocks::step_blocks(be, &self.pool, cache, attn, seqs, decode)
     }
 
     /// The `[rows][4]` sampling settings of a step with `nl` logits rows, on the device.
