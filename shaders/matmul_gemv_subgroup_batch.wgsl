@@ -4,31 +4,34 @@
 // layout as matmul_gemv_subgroup (which keeps m == 1), a schedule that shares each x load among
 // many weight rows and keeps the reductions off the k loop:
 //
-// A workgroup of 256 threads covers ROWS = 16 weight rows r0..r0+15 (r0 = 16 * (wg.x + wg.y *
-// num_workgroups.x); rows past n are clamped to n - 1 for loads and masked on store). Its
-// threads form 32 lane groups of LG = 8 consecutive lanes of one subgroup (group q = subgroup_id
-// * subgroup_size / 8 + lane / 8): group q owns the 4 weight rows r0 + 4 (q % NR) .. + 3 (one
-// accumulator component each) and the k slice q / NR, whose lane l reads the 16-byte words
-// (8 weights each, via w8 of the weight snippet) l, l + KL, l + 2 KL, ... of its rows with KL =
-// 64 (the workgroup's 8 slices x 8 lanes), two words per row in flight. Each word is multiplied
-// with up to MX = 8 x rows (a pass; m > 8 makes a second pass over the workgroup's rows, which
-// mostly comes from L2), and each x vec4 load feeds the 4 rows. The NR = 4 groups of one
-// 32-lane subgroup share their k slice, so they load the same x addresses (one broadcast) for 16
-// weight rows: x costs a quarter of the L1 wavefronts it would if all 32 lanes walked one row.
+// A workgroup of 256 threads covers ROWS = 4 NR weight rows from r0 = ROWS * (wg.x + wg.y *
+// num_workgroups.x) (NR = 4, 16 rows; NR = 2, 8 rows, in matmul_gemv_subgroup_batch_r8; rows past
+// n are clamped to n - 1 for loads and masked on store). Its threads form 32 lane groups of LG = 8
+// consecutive lanes of one subgroup (group q = subgroup_id * subgroup_size / 8 + lane / 8): group
+// q owns the 4 weight rows r0 + 4 (q % NR) .. + 3 (one accumulator component each) and the k
+// slice q / NR of KS = 32 / NR, whose lane l reads the 16-byte words (8 weights each, via w8 of
+// the weight snippet) l, l + KL, l + 2 KL, ... of its rows, KL = 8 KS (the workgroup's slices x
+// 8 lanes), two words per row in flight. Each word is multiplied with up to MX = 8 x rows (a pass;
+// m > 8 makes a second pass over the workgroup's rows, which mostly comes from L2), and each x
+// vec4 load feeds the 4 rows. Consecutive groups of a subgroup share their k slice (4 per
+// 32-lane subgroup with NR = 4, 2 with NR = 2), so they load the same x addresses (one
+// broadcast) for 16 (8) weight rows: x costs a quarter (half) of the L1 wavefronts it would if
+// all 32 lanes walked one row.
 //
 // Reduction, once per pass (the k loop has none): the group's 8 lanes each hold 8 vec4 partials
 // (x row c, the 4 weight rows); three subgroupShuffleXor folds (4, 2, 1) each exchange half the
 // partials, so lane l ends with x row l summed over the group (7 vec4 shuffles, not 8 x 3). Each
-// lane stashes its vec4 in workgroup memory (4 KiB: 8 slices x 4 row groups x 8 x rows), one
-// barrier, and thread t < 32 adds the 8 slices of (row group t / 8, x row t % 8) and writes the
-// 4 outputs (+ bias). Weight rows start 16-byte aligned because k % 8 == 0 (16-bit weights).
+// lane stashes its vec4 in workgroup memory (4 KiB: KS slices x NR row groups x 8 x rows), one
+// barrier, and thread t < 8 NR adds the KS slices of (row group t / 8, x row t % 8) and writes
+// the 4 outputs (+ bias). Weight rows start 16-byte aligned because k % 8 == 0 (16-bit weights).
 // Quantized weights: w8 decodes the 8 weights of group i (one sub-block, one scale) from the
 // u32 words covering them (shaders/quant_weights.wgsl).
 
 const MX: u32 = 8u; // x rows per pass over the weights
 const LG: u32 = 8u; // lanes per group (the shuffle folds stay inside one subgroup)
-const NR: u32 = 4u; // row groups per workgroup (4 weight rows each)
-const KS: u32 = 8u; // k slices per workgroup: 256 threads = KS * NR groups of LG lanes
+// NR, the row groups of 4 weight rows per workgroup (4, or 2 for matmul_gemv_subgroup_batch_r8),
+// is prepended by shaders.rs.
+const KS: u32 = 32u / NR; // k slices per workgroup: 256 threads = KS * NR groups of LG lanes
 const KL: u32 = KS * LG; // lanes striding over one weight row, in words
 const ROWS: u32 = 4u * NR; // weight rows per workgroup
 

@@ -95,9 +95,20 @@ pub const GEMV_MAX_M: usize = 16;
 pub const M32_MAX_M: usize = 96;
 /// Weight rows per workgroup of `matmul_gemv` (`ROWS` in shaders/matmul_gemv.wgsl).
 const GEMV_ROWS: usize = 16;
-/// Weight rows per workgroup of `matmul_gemv_subgroup` / `_batch` (`ROWS` there).
+/// Weight rows per workgroup of `matmul_gemv_subgroup` (`ROWS` there).
 const GEMV_SUBGROUP_ROWS: usize = 8;
-const GEMV_BATCH_ROWS: usize = 16;
+
+/// The batched subgroup GEMV and its weight rows per workgroup (`ROWS` = 4 NR in
+/// shaders/matmul_gemv_subgroup_batch.wgsl): 16 (4 row groups x 8 k slices), or 8 (2 x 16: twice
+/// the workgroups, half the x sharing) with `LSERVE_WGPU_GEMV_BATCH_ROWS=8`, for measuring the
+/// two on a GPU; any other value is the default.
+pub fn gemv_batch() -> (&'static str, usize) {
+    static PICK: std::sync::OnceLock<(&'static str, usize)> = std::sync::OnceLock::new();
+    *PICK.get_or_init(|| match std::env::var("LSERVE_WGPU_GEMV_BATCH_ROWS").as_deref() {
+        Ok("8") => (pl::matmul::GEMV_SUBGROUP_BATCH_R8, 8),
+        _ => (pl::matmul::GEMV_SUBGROUP_BATCH, 16),
+    })
+}
 /// Threads (x blocks) per workgroup of `matmul_gemv_x8_pack`; weight rows per workgroup of
 /// `matmul_gemv_x8` are `GEMV_SUBGROUP_ROWS` (`ROWS` there).
 const X8_PACK_WG: usize = 64;
@@ -110,7 +121,8 @@ pub fn pick(m: usize, n: usize, pairs: bool, lanes8: bool) -> (&'static str, usi
     if m == 1 && pairs {
         (pl::matmul::GEMV_SUBGROUP, n.div_ceil(GEMV_SUBGROUP_ROWS))
     } else if m <= GEMV_MAX_M && pairs && lanes8 {
-        (pl::matmul::GEMV_SUBGROUP_BATCH, n.div_ceil(GEMV_BATCH_ROWS))
+        let (op, rows) = gemv_batch();
+        (op, n.div_ceil(rows))
     } else if m <= GEMV_MAX_M {
         (pl::matmul::GEMV, n.div_ceil(GEMV_ROWS))
     } else if m <= M32_MAX_M {

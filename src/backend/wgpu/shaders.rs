@@ -142,9 +142,17 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ("matmul_m32", include_str!("../../../shaders/matmul_m32.wgsl"), Reads::Scalar, false),
     ("matmul_gemv", include_str!("../../../shaders/matmul_gemv.wgsl"), Reads::Scalar, false),
     ("matmul_gemv_subgroup", include_str!("../../../shaders/matmul_gemv_subgroup.wgsl"), Reads::Pairs, true),
+    // One source, two row blockings (ops_matmul.rs `gemv_batch`): NR row groups of 4 weight rows
+    // per workgroup, 16 rows by default, 8 with LSERVE_WGPU_GEMV_BATCH_ROWS=8.
     (
         "matmul_gemv_subgroup_batch",
-        include_str!("../../../shaders/matmul_gemv_subgroup_batch.wgsl"),
+        concat!("const NR: u32 = 4u;\n", include_str!("../../../shaders/matmul_gemv_subgroup_batch.wgsl")),
+        Reads::Pairs,
+        true,
+    ),
+    (
+        "matmul_gemv_subgroup_batch_r8",
+        concat!("const NR: u32 = 2u;\n", include_str!("../../../shaders/matmul_gemv_subgroup_batch.wgsl")),
         Reads::Pairs,
         true,
     ),
