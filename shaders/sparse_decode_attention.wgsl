@@ -24,8 +24,9 @@
 // and past head_dim are zero, so no lane needs a guard), reading its K row 32 values at a time as
 // 16-byte vectors;
 // chunk max (16 partials); probabilities; P.V with thread (key group kg, dim lane dl) owning dims
-// dl and dl + 128 of every head, V read 16 keys at a time. Accumulators are vec4 registers (no
-// private arrays: loads are all issued before their first use).
+// dl and dl + 128 of every head, V read 32 keys at a time (two 16-key blocks in flight).
+// Accumulators are vec4 registers (no private arrays: loads are all issued before their first
+// use).
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
@@ -130,7 +131,12 @@ fn pv(i: u32, h: u32, v: vec4<f32>) -> vec4<f32> {
     return sc[i + h] * v.x + sc[i + 2u + h] * v.y + sc[i + 4u + h] * v.z + sc[i + 6u + h] * v.w;
 }
 
-// Long (about 230 lines) on purpose: the entry point's phases (key list, K/V chunks, scores, online
+// pv over the 16 keys j..j+16 (V of keys j.., j+4.., j+8.., j+12.. in a, b, c, d), from i = 2 j.
+fn pv16(i: u32, h: u32, a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, d: vec4<f32>) -> vec4<f32> {
+    return pv(i, h, a) + pv(i + 8u, h, b) + pv(i + 16u, h, c) + pv(i + 24u, h, d);
+}
+
+// Long (about 240 lines) on purpose: the entry point's phases (key list, K/V chunks, scores, online
 // softmax, P.V, output) share its workgroup memory and per-invocation state, and the body reads in
 // the order it runs.
 @compute @workgroup_size(128)
@@ -286,7 +292,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         sc[2u * t] = select(vec4(0.0), exp(sA - nA), valid);
         sc[2u * t + 1u] = select(vec4(0.0), exp(sB - nB), valid);
         workgroupBarrier();
-        // Probability sums (16 partials) and P.V, 16 keys at a time.
+        // Probability sums (16 partials) and P.V, 32 keys at a time.
         if (t < 16u) {
             lA = lA * alA;
             lB = lB * alB;
@@ -300,22 +306,37 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         cA = cA * alA;
         cB = cB * alB;
         let nk = min(WG, e - c0);
-        for (var j = select(nk, 16u * kg, kg < kgn); j < nk; j = j + 16u * kgn) {
+        // Two 16-key blocks of this key group per step, all their V loads issued before the first
+        // use (32 per dim in flight); the second block (j2) is masked (m2 = 0, clamped into the
+        // chunk) where it is past nk.
+        let kstep = 16u * kgn;
+        for (var j = select(nk, 16u * kg, kg < kgn); j < nk; j = j + 2u * kstep) {
+            let j2 = min(j + kstep, WG - 16u);
+            let m2 = select(0.0, 1.0, j + kstep < nk);
             let i = 2u * j;
+            let i2 = 2u * j2;
             let va = v4(j, dl);
             let vb = v4(j + 4u, dl);
             let vc = v4(j + 8u, dl);
             let vd = v4(j + 12u, dl);
-            aA = aA + pv(i, 0u, va) + pv(i + 8u, 0u, vb) + pv(i + 16u, 0u, vc) + pv(i + 24u, 0u, vd);
-            if (hi_heads) { aB = aB + pv(i, 1u, va) + pv(i + 8u, 1u, vb) + pv(i + 16u, 1u, vc) + pv(i + 24u, 1u, vd); }
+            let ua = v4(j2, dl);
+            let ub = v4(j2 + 4u, dl);
+            let uc = v4(j2 + 8u, dl);
+            let ud = v4(j2 + 12u, dl);
+            aA = aA + pv16(i, 0u, va, vb, vc, vd) + m2 * pv16(i2, 0u, ua, ub, uc, ud);
+            if (hi_heads) { aB = aB + pv16(i, 1u, va, vb, vc, vd) + m2 * pv16(i2, 1u, ua, ub, uc, ud); }
             if (two) {
                 let d = min(dl + WG, hd - 1u);
                 let wa = v4(j, d);
                 let wb = v4(j + 4u, d);
                 let wc = v4(j + 8u, d);
                 let wd = v4(j + 12u, d);
-                cA = cA + pv(i, 0u, wa) + pv(i + 8u, 0u, wb) + pv(i + 16u, 0u, wc) + pv(i + 24u, 0u, wd);
-                if (hi_heads) { cB = cB + pv(i, 1u, wa) + pv(i + 8u, 1u, wb) + pv(i + 16u, 1u, wc) + pv(i + 24u, 1u, wd); }
+                let xa = v4(j2, d);
+                let xb = v4(j2 + 4u, d);
+                let xc = v4(j2 + 8u, d);
+                let xd = v4(j2 + 12u, d);
+                cA = cA + pv16(i, 0u, wa, wb, wc, wd) + m2 * pv16(i2, 0u, xa, xb, xc, xd);
+                if (hi_heads) { cB = cB + pv16(i, 1u, wa, wb, wc, wd) + m2 * pv16(i2, 1u, xa, xb, xc, xd); }
             }
         }
         workgroupBarrier();

@@ -17,7 +17,7 @@
 //!
 //! Split-KV decode: the split count comes from an upper bound of the longest key list (the page
 //! table's length for retrieval heads, the Lambda window for streaming heads) at
-//! [`PAGES_PER_SPLIT`] pages a split, capped so the grid stays near [`TARGET_WORKGROUPS`] and at
+//! [`PAGES_PER_SPLIT`] pages a split, capped so the grid stays near [`target_workgroups`] and at
 //! [`MAX_SPLITS`]; on the device a split takes at least one chunk of 128 keys, so short lists
 //! leave the last splits empty (they report m = -inf, l = 0 and the merge skips them). The
 //! partials scratch (4-word header + `[num_seqs][n_heads][n_splits][head_dim + 2]` f32) is cached
@@ -40,8 +40,20 @@ const DECODE_HEADS: usize = 8;
 const PAGES_PER_SPLIT: usize = 8;
 /// Most splits per (sequence, KV head); the merge kernel takes up to 256.
 const MAX_SPLITS: usize = 128;
-/// Splitting stops once the decode grid has about this many workgroups.
-const TARGET_WORKGROUPS: usize = 1024;
+/// Splitting stops once the decode grid has about this many workgroups: 1024, or
+/// `LSERVE_WGPU_DECODE_WORKGROUPS` (a number from 64 to 65536) for measuring others on a GPU (a
+/// batch of 8 sequences x 8 KV heads at the default gets 16 splits of a 4096-key list, two
+/// 128-key chunks each; 2048 gives one chunk per workgroup).
+fn target_workgroups() -> usize {
+    static TARGET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *TARGET.get_or_init(|| {
+        std::env::var("LSERVE_WGPU_DECODE_WORKGROUPS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|n| (64..=65536).contains(n))
+            .unwrap_or(1024)
+    })
+}
 
 fn u(x: u32) -> usize {
     x as usize
@@ -162,7 +174,7 @@ fn decode_splits(p: &AttentionParams, page_table_len: usize, head_chunks: usize)
     let ret = if p.n_ret > 0 { page_table_len } else { 0 };
     let strm = if p.n_str > 0 { u(p.sink + p.local).div_ceil(ps) + 1 } else { 0 };
     let by_len = ret.max(strm).div_ceil(PAGES_PER_SPLIT);
-    let by_grid = TARGET_WORKGROUPS.div_ceil(u(p.num_seqs) * u(p.n_kv_heads) * head_chunks);
+    let by_grid = target_workgroups().div_ceil(u(p.num_seqs) * u(p.n_kv_heads) * head_chunks);
     by_len.min(by_grid).clamp(1, MAX_SPLITS)
 }
 
