@@ -21,8 +21,8 @@
 // Split i covers slots [i * per, (i + 1) * per), per = max(ceil(n_slots / n_splits), 128).
 //
 // Per chunk: thread t scores slot c0 + t for all 8 head lanes (vec4 pairs; qs rows of absent heads
-// and past head_dim are zero, so no lane needs a guard), reading its K row 32 values at a time as
-// 16-byte vectors;
+// and past head_dim are zero, so no lane needs a guard), reading its K row 32 values at a time
+// (8 per load where head_dim % 8 == 0, else 4);
 // chunk max (16 partials); probabilities; P.V with thread (key group kg, dim lane dl) owning dims
 // dl and dl + 128 of every head, V read 32 keys at a time (two 16-key blocks in flight).
 // Accumulators are vec4 registers (no private arrays: loads are all issued before their first
@@ -30,8 +30,9 @@
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
-// KV dtype accessors kv4_k_pool / kv_v_pool (f32, f16, bf16, int8, fp8) come from the KV snippet
-// (src/backend/wgpu/shaders.rs); KV_K4 is vec4<f32> for f32 pools, else u32 words.
+// KV dtype accessors kv4_k_pool / kv8_k_pool / kv_v_pool (f32, f16, bf16, int8, fp8) come from the
+// KV snippet (src/backend/wgpu/shaders.rs); KV_K4 is vec4<f32> for f32 pools, 16-byte words
+// (vec4<u32>, 8 values) for 16-bit ones, else u32 words.
 @group(0) @binding(2) var<storage, read> k_pool: array<KV_K4>; // head_dim % 4 == 0 (host checks)
 @group(0) @binding(3) var<storage, read> v_pool: array<KV_EL>;
 @group(0) @binding(4) var<storage, read> head_map: array<u32>;
@@ -106,6 +107,12 @@ fn slot_offset(ls: List, slot: u32) -> u32 {
 // `lim` (past head_dim the query is zero, so the clamped values add nothing).
 fn k4(i: u32, lim: u32) -> vec4<f32> {
     return kv4_k_pool(min(i, lim));
+}
+
+// Eight K values from element `i` (a multiple of 8: head_dim % 8 == 0), clamped to the row's last
+// 8 at `lim`.
+fn k8(i: u32, lim: u32) -> array<vec4<f32>, 2> {
+    return kv8_k_pool(min(i, lim));
 }
 
 // Dot of head g's query (16 values from vec4 index c) with four K vec4s.
@@ -247,7 +254,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         kb[t] = o;
         var sA = vec4(0.0);
         var sB = vec4(0.0);
-        if (o != NONE) {
+        if (o != NONE && hd % 8u == 0u) {
+            // 8 values per load (one 16-byte word of a 16-bit pool): the lanes read different rows,
+            // so each load instruction touches a line per lane; fewer, wider loads cost fewer.
+            let lim = o + hd - 8u;
+            for (var c = 0u; c < hv; c = c + 8u) {
+                let i = o + c * 4u;
+                let y0 = k8(i, lim);
+                let y1 = k8(i + 8u, lim);
+                let y2 = k8(i + 16u, lim);
+                let y3 = k8(i + 24u, lim);
+                sA = sA + dots(0u, hv, c, y0[0], y0[1], y1[0], y1[1]) + dots(0u, hv, c + 4u, y2[0], y2[1], y3[0], y3[1]);
+                if (hi_heads) { sB = sB + dots(4u, hv, c, y0[0], y0[1], y1[0], y1[1]) + dots(4u, hv, c + 4u, y2[0], y2[1], y3[0], y3[1]); }
+            }
+        } else if (o != NONE) {
             let lim = o + hd - 4u;
             for (var c = 0u; c < hv; c = c + 8u) {
                 let i = o + c * 4u;
