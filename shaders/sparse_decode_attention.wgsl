@@ -22,7 +22,7 @@
 //
 // Per chunk: thread t scores slot c0 + t for all 8 head lanes (vec4 pairs; qs rows of absent heads
 // and past head_dim are zero, so no lane needs a guard), reading its K row 32 values at a time
-// (8 per load where head_dim % 8 == 0, else 4);
+// as 16-byte vectors (16-bit pools with head_dim % 8 == 0: 64 at a time, 8 per 16-byte word);
 // chunk max (16 partials); probabilities; P.V with thread (key group kg, dim lane dl) owning dims
 // dl and dl + 128 of every head, V read 32 keys at a time (two 16-key blocks in flight).
 // Accumulators are vec4 registers (no private arrays: loads are all issued before their first
@@ -51,7 +51,7 @@ const WG: u32 = 128u;
 const GMAX: u32 = 8u;
 const NONE: u32 = 0xffffffffu;
 
-var<workgroup> qs: array<vec4<f32>, 512>;  // [GMAX][hv] scaled queries, hv = ceil(hd / 32) * 8
+var<workgroup> qs: array<vec4<f32>, 512>;  // [GMAX][hv] scaled queries, hv = ceil(hd / 32) * 8 (or / 64 * 16)
 var<workgroup> sc: array<vec4<f32>, 256>;  // [key][2]: scores, then probabilities, heads 0-3 | 4-7
 var<workgroup> kb: array<u32, 128>;        // pool offset of each chunk key, NONE if masked/absent
 var<workgroup> red: array<vec4<f32>, 32>;  // [16][2] partial maxima / sums
@@ -161,7 +161,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let h0 = kvh * group + g0;
     let split = wg.x;
     let n_splits = nwg.x;
-    let hv = (hd + 31u) / 32u * 8u;
+    // 16-bit pools with head_dim % 8 == 0 read K 64 values per step (8 words of 8), the others 32
+    // (8 vec4s); the query rows are zero-padded to a whole step.
+    let wide = hd % 8u == 0u && (KV_KIND == 1u || KV_KIND == 2u);
+    let hv = select((hd + 31u) / 32u * 8u, (hd + 63u) / 64u * 16u, wide);
     // This pass's heads only: streaming heads when recorded with n_ret = 0, else retrieval heads.
     let hm = head_map[kvh];
     if (((hm & STREAMING_BIT) != 0u) != (p.n_ret == 0u)) { return; }
@@ -248,24 +251,33 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     var cB = vec4(0.0);
 
     for (var c0 = b; c0 < e; c0 = c0 + WG) {
-        // Scores of this thread's key, its row read 32 values at a time.
+        // Scores of this thread's key, its row read 32 (wide: 64) values at a time.
         var o = NONE;
         if (c0 + t < e) { o = slot_offset(ls, c0 + t); }
         kb[t] = o;
         var sA = vec4(0.0);
         var sB = vec4(0.0);
-        if (o != NONE && hd % 8u == 0u) {
-            // 8 values per load (one 16-byte word of a 16-bit pool): the lanes read different rows,
-            // so each load instruction touches a line per lane; fewer, wider loads cost fewer.
+        if (o != NONE && wide) {
+            // 8 values per load (one 16-byte word): the lanes read different rows, so each load
+            // instruction touches a line per lane; fewer, wider loads cost fewer, and 8 in flight
+            // per step halve the round trips of the 32-value step.
             let lim = o + hd - 8u;
-            for (var c = 0u; c < hv; c = c + 8u) {
+            for (var c = 0u; c < hv; c = c + 16u) {
                 let i = o + c * 4u;
                 let y0 = k8(i, lim);
                 let y1 = k8(i + 8u, lim);
                 let y2 = k8(i + 16u, lim);
                 let y3 = k8(i + 24u, lim);
-                sA = sA + dots(0u, hv, c, y0[0], y0[1], y1[0], y1[1]) + dots(0u, hv, c + 4u, y2[0], y2[1], y3[0], y3[1]);
-                if (hi_heads) { sB = sB + dots(4u, hv, c, y0[0], y0[1], y1[0], y1[1]) + dots(4u, hv, c + 4u, y2[0], y2[1], y3[0], y3[1]); }
+                let y4 = k8(i + 32u, lim);
+                let y5 = k8(i + 40u, lim);
+                let y6 = k8(i + 48u, lim);
+                let y7 = k8(i + 56u, lim);
+                sA = sA + dots(0u, hv, c, y0[0], y0[1], y1[0], y1[1]) + dots(0u, hv, c + 4u, y2[0], y2[1], y3[0], y3[1])
+                    + dots(0u, hv, c + 8u, y4[0], y4[1], y5[0], y5[1]) + dots(0u, hv, c + 12u, y6[0], y6[1], y7[0], y7[1]);
+                if (hi_heads) {
+                    sB = sB + dots(4u, hv, c, y0[0], y0[1], y1[0], y1[1]) + dots(4u, hv, c + 4u, y2[0], y2[1], y3[0], y3[1])
+                        + dots(4u, hv, c + 8u, y4[0], y4[1], y5[0], y5[1]) + dots(4u, hv, c + 12u, y6[0], y6[1], y7[0], y7[1]);
+                }
             }
         } else if (o != NONE) {
             let lim = o + hd - 4u;

@@ -146,7 +146,8 @@ fn kv_snippet(op: &str, d: DType) -> Option<String> {
                  fn kv4_{n}(i: u32) -> vec4<f32> {{ return kv8_val4({n}[kv8_code_byte(i) >> 2u]) * bitcast<f32>({n}[kv8_scale_word(i)]); }}\n"
             ),
         };
-        // Vector pools of the other dtypes: kv8 is two kv4 (the 16-bit ones read one word).
+        // Vector pools of the other dtypes: kv8 is two kv4 (sparse_decode_attention, the one op
+        // with a vector pool, takes its kv8 path for 16-bit pools only; the others need the name).
         if vec4 && !matches!(d, DType::F16 | DType::BF16) {
             out += &format!("fn kv8_{n}(i: u32) -> array<vec4<f32>, 2> {{ return array(kv4_{n}(i), kv4_{n}(i + 4u)); }}\n");
         }
