@@ -5,7 +5,7 @@
 // many weight rows and keeps the reductions off the k loop:
 //
 // A workgroup of 256 threads covers ROWS = 4 NR weight rows from r0 = ROWS * (wg.x + wg.y *
-// num_workgroups.x) (NR = 4, 16 rows; NR = 2, 8 rows, in matmul_gemv_subgroup_batch_r8; rows past
+// num_workgroups.x) (NR = 4, 16 rows; NR = 8, 32 rows, in matmul_gemv_subgroup_batch_r32; rows past
 // n are clamped to n - 1 for loads and masked on store). Its threads form 32 lane groups of LG = 8
 // consecutive lanes of one subgroup (group q = subgroup_id * subgroup_size / 8 + lane / 8): group
 // q owns the 4 weight rows r0 + 4 (q % NR) .. + 3 (one accumulator component each) and the k
@@ -14,9 +14,10 @@
 // 8 lanes), two words per row in flight. Each word is multiplied with up to MX = 8 x rows (a pass;
 // m > 8 makes a second pass over the workgroup's rows, which mostly comes from L2), and each x
 // vec4 load feeds the 4 rows. Consecutive groups of a subgroup share their k slice (4 per
-// 32-lane subgroup with NR = 4, 2 with NR = 2), so they load the same x addresses (one
-// broadcast) for 16 (8) weight rows: x costs a quarter (half) of the L1 wavefronts it would if
-// all 32 lanes walked one row.
+// 32-lane subgroup), so they load the same x addresses (one broadcast) for 16 weight rows: x
+// costs a quarter of the L1 wavefronts it would if all 32 lanes walked one row. Every workgroup
+// reads all of x, so rows per workgroup set x's L2 traffic: 2 m / ROWS bytes per weight byte
+// where L1 does not keep x between workgroups.
 //
 // Reduction, once per pass (the k loop has none): the group's 8 lanes each hold 8 vec4 partials
 // (x row c, the 4 weight rows); three subgroupShuffleXor folds (4, 2, 1) each exchange half the
@@ -29,7 +30,7 @@
 
 const MX: u32 = 8u; // x rows per pass over the weights
 const LG: u32 = 8u; // lanes per group (the shuffle folds stay inside one subgroup)
-// NR, the row groups of 4 weight rows per workgroup (4, or 2 for matmul_gemv_subgroup_batch_r8),
+// NR, the row groups of 4 weight rows per workgroup (4, or 8 for matmul_gemv_subgroup_batch_r32),
 // is prepended by shaders.rs.
 const KS: u32 = 32u / NR; // k slices per workgroup: 256 threads = KS * NR groups of LG lanes
 const KL: u32 = KS * LG; // lanes striding over one weight row, in words

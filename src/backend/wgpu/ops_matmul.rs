@@ -99,13 +99,15 @@ const GEMV_ROWS: usize = 16;
 const GEMV_SUBGROUP_ROWS: usize = 8;
 
 /// The batched subgroup GEMV and its weight rows per workgroup (`ROWS` = 4 NR in
-/// shaders/matmul_gemv_subgroup_batch.wgsl): 16 (4 row groups x 8 k slices), or 8 (2 x 16: twice
-/// the workgroups, half the x sharing) with `LSERVE_WGPU_GEMV_BATCH_ROWS=8`, for measuring the
-/// two on a GPU; any other value is the default.
+/// shaders/matmul_gemv_subgroup_batch.wgsl): 16 (4 row groups x 8 k slices), or 32 (8 x 4) with
+/// `LSERVE_WGPU_GEMV_BATCH_ROWS=32`, for measuring the two on a GPU; any other value is the
+/// default. Every workgroup reads all of x (m rows of k f32), so x costs 2 m / ROWS bytes per
+/// weight byte through L2 wherever L1 does not keep it between workgroups: 32 rows halve that,
+/// but leave n = 4096 at 128 workgroups (one per SM of an H200, 8 warps).
 pub fn gemv_batch() -> (&'static str, usize) {
     static PICK: std::sync::OnceLock<(&'static str, usize)> = std::sync::OnceLock::new();
     *PICK.get_or_init(|| match std::env::var("LSERVE_WGPU_GEMV_BATCH_ROWS").as_deref() {
-        Ok("8") => (pl::matmul::GEMV_SUBGROUP_BATCH_R8, 8),
+        Ok("32") => (pl::matmul::GEMV_SUBGROUP_BATCH_R32, 32),
         _ => (pl::matmul::GEMV_SUBGROUP_BATCH, 16),
     })
 }

@@ -164,7 +164,7 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ("matmul_gemv", include_str!("../../../shaders/matmul_gemv.wgsl"), Reads::Scalar, false),
     ("matmul_gemv_subgroup", include_str!("../../../shaders/matmul_gemv_subgroup.wgsl"), Reads::Pairs, true),
     // One source, two row blockings (ops_matmul.rs `gemv_batch`): NR row groups of 4 weight rows
-    // per workgroup, 16 rows by default, 8 with LSERVE_WGPU_GEMV_BATCH_ROWS=8.
+    // per workgroup, 16 rows by default, 32 with LSERVE_WGPU_GEMV_BATCH_ROWS=32.
     (
         "matmul_gemv_subgroup_batch",
         concat!("const NR: u32 = 4u;\n", include_str!("../../../shaders/matmul_gemv_subgroup_batch.wgsl")),
@@ -172,8 +172,8 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         true,
     ),
     (
-        "matmul_gemv_subgroup_batch_r8",
-        concat!("const NR: u32 = 2u;\n", include_str!("../../../shaders/matmul_gemv_subgroup_batch.wgsl")),
+        "matmul_gemv_subgroup_batch_r32",
+        concat!("const NR: u32 = 8u;\n", include_str!("../../../shaders/matmul_gemv_subgroup_batch.wgsl")),
         Reads::Pairs,
         true,
     ),
