@@ -149,7 +149,9 @@ fn kv_snippet(op: &str, d: DType) -> Option<String> {
         // Vector pools of the other dtypes: kv8 is two kv4 (sparse_decode_attention, the one op
         // with a vector pool, takes its kv8 path for 16-bit pools only; the others need the name).
         if vec4 && !matches!(d, DType::F16 | DType::BF16) {
-            out += &format!("fn kv8_{n}(i: u32) -> array<vec4<f32>, 2> {{ return array(kv4_{n}(i), kv4_{n}(i + 4u)); }}\n");
+            out += &format!(
+                "fn kv8_{n}(i: u32) -> array<vec4<f32>, 2> {{ return array(kv4_{n}(i), kv4_{n}(i + 4u)); }}\n"
+            );
         }
     }
     Some(out)
