@@ -1,25 +1,40 @@
-// matmul_gemv_subgroup_batch (batched decode, 2 <= m <= 16, adapters with SUBGROUP): out[m][n] =
-// x[m][k] . w[n][k]^T (+ bias[n]), f32 accumulation, for 16-bit or quantized weights with k % 8 == 0 (the host
-// checks; else it uses matmul_gemv). Same math and layout as matmul_gemv_subgroup (which keeps
-// m == 1: one subgroup per weight row, no workgroup memory), a schedule that shares x:
+// matmul_gemv_subgroup_batch (batched decode, 2 <= m <= 16, adapters with SUBGROUP whose subgroups
+// have >= 8 lanes): out[m][n] = x[m][k] . w[n][k]^T (+ bias[n]), f32 accumulation, for 16-bit or
+// quantized weights with k % 8 == 0 (the host checks; else it uses matmul_gemv). Same math and
+// layout as matmul_gemv_subgroup (which keeps m == 1), a schedule that shares each x load among
+// many weight rows and keeps the reductions off the k loop:
 //
-// One workgroup of WG = 128 threads covers ROWS = 4 weight rows r0..r0+3 (r0 = 4 * (wg.x + wg.y *
-// num_workgroups.x); rows past n are clamped to n - 1 for loads and masked on store). Thread t
-// walks the 16-byte words t, t + WG, ... (8 weights each, via w8 of the weight snippet) of all
-// four rows, so every row is read by coalesced 2 KiB sweeps, and multiplies each word with up to
-// MX = 16 x rows (a pass): each weight is read once per pass, each x vec4 feeds four weight rows.
-// For m <= MX (every decode batch the host sends here) the weights are read exactly once.
-// Partial sums: a_i = x row m0 + i against the four rows, one row per component. subgroupAdd sums
-// them over each subgroup; lane 0 stashes them in workgroup memory (subgroups have >= 4 lanes, so
-// at most 32 of them: 8 x rows x 32 subgroups = 4 KiB) and thread i then adds x row i over the
-// subgroups and writes its four outputs. Weight rows start 16-byte aligned because k % 8 == 0 (16-bit
-// weights). Quantized weights: w8 decodes the 8 weights of group i (one sub-block, one scale) from
-// the u32 words covering them (shaders/quant_weights.wgsl).
+// A workgroup of 256 threads covers ROWS = 4 NR weight rows from r0 = ROWS * (wg.x + wg.y *
+// num_workgroups.x) (NR = 4, 16 rows; NR = 8, 32 rows, in matmul_gemv_subgroup_batch_r32; rows past
+// n are clamped to n - 1 for loads and masked on store). Its threads form 32 lane groups of LG = 8
+// consecutive lanes of one subgroup (group q = subgroup_id * subgroup_size / 8 + lane / 8): group
+// q owns the 4 weight rows r0 + 4 (q % NR) .. + 3 (one accumulator component each) and the k
+// slice q / NR of KS = 32 / NR, whose lane l reads the 16-byte words (8 weights each, via w8 of
+// the weight snippet) l, l + KL, l + 2 KL, ... of its rows, KL = 8 KS (the workgroup's slices x
+// 8 lanes), two words per row in flight. Each word is multiplied with up to MX = 8 x rows (a pass;
+// m > 8 makes a second pass over the workgroup's rows, which mostly comes from L2), and each x
+// vec4 load feeds the 4 rows. Consecutive groups of a subgroup share their k slice (4 per
+// 32-lane subgroup), so they load the same x addresses (one broadcast) for 16 weight rows: x
+// costs a quarter of the L1 wavefronts it would if all 32 lanes walked one row. Every workgroup
+// reads all of x, so rows per workgroup set x's L2 traffic: 2 m / ROWS bytes per weight byte
+// where L1 does not keep x between workgroups.
+//
+// Reduction, once per pass (the k loop has none): the group's 8 lanes each hold 8 vec4 partials
+// (x row c, the 4 weight rows); three subgroupShuffleXor folds (4, 2, 1) each exchange half the
+// partials, so lane l ends with x row l summed over the group (7 vec4 shuffles, not 8 x 3). Each
+// lane stashes its vec4 in workgroup memory (4 KiB: KS slices x NR row groups x 8 x rows), one
+// barrier, and thread t < 8 NR adds the KS slices of (row group t / 8, x row t % 8) and writes
+// the 4 outputs (+ bias). Weight rows start 16-byte aligned because k % 8 == 0 (16-bit weights).
+// Quantized weights: w8 decodes the 8 weights of group i (one sub-block, one scale) from the
+// u32 words covering them (shaders/quant_weights.wgsl).
 
-const ROWS: u32 = 4u; // weight rows per workgroup
-const WG: u32 = 128u; // threads per workgroup
-const MX: u32 = 16u; // x rows per pass over the weights
-const HALF: u32 = 8u; // x rows per stash of partial sums
+const MX: u32 = 8u; // x rows per pass over the weights
+const LG: u32 = 8u; // lanes per group (the shuffle folds stay inside one subgroup)
+// NR, the row groups of 4 weight rows per workgroup (4, or 8 for matmul_gemv_subgroup_batch_r32),
+// is prepended by shaders.rs.
+const KS: u32 = 32u / NR; // k slices per workgroup: 256 threads = KS * NR groups of LG lanes
+const KL: u32 = KS * LG; // lanes striding over one weight row, in words
+const ROWS: u32 = 4u * NR; // weight rows per workgroup
 
 @group(0) @binding(0) var<uniform> p: MatmulParams;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>; // k % 8 == 0: rows are whole vec4s
@@ -30,11 +45,14 @@ const HALF: u32 = 8u; // x rows per stash of partial sums
 fn w_cols() -> u32 { return p.k; }
 fn w_rows() -> u32 { return p.n; }
 
-// part[s * HALF + i]: subgroup s's sums for x row i of the current half pass.
+// part[(slice * NR + row group) * MX + i]: the group's sums for x row i of the pass.
 var<workgroup> part: array<vec4<f32>, 256>;
 
-// The four weight words q0..q3 (rows r0..r0 + 3, same k) times the 8 x elements at vec4 offset o:
-// one weight row per component.
+// Partial sums of one lane: a<i> = x row m0 + i against the group's 4 weight rows.
+struct Acc { a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, a4: vec4<f32>, a5: vec4<f32>, a6: vec4<f32>, a7: vec4<f32> }
+
+// The four weight words q0..q3 (same k) times the 8 x elements at vec4 offset o: one weight row per
+// component.
 fn dot4(q0: array<vec4<f32>, 2>, q1: array<vec4<f32>, 2>, q2: array<vec4<f32>, 2>, q3: array<vec4<f32>, 2>, o: u32) -> vec4<f32> {
     let xa = x[o];
     let xb = x[o + 1u];
@@ -46,83 +64,84 @@ fn dot4(q0: array<vec4<f32>, 2>, q1: array<vec4<f32>, 2>, q2: array<vec4<f32>, 2
     );
 }
 
-// Sums v (x row i of the half pass) over the subgroup into part; skipped, uniformly, for i >= cnt.
-fn stash(sg: u32, lane: u32, i: u32, cnt: u32, v: vec4<f32>) {
-    if (i >= cnt) { return; }
-    let s = subgroupAdd(v);
-    if (lane == 0u) { part[sg * HALF + i] = s; }
+// Adds the words q0..q3 (word j of the 4 rows) times x rows m0 .. m0 + nx - 1 (nx is uniform).
+fn step(a: ptr<function, Acc>, q0: array<vec4<f32>, 2>, q1: array<vec4<f32>, 2>, q2: array<vec4<f32>, 2>, q3: array<vec4<f32>, 2>, j: u32, m0: u32, nx: u32) {
+    let kv = p.k / 4u; // vec4s per x row
+    let o = m0 * kv + 2u * j;
+    (*a).a0 += dot4(q0, q1, q2, q3, o);
+    if (nx > 1u) { (*a).a1 += dot4(q0, q1, q2, q3, o + kv); }
+    if (nx > 2u) { (*a).a2 += dot4(q0, q1, q2, q3, o + 2u * kv); }
+    if (nx > 3u) { (*a).a3 += dot4(q0, q1, q2, q3, o + 3u * kv); }
+    if (nx > 4u) { (*a).a4 += dot4(q0, q1, q2, q3, o + 4u * kv); }
+    if (nx > 5u) { (*a).a5 += dot4(q0, q1, q2, q3, o + 5u * kv); }
+    if (nx > 6u) { (*a).a6 += dot4(q0, q1, q2, q3, o + 6u * kv); }
+    if (nx > 7u) { (*a).a7 += dot4(q0, q1, q2, q3, o + 7u * kv); }
 }
 
-// After the stashes: thread t < cnt adds x row m0 + t over the subgroups and writes its outputs
-// for the in-range weight rows r0..r0 + 3 (+ bias). Called in uniform control flow.
-fn emit(t: u32, nsg: u32, r0: u32, m0: u32, cnt: u32) {
-    workgroupBarrier(); // stashes visible
-    if (t < cnt) {
-        var s = vec4<f32>(0.0);
-        for (var g = 0u; g < nsg; g++) { s += part[g * HALF + t]; }
-        for (var c = 0u; c < ROWS; c++) {
-            let row = r0 + c;
-            if (row < p.n) {
-                var b = 0.0;
-                if (p.has_bias != 0u) { b = bias[row]; }
-                out[p.out_off + (m0 + t) * p.ldo + row] = s[c] + b;
-            }
-        }
-    }
-    workgroupBarrier(); // part is free for the next stash
+// One fold of the transposing reduction: the lanes with lane bit d clear keep lo and add their
+// partner's lo (lane ^ d), the others keep hi and add the partner's hi. Uniform control flow.
+fn fold(lo: vec4<f32>, hi: vec4<f32>, l: u32, d: u32) -> vec4<f32> {
+    let up = (l & d) != 0u;
+    return select(lo, hi, up) + subgroupShuffleXor(select(hi, lo, up), d);
 }
 
-@compute @workgroup_size(128)
+@compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) t: u32, @builtin(subgroup_invocation_id) lane: u32,
-        @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) nsg: u32) {
+        @builtin(subgroup_size) sgs: u32, @builtin(subgroup_id) sg: u32) {
     let r0 = (wg.x + wg.y * nwg.x) * ROWS;
-    if (r0 >= p.n) { return; } // whole workgroup: barriers stay uniform
+    if (r0 >= p.n) { return; } // whole workgroup: barriers and shuffles stay uniform
+    let grp = sg * (sgs / LG) + lane / LG;
+    let l = lane % LG;
+    let rg = grp % NR;
+    let slice = grp / NR;
     let words = p.k / 8u; // 16-byte words per weight row
-    let kv = p.k / 4u; // vec4s per x row
     let last = p.n - 1u;
-    let b0 = min(r0, last) * words;
-    let b1 = min(r0 + 1u, last) * words;
-    let b2 = min(r0 + 2u, last) * words;
-    let b3 = min(r0 + 3u, last) * words;
+    let rb = r0 + 4u * rg;
+    let b0 = min(rb, last) * words;
+    let b1 = min(rb + 1u, last) * words;
+    let b2 = min(rb + 2u, last) * words;
+    let b3 = min(rb + 3u, last) * words;
     for (var m0 = 0u; m0 < p.m; m0 += MX) {
         let nx = min(p.m - m0, MX);
-        var a0 = vec4<f32>(0.0); var a1 = vec4<f32>(0.0); var a2 = vec4<f32>(0.0); var a3 = vec4<f32>(0.0);
-        var a4 = vec4<f32>(0.0); var a5 = vec4<f32>(0.0); var a6 = vec4<f32>(0.0); var a7 = vec4<f32>(0.0);
-        var a8 = vec4<f32>(0.0); var a9 = vec4<f32>(0.0); var a10 = vec4<f32>(0.0); var a11 = vec4<f32>(0.0);
-        var a12 = vec4<f32>(0.0); var a13 = vec4<f32>(0.0); var a14 = vec4<f32>(0.0); var a15 = vec4<f32>(0.0);
-        for (var j = t; j < words; j += WG) {
+        var a: Acc;
+        var j = slice * LG + l;
+        for (; j + KL < words; j += 2u * KL) {
             let q0 = w8(b0 + j);
             let q1 = w8(b1 + j);
             let q2 = w8(b2 + j);
             let q3 = w8(b3 + j);
-            let o = m0 * kv + 2u * j; // x row m0, elements 8j..8j + 7
-            a0 += dot4(q0, q1, q2, q3, o);
-            if (nx > 1u) { a1 += dot4(q0, q1, q2, q3, o + kv); }
-            if (nx > 2u) { a2 += dot4(q0, q1, q2, q3, o + 2u * kv); }
-            if (nx > 3u) { a3 += dot4(q0, q1, q2, q3, o + 3u * kv); }
-            if (nx > 4u) { a4 += dot4(q0, q1, q2, q3, o + 4u * kv); }
-            if (nx > 5u) { a5 += dot4(q0, q1, q2, q3, o + 5u * kv); }
-            if (nx > 6u) { a6 += dot4(q0, q1, q2, q3, o + 6u * kv); }
-            if (nx > 7u) { a7 += dot4(q0, q1, q2, q3, o + 7u * kv); }
-            if (nx > 8u) { a8 += dot4(q0, q1, q2, q3, o + 8u * kv); }
-            if (nx > 9u) { a9 += dot4(q0, q1, q2, q3, o + 9u * kv); }
-            if (nx > 10u) { a10 += dot4(q0, q1, q2, q3, o + 10u * kv); }
-            if (nx > 11u) { a11 += dot4(q0, q1, q2, q3, o + 11u * kv); }
-            if (nx > 12u) { a12 += dot4(q0, q1, q2, q3, o + 12u * kv); }
-            if (nx > 13u) { a13 += dot4(q0, q1, q2, q3, o + 13u * kv); }
-            if (nx > 14u) { a14 += dot4(q0, q1, q2, q3, o + 14u * kv); }
-            if (nx > 15u) { a15 += dot4(q0, q1, q2, q3, o + 15u * kv); }
+            let s0 = w8(b0 + j + KL);
+            let s1 = w8(b1 + j + KL);
+            let s2 = w8(b2 + j + KL);
+            let s3 = w8(b3 + j + KL);
+            step(&a, q0, q1, q2, q3, j, m0, nx);
+            step(&a, s0, s1, s2, s3, j + KL, m0, nx);
         }
-        let lo = min(nx, HALF);
-        stash(sg, lane, 0u, lo, a0); stash(sg, lane, 1u, lo, a1); stash(sg, lane, 2u, lo, a2); stash(sg, lane, 3u, lo, a3);
-        stash(sg, lane, 4u, lo, a4); stash(sg, lane, 5u, lo, a5); stash(sg, lane, 6u, lo, a6); stash(sg, lane, 7u, lo, a7);
-        emit(t, nsg, r0, m0, lo);
-        if (nx > HALF) {
-            let hi = nx - HALF;
-            stash(sg, lane, 0u, hi, a8); stash(sg, lane, 1u, hi, a9); stash(sg, lane, 2u, hi, a10); stash(sg, lane, 3u, hi, a11);
-            stash(sg, lane, 4u, hi, a12); stash(sg, lane, 5u, hi, a13); stash(sg, lane, 6u, hi, a14); stash(sg, lane, 7u, hi, a15);
-            emit(t, nsg, r0, m0 + HALF, hi);
+        if (j < words) { step(&a, w8(b0 + j), w8(b1 + j), w8(b2 + j), w8(b3 + j), j, m0, nx); }
+        // Lane l of the group ends with x row l (bits 4, 2, 1 of l pick the halves kept).
+        let h0 = fold(a.a0, a.a4, l, 4u);
+        let h1 = fold(a.a1, a.a5, l, 4u);
+        let h2 = fold(a.a2, a.a6, l, 4u);
+        let h3 = fold(a.a3, a.a7, l, 4u);
+        let g0 = fold(h0, h2, l, 2u);
+        let g1 = fold(h1, h3, l, 2u);
+        part[(slice * NR + rg) * MX + l] = fold(g0, g1, l, 1u);
+        workgroupBarrier();
+        if (t < NR * MX && t % MX < nx) {
+            let i = t % MX; // x row m0 + i
+            let g = t / MX; // row group
+            var s = vec4<f32>(0.0);
+            for (var k = 0u; k < KS; k++) { s += part[(k * NR + g) * MX + i]; }
+            for (var c = 0u; c < 4u; c++) {
+                let row = r0 + 4u * g + c;
+                if (row < p.n) {
+                    var b = 0.0;
+                    if (p.has_bias != 0u) { b = bias[row]; }
+                    out[p.out_off + (m0 + i) * p.ldo + row] = s[c] + b;
+                }
+            }
         }
+        workgroupBarrier(); // part is free for the next pass
     }
 }

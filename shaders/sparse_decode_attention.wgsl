@@ -21,16 +21,18 @@
 // Split i covers slots [i * per, (i + 1) * per), per = max(ceil(n_slots / n_splits), 128).
 //
 // Per chunk: thread t scores slot c0 + t for all 8 head lanes (vec4 pairs; qs rows of absent heads
-// and past head_dim are zero, so no lane needs a guard), reading its K row 32 values at a time as
-// 16-byte vectors;
+// and past head_dim are zero, so no lane needs a guard), reading its K row 32 values at a time
+// as 16-byte vectors (16-bit pools with head_dim % 8 == 0: 64 at a time, 8 per 16-byte word);
 // chunk max (16 partials); probabilities; P.V with thread (key group kg, dim lane dl) owning dims
-// dl and dl + 128 of every head, V read 16 keys at a time. Accumulators are vec4 registers (no
-// private arrays: loads are all issued before their first use).
+// dl and dl + 128 of every head, V read 32 keys at a time (two 16-key blocks in flight).
+// Accumulators are vec4 registers (no private arrays: loads are all issued before their first
+// use).
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
-// KV dtype accessors kv4_k_pool / kv_v_pool (f32, f16, bf16, int8, fp8) come from the KV snippet
-// (src/backend/wgpu/shaders.rs); KV_K4 is vec4<f32> for f32 pools, else u32 words.
+// KV dtype accessors kv4_k_pool / kv8_k_pool / kv_v_pool (f32, f16, bf16, int8, fp8) come from the
+// KV snippet (src/backend/wgpu/shaders.rs); KV_K4 is vec4<f32> for f32 pools, 16-byte words
+// (vec4<u32>, 8 values) for 16-bit ones, else u32 words.
 @group(0) @binding(2) var<storage, read> k_pool: array<KV_K4>; // head_dim % 4 == 0 (host checks)
 @group(0) @binding(3) var<storage, read> v_pool: array<KV_EL>;
 @group(0) @binding(4) var<storage, read> head_map: array<u32>;
@@ -49,7 +51,7 @@ const WG: u32 = 128u;
 const GMAX: u32 = 8u;
 const NONE: u32 = 0xffffffffu;
 
-var<workgroup> qs: array<vec4<f32>, 512>;  // [GMAX][hv] scaled queries, hv = ceil(hd / 32) * 8
+var<workgroup> qs: array<vec4<f32>, 512>;  // [GMAX][hv] scaled queries, hv = ceil(hd / 32) * 8 (or / 64 * 16)
 var<workgroup> sc: array<vec4<f32>, 256>;  // [key][2]: scores, then probabilities, heads 0-3 | 4-7
 var<workgroup> kb: array<u32, 128>;        // pool offset of each chunk key, NONE if masked/absent
 var<workgroup> red: array<vec4<f32>, 32>;  // [16][2] partial maxima / sums
@@ -107,6 +109,12 @@ fn k4(i: u32, lim: u32) -> vec4<f32> {
     return kv4_k_pool(min(i, lim));
 }
 
+// Eight K values from element `i` (a multiple of 8: head_dim % 8 == 0), clamped to the row's last
+// 8 at `lim`.
+fn k8(i: u32, lim: u32) -> array<vec4<f32>, 2> {
+    return kv8_k_pool(min(i, lim));
+}
+
 // Dot of head g's query (16 values from vec4 index c) with four K vec4s.
 fn qdot(g: u32, hv: u32, c: u32, a: vec4<f32>, b: vec4<f32>, x: vec4<f32>, y: vec4<f32>) -> f32 {
     let i = g * hv + c;
@@ -130,7 +138,12 @@ fn pv(i: u32, h: u32, v: vec4<f32>) -> vec4<f32> {
     return sc[i + h] * v.x + sc[i + 2u + h] * v.y + sc[i + 4u + h] * v.z + sc[i + 6u + h] * v.w;
 }
 
-// Long (about 230 lines) on purpose: the entry point's phases (key list, K/V chunks, scores, online
+// pv over the 16 keys j..j+16 (V of keys j.., j+4.., j+8.., j+12.. in a, b, c, d), from i = 2 j.
+fn pv16(i: u32, h: u32, a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, d: vec4<f32>) -> vec4<f32> {
+    return pv(i, h, a) + pv(i + 8u, h, b) + pv(i + 16u, h, c) + pv(i + 24u, h, d);
+}
+
+// Long (about 240 lines) on purpose: the entry point's phases (key list, K/V chunks, scores, online
 // softmax, P.V, output) share its workgroup memory and per-invocation state, and the body reads in
 // the order it runs.
 @compute @workgroup_size(128)
@@ -148,7 +161,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let h0 = kvh * group + g0;
     let split = wg.x;
     let n_splits = nwg.x;
-    let hv = (hd + 31u) / 32u * 8u;
+    // 16-bit pools with head_dim % 8 == 0 read K 64 values per step (8 words of 8), the others 32
+    // (8 vec4s); the query rows are zero-padded to a whole step.
+    let wide = hd % 8u == 0u && (KV_KIND == 1u || KV_KIND == 2u);
+    let hv = select((hd + 31u) / 32u * 8u, (hd + 63u) / 64u * 16u, wide);
     // This pass's heads only: streaming heads when recorded with n_ret = 0, else retrieval heads.
     let hm = head_map[kvh];
     if (((hm & STREAMING_BIT) != 0u) != (p.n_ret == 0u)) { return; }
@@ -235,13 +251,35 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     var cB = vec4(0.0);
 
     for (var c0 = b; c0 < e; c0 = c0 + WG) {
-        // Scores of this thread's key, its row read 32 values at a time.
+        // Scores of this thread's key, its row read 32 (wide: 64) values at a time.
         var o = NONE;
         if (c0 + t < e) { o = slot_offset(ls, c0 + t); }
         kb[t] = o;
         var sA = vec4(0.0);
         var sB = vec4(0.0);
-        if (o != NONE) {
+        if (o != NONE && wide) {
+            // 8 values per load (one 16-byte word): the lanes read different rows, so each load
+            // instruction touches a line per lane; fewer, wider loads cost fewer, and 8 in flight
+            // per step halve the round trips of the 32-value step.
+            let lim = o + hd - 8u;
+            for (var c = 0u; c < hv; c = c + 16u) {
+                let i = o + c * 4u;
+                let y0 = k8(i, lim);
+                let y1 = k8(i + 8u, lim);
+                let y2 = k8(i + 16u, lim);
+                let y3 = k8(i + 24u, lim);
+                let y4 = k8(i + 32u, lim);
+                let y5 = k8(i + 40u, lim);
+                let y6 = k8(i + 48u, lim);
+                let y7 = k8(i + 56u, lim);
+                sA = sA + dots(0u, hv, c, y0[0], y0[1], y1[0], y1[1]) + dots(0u, hv, c + 4u, y2[0], y2[1], y3[0], y3[1])
+                    + dots(0u, hv, c + 8u, y4[0], y4[1], y5[0], y5[1]) + dots(0u, hv, c + 12u, y6[0], y6[1], y7[0], y7[1]);
+                if (hi_heads) {
+                    sB = sB + dots(4u, hv, c, y0[0], y0[1], y1[0], y1[1]) + dots(4u, hv, c + 4u, y2[0], y2[1], y3[0], y3[1])
+                        + dots(4u, hv, c + 8u, y4[0], y4[1], y5[0], y5[1]) + dots(4u, hv, c + 12u, y6[0], y6[1], y7[0], y7[1]);
+                }
+            }
+        } else if (o != NONE) {
             let lim = o + hd - 4u;
             for (var c = 0u; c < hv; c = c + 8u) {
                 let i = o + c * 4u;
@@ -286,7 +324,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         sc[2u * t] = select(vec4(0.0), exp(sA - nA), valid);
         sc[2u * t + 1u] = select(vec4(0.0), exp(sB - nB), valid);
         workgroupBarrier();
-        // Probability sums (16 partials) and P.V, 16 keys at a time.
+        // Probability sums (16 partials) and P.V, 32 keys at a time.
         if (t < 16u) {
             lA = lA * alA;
             lB = lB * alB;
@@ -300,22 +338,37 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         cA = cA * alA;
         cB = cB * alB;
         let nk = min(WG, e - c0);
-        for (var j = select(nk, 16u * kg, kg < kgn); j < nk; j = j + 16u * kgn) {
+        // Two 16-key blocks of this key group per step, all their V loads issued before the first
+        // use (32 per dim in flight); the second block (j2) is masked (m2 = 0, clamped into the
+        // chunk) where it is past nk.
+        let kstep = 16u * kgn;
+        for (var j = select(nk, 16u * kg, kg < kgn); j < nk; j = j + 2u * kstep) {
+            let j2 = min(j + kstep, WG - 16u);
+            let m2 = select(0.0, 1.0, j + kstep < nk);
             let i = 2u * j;
+            let i2 = 2u * j2;
             let va = v4(j, dl);
             let vb = v4(j + 4u, dl);
             let vc = v4(j + 8u, dl);
             let vd = v4(j + 12u, dl);
-            aA = aA + pv(i, 0u, va) + pv(i + 8u, 0u, vb) + pv(i + 16u, 0u, vc) + pv(i + 24u, 0u, vd);
-            if (hi_heads) { aB = aB + pv(i, 1u, va) + pv(i + 8u, 1u, vb) + pv(i + 16u, 1u, vc) + pv(i + 24u, 1u, vd); }
+            let ua = v4(j2, dl);
+            let ub = v4(j2 + 4u, dl);
+            let uc = v4(j2 + 8u, dl);
+            let ud = v4(j2 + 12u, dl);
+            aA = aA + pv16(i, 0u, va, vb, vc, vd) + m2 * pv16(i2, 0u, ua, ub, uc, ud);
+            if (hi_heads) { aB = aB + pv16(i, 1u, va, vb, vc, vd) + m2 * pv16(i2, 1u, ua, ub, uc, ud); }
             if (two) {
                 let d = min(dl + WG, hd - 1u);
                 let wa = v4(j, d);
                 let wb = v4(j + 4u, d);
                 let wc = v4(j + 8u, d);
                 let wd = v4(j + 12u, d);
-                cA = cA + pv(i, 0u, wa) + pv(i + 8u, 0u, wb) + pv(i + 16u, 0u, wc) + pv(i + 24u, 0u, wd);
-                if (hi_heads) { cB = cB + pv(i, 1u, wa) + pv(i + 8u, 1u, wb) + pv(i + 16u, 1u, wc) + pv(i + 24u, 1u, wd); }
+                let xa = v4(j2, d);
+                let xb = v4(j2 + 4u, d);
+                let xc = v4(j2 + 8u, d);
+                let xd = v4(j2 + 12u, d);
+                cA = cA + pv16(i, 0u, wa, wb, wc, wd) + m2 * pv16(i2, 0u, xa, xb, xc, xd);
+                if (hi_heads) { cB = cB + pv16(i, 1u, wa, wb, wc, wd) + m2 * pv16(i2, 1u, xa, xb, xc, xd); }
             }
         }
         workgroupBarrier();

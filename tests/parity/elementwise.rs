@@ -61,8 +61,10 @@ pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
     let mut t = pair(gpu);
     // On wgpu (ops_matmul.rs picks the kernel from m): m <= 16 takes the GEMVs (for 16-bit weights
     // with k % 8 == 0 where SUBGROUP is available the subgroup ones: m == 1 one row per subgroup,
-    // 2..=16 the batch kernel, both halves of 8 rows of its reduction; else matmul_gemv, one pass
-    // of up to 16 x rows), 17..=96 the 32-row GEMM tiles, larger m the 128-row ones. On adapters
+    // 2..=16 the batch kernel: 16 weight rows per workgroup, k strided in 64-word steps taken two
+    // at a time, passes of 8 x rows, so n not a multiple of 16 (and below it), k of 1 to 513
+    // words, m of one and two passes, full and partial; else matmul_gemv, one pass of up to 16 x
+    // rows), 17..=96 the 32-row GEMM tiles, larger m the 128-row ones. On adapters
     // with cooperative matrices every m >= 2 takes matmul_coop_m16 (m <= 16: 16 weight rows per
     // workgroup, k split in chunks of 64 over 4 subgroups) or matmul_coop (64x64 tiles, k steps of
     // 32). Odd n (rows not a multiple of any workgroup's 4 or 16, or a tile's 64), k with and
@@ -103,6 +105,10 @@ pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
         (200, 45, 131),
         (8, 40, 4096),
         (17, 33, 4096),
+        (13, 45, 1544),
+        (11, 19, 8),
+        (7, 5, 2048),
+        (4, 3, 4104),
     ];
     // Where the backend multiplies in 16 bits (Caps::matmul_x16_from), the reference gets x
     // rounded the same way, so the comparison stays one of summation order only.
@@ -138,7 +144,7 @@ pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
 /// column block and every other element keeps its poison (NaN on both sides).
 fn matmul_strided<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, tol: f32) {
     let k = 2 * block_of(dtype).max(64);
-    for m in [1, 3, 40] {
+    for m in [1, 3, 12, 40] {
         let (n, ldo, off) = (37, 50, 5);
         let p = MatmulParams { ldo, out_off: off, ..MatmulParams::new(m, n, k, true) };
         if dtype.is_weight_quant() {

@@ -17,7 +17,7 @@
 //!
 //! Split-KV decode: the split count comes from an upper bound of the longest key list (the page
 //! table's length for retrieval heads, the Lambda window for streaming heads) at
-//! [`PAGES_PER_SPLIT`] pages a split, capped so the grid stays near [`TARGET_WORKGROUPS`] and at
+//! [`PAGES_PER_SPLIT`] pages a split, capped so the grid stays near [`target_workgroups`] and at
 //! [`MAX_SPLITS`]; on the device a split takes at least one chunk of 128 keys, so short lists
 //! leave the last splits empty (they report m = -inf, l = 0 and the merge skips them). The
 //! partials scratch (4-word header + `[num_seqs][n_heads][n_splits][head_dim + 2]` f32) is cached
@@ -40,8 +40,20 @@ const DECODE_HEADS: usize = 8;
 const PAGES_PER_SPLIT: usize = 8;
 /// Most splits per (sequence, KV head); the merge kernel takes up to 256.
 const MAX_SPLITS: usize = 128;
-/// Splitting stops once the decode grid has about this many workgroups.
-const TARGET_WORKGROUPS: usize = 1024;
+/// Splitting stops once the decode grid has about this many workgroups: 1024, or
+/// `LSERVE_WGPU_DECODE_WORKGROUPS` (a number from 64 to 65536) for measuring others on a GPU (a
+/// batch of 8 sequences x 8 KV heads at the default gets 16 splits of a 4096-key list, two
+/// 128-key chunks each; 2048 gives one chunk per workgroup).
+fn target_workgroups() -> usize {
+    static TARGET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *TARGET.get_or_init(|| {
+        std::env::var("LSERVE_WGPU_DECODE_WORKGROUPS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|n| (64..=65536).contains(n))
+            .unwrap_or(1024)
+    })
+}
 
 fn u(x: u32) -> usize {
     x as usize
@@ -162,7 +174,7 @@ fn decode_splits(p: &AttentionParams, page_table_len: usize, head_chunks: usize)
     let ret = if p.n_ret > 0 { page_table_len } else { 0 };
     let strm = if p.n_str > 0 { u(p.sink + p.local).div_ceil(ps) + 1 } else { 0 };
     let by_len = ret.max(strm).div_ceil(PAGES_PER_SPLIT);
-    let by_grid = TARGET_WORKGROUPS.div_ceil(u(p.num_seqs) * u(p.n_kv_heads) * head_chunks);
+    let by_grid = target_workgroups().div_ceil(u(p.num_seqs) * u(p.n_kv_heads) * head_chunks);
     by_len.min(by_grid).clamp(1, MAX_SPLITS)
 }
 
@@ -299,6 +311,13 @@ mod tests {
         fn f32s(&self, x: &[f32]) -> (WgpuBuffer, CpuBuffer) {
             (self.0.upload_f32(DType::F32, x.to_vec()).unwrap(), self.1.upload_f32(DType::F32, x.to_vec()).unwrap())
         }
+        /// x stored as `kv` on the GPU, and the values it holds there (rounded) as f32 on the CPU.
+        fn pool(&self, kv: DType, x: Vec<f32>) -> (WgpuBuffer, CpuBuffer) {
+            let n = x.len();
+            let g = self.0.upload_f32(kv, x).unwrap();
+            let held = self.0.download_f32(&g, 0, n).unwrap();
+            (g, self.1.upload_f32(DType::F32, held).unwrap())
+        }
         fn u32s(&self, x: &[u32]) -> (WgpuBuffer, CpuBuffer) {
             (self.0.upload_u32(x).unwrap(), self.1.upload_u32(x).unwrap())
         }
@@ -313,17 +332,22 @@ mod tests {
         }
     }
 
-    /// Params and device state of one layer: pools k, v, sk, sv, then head_map, page_indptr,
-    /// page_table, kv_len, ring_table; sequences own shuffled pages and rings.
-    fn layer(
-        t: &Pair,
-        rng: &mut Rng,
+    /// One layer's shape: head_dim, query heads per KV head, which KV heads stream, the
+    /// sequences' lengths, the window, the KV dtype of the GPU pools.
+    struct Shape<'a> {
         hd: usize,
         group: usize,
-        streaming: &[bool],
-        lens: &[u32],
+        streaming: &'a [bool],
+        lens: &'a [u32],
         window: u32,
-    ) -> (AttentionParams, Vec<(WgpuBuffer, CpuBuffer)>, Vec<u32>) {
+        kv: DType,
+    }
+
+    /// Params and device state of one layer: pools k, v, sk, sv (of `s.kv` on the GPU), then
+    /// head_map, page_indptr, page_table, kv_len, ring_table; sequences own shuffled pages and
+    /// rings.
+    fn layer(t: &Pair, rng: &mut Rng, s: &Shape) -> (AttentionParams, Vec<(WgpuBuffer, CpuBuffer)>, Vec<u32>) {
+        let Shape { hd, group, streaming, lens, window, kv } = *s;
         let (ps, num_pages, ring_tokens, nkv) = (16usize, 48usize, 64u32, streaming.len());
         let n_str = streaming.iter().filter(|&&s| s).count();
         let head_map = crate::backend::reference::kv_layout::head_map(streaming);
@@ -353,7 +377,7 @@ mod tests {
             ..Default::default()
         };
         let (rlen, slen) = ((num_pages * (nkv - n_str) * ps * hd).max(1), (num_str_pages * n_str * ps * hd).max(1));
-        let mut bufs: Vec<_> = [rlen, rlen, slen, slen].iter().map(|&n| t.f32s(&rng.vec(n))).collect();
+        let mut bufs: Vec<_> = [rlen, rlen, slen, slen].iter().map(|&n| t.pool(kv, rng.vec(n))).collect();
         for v in [head_map, indptr, table.clone(), lens.to_vec(), rng.perm(num_str_pages)] {
             bufs.push(t.u32s(&v));
         }
@@ -387,7 +411,8 @@ mod tests {
             (32, 10, 0, vec![false, true]),
         ] {
             // Three sequences: a second chunk, a whole prompt, one token.
-            let (mut p, b, _) = layer(&t, &mut rng, hd, group, &streaming, &[50, 30, 1], window);
+            let shape = Shape { hd, group, streaming: &streaming, lens: &[50, 30, 1], window, kv: DType::F32 };
+            let (mut p, b, _) = layer(&t, &mut rng, &shape);
             p.n_tokens = 44;
             let (q, qi) = (t.f32s(&rng.vec(44 * p.n_heads as usize * hd)), t.u32s(&[0, 13, 43, 44]));
             let mut out = t.f32s(&vec![f32::NAN; q.0.len]);
@@ -402,14 +427,22 @@ mod tests {
     fn decode_matches_cpu() {
         let Some(g) = gpu() else { return };
         let (t, mut rng) = (Pair(g, CpuBackend::new()), Rng(11));
-        for (hd, group, window, streaming, lens) in [
-            (16, 2, 0, vec![false, true, false], vec![151, 40]),
-            (128, 4, 0, vec![false, true], vec![151, 40]),
-            (64, 10, 30, vec![false, true], vec![100]),
-            (256, 1, 0, vec![true, false], vec![40]),
-            (32, 3, 0, vec![false, false], vec![700]),
+        // 16-bit pools: K read 8 values per 16-byte load (head_dim % 8 == 0), or half words
+        // (head_dim % 8 == 4: 20, 36).
+        for (hd, group, window, streaming, lens, kv) in [
+            (16, 2, 0, vec![false, true, false], vec![151, 40], DType::F32),
+            (128, 4, 0, vec![false, true], vec![151, 40], DType::F32),
+            (64, 10, 30, vec![false, true], vec![100], DType::F32),
+            (256, 1, 0, vec![true, false], vec![40], DType::F32),
+            (32, 3, 0, vec![false, false], vec![700], DType::F32),
+            (20, 2, 0, vec![false, true], vec![151, 40], DType::F32),
+            (128, 4, 0, vec![false, true], vec![151, 40], DType::F16),
+            (36, 3, 0, vec![false, true], vec![300, 17], DType::F16),
+            (72, 2, 0, vec![true, false], vec![151], DType::BF16),
+            (20, 5, 0, vec![false, false], vec![200], DType::BF16),
         ] {
-            let (p, b, table) = layer(&t, &mut rng, hd, group, &streaming, &lens, window);
+            let shape = Shape { hd, group, streaming: &streaming, lens: &lens, window, kv };
+            let (p, b, table) = layer(&t, &mut rng, &shape);
             let (ns, n_ret) = (lens.len(), p.n_ret as usize);
             let q = t.f32s(&rng.vec(ns * p.n_heads as usize * hd));
             // Slots reversed; selections: 4 ascending random pages, some at or above the tail.
@@ -434,7 +467,7 @@ mod tests {
                 let ((kg, mg), (kc, mc)) = views(&b);
                 t.0.sparse_decode_attention(&p, &q.0, kg, &mg, &hg, &mut out.0).unwrap();
                 t.1.sparse_decode_attention(&p, &q.1, kc, &mc, &hc, &mut out.1).unwrap();
-                t.check(&format!("decode hd {hd} group {group} tail {tail}"), &out);
+                t.check(&format!("decode hd {hd} group {group} tail {tail} kv {kv:?}"), &out);
             }
         }
     }
@@ -444,7 +477,8 @@ mod tests {
         let Some(g) = gpu() else { return };
         let (t, mut rng) = (Pair(g, CpuBackend::new()), Rng(5));
         for (hd, group, len, n) in [(16, 2, 85u32, 25u32), (128, 3, 300, 7), (64, 1, 5, 5)] {
-            let (ap, b, _) = layer(&t, &mut rng, hd, group, &[false, false, false], &[len], 0);
+            let shape = Shape { hd, group, streaming: &[false, false, false], lens: &[len], window: 0, kv: DType::F32 };
+            let (ap, b, _) = layer(&t, &mut rng, &shape);
             let p = LambdaMassParams {
                 n_tokens: n,
                 n_heads: ap.n_heads,

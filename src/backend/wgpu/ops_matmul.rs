@@ -22,15 +22,17 @@
 //!     of 8 16-bit weights, or groups of 8 quantized weights of one sub-block, decoded in
 //!     registers with one scale): for m == 1 (16-bit weights, fp8, int8 with k % 32 != 0)
 //!     `matmul_gemv_subgroup`, 8 rows per workgroup, one subgroup per row, 16-byte weight loads,
-//!     `subgroupAdd` (the measured batch-1 kernel: docs/benchmarks.md); for 2..=16 rows
-//!     `matmul_gemv_subgroup_batch`, 4 weight rows per 128-thread workgroup, k split over the
-//!     threads in 16-byte words, each word multiplied with all x rows and each x vec4 with the
-//!     4 weight rows (so x is read from cache once per 4 weight rows, not once per row),
-//!     `subgroupAdd`, then the subgroups' partials summed in workgroup memory.
+//!     `subgroupAdd` (the measured batch-1 kernel: docs/benchmarks.md); for 2..=16 rows, on
+//!     adapters whose subgroups have at least 8 lanes, `matmul_gemv_subgroup_batch`: 16 weight
+//!     rows per 256-thread workgroup, lane groups of 8 each on 4 rows and one of 8 k slices,
+//!     up to 8 x rows per pass in registers (each x load feeds 4 weight rows, and the 4 groups of
+//!     a 32-lane subgroup load the same x), no reduction in the k loop: three shuffle folds per
+//!     group, one barrier, 8 slices summed per output.
 //!   - `matmul_gemv` (everything else): 16 weight rows per 256-thread workgroup, each streamed
 //!     once by a group of 32 lanes and tree-reduced in workgroup memory; up to 16 x rows per pass.
 //!     Quantized weights reach it only on adapters without SUBGROUP (or int8/fp8 rows of k % 8 !=
-//!     0): each element is decoded alone (correct, not tuned).
+//!     0, or batches on subgroups of fewer than 8 lanes): each element is decoded alone (correct,
+//!     not tuned).
 //! - [`GEMV_MAX_M`] < m <= [`M32_MAX_M`] (batched decode beyond 16, short chunks): `matmul_m32`,
 //!   32x64 output tiles, 4x4 per thread.
 //! - larger m (prefill): `matmul`, 128x64 output tiles, k steps of 16, 8x4 per thread.
@@ -86,28 +88,43 @@ pub fn coop_from_m() -> usize {
 const COOP_TILE: usize = 64;
 const COOP_M16_ROWS: usize = 16;
 
-/// Largest m served by the GEMV kernels in one pass over the weights (`MX` in
-/// shaders/matmul_gemv.wgsl and shaders/matmul_gemv_subgroup_batch.wgsl).
+/// Largest m served by the GEMV kernels (`MX` in shaders/matmul_gemv.wgsl: one pass over the
+/// weights; shaders/matmul_gemv_subgroup_batch.wgsl makes passes of 8 x rows).
 pub const GEMV_MAX_M: usize = 16;
 /// Largest m served by the 32-row GEMM tiles; above it the 128-row tiles are used.
 pub const M32_MAX_M: usize = 96;
 /// Weight rows per workgroup of `matmul_gemv` (`ROWS` in shaders/matmul_gemv.wgsl).
 const GEMV_ROWS: usize = 16;
-/// Weight rows per workgroup of `matmul_gemv_subgroup` / `_batch` (`ROWS` there).
+/// Weight rows per workgroup of `matmul_gemv_subgroup` (`ROWS` there).
 const GEMV_SUBGROUP_ROWS: usize = 8;
-const GEMV_BATCH_ROWS: usize = 4;
+
+/// The batched subgroup GEMV and its weight rows per workgroup (`ROWS` = 4 NR in
+/// shaders/matmul_gemv_subgroup_batch.wgsl): 16 (4 row groups x 8 k slices), or 32 (8 x 4) with
+/// `LSERVE_WGPU_GEMV_BATCH_ROWS=32`, for measuring the two on a GPU; any other value is the
+/// default. Every workgroup reads all of x (m rows of k f32), so x costs 2 m / ROWS bytes per
+/// weight byte through L2 wherever L1 does not keep it between workgroups: 32 rows halve that,
+/// but leave n = 4096 at 128 workgroups (one per SM of an H200, 8 warps).
+pub fn gemv_batch() -> (&'static str, usize) {
+    static PICK: std::sync::OnceLock<(&'static str, usize)> = std::sync::OnceLock::new();
+    *PICK.get_or_init(|| match std::env::var("LSERVE_WGPU_GEMV_BATCH_ROWS").as_deref() {
+        Ok("32") => (pl::matmul::GEMV_SUBGROUP_BATCH_R32, 32),
+        _ => (pl::matmul::GEMV_SUBGROUP_BATCH, 16),
+    })
+}
 /// Threads (x blocks) per workgroup of `matmul_gemv_x8_pack`; weight rows per workgroup of
 /// `matmul_gemv_x8` are `GEMV_SUBGROUP_ROWS` (`ROWS` there).
 const X8_PACK_WG: usize = 64;
 
 /// The kernel for m rows of x against n weight rows and the number of workgroups it runs (before
 /// folding).
-/// `pairs`: the weights are 16-bit or quantized with k % 8 == 0 and the adapter has SUBGROUP.
-pub fn pick(m: usize, n: usize, pairs: bool) -> (&'static str, usize) {
+/// `pairs`: the weights are 16-bit or quantized with k % 8 == 0 and the adapter has SUBGROUP;
+/// `lanes8`: its subgroups have at least 8 lanes (the batch kernel's shuffle folds span 8).
+pub fn pick(m: usize, n: usize, pairs: bool, lanes8: bool) -> (&'static str, usize) {
     if m == 1 && pairs {
         (pl::matmul::GEMV_SUBGROUP, n.div_ceil(GEMV_SUBGROUP_ROWS))
-    } else if m <= GEMV_MAX_M && pairs {
-        (pl::matmul::GEMV_SUBGROUP_BATCH, n.div_ceil(GEMV_BATCH_ROWS))
+    } else if m <= GEMV_MAX_M && pairs && lanes8 {
+        let (op, rows) = gemv_batch();
+        (op, n.div_ceil(rows))
     } else if m <= GEMV_MAX_M {
         (pl::matmul::GEMV, n.div_ceil(GEMV_ROWS))
     } else if m <= M32_MAX_M {
@@ -168,7 +185,7 @@ pub fn matmul(
     }
     let pairs =
         (matches!(w.dtype, DType::F16 | DType::BF16) || w.dtype.is_weight_quant()) && k % 8 == 0 && be.has_subgroup();
-    let (op, groups) = pick(m, n, pairs);
+    let (op, groups) = pick(m, n, pairs, be.gpu().info.subgroup_min_size >= 8);
     let binds = pl::matmul::Binds { x, w, bias, out };
     pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups))
 }

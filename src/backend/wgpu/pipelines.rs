@@ -113,6 +113,7 @@ pipelines! {
         GEMV = matmul_gemv,
         GEMV_SUBGROUP = matmul_gemv_subgroup,
         GEMV_SUBGROUP_BATCH = matmul_gemv_subgroup_batch,
+        GEMV_SUBGROUP_BATCH_R32 = matmul_gemv_subgroup_batch_r32,
         COOP = matmul_coop,
         COOP_M16 = matmul_coop_m16,
     ]

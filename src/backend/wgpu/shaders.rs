@@ -54,7 +54,10 @@ pub enum Reads {
     Coop,
     /// The KV cache: the variant's dtype is the KV dtype, and the KV snippet ([`kv_snippet`])
     /// defines `KV_KIND`, the pool element types `KV_EL` / `KV_K4` and an accessor
-    /// `kv_<pool>(i) -> f32` (and `kv4_<pool>(i) -> vec4<f32>`) per pool binding the op reads.
+    /// `kv_<pool>(i) -> f32` per pool binding the op reads; vector pools (`array<KV_K4>`: 16-byte
+    /// words for f32 and the 16-bit dtypes, u32 for 8-bit) have `kv4_<pool>(i) -> vec4<f32>`
+    /// (i % 4 == 0) and `kv8_<pool>(i) -> array<vec4<f32>, 2>` (i % 8 == 0: one 16-byte load
+    /// for 16-bit pools), and no `kv_` where they are 16-bit.
     Kv,
 }
 
@@ -86,11 +89,12 @@ fn kv_snippet(op: &str, d: DType) -> Option<String> {
         _ => return None,
     };
     let mut out = format!("const KV_KIND: u32 = {kind}u;\n");
-    if d == DType::F32 {
-        out += "alias KV_EL = f32;\nalias KV_K4 = vec4<f32>;\n";
-    } else {
-        out += "alias KV_EL = u32;\nalias KV_K4 = u32;\n";
-    }
+    out += match d {
+        DType::F32 => "alias KV_EL = f32;\nalias KV_K4 = vec4<f32>;\n",
+        // 16-bit vector pools are 16-byte words (8 values): kv8 is one load.
+        DType::F16 | DType::BF16 => "alias KV_EL = u32;\nalias KV_K4 = vec4<u32>;\n",
+        _ => "alias KV_EL = u32;\nalias KV_K4 = u32;\n",
+    };
     if d.is_kv8() {
         out += concat!(
             "fn kv8_code_byte(i: u32) -> u32 { let hd = p.head_dim; let ps = p.page_size; let r = i / hd; ",
@@ -115,6 +119,18 @@ fn kv_snippet(op: &str, d: DType) -> Option<String> {
                 "fn kv4_{n}(i: u32) -> vec4<f32> {{ return {n}[i / 4u]; }}\nfn kv_{n}(i: u32) -> f32 {{ return {n}[i / 4u][i % 4u]; }}\n"
             ),
             (DType::F32, false) => format!("fn kv_{n}(i: u32) -> f32 {{ return {n}[i]; }}\n"),
+            // kv4 (i % 4 == 0) takes half a word; kv8 needs i % 8 == 0 (the whole word).
+            (DType::F16, true) => format!(
+                "fn kv4_{n}(i: u32) -> vec4<f32> {{ let w = {n}[i >> 3u]; let h = select(w.xy, w.zw, (i & 4u) != 0u); \
+                 return vec4(unpack2x16float(h.x), unpack2x16float(h.y)); }}\n\
+                 fn kv8_{n}(i: u32) -> array<vec4<f32>, 2> {{ let w = {n}[i >> 3u]; \
+                 return array(vec4(unpack2x16float(w.x), unpack2x16float(w.y)), vec4(unpack2x16float(w.z), unpack2x16float(w.w))); }}\n"
+            ),
+            (DType::BF16, true) => format!(
+                "fn kv_bf4_{n}(a: u32, b: u32) -> vec4<f32> {{ return bitcast<vec4<f32>>(vec4(a << 16u, a & 0xffff0000u, b << 16u, b & 0xffff0000u)); }}\n\
+                 fn kv4_{n}(i: u32) -> vec4<f32> {{ let w = {n}[i >> 3u]; let h = select(w.xy, w.zw, (i & 4u) != 0u); return kv_bf4_{n}(h.x, h.y); }}\n\
+                 fn kv8_{n}(i: u32) -> array<vec4<f32>, 2> {{ let w = {n}[i >> 3u]; return array(kv_bf4_{n}(w.x, w.y), kv_bf4_{n}(w.z, w.w)); }}\n"
+            ),
             (DType::F16, _) => format!(
                 "fn kv_{n}(i: u32) -> f32 {{ return unpack2x16float({n}[i >> 1u])[i & 1u]; }}\n\
                  fn kv4_{n}(i: u32) -> vec4<f32> {{ return vec4(unpack2x16float({n}[i >> 1u]), unpack2x16float({n}[(i >> 1u) + 1u])); }}\n"
@@ -130,6 +146,13 @@ fn kv_snippet(op: &str, d: DType) -> Option<String> {
                  fn kv4_{n}(i: u32) -> vec4<f32> {{ return kv8_val4({n}[kv8_code_byte(i) >> 2u]) * bitcast<f32>({n}[kv8_scale_word(i)]); }}\n"
             ),
         };
+        // Vector pools of the other dtypes: kv8 is two kv4 (sparse_decode_attention, the one op
+        // with a vector pool, takes its kv8 path for 16-bit pools only; the others need the name).
+        if vec4 && !matches!(d, DType::F16 | DType::BF16) {
+            out += &format!(
+                "fn kv8_{n}(i: u32) -> array<vec4<f32>, 2> {{ return array(kv4_{n}(i), kv4_{n}(i + 4u)); }}\n"
+            );
+        }
     }
     Some(out)
 }
@@ -142,9 +165,17 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ("matmul_m32", include_str!("../../../shaders/matmul_m32.wgsl"), Reads::Scalar, false),
     ("matmul_gemv", include_str!("../../../shaders/matmul_gemv.wgsl"), Reads::Scalar, false),
     ("matmul_gemv_subgroup", include_str!("../../../shaders/matmul_gemv_subgroup.wgsl"), Reads::Pairs, true),
+    // One source, two row blockings (ops_matmul.rs `gemv_batch`): NR row groups of 4 weight rows
+    // per workgroup, 16 rows by default, 32 with LSERVE_WGPU_GEMV_BATCH_ROWS=32.
     (
         "matmul_gemv_subgroup_batch",
-        include_str!("../../../shaders/matmul_gemv_subgroup_batch.wgsl"),
+        concat!("const NR: u32 = 4u;\n", include_str!("../../../shaders/matmul_gemv_subgroup_batch.wgsl")),
+        Reads::Pairs,
+        true,
+    ),
+    (
+        "matmul_gemv_subgroup_batch_r32",
+        concat!("const NR: u32 = 8u;\n", include_str!("../../../shaders/matmul_gemv_subgroup_batch.wgsl")),
         Reads::Pairs,
         true,
     ),
