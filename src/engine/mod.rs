@@ -15,7 +15,7 @@ mod step;
 
 use std::time::Instant;
 
-pub use build::{EngineOptions, build_engine};
+pub use build::{EngineOptions, build_engine, build_engine_tp};
 pub use step::{StepHead, StepOut, StepRow};
 
 use crate::backend::Backend;
@@ -37,6 +37,8 @@ pub const DEFAULT_PREFILL_CHUNK: usize = 8192;
 /// this many rows of the vocabulary.
 pub const LOGITS_CHUNK: usize = 512;
 
+/// Rank 0 of a tensor-parallel engine is the engine's own `backend`, `model` and `cache`; its
+/// cache's allocator is the only one (page ids, rings and slots are the same on every rank).
 pub struct Engine<B: Backend> {
     pub backend: B,
     pub model: Llama<B>,
@@ -44,6 +46,16 @@ pub struct Engine<B: Backend> {
     pub attn: AttnSettings,
     pub sparse: SparseConfig,
     pub prefill_chunk: usize,
+    /// Tensor-parallel ranks 1.. (empty without tensor parallelism; docs/tensor-parallel.md).
+    pub ranks: Vec<Rank<B>>,
+}
+
+/// A tensor-parallel rank other than 0: its device, its model shard and its KV heads' storage.
+/// Its cache's allocator is never used (rank 0's page ids index every rank's pools).
+pub struct Rank<B: Backend> {
+    pub backend: B,
+    pub model: Llama<B>,
+    pub cache: KvCache<B>,
 }
 
 #[derive(Clone, Debug)]
@@ -107,6 +119,27 @@ impl<B: Backend> Engine<B> {
         self.model.cfg.context_len()
     }
 
+    /// Ranks of tensor parallelism (1 without).
+    pub fn tp_size(&self) -> usize {
+        1 + self.ranks.len()
+    }
+
+    /// Every rank's cache shape, rank order.
+    pub fn rank_shapes(&self) -> impl Iterator<Item = &crate::kv::CacheShape> {
+        std::iter::once(&self.cache.shape).chain(self.ranks.iter().map(|r| &r.cache.shape))
+    }
+
+    /// Bytes of every rank's KV cache.
+    pub fn kv_cache_bytes(&self) -> usize {
+        self.rank_shapes().map(|s| s.total_bytes()).sum()
+    }
+
+    /// Bytes of every rank's weights on its device.
+    pub fn weight_bytes(&self) -> usize {
+        self.model.weight_bytes(&self.backend)
+            + self.ranks.iter().map(|r| r.model.weight_bytes(&r.backend)).sum::<usize>()
+    }
+
     /// Tokens one sequence can hold in this cache.
     pub fn capacity(&self) -> usize {
         self.cache.shape.num_pages * self.cache.shape.page_size
@@ -167,7 +200,13 @@ impl<B: Backend> Engine<B> {
 
     /// Add what a decode step at `seq` (after its step) read, per the plan it ran with.
     pub fn count_reads(&self, seq: &SeqPages, reads: &mut KvReads) {
-        let s = &self.cache.shape;
+        for s in self.rank_shapes() {
+            self.count_rank_reads(s, seq, reads);
+        }
+    }
+
+    /// `count_reads` for the KV heads of one rank's cache.
+    fn count_rank_reads(&self, s: &crate::kv::CacheShape, seq: &SeqPages, reads: &mut KvReads) {
         let len = seq.len as u64;
         let lambda = len.min((self.attn.sink + self.attn.local) as u64);
         let ps = s.page_size as u64;

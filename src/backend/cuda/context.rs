@@ -18,7 +18,7 @@ use std::sync::Arc;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr};
 
-use super::graph::{self, Cached, GemmRec, GraphStats, Graphs, Plan, Rec};
+use super::graph::{self, Cached, GemmRec, GraphStats, Graphs, Plan, Rec, SendGraph};
 
 /// Bytes of cuBLAS workspace.
 const BLAS_WORKSPACE: usize = 32 << 20;
@@ -364,7 +364,7 @@ impl Gpu {
         let h = graph::hash(&recs);
         let plan = self.graphs.borrow_mut().plan(&recs, h, self.replay.get());
         match plan {
-            Plan::Replay(i) => self.graphs.borrow().cache[i].graph.launch().map_err(drv("graph launch")),
+            Plan::Replay(i) => self.graphs.borrow().cache[i].graph.0.launch().map_err(drv("graph launch")),
             Plan::Eager => recs.iter().try_for_each(|r| self.launch_rec(r)),
             Plan::Capture => {
                 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
@@ -375,7 +375,7 @@ impl Gpu {
                 let captured = self.stream.end_capture(CUgraphInstantiate_flags(0));
                 if let (Ok(()), Ok(Some(graph))) = (launched, captured) {
                     graph.launch().map_err(drv("graph launch"))?;
-                    self.graphs.borrow_mut().insert(Cached { hash: h, recs, graph, last_used: 0 });
+                    self.graphs.borrow_mut().insert(Cached { hash: h, recs, graph: SendGraph(graph), last_used: 0 });
                     return Ok(());
                 }
                 // Nothing captured ran: run the list eagerly (a real launch error surfaces here).

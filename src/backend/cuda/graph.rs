@@ -89,9 +89,19 @@ pub struct GraphStats {
 pub struct Cached {
     pub hash: u64,
     pub recs: Vec<Rec>,
-    pub graph: cudarc::driver::CudaGraph,
+    pub graph: SendGraph,
     pub last_used: u64,
 }
+
+/// A captured graph that may move to another thread with its backend (a tensor-parallel rank's
+/// backend runs its steps on a scoped thread). cudarc leaves `CudaGraph` !Send because it holds
+/// raw driver handles; CUDA graph and graph-exec handles are not tied to a thread, only to their
+/// context, which `Backend::bind_thread` makes current before the rank's thread uses them.
+pub struct SendGraph(pub cudarc::driver::CudaGraph);
+
+// SAFETY: see the type's comment: the handles are used by one thread at a time (the backend is
+// not Sync) with their context current; the driver allows that from any thread.
+unsafe impl Send for SendGraph {}
 
 /// Recording state and the graph cache (owned by `Gpu`, behind a RefCell).
 #[derive(Default)]

@@ -321,6 +321,10 @@ impl Backend for CudaBackend {
         self.gpu.graph_begin()
     }
 
+    fn bind_thread(&self) -> Result<()> {
+        self.gpu.ctx.bind_to_thread().map_err(drv("binding the CUDA context to a rank's thread"))
+    }
+
     fn graph_end(&self, run: bool) -> Result<()> {
         self.gpu.graph_end(run)
     }
