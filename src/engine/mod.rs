@@ -140,6 +140,23 @@ impl<B: Backend> Engine<B> {
             + self.ranks.iter().map(|r| r.model.weight_bytes(&r.backend)).sum::<usize>()
     }
 
+    /// Device bytes per weight storage type over every rank (`Llama::weight_bytes_by_type`).
+    pub fn weight_bytes_by_type(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut by = self.model.weight_bytes_by_type(&self.backend);
+        for r in &self.ranks {
+            for (k, v) in r.model.weight_bytes_by_type(&r.backend) {
+                *by.entry(k).or_insert(0) += v;
+            }
+        }
+        by
+    }
+
+    /// The ranks' backends and models, rank order (the engine's cache is dropped).
+    pub fn into_shards(self) -> Vec<(B, Llama<B>)> {
+        let rest = self.ranks.into_iter().map(|r| (r.backend, r.model));
+        std::iter::once((self.backend, self.model)).chain(rest).collect()
+    }
+
     /// Tokens one sequence can hold in this cache.
     pub fn capacity(&self) -> usize {
         self.cache.shape.num_pages * self.cache.shape.page_size

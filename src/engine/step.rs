@@ -170,6 +170,7 @@ impl<B: Backend> Engine<B> {
     /// A rank that fails aborts the group so no rank waits forever in a collective; the error
     /// returned is the first one that is not such an abort.
     fn forward_ranks(&mut self, steps: &[SeqStep], ends: Ends) -> Result<StepOut> {
+        self.backend.bind_thread()?;
         let attn = &self.attn;
         let (model, be, cache) = (&self.model, &self.backend, &mut self.cache);
         let abort = |m: &Llama<B>| m.collective().into_iter().for_each(|c| c.abort());

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr};
 
-use super::graph::{self, Cached, GemmRec, GraphStats, Graphs, Plan, Rec, SendGraph};
+use super::graph::{self, Cached, GemmRec, GraphStats, Graphs, NcclRec, Plan, Rec, SendGraph};
 
 /// Bytes of cuBLAS workspace.
 const BLAS_WORKSPACE: usize = 32 << 20;
@@ -230,6 +230,7 @@ impl Gpu {
             ptrs: ptrs.to_vec(),
             scalars: scalars.to_vec(),
             gemm: None,
+            nccl: None,
         };
         self.submit(stem, rec)
     }
@@ -261,8 +262,26 @@ impl Gpu {
             ptrs: vec![],
             scalars: vec![],
             gemm: Some(g),
+            nccl: None,
         };
         self.submit("matmul_cublas", rec)
+    }
+
+    /// Enqueue an NCCL collective (recorded into the current list while recording, so it is
+    /// part of the step's graph; timed as `op` when profiling).
+    pub fn collective(&self, op: &'static str, n: NcclRec) -> Result<()> {
+        let rec = Rec {
+            func: 0,
+            grid: (1, 1, 1),
+            block: 0,
+            smem: 0,
+            params: vec![],
+            ptrs: vec![],
+            scalars: vec![],
+            gemm: None,
+            nccl: Some(n),
+        };
+        self.submit(op, rec)
     }
 
     fn run_gemm(&self, g: &GemmRec) -> Result<()> {
@@ -303,6 +322,9 @@ impl Gpu {
     fn launch_rec(&self, r: &Rec) -> Result<()> {
         if let Some(g) = &r.gemm {
             return self.run_gemm(g);
+        }
+        if let Some(n) = &r.nccl {
+            return self.run_nccl(n);
         }
         let mut args: Vec<*mut std::ffi::c_void> = Vec::with_capacity(1 + r.ptrs.len() + r.scalars.len());
         args.push(r.params.as_ptr() as *mut _);

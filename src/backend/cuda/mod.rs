@@ -16,6 +16,7 @@ pub mod bindings;
 mod context;
 mod graph;
 pub mod kernels;
+pub mod nccl;
 mod ops_attention;
 mod ops_basic;
 mod ops_kv;
