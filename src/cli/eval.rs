@@ -246,7 +246,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             println!("{:>18} {:>24} {:>6.0} calls {:>10.1} us/step", "", op, calls, us);
         }
     };
-    let rows = on_device!(device, be => lserve::bench::run(be, &a.shape, &o, log))?;
+    let rows = super::tp::on_ranks!(device, &a.tp, ranks => lserve::bench::run_tp(ranks.backends, ranks.comms, &a.shape, &o, log))?;
     if let Some(dir) = &a.out_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::write(dir.join("bench.json"), serde_json::to_string_pretty(&rows)?)?;

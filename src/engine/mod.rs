@@ -20,7 +20,7 @@ pub use step::{StepHead, StepOut, StepRow};
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::kv::{KvCache, SeqPages};
+use crate::kv::{KvCache, SeqPages, SwappedKv};
 use crate::model::llama::{AttnSettings, Llama, Logits};
 use crate::sampling::{Sampler, SamplingParams, log_prob};
 use crate::sparse::SparseConfig;
@@ -155,6 +155,28 @@ impl<B: Backend> Engine<B> {
     pub fn into_shards(self) -> Vec<(B, Llama<B>)> {
         let rest = self.ranks.into_iter().map(|r| (r.backend, r.model));
         std::iter::once((self.backend, self.model)).chain(rest).collect()
+    }
+
+    /// Copy `seq`'s KV on every rank to host memory (`KvCache::swap_out`, ranks appended).
+    pub fn swap_out(&self, seq: &SeqPages) -> Result<SwappedKv> {
+        let mut copy = self.cache.swap_out(&self.backend, seq)?;
+        for r in &self.ranks {
+            copy.append_rank(r.cache.swap_out(&r.backend, seq)?);
+        }
+        Ok(copy)
+    }
+
+    /// Admit a sequence holding `copy` (`swap_out`'s) on every rank: rank 0 allocates and
+    /// restores, the others restore their heads at the same ids. All or nothing.
+    pub fn swap_in(&mut self, copy: &SwappedKv) -> Result<SeqPages> {
+        let mut seq = self.cache.swap_in(&self.backend, copy)?;
+        for (i, r) in self.ranks.iter_mut().enumerate() {
+            if let Err(e) = r.cache.restore_rank(&r.backend, &seq, copy, i + 1) {
+                self.cache.release(&mut seq)?;
+                return Err(e);
+            }
+        }
+        Ok(seq)
     }
 
     /// Tokens one sequence can hold in this cache.
