@@ -52,6 +52,8 @@ pub fn shape(name: &str) -> Result<ModelConfig> {
     };
     Ok(match name {
         "llama3-8b" => base(128256, 4096, 14336, 32, 32, 8, 500000.0, 131072),
+        // 140 GB of bf16 weights: a tensor-parallel shape (`--tensor-parallel-size 2` and up).
+        "llama3-70b" => base(128256, 8192, 28672, 80, 64, 8, 500000.0, 131072),
         "llama2-7b" => base(32000, 4096, 11008, 32, 32, 32, 10000.0, 4096),
         "qwen2.5-7b" => ModelConfig {
             arch: "qwen2".into(),
@@ -66,7 +68,7 @@ pub fn shape(name: &str) -> Result<ModelConfig> {
         }
         other => {
             return Err(Error::InvalidArgument(format!(
-                "unknown shape `{other}` (llama3-8b, llama2-7b, qwen2.5-7b, smollm2-135m, or a config.json)"
+                "unknown shape `{other}` (llama3-8b, llama3-70b, llama2-7b, qwen2.5-7b, smollm2-135m, or a config.json)"
             )));
         }
     })

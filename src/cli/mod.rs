@@ -84,7 +84,7 @@ pub struct CalibrateArgs {
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// Model shape: llama3-8b, llama2-7b, qwen2.5-7b, smollm2-135m, or a config.json path.
+    /// Model shape: llama3-8b, llama3-70b, llama2-7b, qwen2.5-7b, smollm2-135m, or a config.json path.
     #[arg(long, default_value = "llama3-8b")]
     pub shape: String,
     /// auto | cpu | wgpu[:N] | cuda[:N]

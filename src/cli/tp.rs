@@ -108,7 +108,7 @@ pub fn cuda_ranks(a: &TpArgs, first: usize) -> Result<Ranks<lserve::backend::cud
         TpComm::Nccl => true,
         TpComm::Auto if distinct && nccl_present() => true,
         TpComm::Auto => {
-            let why = if distinct { "NCCL (libnccl.so.2) was not found" } else { "ranks share a GPU" };
+            let why = if distinct { "NCCL (libnccl.so) was not found" } else { "ranks share a GPU" };
             eprintln!("note: {why}; the ranks exchange results through host memory (--tp-comm host)");
             false
         }

@@ -11,7 +11,10 @@
 //! includes the time a rank waits for its peers.
 //!
 //! libnccl is loaded at run time (cudarc's dynamic loading): `nccl_present` is checked before
-//! any call, so a machine without NCCL gets a clear error, never a missing-symbol panic.
+//! any call, so a machine without NCCL gets a clear error, never a missing-symbol panic. cudarc
+//! looks for `libnccl.so` (and `.so.12`, `.so.11`, ...), not the `libnccl.so.2` NCCL installs:
+//! scripts/cuda_env.sh links one to the other. Only NCCL 2.x symbols every release has are used
+//! (ncclCommInitAll, ncclAllReduce, ncclAllGather, ncclCommAbort).
 //! NCCL needs a distinct GPU per rank; ranks sharing a GPU use the host collective
 //! (`backend::collective::HostCollective`). `abort` cannot interrupt a collective already on the
 //! device: a rank that fails mid-step leaves the others' NCCL kernels waiting, which is why every
@@ -62,7 +65,7 @@ impl NcclCollective {
     pub fn group(ranks: &[&CudaBackend]) -> Result<Vec<NcclCollective>> {
         if !nccl_present() {
             return Err(err(
-                "NCCL (libnccl.so.2) was not found: install NCCL for tensor parallelism over GPUs, or use --tp-comm host",
+                "NCCL was not found: cudarc loads libnccl.so (or libnccl.so.12 ...), not the libnccl.so.2 that NCCL installs: link libnccl.so to it on the library path (scripts/cuda_env.sh does), or use --tp-comm host",
             ));
         }
         let devs: Vec<i32> = ranks.iter().map(|b| b.gpu().ctx.ordinal() as i32).collect();
