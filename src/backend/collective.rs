@@ -110,7 +110,8 @@ pub struct HostCollective {
 impl HostCollective {
     /// The handles of a new group of `size` ranks, rank order.
     pub fn group(size: usize) -> Vec<HostCollective> {
-        let state = State { slots: vec![Arc::new(vec![]); size], arrived: 0, generation: 0, aborted: false };
+        let state =
+            State { slots: (0..size).map(|_| Arc::new(vec![])).collect(), arrived: 0, generation: 0, aborted: false };
         let group = Arc::new(Group { size, state: Mutex::new(state), cv: Condvar::new() });
         (0..size).map(|rank| HostCollective { rank, group: group.clone() }).collect()
     }

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::backend::collective::Collective;
 use crate::backend::{Backend, DType, FillRandomParams};
-use crate::engine::{Engine, EngineOptions, KvReads, StepHead, StepRow, build_engine_tp};
+use crate::engine::{Engine, EngineOptions, KvReads, Shards, StepHead, StepRow, build_engine_tp};
 use crate::error::{Error, Result};
 use crate::kv::HeadLayout;
 use crate::model::config::ModelConfig;
@@ -188,12 +188,12 @@ fn median(v: &mut [f64]) -> f64 {
 /// and floor are one rank's (the ranks stream their shares at once) and the backend column is
 /// `<backend>-tp<N>`; the kernel times are rank 0's, collectives included (`all_reduce`).
 fn point<B: Backend>(
-    shards: Vec<(B, Llama<B>)>,
+    shards: Shards<B>,
     shape_name: &str,
     (context, batch): (usize, usize),
     sparse: bool,
     o: &BenchOptions,
-) -> Result<(BenchRow, Vec<(B, Llama<B>)>)> {
+) -> Result<(BenchRow, Shards<B>)> {
     let mut config = o.config.clone();
     config.sparse.enabled = sparse;
     config.sparse.dense_below = 0;
@@ -336,11 +336,11 @@ fn fill_cache<B: Backend>(be: &B, cache: &mut crate::kv::KvCache<B>, seed: u32) 
 /// Prefill time of `tokens` tokens (chunked as the engine does), median of `repeats`; `sparse`
 /// runs it with the synthetic streaming heads (their Lambda-masked prefill attention).
 fn prefill<B: Backend>(
-    shards: Vec<(B, Llama<B>)>,
+    shards: Shards<B>,
     tokens: usize,
     sparse: bool,
     o: &BenchOptions,
-) -> Result<(f64, KernelTimes, Vec<(B, Llama<B>)>)> {
+) -> Result<(f64, KernelTimes, Shards<B>)> {
     let mut config = o.config.clone();
     config.sparse.enabled = sparse;
     let layout = sparse.then(|| synthetic_layout(&shards[0].1.cfg, o.streaming_ratio));

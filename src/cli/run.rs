@@ -196,7 +196,11 @@ pub fn load_weights<B: Backend>(be: &B, m: &LoadedModel, opts: LoadOptions) -> R
 }
 
 /// Every rank's model (`tp::load`) with `load_weights`'s progress bar (rank 0's layers).
-pub fn load_ranks<B: Backend>(ranks: Ranks<B>, m: &LoadedModel, opts: LoadOptions) -> Result<Vec<(B, Llama<B>)>> {
+pub fn load_ranks<B: Backend>(
+    ranks: Ranks<B>,
+    m: &LoadedModel,
+    opts: LoadOptions,
+) -> Result<lserve::engine::Shards<B>> {
     let bar = ProgressBar::new(m.config.num_layers as u64);
     bar.set_style(ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} layers").expect("valid template"));
     bar.set_message(m.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());

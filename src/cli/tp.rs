@@ -3,9 +3,10 @@
 //! them, one thread per rank. One rank (the default) is exactly the path without the flags: one
 //! backend, the whole model, no collective.
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use lserve::backend::Backend;
 use lserve::backend::collective::{Collective, HostCollective};
+use lserve::engine::Shards;
 use lserve::model::config::ModelConfig;
 use lserve::model::llama::Llama;
 use lserve::model::weights::{LoadOptions, WeightSource};
@@ -67,7 +68,17 @@ pub fn host_ranks<B: Backend>(
         bail!("--tp-comm nccl needs --device cuda (NCCL joins CUDA GPUs)");
     }
     let devices = a.devices(first)?;
-    let backends = devices.into_iter().map(open).collect::<Result<Vec<B>>>()?;
+    let n = devices.len();
+    let hint = if a.tp_devices.is_none() && n > 1 {
+        format!(" (ranks take consecutive devices; --tp-devices {} puts them all on one)", vec!["0"; n].join(","))
+    } else {
+        String::new()
+    };
+    let backends = devices
+        .into_iter()
+        .enumerate()
+        .map(|(r, d)| open(d).with_context(|| format!("tensor-parallel rank {r}{hint}")))
+        .collect::<Result<Vec<B>>>()?;
     let comms = if backends.len() > 1 { host_group(backends.len()) } else { vec![] };
     Ok(Ranks { backends, comms })
 }
@@ -154,7 +165,7 @@ pub fn load<B: Backend>(
     src: &dyn WeightSource,
     opts: &LoadOptions,
     progress: &(dyn Fn(usize, usize) + Sync),
-) -> Result<Vec<(B, Llama<B>)>> {
+) -> Result<Shards<B>> {
     build(ranks, |be, comm| match comm {
         None => Llama::load_with(be, cfg, src, opts, progress),
         Some(c) => {
@@ -174,7 +185,7 @@ pub fn synthetic<B: Backend>(
     cfg: &ModelConfig,
     dtype: Option<lserve::backend::DType>,
     seed: u32,
-) -> Result<Vec<(B, Llama<B>)>> {
+) -> Result<Shards<B>> {
     build(ranks, |be, comm| match comm {
         None => Llama::synthetic(be, cfg, dtype, seed),
         Some(c) => Llama::synthetic_shard(be, cfg, dtype, seed, c),
@@ -185,7 +196,7 @@ pub fn synthetic<B: Backend>(
 fn build<B: Backend>(
     ranks: Ranks<B>,
     make: impl Fn(&B, Option<Box<dyn Collective<B>>>) -> lserve::Result<Llama<B>> + Sync,
-) -> Result<Vec<(B, Llama<B>)>> {
+) -> Result<Shards<B>> {
     let Ranks { backends, comms } = ranks;
     if comms.is_empty() {
         let be = backends.into_iter().next().expect("at least one rank");

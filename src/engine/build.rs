@@ -2,7 +2,7 @@
 //! pattern into a head layout, size the KV cache (from `kv_memory` or from what the caller needs),
 //! and derive the attention settings.
 
-use super::{DEFAULT_PREFILL_CHUNK, Engine, Rank};
+use super::{DEFAULT_PREFILL_CHUNK, Engine, Rank, Shards};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::kv::{CacheShape, HeadLayout, KvCache};
@@ -66,7 +66,7 @@ pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) ->
 /// `build_engine`). Every rank's cache has the same pages, rings and slots and its own KV heads
 /// (`rank_layout`); with `kv_memory` every rank's budget is its own device's, and all take the
 /// fewest pages any rank's budget holds.
-pub fn build_engine_tp<B: Backend>(shards: Vec<(B, Llama<B>)>, opts: &EngineOptions) -> Result<Engine<B>> {
+pub fn build_engine_tp<B: Backend>(shards: Shards<B>, opts: &EngineOptions) -> Result<Engine<B>> {
     let n = shards.len();
     let Some((be, model)) = shards.first() else {
         return Err(Error::InvalidArgument("an engine needs at least one rank".into()));

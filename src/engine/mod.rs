@@ -15,7 +15,7 @@ mod step;
 
 use std::time::Instant;
 
-pub use build::{EngineOptions, build_engine, build_engine_tp};
+pub use build::{EngineOptions, build_engine, build_engine_tp, rank_layout};
 pub use step::{StepHead, StepOut, StepRow};
 
 use crate::backend::Backend;
@@ -49,6 +49,9 @@ pub struct Engine<B: Backend> {
     /// Tensor-parallel ranks 1.. (empty without tensor parallelism; docs/tensor-parallel.md).
     pub ranks: Vec<Rank<B>>,
 }
+
+/// Each rank's backend and model, rank order (`build_engine_tp`'s input, `into_shards`' output).
+pub type Shards<B> = Vec<(B, Llama<B>)>;
 
 /// A tensor-parallel rank other than 0: its device, its model shard and its KV heads' storage.
 /// Its cache's allocator is never used (rank 0's page ids index every rank's pools).
@@ -152,7 +155,7 @@ impl<B: Backend> Engine<B> {
     }
 
     /// The ranks' backends and models, rank order (the engine's cache is dropped).
-    pub fn into_shards(self) -> Vec<(B, Llama<B>)> {
+    pub fn into_shards(self) -> Shards<B> {
         let rest = self.ranks.into_iter().map(|r| (r.backend, r.model));
         std::iter::once((self.backend, self.model)).chain(rest).collect()
     }
