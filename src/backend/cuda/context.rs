@@ -41,7 +41,7 @@ pub struct Mem {
 }
 
 pub struct Gpu {
-    #[allow(dead_code)] // the stream holds it too; kept for graph capture and attributes
+    /// Bound to the calling thread before raw driver calls (`bind`).
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub blas: CudaBlas,
@@ -244,6 +244,7 @@ impl Gpu {
                 return Ok(());
             }
         }
+        self.bind()?;
         self.timed(op, || self.launch_rec(&rec))
     }
 
@@ -383,6 +384,7 @@ impl Gpu {
         if recs.is_empty() {
             return Ok(());
         }
+        self.bind()?;
         let h = graph::hash(&recs);
         let plan = self.graphs.borrow_mut().plan(&recs, h, self.replay.get());
         match plan {
@@ -420,7 +422,15 @@ impl Gpu {
     /// The raw stream for a copy or a library call, after flushing recorded launches.
     pub fn cu_stream(&self) -> Result<cudarc::driver::sys::CUstream> {
         self.flush()?;
+        self.bind()?;
         Ok(self.stream.cu_stream())
+    }
+
+    /// Make this device's context current on the calling thread (one `cuCtxGetCurrent` when it
+    /// already is): the raw driver calls (copies, launches, cuBLAS, NCCL) need it, and a
+    /// tensor-parallel engine touches every rank's backend from its own thread too.
+    pub fn bind(&self) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(drv("binding the CUDA context to this thread"))
     }
 
     /// Run `f` (which enqueues work), timed as op `op` when profiling.

@@ -323,7 +323,7 @@ impl Backend for CudaBackend {
     }
 
     fn bind_thread(&self) -> Result<()> {
-        self.gpu.ctx.bind_to_thread().map_err(drv("binding the CUDA context to a rank's thread"))
+        self.gpu.bind()
     }
 
     fn graph_end(&self, run: bool) -> Result<()> {
