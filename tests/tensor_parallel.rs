@@ -17,7 +17,7 @@ use lserve::backend::collective::HostCollective;
 use lserve::backend::cpu::CpuBackend;
 use lserve::backend::{LayerKv, PagedMeta};
 use lserve::engine::{Engine, EngineOptions, GenerateRequest, build_engine, build_engine_tp};
-use lserve::kv::HeadLayout;
+use lserve::kv::{CacheShape, HeadLayout, KvCache};
 use lserve::loader::{self, LoadedModel};
 use lserve::model::config::ModelConfig;
 use lserve::model::llama::{Llama, LoadOptions, Logits, WeightSource};
@@ -272,4 +272,27 @@ fn wgpu_tp3_on_one_adapter_matches_cpu() {
         let gap = margin(&mut cpu, prompt, &want[..i]);
         assert!(gap < 1e-2, "wgpu TP=3 diverges at token {i} where the top-2 margin is {gap}");
     }
+}
+
+/// Rank 1 fails inside the forward (its cache swapped for one page too small, so its KV append
+/// is out of bounds) while rank 0 waits in a collective: the step fails with rank 1's error, not
+/// the abort rank 0 saw, and once the cache is put back the same group runs the next step.
+#[test]
+fn a_rank_failing_mid_step_fails_the_step_and_the_group_recovers() {
+    let c = ModelConfig { vocab_size: 98, ..base_config() };
+    let w = random_weights(&c, &mut Rng(9));
+    let mut e = engine(&c, &w, 2, &opts(common::paged_config(16, 4), 64, 64, None));
+    let small = CacheShape { num_pages: 1, ..e.ranks[0].cache.shape.clone() };
+    let small = KvCache::new(&e.ranks[0].backend, small).unwrap();
+    let good = std::mem::replace(&mut e.ranks[0].cache, small);
+    let mut seq = e.cache.admit().unwrap();
+    let ids: Vec<u32> = (0..40).collect();
+    let err = e.step(&mut seq, &ids, Logits::Last, None).unwrap_err().to_string();
+    eprintln!("{err}");
+    assert!(!err.contains("another tensor-parallel rank failed"), "the cause, not the abort: {err}");
+    assert_eq!(seq.len, 0, "a failed step advances nothing");
+    e.ranks[0].cache = good;
+    let want = all_logits(&mut engine(&c, &w, 1, &opts(common::paged_config(16, 4), 64, 64, None)), &ids[..1], 1);
+    let got = e.step(&mut seq, &ids[..1], Logits::Last, None).unwrap();
+    assert!(max_abs(&got, &want[0]) < 1e-5);
 }

@@ -165,44 +165,46 @@ fn forward_one<B: Backend>(
     })
 }
 
+/// One rank's forward on the calling thread with its device current. A failure (an error or a
+/// panic, which becomes an error) aborts the rank's group first, so its peers never wait forever
+/// in a collective this rank will not reach.
+fn rank_forward<B: Backend>(
+    model: &Llama<B>,
+    be: &B,
+    cache: &mut KvCache<B>,
+    attn: &AttnSettings,
+    steps: &[SeqStep],
+    ends: Ends,
+) -> Result<StepOut> {
+    let run = std::panic::AssertUnwindSafe(|| {
+        be.bind_thread().and_then(|_| forward_one(model, be, cache, attn, steps, ends))
+    });
+    let r = std::panic::catch_unwind(run).unwrap_or_else(|_| {
+        Err(Error::Backend { backend: "tensor-parallel", msg: "a rank panicked during the step".into() })
+    });
+    if r.is_err() {
+        model.collective().into_iter().for_each(|c| c.abort());
+    }
+    r
+}
+
 impl<B: Backend> Engine<B> {
-    /// One forward on every rank (module header): rank 0 here, the others on scoped threads.
-    /// A rank that fails aborts the group so no rank waits forever in a collective; the error
-    /// returned is the first one that is not such an abort.
+    /// One forward on every rank (module header): rank 0 here, the others on scoped threads
+    /// (`rank_forward`). The error returned is the first one that is not a peer's abort.
     fn forward_ranks(&mut self, steps: &[SeqStep], ends: Ends) -> Result<StepOut> {
-        self.backend.bind_thread()?;
         let attn = &self.attn;
         let (model, be, cache) = (&self.model, &self.backend, &mut self.cache);
-        let abort = |m: &Llama<B>| m.collective().into_iter().for_each(|c| c.abort());
         let (first, rest) = std::thread::scope(|s| {
             let workers: Vec<_> = self
                 .ranks
                 .iter_mut()
                 .map(|rk: &mut Rank<B>| {
-                    s.spawn(move || {
-                        let r = rk
-                            .backend
-                            .bind_thread()
-                            .and_then(|_| forward_one(&rk.model, &rk.backend, &mut rk.cache, attn, steps, ends));
-                        if r.is_err() {
-                            abort(&rk.model);
-                        }
-                        r
-                    })
+                    s.spawn(move || rank_forward(&rk.model, &rk.backend, &mut rk.cache, attn, steps, ends))
                 })
                 .collect();
-            let first = forward_one(model, be, cache, attn, steps, ends);
-            if first.is_err() {
-                abort(model);
-            }
-            let rest: Vec<Result<StepOut>> = workers
-                .into_iter()
-                .map(|w| {
-                    w.join().unwrap_or_else(|_| {
-                        Err(Error::Backend { backend: "tensor-parallel", msg: "a rank's thread panicked".into() })
-                    })
-                })
-                .collect();
+            let first = rank_forward(model, be, cache, attn, steps, ends);
+            let rest: Vec<Result<StepOut>> =
+                workers.into_iter().map(|w| w.join().expect("rank_forward catches its panics")).collect();
             (first, rest)
         });
         let mut errors: Vec<Error> = rest.into_iter().filter_map(|r| r.err()).collect();
