@@ -266,6 +266,8 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
     let sampling = SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed };
     sampling.validate().map_err(|e| anyhow::anyhow!("bad sampling flags: {e}"))?;
     let m = open_model(&a.model)?;
+    // A size the model cannot be split by fails before any device opens.
+    lserve::model::shard::shard_config(&m.config, a.tp.tensor_parallel_size)?;
     resolve_pattern(&mut config, &m);
     let text = prompt_text(&a, &m)?;
     let prompt = m.tokenizer.encode(&text).map_err(|e| lserve::Error::Tokenizer(e.0))?;

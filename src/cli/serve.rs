@@ -77,6 +77,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             (name, cfg, Weights::Synthetic)
         }
     };
+    lserve::model::shard::shard_config(&cfg, a.tp.tensor_parallel_size)?;
     let name = a.served_model_name.clone().unwrap_or(name);
     let LoadedModel { tokenizer, template, .. } = m;
     let tokenizer = Arc::new(tokenizer);
