@@ -1,11 +1,12 @@
-// embed: out[i, :] = table[ids[i], :] as f32. table [vocab][dim] (f32/f16/bf16), ids [n_tokens]
-// u32, out [n_tokens][dim] f32. Grid (ceil(dim/256), n_tokens); ids outside the vocabulary write
-// zeros (the host checks ids it knows; device-made ids are clamped, never read out of bounds).
+// embed: out[i, :] = table[ids[i] - first, :] as f32. table [vocab][dim] (f32/f16/bf16) holding ids
+// first .. first + vocab (a tensor-parallel rank's slice), ids [n_tokens] u32, out [n_tokens][dim]
+// f32. Grid (ceil(dim/256), n_tokens); ids outside the table write zeros (another rank's rows, whose
+// sum the all-reduce forms; the host checks ids against the whole vocabulary before the step).
 template <typename W>
 __device__ void embed_impl(EmbedParams p, const W* table, const u32* ids, float* out) {
     u32 t = blockIdx.y, d = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= p.n_tokens || d >= p.dim) return;
-    u32 id = ids[t];
+    u32 id = ids[t] - p.first;  // unsigned: ids below first wrap past vocab
     out[(u64)t * p.dim + d] = id < p.vocab ? to_f32(table[(u64)id * p.dim + d]) : 0.0f;
 }
 extern "C" __global__ void embed_f32(EmbedParams p, const float* t, const u32* ids, float* out) { embed_impl(p, t, ids, out); }
@@ -20,7 +21,7 @@ __device__ void qembed_impl(EmbedParams p, const u8* t, const u32* ids, float* o
     u32 tok = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
     u32 nb = p.dim / Q::QK;
     if (tok >= p.n_tokens || c >= nb * Q::LANES) return;
-    u32 id = ids[tok], blk = c / Q::LANES;
+    u32 id = ids[tok] - p.first, blk = c / Q::LANES;
     int sub = (int)(c % Q::LANES);
     float y[32 * Q::RUNS];
     if (id < p.vocab) {
@@ -39,7 +40,7 @@ template <bool FP8>
 __device__ void rembed_impl(EmbedParams p, const u8* t, const u32* ids, float* out) {
     u32 tok = blockIdx.y, d = blockIdx.x * blockDim.x + threadIdx.x;
     if (tok >= p.n_tokens || d >= p.dim) return;
-    u32 id = ids[tok];
+    u32 id = ids[tok] - p.first;
     float v = 0.0f;
     if (id < p.vocab) {
         float scale = __uint_as_float(ld_u32_a1(t + (u64)p.vocab * p.dim + 4ull * id));

@@ -1,4 +1,5 @@
-// embed: out[t][d] = table[ids[t]][d] as f32. One thread per output element; quantized tables are
+// embed: out[t][d] = table[ids[t] - first][d] as f32; ids outside first .. first + vocab (another
+// tensor-parallel rank's rows) give zeros. One thread per output element; quantized tables are
 // dequantized element by element by load_w (shaders/quant_weights.wgsl).
 @group(0) @binding(0) var<uniform> p: EmbedParams;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
@@ -13,6 +14,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let i = gid.x + gid.y * nwg.x * 256u;
     if (i >= p.n_tokens * p.dim) { return; }
     let t = i / p.dim;
-    let id = min(ids[t], p.vocab - 1u);
+    let id = ids[t] - p.first; // u32: ids below first wrap past vocab
+    if (id >= p.vocab) {
+        out[i] = 0.0;
+        return;
+    }
     out[i] = load_w(id * p.dim + i % p.dim);
 }

@@ -57,6 +57,44 @@ fn generate_json_matches_reference_greedy() {
     assert!(v["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
 }
 
+/// `--tensor-parallel-size 3` on the CPU (three ranks, host collective) gives the reference's
+/// greedy ids, as one rank does (tests/tensor_parallel.rs has the tolerances); bad values fail.
+#[test]
+fn generate_tensor_parallel_on_cpu() {
+    let r = common::reference();
+    let p = &r["prompts"]["d1_plain"];
+    let text = p["text"].as_str().unwrap();
+    let m = model();
+    let base = ["generate", "--model", &m, "--prompt", text, "--max-tokens", "24", "--ignore-eos", "--device", "cpu"];
+    let run = |extra: &[&str]| lserve(&[&base[..], &["--output", "json"], extra].concat());
+    let v = json_line(&run(&["--tensor-parallel-size", "3"]));
+    assert_eq!(common::ids(&v["token_ids"]), common::ids(&p["greedy24_ids"]));
+    assert_eq!((v["tensor_parallel_size"].as_u64(), v["tp_comm"].as_str()), (Some(3), Some("host")));
+    let one = json_line(&run(&[]));
+    assert_eq!((one["tensor_parallel_size"].as_u64(), one["tp_comm"].as_str()), (Some(1), Some("none")));
+    assert_eq!(one["kv_cache_bytes"], v["kv_cache_bytes"], "the KV heads are split, not copied");
+    assert_fails(&run(&["--tensor-parallel-size", "2"]), "does not divide the model's 9 attention heads");
+    assert_fails(&run(&["--tensor-parallel-size", "0"]), "must be at least 1");
+    assert_fails(&run(&["--tensor-parallel-size", "-3"]), "must not be negative");
+    assert_fails(&run(&["--tensor-parallel-size", "3", "--tp-comm", "nccl"]), "--tp-comm nccl needs --device cuda");
+    assert_fails(&run(&["--tensor-parallel-size", "3", "--tp-devices", "0,1,2"]), "CPU ranks have no device index");
+}
+
+/// `bench --tensor-parallel-size 3` on the CPU: synthetic shards on three ranks, the backend
+/// column says so, and sparse decode reads less KV than dense.
+#[test]
+fn bench_tensor_parallel_on_cpu() {
+    let args = ["bench", "--shape", "smollm2-135m", "--device", "cpu", "--contexts", "512", "--warmup", "1"];
+    let out = lserve(&[&args[..], &["--repeats", "1", "--tensor-parallel-size", "3"]].concat());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("cpu-tp3")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(rows[1].contains("sparse") && !rows[1].contains("100.0%"), "{text}");
+    let out = lserve(&[&args[..], &["--tensor-parallel-size", "2"]].concat());
+    assert_fails(&out, "does not divide the model's 9 attention heads");
+}
+
 #[test]
 fn chat_uses_the_template_and_stops_at_eos() {
     let r = common::reference();
@@ -353,6 +391,8 @@ fn serve_refuses_bad_settings_before_listening() {
     assert_fails(&out, "--max-num-seqs");
     let out = lserve(&["serve", "--model", &m, "--device", "cpu", "--swap-space", "lots"]);
     assert_fails(&out, "lots");
+    let out = lserve(&["serve", "--model", &m, "--device", "cpu", "--tensor-parallel-size", "2", "--port", "0"]);
+    assert_fails(&out, "does not divide the model's 9 attention heads");
     let out = lserve(&["serve", "--model", &m, "--device", "cpu", "--port", "99999"]);
     assert_eq!(out.status.code(), Some(2), "clap rejects the port");
     let out = lserve(&["serve", "--model", &m, "--device", "cpu", "--kv-memory", "1KiB", "--port", "0"]);

@@ -207,6 +207,33 @@ fn sparse_preempted_then_resumed_by_swap_equals_uninterrupted() {
     assert_eq!(tokens(&got), tokens(&sequential_on(&preemption_requests(), true)));
 }
 
+/// Three tensor-parallel ranks (host collective) serving the preemption scenario: the swap
+/// copies and restores every rank's KV heads (`Engine::swap_out` / `swap_in`), and the tokens
+/// equal the unsharded engine's uninterrupted ones, dense and sparse.
+#[test]
+fn tensor_parallel_swap_preemption_equals_uninterrupted() {
+    for sparse in [false, true] {
+        let shards = lserve::backend::collective::HostCollective::group(3)
+            .into_iter()
+            .map(|comm| {
+                let be = CpuBackend::new();
+                let opts = lserve::model::weights::LoadOptions::default();
+                let m = Llama::load_shard(&be, &MODEL.config, MODEL.weights.as_ref(), &opts, Box::new(comm), |_, _| {});
+                (be, m.expect("shard loads"))
+            })
+            .collect();
+        let e = lserve::engine::build_engine_tp(shards, &options(3, 2, sparse)).expect("engine builds");
+        let mut se = serve(e, 2, PreemptMode::Swap, 1 << 30);
+        let outs = run(&mut se, preemption_requests(), |_| {});
+        for (i, o) in outs.iter().enumerate() {
+            assert_eq!(o.error, None, "request {}", i + 1);
+            assert_eq!(o.tokens.len(), 40);
+        }
+        assert_eq!((se.stats.preemptions_swap, se.stats.preemptions_recompute), (1, 0), "sparse {sparse}");
+        assert_eq!(tokens(&outs), tokens(&sequential_on(&preemption_requests(), sparse)), "sparse {sparse}");
+    }
+}
+
 #[test]
 fn preempted_then_recomputed_equals_uninterrupted() {
     let (got, _, se) = preemption_run(PreemptMode::Recompute, 1 << 30, false);

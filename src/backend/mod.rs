@@ -14,6 +14,7 @@
 //!   FFN outputs feeding a matmul); weights use one of `caps().weight_dtypes`; the KV cache uses
 //!   one of `caps().kv_dtypes`. The engine asks before planning, never by catching a failure.
 
+pub mod collective;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -239,7 +240,7 @@ pub struct SelectedMut<'a, B: Backend + ?Sized> {
     pub counts: &'a mut B::Buffer,
 }
 
-pub trait Backend {
+pub trait Backend: Send {
     type Buffer: Send;
 
     fn caps(&self) -> &Caps;
@@ -284,6 +285,11 @@ pub trait Backend {
     /// the caller must not free a buffer an op in it uses; reads, writes and allocations are
     /// allowed (they run what was recorded first). Default: ops simply run.
     fn graph_begin(&self) {}
+    /// Make this backend's device current on the calling thread (a tensor-parallel rank runs
+    /// its step on a thread of its own; CUDA binds its context). Default: nothing to do.
+    fn bind_thread(&self) -> Result<()> {
+        Ok(())
+    }
     /// End the region: `run` = run what was recorded (replaying a cached graph when an identical
     /// op list was captured before), else drop it (the region's ops then never run — the caller
     /// failed halfway and discards the step).

@@ -55,7 +55,9 @@ pub fn all_param_layouts() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
 }
 
 params! {
-    pub struct EmbedParams { pub n_tokens: u32, pub dim: u32, pub vocab: u32, pub _pad: u32 }
+    /// `embed`: the table holds ids `first .. first + vocab` (a rank's vocabulary slice under tensor
+    /// parallelism; 0 and the whole vocabulary otherwise); other ids give a zero row.
+    pub struct EmbedParams { pub n_tokens: u32, pub dim: u32, pub vocab: u32, pub first: u32 }
     /// `matmul`: out `[m]` rows of `ldo` floats, the result in columns `out_off % ldo ..+ n`
     /// starting at element `out_off` (see [`MatmulParams::new`] for the plain `[m][n]` case).
     pub struct MatmulParams {

@@ -17,8 +17,9 @@ pub mod plot;
 
 use serde::Serialize;
 
+use crate::backend::collective::Collective;
 use crate::backend::{Backend, DType, FillRandomParams};
-use crate::engine::{EngineOptions, KvReads, StepHead, StepRow, build_engine};
+use crate::engine::{Engine, EngineOptions, KvReads, Shards, StepHead, StepRow, build_engine_tp};
 use crate::error::{Error, Result};
 use crate::kv::HeadLayout;
 use crate::model::config::ModelConfig;
@@ -51,6 +52,8 @@ pub fn shape(name: &str) -> Result<ModelConfig> {
     };
     Ok(match name {
         "llama3-8b" => base(128256, 4096, 14336, 32, 32, 8, 500000.0, 131072),
+        // 140 GB of bf16 weights: a tensor-parallel shape (`--tensor-parallel-size 2` and up).
+        "llama3-70b" => base(128256, 8192, 28672, 80, 64, 8, 500000.0, 131072),
         "llama2-7b" => base(32000, 4096, 11008, 32, 32, 32, 10000.0, 4096),
         "qwen2.5-7b" => ModelConfig {
             arch: "qwen2".into(),
@@ -65,7 +68,7 @@ pub fn shape(name: &str) -> Result<ModelConfig> {
         }
         other => {
             return Err(Error::InvalidArgument(format!(
-                "unknown shape `{other}` (llama3-8b, llama2-7b, qwen2.5-7b, smollm2-135m, or a config.json)"
+                "unknown shape `{other}` (llama3-8b, llama3-70b, llama2-7b, qwen2.5-7b, smollm2-135m, or a config.json)"
             )));
         }
     })
@@ -180,25 +183,28 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// Long (about 90 lines): the point's phases (engine and filled cache, warm-up and timed steps,
 /// the kernel profile, the row) share the engine, the sequences and the timings.
-/// One (context, batch, mode) point on `be` with `model`; returns the row and hands the model back.
+/// One (context, batch, mode) point on the ranks `shards` (one: no tensor parallelism); returns
+/// the row and hands the shards back. Under tensor parallelism the weight bytes, KV bytes read
+/// and floor are one rank's (the ranks stream their shares at once) and the backend column is
+/// `<backend>-tp<N>`; the kernel times are rank 0's, collectives included (`all_reduce`).
 fn point<B: Backend>(
-    be: B,
-    model: Llama<B>,
+    shards: Shards<B>,
     shape_name: &str,
     (context, batch): (usize, usize),
     sparse: bool,
     o: &BenchOptions,
-) -> Result<(BenchRow, B, Llama<B>)> {
+) -> Result<(BenchRow, Shards<B>)> {
     let mut config = o.config.clone();
     config.sparse.enabled = sparse;
     config.sparse.dense_below = 0;
-    let cfg = model.cfg.clone();
+    let cfg = shards[0].1.cfg.clone();
     let steps = o.warmup + o.repeats;
     let layout = sparse.then(|| synthetic_layout(&cfg, o.streaming_ratio));
     let opts = EngineOptions { layout, max_seqs: batch, ..EngineOptions::new(config, context + steps + 1) };
-    let weight_bytes = model.weight_bytes(&be) as u64;
-    let backend = be.caps().name.to_string();
-    let mut e = build_engine(be, model, &opts)?;
+    let tp = shards.len();
+    let weight_bytes = shards.iter().map(|(be, m)| m.weight_bytes(be) as u64).max().unwrap_or(0);
+    let backend = backend_label(&shards[0].0, tp);
+    let mut e = build_engine_tp(shards, &opts)?;
     let mut seqs = vec![];
     for _ in 0..batch {
         let mut seq = e.cache.admit()?;
@@ -206,14 +212,14 @@ fn point<B: Backend>(
         seq.len = context;
         seqs.push(seq);
     }
-    fill_cache(&e.backend, &mut e.cache, o.seed)?;
+    fill_caches(&mut e, o.seed)?;
     let mut times = vec![];
     let mut sampler = Sampler::new(SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, seed: o.seed as u64 });
     let mut reads = KvReads::default();
     let mut kernels = vec![];
     for i in 0..steps {
         if i == o.warmup && o.profile {
-            e.backend.set_profiling(true)?;
+            set_profiling(&e, true)?;
         }
         let t = std::time::Instant::now();
         let tokens: Vec<u32> = (0..batch).map(|b| ((i + b) % 1000) as u32 + 1).collect();
@@ -236,15 +242,16 @@ fn point<B: Backend>(
     }
     if o.profile {
         let n = o.repeats.max(1) as f64;
+        e.backend.bind_thread()?;
         kernels =
             e.backend.take_profile().into_iter().map(|(op, calls, ns)| (op, calls as f64 / n, ns / n / 1e3)).collect();
-        e.backend.set_profiling(false)?;
+        set_profiling(&e, false)?;
     }
     for seq in seqs.iter_mut() {
         e.cache.release(seq)?;
     }
     let kv_token_bytes = e.cache.shape.kv_bytes_per_token_head() as u64;
-    let kv_bytes_read = reads.read / o.repeats.max(1) as u64 * kv_token_bytes;
+    let kv_bytes_read = reads.read / o.repeats.max(1) as u64 * kv_token_bytes / tp as u64;
     let floor_ms = (weight_bytes + kv_bytes_read) as f64 / (o.bandwidth_gbs * 1e9) * 1e3;
     let min = times.iter().copied().fold(f64::INFINITY, f64::min);
     let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
@@ -267,7 +274,34 @@ fn point<B: Backend>(
         prefill_ms: None,
         kernels,
     };
-    Ok((row, e.backend, e.model))
+    Ok((row, e.into_shards()))
+}
+
+/// The backend column: the backend's name, `-tp<N>` under tensor parallelism.
+fn backend_label<B: Backend>(be: &B, tp: usize) -> String {
+    match tp {
+        1 => be.caps().name.to_string(),
+        n => format!("{}-tp{n}", be.caps().name),
+    }
+}
+
+/// Profiling on or off on every rank (each with its device current).
+fn set_profiling<B: Backend>(e: &Engine<B>, on: bool) -> Result<()> {
+    for be in std::iter::once(&e.backend).chain(e.ranks.iter().map(|r| &r.backend)) {
+        be.bind_thread()?;
+        be.set_profiling(on)?;
+    }
+    e.backend.bind_thread()
+}
+
+/// `fill_cache` on every rank's cache.
+fn fill_caches<B: Backend>(e: &mut Engine<B>, seed: u32) -> Result<()> {
+    for r in e.ranks.iter_mut() {
+        r.backend.bind_thread()?;
+        fill_cache(&r.backend, &mut r.cache, seed)?;
+    }
+    e.backend.bind_thread()?;
+    fill_cache(&e.backend, &mut e.cache, seed)
 }
 
 /// Fill every pool, summary and ring of the cache with random values on the device. 8-bit pools
@@ -302,28 +336,30 @@ fn fill_cache<B: Backend>(be: &B, cache: &mut crate::kv::KvCache<B>, seed: u32) 
 /// Prefill time of `tokens` tokens (chunked as the engine does), median of `repeats`; `sparse`
 /// runs it with the synthetic streaming heads (their Lambda-masked prefill attention).
 fn prefill<B: Backend>(
-    be: B,
-    model: Llama<B>,
+    shards: Shards<B>,
     tokens: usize,
     sparse: bool,
     o: &BenchOptions,
-) -> Result<(f64, KernelTimes, B, Llama<B>)> {
+) -> Result<(f64, KernelTimes, Shards<B>)> {
     let mut config = o.config.clone();
     config.sparse.enabled = sparse;
-    let layout = sparse.then(|| synthetic_layout(&model.cfg, o.streaming_ratio));
+    let layout = sparse.then(|| synthetic_layout(&shards[0].1.cfg, o.streaming_ratio));
     let opts = EngineOptions { layout, prefill_chunk: o.prefill_chunk.max(1), ..EngineOptions::new(config, tokens) };
-    let mut e = build_engine(be, model, &opts)?;
+    let mut e = build_engine_tp(shards, &opts)?;
     let ids: Vec<u32> = (0..tokens).map(|i| (i % 1000) as u32 + 1).collect();
     let mut times = vec![];
     let runs = 1 + o.repeats.min(3);
     for i in 0..runs {
         if i == 1 && o.profile {
-            e.backend.set_profiling(true)?;
+            set_profiling(&e, true)?;
         }
         let mut seq = e.cache.admit()?;
         let t = std::time::Instant::now();
         for chunk in ids.chunks(e.prefill_chunk) {
             e.step(&mut seq, chunk, Logits::None, None)?;
+        }
+        for be in e.ranks.iter().map(|r| &r.backend) {
+            be.sync()?;
         }
         e.backend.sync()?;
         if i > 0 {
@@ -334,16 +370,24 @@ fn prefill<B: Backend>(
     let mut kernels = vec![];
     if o.profile && runs > 1 {
         let n = (runs - 1) as f64;
+        e.backend.bind_thread()?;
         kernels =
             e.backend.take_profile().into_iter().map(|(op, calls, ns)| (op, calls as f64 / n, ns / n / 1e3)).collect();
-        e.backend.set_profiling(false)?;
+        set_profiling(&e, false)?;
     }
-    Ok((median(&mut times), kernels, e.backend, e.model))
+    Ok((median(&mut times), kernels, e.into_shards()))
 }
 
 /// Run the whole sweep for one shape on `be`.
-pub fn run<B: Backend>(
-    be: B,
+pub fn run<B: Backend>(be: B, shape_name: &str, o: &BenchOptions, log: impl FnMut(&BenchRow)) -> Result<Vec<BenchRow>> {
+    run_tp(vec![be], vec![], shape_name, o, log)
+}
+
+/// `run` over tensor-parallel ranks: `backends` in rank order joined by `comms` (one each; none
+/// for a single rank), each holding its shard of the synthetic weights (`Llama::synthetic_shard`).
+pub fn run_tp<B: Backend>(
+    backends: Vec<B>,
+    comms: Vec<Box<dyn Collective<B>>>,
     shape_name: &str,
     o: &BenchOptions,
     mut log: impl FnMut(&BenchRow),
@@ -351,22 +395,33 @@ pub fn run<B: Backend>(
     let mut cfg = shape(shape_name)?;
     let max_ctx = o.contexts.iter().copied().max().unwrap_or(0) + o.warmup + o.repeats + 1;
     cfg.max_position_embeddings = cfg.max_position_embeddings.max(max_ctx).max(o.prefill_tokens);
-    let mut model = Llama::synthetic(&be, &cfg, o.dtype, o.seed)?;
+    let tp = backends.len();
     let kv = match o.config.kv_dtype()? {
         Some(d) => d,
-        None => be.caps().kv_dtypes[0],
+        None => backends[0].caps().kv_dtypes[0],
     };
+    let mut shards = Vec::with_capacity(tp);
+    if comms.is_empty() {
+        let be = backends.into_iter().next().ok_or_else(|| Error::InvalidArgument("no backend".into()))?;
+        let model = Llama::synthetic(&be, &cfg, o.dtype, o.seed)?;
+        shards.push((be, model));
+    } else {
+        for (be, comm) in backends.into_iter().zip(comms) {
+            be.bind_thread()?;
+            let model = Llama::synthetic_shard(&be, &cfg, o.dtype, o.seed, comm)?;
+            shards.push((be, model));
+        }
+    }
     let (kv_dtype, kv_bytes_per_token) = (
         kv.kv_name().to_string(),
         (2 * crate::backend::kv_pool_len(kv, 1, cfg.head_dim) * kv.size() * cfg.num_layers * cfg.num_kv_heads) as u64,
     );
-    let mut be = be;
     let mut rows = vec![];
     for &sparse in o.sparse.iter().filter(|_| o.prefill_tokens > 0) {
-        let (ms, kernels, b, m) = prefill(be, model, o.prefill_tokens, sparse, o)?;
-        (be, model) = (b, m);
+        let (ms, kernels, s) = prefill(shards, o.prefill_tokens, sparse, o)?;
+        shards = s;
         let row = BenchRow {
-            backend: be.caps().name.into(),
+            backend: backend_label(&shards[0].0, tp),
             shape: shape_name.into(),
             mode: if sparse { "prefill-sparse" } else { "prefill" }.into(),
             context: o.prefill_tokens,
@@ -391,8 +446,8 @@ pub fn run<B: Backend>(
     for &ctx in &o.contexts {
         for &batch in &batches {
             for &sparse in &o.sparse {
-                let (row, b, m) = point(be, model, shape_name, (ctx, batch.max(1)), sparse, o)?;
-                (be, model) = (b, m);
+                let (row, s) = point(shards, shape_name, (ctx, batch.max(1)), sparse, o)?;
+                shards = s;
                 log(&row);
                 rows.push(row);
             }

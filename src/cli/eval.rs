@@ -242,11 +242,13 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             100.0 * r.kv_read_fraction,
             r.prefill_ms.map_or(String::new(), |m| format!("{m:.1}"))
         );
-        for (op, calls, us) in r.kernels.iter().take(8) {
+        // The hot kernels, and the tensor-parallel collectives wherever they rank.
+        let shown = r.kernels.iter().enumerate().filter(|(i, k)| *i < 8 || k.0.starts_with("all_"));
+        for (_, (op, calls, us)) in shown {
             println!("{:>18} {:>24} {:>6.0} calls {:>10.1} us/step", "", op, calls, us);
         }
     };
-    let rows = on_device!(device, be => lserve::bench::run(be, &a.shape, &o, log))?;
+    let rows = super::tp::on_ranks!(device, &a.tp, ranks => lserve::bench::run_tp(ranks.backends, ranks.comms, &a.shape, &o, log))?;
     if let Some(dir) = &a.out_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::write(dir.join("bench.json"), serde_json::to_string_pretty(&rows)?)?;

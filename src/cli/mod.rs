@@ -5,6 +5,7 @@ mod accuracy;
 mod eval;
 mod run;
 mod serve;
+mod tp;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -83,7 +84,7 @@ pub struct CalibrateArgs {
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// Model shape: llama3-8b, llama2-7b, qwen2.5-7b, smollm2-135m, or a config.json path.
+    /// Model shape: llama3-8b, llama3-70b, llama2-7b, qwen2.5-7b, smollm2-135m, or a config.json path.
     #[arg(long, default_value = "llama3-8b")]
     pub shape: String,
     /// auto | cpu | wgpu[:N] | cuda[:N]
@@ -105,6 +106,8 @@ pub struct BenchArgs {
     pub sparse: NiahMode,
     #[command(flatten)]
     pub tuning: SparseArgs,
+    #[command(flatten)]
+    pub tp: TpArgs,
     #[arg(long, default_value_t = 3)]
     pub warmup: usize,
     #[arg(long, default_value_t = 10)]
@@ -277,6 +280,31 @@ pub struct ModelArgs {
     pub quantize: Option<QuantizeArg>,
 }
 
+/// Tensor parallelism (docs/tensor-parallel.md): one model over several devices, each rank on a
+/// thread of this process.
+#[derive(Args, Clone, Debug)]
+pub struct TpArgs {
+    /// Ranks of tensor parallelism: attention heads, KV heads, FFN and vocabulary are split over
+    /// this many devices (cuda: GPUs N, N+1, ... from --device cuda:N; cpu: CPU backends).
+    #[arg(long, default_value_t = 1)]
+    pub tensor_parallel_size: usize,
+    /// How the ranks combine partial results: auto (NCCL between distinct CUDA GPUs, else the
+    /// host), nccl, or host (through host memory: any backend, ranks may share a device).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub tp_comm: TpComm,
+    /// The device index of each rank, comma-separated (default: consecutive from --device's);
+    /// `--tp-devices 0,0 --tp-comm host` runs two ranks on GPU 0.
+    #[arg(long, value_delimiter = ',')]
+    pub tp_devices: Option<Vec<usize>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+pub enum TpComm {
+    Auto,
+    Nccl,
+    Host,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
 pub enum WeightsArg {
     Native,
@@ -363,6 +391,8 @@ pub enum Output {
 pub struct GenerateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub tp: TpArgs,
     /// Unified sparse attention (streaming heads + page selection).
     #[arg(long, value_enum)]
     pub sparse: Option<OnOff>,
@@ -412,6 +442,8 @@ pub enum Preempt {
 pub struct ServeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub tp: TpArgs,
     /// Unified sparse attention (streaming heads + page selection).
     #[arg(long, value_enum)]
     pub sparse: Option<OnOff>,

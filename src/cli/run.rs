@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use lserve::backend::Backend;
 use lserve::backend::DType;
 use lserve::chat::ChatMessage;
-use lserve::engine::{EngineOptions, GenerateRequest, build_engine};
+use lserve::engine::{EngineOptions, GenerateRequest, build_engine, build_engine_tp};
 use lserve::loader::{self, LoadedModel};
 use lserve::model::llama::Llama;
 use lserve::model::weights::{LoadOptions, WeightMode};
@@ -17,6 +17,7 @@ use lserve::sparse::{Config, PageRank};
 use lserve::tokenizer::StreamDecoder;
 use serde_json::json;
 
+use super::tp::Ranks;
 use super::{
     GenerateArgs, ModelArgs, OnOff, Output, PageRankArg, QuantizeArg, ScoreArgs, SparseArgs, VocabOnlyArgs, WeightsArg,
 };
@@ -194,6 +195,20 @@ pub fn load_weights<B: Backend>(be: &B, m: &LoadedModel, opts: LoadOptions) -> R
     Ok(model?)
 }
 
+/// Every rank's model (`tp::load`) with `load_weights`'s progress bar (rank 0's layers).
+pub fn load_ranks<B: Backend>(
+    ranks: Ranks<B>,
+    m: &LoadedModel,
+    opts: LoadOptions,
+) -> Result<lserve::engine::Shards<B>> {
+    let bar = ProgressBar::new(m.config.num_layers as u64);
+    bar.set_style(ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} layers").expect("valid template"));
+    bar.set_message(m.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());
+    let shards = super::tp::load(ranks, &m.config, m.weights.as_ref(), &opts, &|i, _| bar.set_position(i as u64));
+    bar.finish_and_clear();
+    shards
+}
+
 /// `--sparse on` without `--head-pattern`: the shipped pattern for this model (by identity), or
 /// no streaming heads and a one-line notice on stderr.
 pub fn resolve_pattern(c: &mut Config, m: &LoadedModel) {
@@ -251,6 +266,8 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
     let sampling = SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed };
     sampling.validate().map_err(|e| anyhow::anyhow!("bad sampling flags: {e}"))?;
     let m = open_model(&a.model)?;
+    // A size the model cannot be split by fails before any device opens.
+    lserve::model::shard::shard_config(&m.config, a.tp.tensor_parallel_size)?;
     resolve_pattern(&mut config, &m);
     let text = prompt_text(&a, &m)?;
     let prompt = m.tokenizer.encode(&text).map_err(|e| lserve::Error::Tokenizer(e.0))?;
@@ -258,7 +275,7 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
     if prompt.len() > ctx {
         return Err(lserve::Error::PromptTooLong { tokens: prompt.len(), context: ctx }.into());
     }
-    on_device!(device, be => generate_on(be, &a, &m, Run { config, dtype, prompt, sampling, seed }))
+    super::tp::on_ranks!(device, &a.tp, ranks => generate_on(ranks, &a, &m, Run { config, dtype, prompt, sampling, seed }))
 }
 
 /// What `generate` resolved before choosing a backend.
@@ -270,13 +287,13 @@ struct Run {
     seed: u64,
 }
 
-fn generate_on<B: Backend>(be: B, a: &GenerateArgs, m: &LoadedModel, r: Run) -> Result<()> {
+fn generate_on<B: Backend>(ranks: Ranks<B>, a: &GenerateArgs, m: &LoadedModel, r: Run) -> Result<()> {
     let Run { config, dtype, prompt, sampling, seed } = r;
     let ctx = m.config.context_len();
-    let device = be.caps().device.clone();
-    let model = load_weights(&be, m, dtype)?;
+    let (device, tp_comm) = (ranks.describe(), ranks.comm_kind());
+    let shards = load_ranks(ranks, m, dtype)?;
     let cap = (prompt.len() + a.max_tokens).min(ctx);
-    let mut engine = build_engine(be, model, &EngineOptions::new(config, cap))?;
+    let mut engine = build_engine_tp(shards, &EngineOptions::new(config, cap))?;
     if a.output == Output::Text {
         eprintln!("{}", engine.kv_report());
     }
@@ -318,9 +335,10 @@ fn generate_on<B: Backend>(be: B, a: &GenerateArgs, m: &LoadedModel, r: Run) -> 
             "prompt_tokens": prompt.len(), "completion_tokens": out.tokens.len(),
             "prefill_ms": out.prefill_ms, "decode_ms": out.decode_ms, "decode_tokens_per_s": tps,
             "sparse": engine.sparse.enabled, "kv_read_fraction": out.kv_reads.fraction(),
-            "kv_cache_bytes": engine.cache.shape.total_bytes(),
-            "device_weight_bytes": engine.model.weight_bytes(&engine.backend),
-            "weight_bytes_by_type": engine.model.weight_bytes_by_type(&engine.backend),
+            "kv_cache_bytes": engine.kv_cache_bytes(),
+            "device_weight_bytes": engine.weight_bytes(),
+            "weight_bytes_by_type": engine.weight_bytes_by_type(),
+            "tensor_parallel_size": engine.tp_size(), "tp_comm": tp_comm,
         });
         writeln!(stdout, "{v}")?;
     }

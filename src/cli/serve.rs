@@ -9,10 +9,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
 use lserve::backend::Backend;
-use lserve::engine::{EngineOptions, build_engine};
+use lserve::engine::{EngineOptions, build_engine_tp};
 use lserve::loader::{LoadedModel, WeightSource};
 use lserve::model::config::ModelConfig;
-use lserve::model::llama::Llama;
 use lserve::model::weights::LoadOptions;
 use lserve::sched::{PreemptMode, SchedConfig};
 use lserve::server::{AppState, Metrics, ModelInfo, ServerOptions, engine_loop};
@@ -20,7 +19,8 @@ use lserve::serving::{ServeEngine, ServeOptions};
 use lserve::sparse::Config;
 use lserve::sparse::config::parse_flag_bytes;
 
-use super::run::{load_options, on_device, parse_device, resolve_config};
+use super::run::{load_options, parse_device, resolve_config};
+use super::tp::Ranks;
 use super::{Preempt, ServeArgs};
 
 const DEFAULT_KV_MEMORY: &str = "1GiB";
@@ -77,6 +77,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             (name, cfg, Weights::Synthetic)
         }
     };
+    lserve::model::shard::shard_config(&cfg, a.tp.tensor_parallel_size)?;
     let name = a.served_model_name.clone().unwrap_or(name);
     let LoadedModel { tokenizer, template, .. } = m;
     let tokenizer = Arc::new(tokenizer);
@@ -89,14 +90,15 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     };
     let load =
         Load { cfg, weights, dtype, config, tokenizer: tokenizer.clone(), opts: ServeOptions { sched, swap_bytes } };
+    let tp = a.tp.clone();
     let (cmd_tx, cmd_rx) = tokio::sync::mpsc::unbounded_channel();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<std::result::Result<usize, String>>();
     let metrics = Arc::new(Metrics::default());
     let m2 = metrics.clone();
     std::thread::Builder::new().name("lserve-engine".into()).spawn(move || {
         let r = (|| -> Result<()> {
-            on_device!(device, be => {
-                let se = load.build(be)?;
+            super::tp::on_ranks!(device, &tp, ranks => {
+                let se = load.build(ranks)?;
                 eprintln!("{}", se.engine.kv_report());
                 let _ = ready_tx.send(Ok(se.max_request_tokens()));
                 engine_loop(se, cmd_rx, m2);
@@ -154,12 +156,13 @@ struct Load {
 }
 
 impl Load {
-    fn build<B: Backend>(self, be: B) -> Result<ServeEngine<B>> {
+    /// The serving engine over the tensor-parallel `ranks` (one rank: no tensor parallelism).
+    fn build<B: Backend>(self, ranks: Ranks<B>) -> Result<ServeEngine<B>> {
         let synthetic = matches!(self.weights, Weights::Synthetic);
-        let model = match self.weights {
-            Weights::File(w) => Llama::load_with(&be, &self.cfg, w.as_ref(), &self.dtype, |_, _| {})?,
+        let shards = match self.weights {
+            Weights::File(w) => super::tp::load(ranks, &self.cfg, w.as_ref(), &self.dtype, &|_, _| {})?,
             Weights::Synthetic => {
-                Llama::synthetic(&be, &self.cfg, self.dtype.quantize.or(self.dtype.dtype), SYNTHETIC_SEED)?
+                super::tp::synthetic(ranks, &self.cfg, self.dtype.quantize.or(self.dtype.dtype), SYNTHETIC_SEED)?
             }
         };
         let max_seqs = self.opts.sched.max_num_seqs;
@@ -175,7 +178,7 @@ impl Load {
             prefill_chunk: self.opts.sched.prefill_chunk,
             layout,
         };
-        let engine = build_engine(be, model, &eopts)?;
+        let engine = build_engine_tp(shards, &eopts)?;
         Ok(ServeEngine::new(engine, self.tokenizer, self.opts)?)
     }
 }

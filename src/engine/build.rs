@@ -2,7 +2,7 @@
 //! pattern into a head layout, size the KV cache (from `kv_memory` or from what the caller needs),
 //! and derive the attention settings.
 
-use super::{DEFAULT_PREFILL_CHUNK, Engine};
+use super::{DEFAULT_PREFILL_CHUNK, Engine, Rank, Shards};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::kv::{CacheShape, HeadLayout, KvCache};
@@ -59,6 +59,21 @@ pub fn head_layout(cfg: &ModelConfig, c: &Config) -> Result<HeadLayout> {
 }
 
 pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) -> Result<Engine<B>> {
+    build_engine_tp(vec![(be, model)], opts)
+}
+
+/// An engine over tensor-parallel ranks (`Llama::load_shard`, rank order; one rank is
+/// `build_engine`). Every rank's cache has the same pages, rings and slots and its own KV heads
+/// (`rank_layout`); with `kv_memory` every rank's budget is its own device's, and all take the
+/// fewest pages any rank's budget holds.
+pub fn build_engine_tp<B: Backend>(shards: Shards<B>, opts: &EngineOptions) -> Result<Engine<B>> {
+    let n = shards.len();
+    let Some((be, model)) = shards.first() else {
+        return Err(Error::InvalidArgument("an engine needs at least one rank".into()));
+    };
+    if shards.iter().enumerate().any(|(r, (_, m))| m.tp_rank() != (r, n) || (n > 1 && m.cfg != model.cfg)) {
+        return Err(Error::InvalidArgument(format!("the {n} model shards are not ranks 0..{n} of one model")));
+    }
     let c = &opts.config;
     c.validate()?;
     let cfg = model.cfg.clone();
@@ -83,6 +98,7 @@ pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) ->
         prefill_k_pages: if s.enabled { s.prefill_budget / ps } else { 0 },
         prefill_dense_below: s.prefill_dense_below,
     };
+    // Rings exist when any head of the whole model streams, on every rank alike.
     let ring_tokens = if layout.any_streaming() {
         let local = s.local_tokens.max(crate::model::gemma3::ring_window(&cfg));
         (s.sink_tokens + local + opts.prefill_chunk).div_ceil(ps) * ps
@@ -93,9 +109,9 @@ pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) ->
         Some(d) => d,
         None => be.caps().kv_dtypes[0],
     };
-    let mut shape = CacheShape {
+    let shape = CacheShape {
         num_layers: cfg.num_layers,
-        n_kv_heads: cfg.num_kv_heads,
+        n_kv_heads: cfg.num_kv_heads / n,
         head_dim: cfg.head_dim,
         page_size: ps,
         logical_page: c.cache.logical_page,
@@ -104,11 +120,43 @@ pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) ->
         ring_tokens,
         sink: s.sink_tokens,
         sel_stride: attn.k_pages.max(1),
-        layout,
+        layout: layout.clone(),
         kv_dtype,
     };
-    shape.num_pages = match c.kv_memory()? {
-        None => opts.max_tokens.max(1).div_ceil(ps) * shape.max_seqs,
+    let shapes: Vec<CacheShape> =
+        (0..n).map(|r| CacheShape { layout: rank_layout(&layout, r, n), ..shape.clone() }).collect();
+    let mut num_pages = usize::MAX;
+    for ((be, _), sh) in shards.iter().zip(&shapes) {
+        num_pages = num_pages.min(pages_for(be, c, sh, opts.max_tokens)?);
+    }
+    let mut ranks = Vec::with_capacity(n);
+    for ((be, model), sh) in shards.into_iter().zip(shapes) {
+        let cache = KvCache::new(&be, CacheShape { num_pages, ..sh })?;
+        ranks.push(Rank { backend: be, model, cache });
+    }
+    let Rank { backend, model, cache } = ranks.remove(0);
+    Ok(Engine { backend, model, cache, attn, sparse: s.clone(), prefill_chunk: opts.prefill_chunk, ranks })
+}
+
+/// Rank `r` of `n`'s slice of a head layout: KV heads `[r·Hkv/n, (r+1)·Hkv/n)` of every layer.
+pub fn rank_layout(layout: &HeadLayout, r: usize, n: usize) -> HeadLayout {
+    let streaming = layout
+        .streaming
+        .iter()
+        .map(|heads| {
+            let per = heads.len() / n;
+            heads[r * per..(r + 1) * per].to_vec()
+        })
+        .collect();
+    HeadLayout { streaming }
+}
+
+/// Retrieval pages of a cache of `shape`: from `kv_memory` (of `be`'s device) when set, else
+/// enough for `max_seqs` sequences of `max_tokens`.
+fn pages_for<B: Backend>(be: &B, c: &Config, shape: &CacheShape, max_tokens: usize) -> Result<usize> {
+    let ps = shape.page_size;
+    Ok(match c.kv_memory()? {
+        None => max_tokens.max(1).div_ceil(ps) * shape.max_seqs,
         Some(m) => {
             let budget = match m {
                 KvMemory::Bytes(b) => b,
@@ -121,26 +169,33 @@ pub fn build_engine<B: Backend>(be: B, model: Llama<B>, opts: &EngineOptions) ->
             }
             pages as usize
         }
-    };
-    let cache = KvCache::new(&be, shape)?;
-    Ok(Engine { backend: be, model, cache, attn, sparse: s.clone(), prefill_chunk: opts.prefill_chunk })
+    })
 }
 
 impl<B: Backend> Engine<B> {
-    /// One line describing the cache: pages, bytes, and per-sequence cost dense vs as configured.
+    /// One line describing the cache: pages, bytes (every rank's), streaming heads.
     pub fn kv_report(&self) -> String {
         let s = &self.cache.shape;
         let mib = |b: usize| b as f64 / (1 << 20) as f64;
+        let (mut pages, mut rings, mut streaming, mut heads) = (0, 0, 0, 0);
+        for r in self.rank_shapes() {
+            pages += r.num_pages * r.page_bytes();
+            rings += r.max_seqs * r.ring_bytes();
+            streaming += r.layout.streaming.iter().flatten().filter(|&&x| x).count();
+            heads += r.num_layers * r.n_kv_heads;
+        }
+        let tp = match self.tp_size() {
+            1 => String::new(),
+            n => format!(" over {n} tensor-parallel ranks"),
+        };
         format!(
-            "KV cache: {} pages x {} tokens ({:.1} MiB) + {} streaming ring(s) of {} tokens ({:.1} MiB); {} of {} KV heads stream",
+            "KV cache: {} pages x {} tokens ({:.1} MiB) + {} streaming ring(s) of {} tokens ({:.1} MiB); {streaming} of {heads} KV heads stream{tp}",
             s.num_pages,
             s.page_size,
-            mib(s.num_pages * s.page_bytes()),
+            mib(pages),
             s.max_seqs,
             s.ring_tokens,
-            mib(s.max_seqs * s.ring_bytes()),
-            s.layout.streaming.iter().flatten().filter(|&&x| x).count(),
-            s.num_layers * s.n_kv_heads,
+            mib(rings),
         )
     }
 }

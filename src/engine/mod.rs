@@ -15,12 +15,12 @@ mod step;
 
 use std::time::Instant;
 
-pub use build::{EngineOptions, build_engine};
+pub use build::{EngineOptions, build_engine, build_engine_tp, rank_layout};
 pub use step::{StepHead, StepOut, StepRow};
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::kv::{KvCache, SeqPages};
+use crate::kv::{KvCache, SeqPages, SwappedKv};
 use crate::model::llama::{AttnSettings, Llama, Logits};
 use crate::sampling::{Sampler, SamplingParams, log_prob};
 use crate::sparse::SparseConfig;
@@ -37,6 +37,8 @@ pub const DEFAULT_PREFILL_CHUNK: usize = 8192;
 /// this many rows of the vocabulary.
 pub const LOGITS_CHUNK: usize = 512;
 
+/// Rank 0 of a tensor-parallel engine is the engine's own `backend`, `model` and `cache`; its
+/// cache's allocator is the only one (page ids, rings and slots are the same on every rank).
 pub struct Engine<B: Backend> {
     pub backend: B,
     pub model: Llama<B>,
@@ -44,6 +46,19 @@ pub struct Engine<B: Backend> {
     pub attn: AttnSettings,
     pub sparse: SparseConfig,
     pub prefill_chunk: usize,
+    /// Tensor-parallel ranks 1.. (empty without tensor parallelism; docs/tensor-parallel.md).
+    pub ranks: Vec<Rank<B>>,
+}
+
+/// Each rank's backend and model, rank order (`build_engine_tp`'s input, `into_shards`' output).
+pub type Shards<B> = Vec<(B, Llama<B>)>;
+
+/// A tensor-parallel rank other than 0: its device, its model shard and its KV heads' storage.
+/// Its cache's allocator is never used (rank 0's page ids index every rank's pools).
+pub struct Rank<B: Backend> {
+    pub backend: B,
+    pub model: Llama<B>,
+    pub cache: KvCache<B>,
 }
 
 #[derive(Clone, Debug)]
@@ -107,6 +122,66 @@ impl<B: Backend> Engine<B> {
         self.model.cfg.context_len()
     }
 
+    /// Ranks of tensor parallelism (1 without).
+    pub fn tp_size(&self) -> usize {
+        1 + self.ranks.len()
+    }
+
+    /// Every rank's cache shape, rank order.
+    pub fn rank_shapes(&self) -> impl Iterator<Item = &crate::kv::CacheShape> {
+        std::iter::once(&self.cache.shape).chain(self.ranks.iter().map(|r| &r.cache.shape))
+    }
+
+    /// Bytes of every rank's KV cache.
+    pub fn kv_cache_bytes(&self) -> usize {
+        self.rank_shapes().map(|s| s.total_bytes()).sum()
+    }
+
+    /// Bytes of every rank's weights on its device.
+    pub fn weight_bytes(&self) -> usize {
+        self.model.weight_bytes(&self.backend)
+            + self.ranks.iter().map(|r| r.model.weight_bytes(&r.backend)).sum::<usize>()
+    }
+
+    /// Device bytes per weight storage type over every rank (`Llama::weight_bytes_by_type`).
+    pub fn weight_bytes_by_type(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut by = self.model.weight_bytes_by_type(&self.backend);
+        for r in &self.ranks {
+            for (k, v) in r.model.weight_bytes_by_type(&r.backend) {
+                *by.entry(k).or_insert(0) += v;
+            }
+        }
+        by
+    }
+
+    /// The ranks' backends and models, rank order (the engine's cache is dropped).
+    pub fn into_shards(self) -> Shards<B> {
+        let rest = self.ranks.into_iter().map(|r| (r.backend, r.model));
+        std::iter::once((self.backend, self.model)).chain(rest).collect()
+    }
+
+    /// Copy `seq`'s KV on every rank to host memory (`KvCache::swap_out`, ranks appended).
+    pub fn swap_out(&self, seq: &SeqPages) -> Result<SwappedKv> {
+        let mut copy = self.cache.swap_out(&self.backend, seq)?;
+        for r in &self.ranks {
+            copy.append_rank(r.cache.swap_out(&r.backend, seq)?);
+        }
+        Ok(copy)
+    }
+
+    /// Admit a sequence holding `copy` (`swap_out`'s) on every rank: rank 0 allocates and
+    /// restores, the others restore their heads at the same ids. All or nothing.
+    pub fn swap_in(&mut self, copy: &SwappedKv) -> Result<SeqPages> {
+        let mut seq = self.cache.swap_in(&self.backend, copy)?;
+        for (i, r) in self.ranks.iter_mut().enumerate() {
+            if let Err(e) = r.cache.restore_rank(&r.backend, &seq, copy, i + 1) {
+                self.cache.release(&mut seq)?;
+                return Err(e);
+            }
+        }
+        Ok(seq)
+    }
+
     /// Tokens one sequence can hold in this cache.
     pub fn capacity(&self) -> usize {
         self.cache.shape.num_pages * self.cache.shape.page_size
@@ -167,7 +242,13 @@ impl<B: Backend> Engine<B> {
 
     /// Add what a decode step at `seq` (after its step) read, per the plan it ran with.
     pub fn count_reads(&self, seq: &SeqPages, reads: &mut KvReads) {
-        let s = &self.cache.shape;
+        for s in self.rank_shapes() {
+            self.count_rank_reads(s, seq, reads);
+        }
+    }
+
+    /// `count_reads` for the KV heads of one rank's cache.
+    fn count_rank_reads(&self, s: &crate::kv::CacheShape, seq: &SeqPages, reads: &mut KvReads) {
         let len = seq.len as u64;
         let lambda = len.min((self.attn.sink + self.attn.local) as u64);
         let ps = s.page_size as u64;

@@ -10,16 +10,22 @@
 //! selection, so a row that decoded before re-selects at its next decode step. With
 //! `pin_sink_page` on, `page_select` itself keeps each row's first page (`PageSelectParams::pin_first`).
 //!
+//! Tensor parallelism (docs/tensor-parallel.md): every rank runs the same forward over the same
+//! `SeqStep`s — rank 0 on the calling thread, ranks 1.. on scoped threads, one per rank — and the
+//! collectives inside the forward pass join them; rank 0's result is the step's. Reservation and
+//! planning happen once, on rank 0's allocator, before the ranks start.
+//!
 //! Invariants: the step is all or nothing for `len` — reservations are idempotent (they cover
 //! `len + n`), so a failed reservation or forward leaves every `len` as it was; only a successful
 //! forward advances them. Callers that must isolate a failing row (the server) reserve each row
 //! first with [`Engine::reserve`].
 
-use super::Engine;
+use super::{Engine, Rank};
 use crate::backend::Backend;
+use crate::backend::collective::is_abort;
 use crate::error::{Error, Result};
-use crate::kv::SeqPages;
-use crate::model::llama::{LayerHook, Logits, SeqStep};
+use crate::kv::{KvCache, SeqPages};
+use crate::model::llama::{AttnSettings, LayerHook, Llama, Logits, SeqStep};
 use crate::sampling::{NO_LOGIT, NO_TOKEN};
 use crate::sparse::{DecodePlan, plan_decode};
 
@@ -106,11 +112,18 @@ impl<B: Backend> Engine<B> {
             .zip(plans)
             .map(|(r, plan)| SeqStep { tokens: r.tokens, cache: &*r.seq, logits: r.logits, plan })
             .collect();
-        let (be, cache, attn) = (&self.backend, &mut self.cache, &self.attn);
         let out = match head {
-            StepHead::Logits(hook) => StepOut::Logits(self.model.forward(be, cache, attn, &steps, hook)?),
-            StepHead::Argmax => StepOut::Ids(self.model.forward_argmax(be, cache, attn, &steps)?),
-            StepHead::Sample(settings) => StepOut::Ids(self.model.forward_sample(be, cache, attn, &steps, settings)?),
+            StepHead::Logits(hook) if self.ranks.is_empty() => {
+                StepOut::Logits(self.model.forward(&self.backend, &mut self.cache, &self.attn, &steps, hook)?)
+            }
+            StepHead::Logits(Some(_)) => {
+                return Err(Error::InvalidArgument(
+                    "per-layer hooks (calibration, recall probes) do not run with tensor parallelism".into(),
+                ));
+            }
+            StepHead::Logits(None) => self.forward_ranks(&steps, Ends::Logits)?,
+            StepHead::Argmax => self.forward_ranks(&steps, Ends::Argmax)?,
+            StepHead::Sample(settings) => self.forward_ranks(&steps, Ends::Sample(settings))?,
         };
         drop(steps);
         rows.iter_mut().for_each(|r| r.seq.len += r.tokens.len());
@@ -126,5 +139,84 @@ impl<B: Backend> Engine<B> {
         hook: Option<LayerHook<B>>,
     ) -> Result<Vec<f32>> {
         self.step_rows(&mut [StepRow { seq, tokens, logits }], StepHead::Logits(hook))?.logits()
+    }
+}
+
+/// How a forward ends, without a hook (what every rank's thread gets).
+#[derive(Clone, Copy)]
+enum Ends<'a> {
+    Logits,
+    Argmax,
+    Sample(&'a [[u32; 4]]),
+}
+
+fn forward_one<B: Backend>(
+    model: &Llama<B>,
+    be: &B,
+    cache: &mut KvCache<B>,
+    attn: &AttnSettings,
+    steps: &[SeqStep],
+    ends: Ends,
+) -> Result<StepOut> {
+    Ok(match ends {
+        Ends::Logits => StepOut::Logits(model.forward(be, cache, attn, steps, None)?),
+        Ends::Argmax => StepOut::Ids(model.forward_argmax(be, cache, attn, steps)?),
+        Ends::Sample(s) => StepOut::Ids(model.forward_sample(be, cache, attn, steps, s)?),
+    })
+}
+
+/// One rank's forward on the calling thread with its device current. A failure (an error or a
+/// panic, which becomes an error) aborts the rank's group first, so its peers never wait forever
+/// in a collective this rank will not reach.
+fn rank_forward<B: Backend>(
+    model: &Llama<B>,
+    be: &B,
+    cache: &mut KvCache<B>,
+    attn: &AttnSettings,
+    steps: &[SeqStep],
+    ends: Ends,
+) -> Result<StepOut> {
+    let run = std::panic::AssertUnwindSafe(|| {
+        be.bind_thread().and_then(|_| forward_one(model, be, cache, attn, steps, ends))
+    });
+    let r = std::panic::catch_unwind(run).unwrap_or_else(|_| {
+        Err(Error::Backend { backend: "tensor-parallel", msg: "a rank panicked during the step".into() })
+    });
+    if r.is_err() {
+        model.collective().into_iter().for_each(|c| c.abort());
+    }
+    r
+}
+
+impl<B: Backend> Engine<B> {
+    /// One forward on every rank (module header): rank 0 here, the others on scoped threads
+    /// (`rank_forward`). The error returned is the first one that is not a peer's abort.
+    fn forward_ranks(&mut self, steps: &[SeqStep], ends: Ends) -> Result<StepOut> {
+        let attn = &self.attn;
+        let (model, be, cache) = (&self.model, &self.backend, &mut self.cache);
+        let (first, rest) = std::thread::scope(|s| {
+            let workers: Vec<_> = self
+                .ranks
+                .iter_mut()
+                .map(|rk: &mut Rank<B>| {
+                    s.spawn(move || rank_forward(&rk.model, &rk.backend, &mut rk.cache, attn, steps, ends))
+                })
+                .collect();
+            let first = rank_forward(model, be, cache, attn, steps, ends);
+            let rest: Vec<Result<StepOut>> =
+                workers.into_iter().map(|w| w.join().expect("rank_forward catches its panics")).collect();
+            (first, rest)
+        });
+        let mut errors: Vec<Error> = rest.into_iter().filter_map(|r| r.err()).collect();
+        let out = match first {
+            Ok(out) if errors.is_empty() => return Ok(out),
+            Ok(_) => None,
+            Err(e) => Some(e),
+        };
+        errors.splice(0..0, out);
+        // Every rank has returned: the group may be used again.
+        self.model.collective().into_iter().for_each(|c| c.reset());
+        let i = errors.iter().position(|e| !is_abort(e)).unwrap_or(0);
+        Err(errors.swap_remove(i))
     }
 }

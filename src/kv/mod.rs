@@ -84,6 +84,13 @@ impl CacheShape {
     pub fn ring_pages(&self) -> usize {
         self.ring_tokens / self.page_size
     }
+    /// Whether each sequence holds a streaming ring: `ring_tokens > 0`, which the engine sets
+    /// exactly when the model has streaming heads. Under tensor parallelism a rank whose own KV
+    /// heads all retrieve keeps rings too, so every rank's ring pages are the same ids (the
+    /// allocation is rank 0's; docs/tensor-parallel.md).
+    pub fn has_rings(&self) -> bool {
+        self.ring_tokens > 0
+    }
     fn ret_heads(&self) -> usize {
         (0..self.num_layers).map(|l| self.layout.n_ret(l)).sum()
     }
@@ -133,7 +140,7 @@ impl CacheShape {
                 self.head_dim, self.page_size
             ));
         }
-        if self.layout.any_streaming()
+        if (self.layout.any_streaming() || self.has_rings())
             && (!self.ring_tokens.is_multiple_of(self.page_size) || self.ring_tokens <= self.sink)
         {
             return bad(format!("ring of {} tokens cannot hold {} sink tokens", self.ring_tokens, self.sink));
@@ -280,7 +287,7 @@ impl<B: Backend> KvCache<B> {
     /// Take a slot and a streaming ring for a new sequence; all or nothing.
     pub fn admit(&mut self) -> Result<SeqPages> {
         let slot = self.free_slots.pop().ok_or_else(|| Error::OutOfPages("no free sequence slot".into()))?;
-        let ring_pages = if self.shape.layout.any_streaming() { self.shape.ring_pages() } else { 0 };
+        let ring_pages = if self.shape.has_rings() { self.shape.ring_pages() } else { 0 };
         let Some(ring) = self.str_alloc.alloc(ring_pages) else {
             self.free_slots.push(slot);
             return Err(Error::OutOfPages("no free streaming ring".into()));

@@ -6,6 +6,10 @@
 //! (slot, ring, pages), writes the copies into the new ids with `write_*_at`, and returns the
 //! page table rewritten to them.
 //!
+//! Tensor parallelism: each rank swaps out its own KV heads; the copies are joined rank after
+//! rank (`SwappedKv::append_rank`), rank 0's `swap_in` allocates and restores its part, and every
+//! other rank restores its part at the same page ids (`restore_rank`).
+//!
 //! Invariants: `swap_out` changes nothing on the device or in the accounting (the caller releases
 //! the sequence afterwards); `swap_in` is all or nothing (on failure nothing stays held); after a
 //! swap-out and a swap-in the sequence's KV, summaries and selection are bit-identical: pools are
@@ -14,7 +18,7 @@
 
 use super::{KvCache, SeqPages};
 use crate::backend::{Backend, DType, kv_pool_len};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// One layer's copy: regions in the order of the sequence's pages / ring pages, as stored bytes.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,6 +60,11 @@ impl SwappedKv {
             })
             .sum();
         l + std::mem::size_of::<Self>()
+    }
+
+    /// Append another tensor-parallel rank's copy of the same sequence (ranks in order).
+    pub fn append_rank(&mut self, other: SwappedKv) {
+        self.layers.extend(other.layers);
     }
 }
 
@@ -168,7 +177,8 @@ impl<B: Backend> KvCache<B> {
     /// the copied contents. All or nothing.
     pub fn swap_in(&mut self, be: &B, copy: &SwappedKv) -> Result<SeqPages> {
         let mut seq = self.admit()?;
-        let r = self.reserve(&mut seq, copy.n_pages * self.shape.page_size).and_then(|_| self.restore(be, &seq, copy));
+        let r =
+            self.reserve(&mut seq, copy.n_pages * self.shape.page_size).and_then(|_| self.restore(be, &seq, copy, 0));
         if let Err(e) = r {
             self.release(&mut seq)?;
             return Err(e);
@@ -179,12 +189,23 @@ impl<B: Backend> KvCache<B> {
         Ok(seq)
     }
 
-    fn restore(&mut self, be: &B, seq: &SeqPages, copy: &SwappedKv) -> Result<()> {
+    /// Write tensor-parallel rank `rank`'s part of `copy` (every rank's `swap_out`, appended in
+    /// rank order) into this rank's storage at `seq`'s pages, ring and slot, which rank 0's
+    /// `swap_in` allocated.
+    pub fn restore_rank(&mut self, be: &B, seq: &SeqPages, copy: &SwappedKv, rank: usize) -> Result<()> {
+        self.restore(be, seq, copy, rank * self.layers.len())
+    }
+
+    /// Write the layers `first..` of `copy` into this cache's layers at `seq`'s ids.
+    fn restore(&mut self, be: &B, seq: &SeqPages, copy: &SwappedKv, first: usize) -> Result<()> {
+        if copy.layers.len() < first + self.layers.len() {
+            return Err(Error::InvalidArgument("the swapped KV has no copy for this rank's layers".into()));
+        }
         let slot = seq.slot as usize;
         for l in 0..self.layers.len() {
             let [kv, summ, ring, sel] = self.region_sizes(l);
             let n_ret = self.shape.layout.n_ret(l);
-            let (c, st) = (&copy.layers[l], &mut self.layers[l]);
+            let (c, st) = (&copy.layers[first + l], &mut self.layers[l]);
             scatter(be, &mut st.k, &seq.pages, kv, &c.k)?;
             scatter(be, &mut st.v, &seq.pages, kv, &c.v)?;
             scatter(be, &mut st.summary, &seq.pages, summ, &c.summary)?;

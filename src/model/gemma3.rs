@@ -187,7 +187,7 @@ impl<B: Backend> Gemma3<B> {
         let max_len = seqs.iter().map(|s| s.cache.len + s.tokens.len()).max().unwrap_or(0);
         let (fg, fl) = (self.rope_global.freqs(max_len), self.rope_local.freqs(max_len));
         let pool = &self.pool;
-        let m = StepMeta::build(be, pool, cache, seqs, c, fg.inv_freq)?;
+        let m = StepMeta::build(be, pool, cache, seqs, c, c.num_heads, fg.inv_freq)?;
         let inv_local = pool.upload_f32(be, &fl.inv_freq)?;
         let (n, h, hd) = (m.n_tokens, c.hidden_size, c.head_dim);
         let (nq, ffn) = (c.num_heads * hd, c.intermediate_size);
@@ -213,7 +213,7 @@ impl<B: Backend> Gemma3<B> {
         // local layers' window is already their whole key list.
         let mut blocks = super::blocks::step_blocks(be, pool, cache, attn, seqs, m.decode)?;
         let region = GraphRegion::begin(be, m.decode && hook.is_none());
-        let ep = EmbedParams { n_tokens: n as u32, dim: h as u32, vocab: c.vocab_size as u32, _pad: 0 };
+        let ep = EmbedParams { n_tokens: n as u32, dim: h as u32, vocab: c.vocab_size as u32, first: 0 };
         be.embed(&ep, &self.embed, &m.ids, &mut x)?;
         // HF casts sqrt(hidden) to the activation dtype (f32 here) before multiplying.
         be.scale(&ScaleParams { n: (n * h) as u32, scale: (h as f32).sqrt(), ..Default::default() }, &mut x)?;

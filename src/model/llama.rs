@@ -14,8 +14,10 @@ use super::batch::{GraphRegion, Head};
 use super::blocks::PrefillBlocks;
 use super::linear::{Linear, WeightLoader};
 use super::pool::BufferPool;
+use super::shard::{ShardSpec, ShardedSource, shard_config};
 use super::step::StepMeta;
 pub use super::weights::{LoadOptions, WeightMode, WeightSource};
+use crate::backend::collective::Collective;
 use crate::backend::reference::weight_quant;
 use crate::backend::*;
 use crate::error::{Error, Result};
@@ -49,6 +51,16 @@ pub struct Llama<B: Backend> {
     /// Gemma 3 (`cfg.arch == "gemma3"`): the whole model lives here and every call is forwarded
     /// to it; the Llama fields above are then empty placeholders.
     gemma: Option<Box<super::gemma3::Gemma3<B>>>,
+    /// Tensor parallelism: this model is one rank's shard (model::shard); None: the whole model.
+    tp: Option<Tp<B>>,
+}
+
+/// One tensor-parallel rank's view: its group and its shard's shapes.
+struct Tp<B: Backend> {
+    comm: Box<dyn Collective<B>>,
+    /// The shard's shapes (`shard_config`): heads, KV heads, FFN width and vocabulary divided.
+    /// `Llama::cfg` stays the whole model's.
+    local: ModelConfig,
 }
 
 impl<B: Backend> Llama<B> {
@@ -99,6 +111,7 @@ impl<B: Backend> Llama<B> {
                 layers: vec![],
                 pool: BufferPool::default(),
                 gemma: Some(Box::new(g)),
+                tp: None,
             });
         }
         let embed = ld.table("model.embed_tokens.weight", cfg.vocab_size, h)?;
@@ -128,7 +141,68 @@ impl<B: Backend> Llama<B> {
             layers,
             pool: BufferPool::default(),
             gemma: None,
+            tp: None,
         })
+    }
+
+    /// Rank `comm.rank()` of `comm.size()`'s shard of the model (model::shard), loaded as
+    /// `load_with` loads a whole one; its forward passes meet the other ranks' in `comm`.
+    pub fn load_shard<S: WeightSource + ?Sized>(
+        be: &B,
+        cfg: &ModelConfig,
+        src: &S,
+        opts: &LoadOptions,
+        comm: Box<dyn Collective<B>>,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<Self> {
+        let spec = ShardSpec { rank: comm.rank(), size: comm.size() };
+        let local = shard_config(cfg, spec.size)?;
+        let model = Self::load_with(be, &local, &ShardedSource { inner: src, spec }, opts, progress)?;
+        Ok(model.into_shard(cfg, local, comm))
+    }
+
+    /// A rank's shard of synthetic weights: the shard's shapes filled from `seed` and the rank
+    /// (random values either way; a sharded and a whole synthetic model differ).
+    pub fn synthetic_shard(
+        be: &B,
+        cfg: &ModelConfig,
+        dtype: Option<DType>,
+        seed: u32,
+        comm: Box<dyn Collective<B>>,
+    ) -> Result<Self> {
+        let local = shard_config(cfg, comm.size())?;
+        let model =
+            Self::synthetic(be, &local, dtype, seed.wrapping_add(0x9e37_79b9u32.wrapping_mul(comm.rank() as u32)))?;
+        Ok(model.into_shard(cfg, local, comm))
+    }
+
+    fn into_shard(mut self, cfg: &ModelConfig, local: ModelConfig, comm: Box<dyn Collective<B>>) -> Self {
+        self.cfg = cfg.clone();
+        self.tp = Some(Tp { comm, local });
+        self
+    }
+
+    /// This model's shapes: the shard's under tensor parallelism, else the whole model's.
+    pub fn shard_cfg(&self) -> &ModelConfig {
+        self.tp.as_ref().map_or(&self.cfg, |t| &t.local)
+    }
+
+    /// (rank, size) of tensor parallelism; (0, 1) for a whole model.
+    pub fn tp_rank(&self) -> (usize, usize) {
+        self.tp.as_ref().map_or((0, 1), |t| (t.comm.rank(), t.comm.size()))
+    }
+
+    /// The collective of a sharded model (None for a whole one).
+    pub fn collective(&self) -> Option<&dyn Collective<B>> {
+        self.tp.as_ref().map(|t| t.comm.as_ref())
+    }
+
+    /// Sum a partial result over the ranks (nothing for a whole model).
+    fn all_reduce(&self, be: &B, buf: &mut B::Buffer, len: usize) -> Result<()> {
+        match &self.tp {
+            Some(t) => t.comm.all_reduce_sum(be, buf, len),
+            None => Ok(()),
+        }
     }
 
     /// Layer `i`'s weights, fused (q/k/v into one matrix, gate/up into one) and uploaded.
@@ -225,6 +299,7 @@ impl<B: Backend> Llama<B> {
             layers,
             pool: BufferPool::default(),
             gemma: None,
+            tp: None,
         })
     }
 
@@ -340,11 +415,14 @@ impl<B: Backend> Llama<B> {
             return g.forward_inner(be, cache, attn, seqs, hook, want);
         }
         let t_record = std::time::Instant::now();
-        let c = &self.cfg;
+        // The shard's shapes (the whole model's without tensor parallelism); `self.cfg` is the
+        // whole model's (ids are checked against its vocabulary).
+        let c = self.shard_cfg();
+        let (rank, ranks) = self.tp_rank();
         let (inv, attention_scaling) =
             self.inv_freq(seqs.iter().map(|s| s.cache.len + s.tokens.len()).max().unwrap_or(0));
         let pool = &self.pool;
-        let m = StepMeta::build(be, pool, cache, seqs, c, inv)?;
+        let m = StepMeta::build(be, pool, cache, seqs, &self.cfg, c.num_heads, inv)?;
         let mut blocks = self.prefill_blocks(be, cache, attn, seqs, m.decode)?;
         let (n, h, hd) = (m.n_tokens, c.hidden_size, c.head_dim);
         let (nq, ffn) = (c.num_heads * hd, c.intermediate_size);
@@ -356,17 +434,23 @@ impl<B: Backend> Llama<B> {
         let (mut attn_out, mut o, mut gu) = (a(n * nq)?, a(n * h)?, a(n * 2 * ffn)?);
         let mut act = pool.take(be, act_dt, n * ffn)?;
         let norm = RmsnormParams { rows: n as u32, dim: h as u32, eps: c.rms_norm_eps, _pad: 0 };
-        let ep = EmbedParams { n_tokens: n as u32, dim: h as u32, vocab: c.vocab_size as u32, _pad: 0 };
-        // Sampling settings go up before the graph region: a write inside it would cut the
-        // step's recorded launches in two.
+        let first = (rank * c.vocab_size) as u32;
+        let ep = EmbedParams { n_tokens: n as u32, dim: h as u32, vocab: c.vocab_size as u32, first };
+        // Sampling settings (and the LM head's reorder under tensor parallelism) go up before the
+        // graph region: a write inside it would cut the step's recorded launches in two.
         let settings = match want {
             Head::Sample(s) if m.n_logits > 0 => Some(self.upload_settings(be, s, m.n_logits)?),
+            _ => None,
+        };
+        let reorder = match m.n_logits {
+            nl if nl > 0 && ranks > 1 => Some(pool.upload_u32(be, &gathered_order(nl, ranks))?),
             _ => None,
         };
         // A decode step's launches are the same every step (all that changes lives in StepMeta's
         // buffers), so the backend may replay them as one graph; prefill shapes vary.
         let region = GraphRegion::begin(be, m.decode && hook.is_none());
         be.embed(&ep, &self.embed, &m.ids, &mut x)?;
+        self.all_reduce(be, &mut x, n * h)?;
         let paged = m.paged();
         let rmeta = m.rope_meta();
         let lp = cache.shape.logical_page;
@@ -406,10 +490,12 @@ impl<B: Backend> Llama<B> {
                 hook(be, i, &q, store.view(), &paged)?;
             }
             l.w_o.matmul(be, n, &attn_out, &mut o)?;
+            self.all_reduce(be, &mut o, n * h)?;
             be.add_rmsnorm(&norm, &mut x, &o, &l.ffn_norm, &mut xn)?;
             l.w_gate_up.matmul(be, n, &xn, &mut gu)?;
             be.silu_mul(&SiluMulParams { rows: n as u32, dim: ffn as u32, ..Default::default() }, &gu, &mut act)?;
             l.w_down.matmul(be, n, &act, &mut o)?;
+            self.all_reduce(be, &mut o, n * h)?;
         }
         let nl = m.n_logits;
         tracing::trace!(record_us = t_record.elapsed().as_micros() as u64, "step recorded");
@@ -425,18 +511,15 @@ impl<B: Backend> Llama<B> {
             let mut sel = a(nl * h)?;
             let gp = GatherRowsParams { n_out: nl as u32, dim: h as u32, n_src: n as u32, _pad: 0 };
             be.gather_rows(&gp, fin, &m.logit_rows, &mut sel)?;
-            let mut logits = a(nl * c.vocab_size)?;
-            match &self.lm_head {
-                Some(head) => head.matmul(be, nl, &sel, &mut logits)?,
-                None => {
-                    be.matmul(&MatmulParams::new(nl, c.vocab_size, h, false), &sel, &self.embed, None, &mut logits)?
-                }
-            }
+            let logits = self.lm_head_logits(be, &sel, nl, reorder.as_ref())?;
+            let vocab = self.cfg.vocab_size;
             match want {
-                Head::Logits => out = be.download_f32(&logits, 0, nl * c.vocab_size)?,
+                // Every rank holds the whole logits; rank 0's come back.
+                _ if rank > 0 => {}
+                Head::Logits => out = be.download_f32(&logits, 0, nl * vocab)?,
                 Head::Argmax => {
                     let mut best = pool.take(be, DType::U32, nl)?;
-                    let ap = ArgmaxParams { rows: nl as u32, n: c.vocab_size as u32, ..Default::default() };
+                    let ap = ArgmaxParams { rows: nl as u32, n: vocab as u32, ..Default::default() };
                     be.argmax(&ap, &logits, &mut best)?;
                     ids = be.download_u32(&best, 0, nl)?;
                     pool.put(best);
@@ -451,7 +534,7 @@ impl<B: Backend> Llama<B> {
             xf.into_iter().for_each(|b| pool.put(b));
         }
         region.finish()?;
-        [x, xn, qkv, q, attn_out, o, gu, act].into_iter().chain(settings).for_each(|b| pool.put(b));
+        [x, xn, qkv, q, attn_out, o, gu, act].into_iter().chain(settings).chain(reorder).for_each(|b| pool.put(b));
         m.recycle(pool);
         blocks.into_iter().for_each(|b| b.recycle(pool));
         Ok((out, ids))
@@ -470,6 +553,28 @@ impl<B: Backend> Llama<B> {
         };
         let xn = common(&mut self.layers.iter().flat_map(|l| [&l.w_qkv, &l.w_gate_up]));
         (xn, common(&mut self.layers.iter().map(|l| &l.w_down)))
+    }
+
+    /// The logits `[nl][vocab]` of the `nl` normed rows `sel`. Under tensor parallelism each rank
+    /// computes its vocabulary slice `[nl][V/N]`, the all-gather stacks the slices `[N][nl][V/N]`,
+    /// and `gather_rows` with `reorder` (`gathered_order`) puts them in `[nl][V]` order.
+    fn lm_head_logits(&self, be: &B, sel: &B::Buffer, nl: usize, reorder: Option<&B::Buffer>) -> Result<B::Buffer> {
+        let (c, h, pool) = (self.shard_cfg(), self.cfg.hidden_size, &self.pool);
+        let mut part = pool.take(be, DType::F32, nl * c.vocab_size)?;
+        match &self.lm_head {
+            Some(head) => head.matmul(be, nl, sel, &mut part)?,
+            None => be.matmul(&MatmulParams::new(nl, c.vocab_size, h, false), sel, &self.embed, None, &mut part)?,
+        }
+        let (Some(t), Some(order)) = (&self.tp, reorder) else { return Ok(part) };
+        let n = t.comm.size();
+        let mut stacked = pool.take(be, DType::F32, n * nl * c.vocab_size)?;
+        t.comm.all_gather(be, &part, nl * c.vocab_size, &mut stacked)?;
+        let mut logits = pool.take(be, DType::F32, nl * self.cfg.vocab_size)?;
+        let gp = GatherRowsParams { n_out: (n * nl) as u32, dim: c.vocab_size as u32, n_src: (n * nl) as u32, _pad: 0 };
+        be.gather_rows(&gp, &stacked, order, &mut logits)?;
+        pool.put(part);
+        pool.put(stacked);
+        Ok(logits)
     }
 
     /// A prefill step's block-sparse metadata, when the settings ask for it and a block qualifies
@@ -507,5 +612,20 @@ impl<B: Backend> Llama<B> {
         let r = be.sample(&sp, logits, settings, &mut ids).and_then(|_| be.download_u32(&ids, 0, nl));
         self.pool.put(ids);
         r
+    }
+}
+
+/// `gather_rows` indices that turn the all-gathered logits `[ranks][nl][V/N]`, viewed as `ranks·nl`
+/// rows of `V/N`, into `[nl][V]`: output row `r·ranks + k` (row r's slice k) is source row `k·nl + r`.
+fn gathered_order(nl: usize, ranks: usize) -> Vec<u32> {
+    (0..nl).flat_map(|r| (0..ranks).map(move |k| (k * nl + r) as u32)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn gathered_order_interleaves_rank_slices() {
+        // 2 rows, 3 ranks: [rank][row] -> [row][rank].
+        assert_eq!(super::gathered_order(2, 3), [0, 2, 4, 1, 3, 5]);
     }
 }

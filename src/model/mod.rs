@@ -8,5 +8,6 @@ pub mod linear;
 pub mod llama;
 pub mod pool;
 pub mod rope;
+pub mod shard;
 pub mod step;
 pub mod weights;

@@ -60,11 +60,12 @@ impl<B: Backend> StepMeta<B> {
         cache: &KvCache<B>,
         seqs: &[SeqStep],
         cfg: &ModelConfig,
+        n_heads: usize,
         inv_freq: Vec<f32>,
     ) -> Result<Self> {
         let ps = cache.shape.page_size;
         let mut h = Host { q_indptr: vec![0], page_indptr: vec![0], ..Host::default() };
-        let ring_pages = if cache.shape.layout.any_streaming() { cache.shape.ring_pages() } else { 0 };
+        let ring_pages = if cache.shape.has_rings() { cache.shape.ring_pages() } else { 0 };
         for s in seqs {
             let (start, n) = (s.cache.len, s.tokens.len());
             if n == 0 || (start + n).div_ceil(ps) > s.cache.pages.len() {
@@ -112,7 +113,7 @@ impl<B: Backend> StepMeta<B> {
                 .max()
                 .unwrap_or(0)
                 .next_power_of_two(),
-            n_heads: cfg.num_heads,
+            n_heads,
             decode: seqs.iter().all(|s| s.tokens.len() == 1),
             any_select: h.select_mask.iter().any(|&m| m != 0),
             ids: up(&h.ids)?,

@@ -241,7 +241,7 @@ impl<B: Backend> ServeEngine<B> {
         }
         for &id in &plan.swap_in {
             let r = match self.tier.remove(id) {
-                Some(copy) => self.engine.cache.swap_in(&self.engine.backend, &copy),
+                Some(copy) => self.engine.swap_in(&copy),
                 None => Err(Error::InvalidArgument("swapped KV is missing from the host tier".into())),
             };
             match r {
@@ -262,7 +262,7 @@ impl<B: Backend> ServeEngine<B> {
         let mut seq = std::mem::take(&mut live.seq);
         let mut swapped = false;
         if mode == PreemptMode::Swap {
-            match self.engine.cache.swap_out(&self.engine.backend, &seq) {
+            match self.engine.swap_out(&seq) {
                 Ok(copy) => match self.tier.insert(id, copy) {
                     Ok(evicted) => {
                         swapped = true;

@@ -41,13 +41,24 @@ pub fn test_embed<B: Backend>(gpu: &B, dtype: DType) {
         let (vocab, n) = (50, 13);
         let dim = if block_of(dtype) > 1 { 3 * block_of(dtype) } else { 70 };
         let table = weights(&mut t, dtype, vocab, dim, 1.0);
-        let ids: Vec<u32> = (0..n).map(|i| ((i * 7 + 3) % vocab) as u32).collect();
-        let ids = t.up_u32(&ids);
-        let mut out = t.out(n * dim);
-        let p = EmbedParams { n_tokens: n as u32, dim: dim as u32, vocab: vocab as u32, _pad: 0 };
-        t.gpu.embed(&p, &table.0, &ids.0, &mut out.0).unwrap();
-        t.cpu.embed(&p, &table.1, &ids.1, &mut out.1).unwrap();
-        t.check(&format!("embed {dtype:?}"), &out, n * dim, 0.0);
+        // A whole table (first 0), then the same table as the slice 100..150 of a larger
+        // vocabulary (a tensor-parallel rank's): ids below, inside and above the slice.
+        for first in [0u32, 100] {
+            let ids: Vec<u32> = (0..n).map(|i| first + ((i * 7 + 3) % vocab) as u32).collect();
+            let ids: Vec<u32> = ids.iter().enumerate().map(|(i, &id)| [id, 3, id + vocab as u32][i % 3]).collect();
+            let ids = t.up_u32(&ids);
+            let mut out = t.out(n * dim);
+            let p = EmbedParams { n_tokens: n as u32, dim: dim as u32, vocab: vocab as u32, first };
+            t.gpu.embed(&p, &table.0, &ids.0, &mut out.0).unwrap();
+            t.cpu.embed(&p, &table.1, &ids.1, &mut out.1).unwrap();
+            t.check(&format!("embed {dtype:?} first {first}"), &out, n * dim, 0.0);
+            // Every third id lies above the slice and, with first 100, the id 3 below it: zeros.
+            let cpu = t.cpu.download_f32(&out.1, 0, n * dim).unwrap();
+            for (i, row) in cpu.chunks(dim).enumerate() {
+                let outside = i % 3 == 2 || (first > 0 && i % 3 == 1);
+                assert_eq!(outside, row.iter().all(|&x| x == 0.0), "embed row {i} first {first}");
+            }
+        }
     }
 }
 

@@ -6,6 +6,9 @@
 set -uo pipefail
 B=/root/s10c; mkdir -p $B; tar -xzf .gpu/c3/bins.tgz -C $B
 export LSERVE_CACHE=/root/lserve-cache LSERVE_REQUIRE_CUDA=1
+M=$LSERVE_CACHE/models/smollm2-135m; mkdir -p $M
+[ -f $M/SmolLM2-135M-Instruct.Q4_1.gguf ] || cat /root/smol.part0 /root/smol.part1 .gpu/c3/smol.part2 > $M/SmolLM2-135M-Instruct.Q4_1.gguf
+ls -la $M
 . scripts/cuda_env.sh >/dev/null
 for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -31,11 +34,14 @@ PB c_old $B/lserve-old --contexts 32k,128k --batch 1,16 --repeats 5 --sparse on
 PB c_new $B/lserve --contexts 32k,128k --batch 1,16 --repeats 5 --sparse on
 PB kv_bf16_prof $B/lserve --contexts 128k --batch 1 --repeats 3 --sparse on --kv-dtype bf16 --profile
 PB kv_int8_prof $B/lserve --contexts 128k --batch 1 --repeats 3 --sparse on --kv-dtype int8 --profile
-${TP_PART:-true}
+if [ "${TP:-0}" = 1 ]; then
+  mkdir -p $OUT/tp; t0=$(date +%s)
+  B=$B OUT=$OUT/tp ONE_GPU=1 timeout 300 bash scripts/tp_gpu.sh > $OUT/tp_summary.txt 2>&1; echo "== tp rc $? $(( $(date +%s)-t0 ))s" | tee -a $L
+  tail -25 $OUT/tp_summary.txt | tee -a $L
+  (cd $OUT/tp && for f in *; do [ -f "$f" ] && cp "$f" "$OUT/tp_$f"; done)
+fi
 # NIAH per KV dtype on CUDA (#13 item 4), the default model (reassembled from the carried parts).
 if [ "${NIAH:-0}" = 1 ]; then
-  M=$LSERVE_CACHE/models/smollm2-135m; mkdir -p $M
-  [ -f $M/SmolLM2-135M-Instruct.Q4_1.gguf ] || cat /root/smol.part0 /root/smol.part1 .gpu/c3/smol.part2 > $M/SmolLM2-135M-Instruct.Q4_1.gguf
   for kv in bf16 int8 fp8; do t0=$(date +%s)
     timeout 150 $B/lserve niah --device cuda --kv-dtype $kv --lengths 1k,2k,4k,8k --depths 0,25,50,75,100 --sparse both \
       --head-pattern patterns/smollm2-135m.toml --streaming-ratio 0.5 --token-budget 1024 --dense-below 0 \

@@ -200,12 +200,13 @@ impl Backend for CpuBackend {
         }
         let table = f32s(table, u(p.vocab) * d, "embed table")?;
         let ids = u32s(ids, n, "embed ids")?;
-        if let Some(bad) = ids.iter().find(|&&i| i >= p.vocab) {
-            return Err(err(format!("embed: token id {bad} is outside the vocabulary ({})", p.vocab)));
-        }
         let out = f32s_mut(out, n * d, "embed out")?;
         for (row, &id) in out.chunks_exact_mut(d).zip(ids) {
-            row.copy_from_slice(&table[u(id) * d..(u(id) + 1) * d]);
+            // Ids outside the table's slice (another rank's rows) give zeros.
+            match u(id.wrapping_sub(p.first)) {
+                r if r < u(p.vocab) => row.copy_from_slice(&table[r * d..(r + 1) * d]),
+                _ => row.fill(0.0),
+            }
         }
         Ok(())
     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr};
 
-use super::graph::{self, Cached, GemmRec, GraphStats, Graphs, Plan, Rec};
+use super::graph::{self, Cached, GemmRec, GraphStats, Graphs, NcclRec, Plan, Rec, SendGraph};
 
 /// Bytes of cuBLAS workspace.
 const BLAS_WORKSPACE: usize = 32 << 20;
@@ -41,7 +41,7 @@ pub struct Mem {
 }
 
 pub struct Gpu {
-    #[allow(dead_code)] // the stream holds it too; kept for graph capture and attributes
+    /// Bound to the calling thread before raw driver calls (`bind`).
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub blas: CudaBlas,
@@ -230,6 +230,7 @@ impl Gpu {
             ptrs: ptrs.to_vec(),
             scalars: scalars.to_vec(),
             gemm: None,
+            nccl: None,
         };
         self.submit(stem, rec)
     }
@@ -243,6 +244,7 @@ impl Gpu {
                 return Ok(());
             }
         }
+        self.bind()?;
         self.timed(op, || self.launch_rec(&rec))
     }
 
@@ -261,8 +263,26 @@ impl Gpu {
             ptrs: vec![],
             scalars: vec![],
             gemm: Some(g),
+            nccl: None,
         };
         self.submit("matmul_cublas", rec)
+    }
+
+    /// Enqueue an NCCL collective (recorded into the current list while recording, so it is
+    /// part of the step's graph; timed as `op` when profiling).
+    pub fn collective(&self, op: &'static str, n: NcclRec) -> Result<()> {
+        let rec = Rec {
+            func: 0,
+            grid: (1, 1, 1),
+            block: 0,
+            smem: 0,
+            params: vec![],
+            ptrs: vec![],
+            scalars: vec![],
+            gemm: None,
+            nccl: Some(n),
+        };
+        self.submit(op, rec)
     }
 
     fn run_gemm(&self, g: &GemmRec) -> Result<()> {
@@ -303,6 +323,9 @@ impl Gpu {
     fn launch_rec(&self, r: &Rec) -> Result<()> {
         if let Some(g) = &r.gemm {
             return self.run_gemm(g);
+        }
+        if let Some(n) = &r.nccl {
+            return self.run_nccl(n);
         }
         let mut args: Vec<*mut std::ffi::c_void> = Vec::with_capacity(1 + r.ptrs.len() + r.scalars.len());
         args.push(r.params.as_ptr() as *mut _);
@@ -361,10 +384,11 @@ impl Gpu {
         if recs.is_empty() {
             return Ok(());
         }
+        self.bind()?;
         let h = graph::hash(&recs);
         let plan = self.graphs.borrow_mut().plan(&recs, h, self.replay.get());
         match plan {
-            Plan::Replay(i) => self.graphs.borrow().cache[i].graph.launch().map_err(drv("graph launch")),
+            Plan::Replay(i) => self.graphs.borrow().cache[i].graph.0.launch().map_err(drv("graph launch")),
             Plan::Eager => recs.iter().try_for_each(|r| self.launch_rec(r)),
             Plan::Capture => {
                 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
@@ -375,7 +399,7 @@ impl Gpu {
                 let captured = self.stream.end_capture(CUgraphInstantiate_flags(0));
                 if let (Ok(()), Ok(Some(graph))) = (launched, captured) {
                     graph.launch().map_err(drv("graph launch"))?;
-                    self.graphs.borrow_mut().insert(Cached { hash: h, recs, graph, last_used: 0 });
+                    self.graphs.borrow_mut().insert(Cached { hash: h, recs, graph: SendGraph(graph), last_used: 0 });
                     return Ok(());
                 }
                 // Nothing captured ran: run the list eagerly (a real launch error surfaces here).
@@ -398,7 +422,15 @@ impl Gpu {
     /// The raw stream for a copy or a library call, after flushing recorded launches.
     pub fn cu_stream(&self) -> Result<cudarc::driver::sys::CUstream> {
         self.flush()?;
+        self.bind()?;
         Ok(self.stream.cu_stream())
+    }
+
+    /// Make this device's context current on the calling thread (one `cuCtxGetCurrent` when it
+    /// already is): the raw driver calls (copies, launches, cuBLAS, NCCL) need it, and a
+    /// tensor-parallel engine touches every rank's backend from its own thread too.
+    pub fn bind(&self) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(drv("binding the CUDA context to this thread"))
     }
 
     /// Run `f` (which enqueues work), timed as op `op` when profiling.

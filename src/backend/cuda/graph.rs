@@ -13,6 +13,9 @@
 //! on the same context invalidates it) is dropped and the list runs eagerly. So a steady decode loop runs eagerly once, captures once
 //! and replays from then on; a list seen once (a one-off batch shape) never pays for a capture.
 //!
+//! NCCL collectives (tensor parallelism: [`NcclRec`], nccl.rs) are recorded the same way, so a
+//! captured tensor-parallel decode step holds its all-reduces and replays as one graph per rank.
+//!
 //! cuBLAS GEMMs are recorded in the list too ([`GemmRec`]; cuBLAS runs on the same stream with a
 //! workspace set at start, so a capture records its kernels): the batched decode step, whose
 //! projections are GEMMs, replays as one graph like the batch-1 step of GEMVs.
@@ -46,6 +49,21 @@ pub struct Rec {
     pub ptrs: Vec<u64>,
     pub scalars: Vec<u32>,
     pub gemm: Option<GemmRec>,
+    /// An NCCL collective (tensor parallelism, nccl.rs): stream work a capture records too, so
+    /// a tensor-parallel decode step is still one graph.
+    pub nccl: Option<NcclRec>,
+}
+
+/// An f32 NCCL collective on the stream: `all_reduce` sums `count` floats in place at `send`
+/// (`recv == send`); `all_gather` stacks every rank's `count` floats from `send` at `recv`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct NcclRec {
+    pub gather: bool,
+    pub send: u64,
+    pub recv: u64,
+    pub count: usize,
+    /// The `ncclComm_t` (an address; the communicator outlives the backend's use of it).
+    pub comm: usize,
 }
 
 /// A 16-bit tensor-core GEMM: out[r * ldc + c] (f32) = x[r][:] . w[c][:] for r < m, c < n, x and w
@@ -89,9 +107,19 @@ pub struct GraphStats {
 pub struct Cached {
     pub hash: u64,
     pub recs: Vec<Rec>,
-    pub graph: cudarc::driver::CudaGraph,
+    pub graph: SendGraph,
     pub last_used: u64,
 }
+
+/// A captured graph that may move to another thread with its backend (a tensor-parallel rank's
+/// backend runs its steps on a scoped thread). cudarc leaves `CudaGraph` !Send because it holds
+/// raw driver handles; CUDA graph and graph-exec handles are not tied to a thread, only to their
+/// context, which `Backend::bind_thread` makes current before the rank's thread uses them.
+pub struct SendGraph(pub cudarc::driver::CudaGraph);
+
+// SAFETY: see the type's comment: the handles are used by one thread at a time (the backend is
+// not Sync) with their context current; the driver allows that from any thread.
+unsafe impl Send for SendGraph {}
 
 /// Recording state and the graph cache (owned by `Gpu`, behind a RefCell).
 #[derive(Default)]

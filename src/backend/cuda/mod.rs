@@ -16,6 +16,7 @@ pub mod bindings;
 mod context;
 mod graph;
 pub mod kernels;
+pub mod nccl;
 mod ops_attention;
 mod ops_basic;
 mod ops_kv;
@@ -320,6 +321,10 @@ impl Backend for CudaBackend {
 
     fn graph_begin(&self) {
         self.gpu.graph_begin()
+    }
+
+    fn bind_thread(&self) -> Result<()> {
+        self.gpu.bind()
     }
 
     fn graph_end(&self, run: bool) -> Result<()> {
