@@ -70,7 +70,8 @@ fn max_abs(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Small random models (GQA untied, qkv bias with tied embeddings): TP=2 against the naive
-/// float64 model (the tolerance of tests/forward_reference.rs) and against TP=1.
+/// float64 model (the tolerance of tests/forward_reference.rs) and against TP=1 (within 5e-5:
+/// f32 reduction order).
 #[test]
 fn small_models_tp2_match_naive_and_tp1() {
     let base = ModelConfig { vocab_size: 98, ..base_config() };
@@ -87,8 +88,10 @@ fn small_models_tp2_match_naive_and_tp1() {
         for (i, ((t, o), n)) in two.iter().zip(&one).zip(&want).enumerate() {
             let d = max_diff(t, n);
             assert!(d < 2e-4, "{name}: position {i}: TP=2 vs naive max |diff| {d}");
+            // Only the f32 summation order differs (partial sums all-reduced); 1e-5 was exceeded
+            // (1.1e-5) by one seed, a broken reduction is off by ~2.
             let d = max_abs(t, o);
-            assert!(d < 1e-5, "{name}: position {i}: TP=2 vs TP=1 max |diff| {d}");
+            assert!(d < 5e-5, "{name}: position {i}: TP=2 vs TP=1 max |diff| {d}");
         }
     }
 }

@@ -254,35 +254,13 @@ impl Gpu {
         if g.m <= 0 || g.n <= 0 || g.k <= 0 {
             return Ok(());
         }
-        let rec = Rec {
-            func: 0,
-            grid: (1, 1, 1),
-            block: 0,
-            smem: 0,
-            params: vec![],
-            ptrs: vec![],
-            scalars: vec![],
-            gemm: Some(g),
-            nccl: None,
-        };
-        self.submit("matmul_cublas", rec)
+        self.submit("matmul_cublas", Rec::library(Some(g), None))
     }
 
     /// Enqueue an NCCL collective (recorded into the current list while recording, so it is
     /// part of the step's graph; timed as `op` when profiling).
     pub fn collective(&self, op: &'static str, n: NcclRec) -> Result<()> {
-        let rec = Rec {
-            func: 0,
-            grid: (1, 1, 1),
-            block: 0,
-            smem: 0,
-            params: vec![],
-            ptrs: vec![],
-            scalars: vec![],
-            gemm: None,
-            nccl: Some(n),
-        };
-        self.submit(op, rec)
+        self.submit(op, Rec::library(None, Some(n)))
     }
 
     fn run_gemm(&self, g: &GemmRec) -> Result<()> {

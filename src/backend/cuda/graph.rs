@@ -86,6 +86,11 @@ impl Rec {
     pub fn cu_function(&self) -> sys::CUfunction {
         self.func as sys::CUfunction
     }
+
+    /// A library call in the launch list (a cuBLAS GEMM or an NCCL collective): no kernel of ours.
+    pub fn library(gemm: Option<GemmRec>, nccl: Option<NcclRec>) -> Rec {
+        Rec { func: 0, grid: (1, 1, 1), block: 0, smem: 0, params: vec![], ptrs: vec![], scalars: vec![], gemm, nccl }
+    }
 }
 
 /// Counters of what `graph_end` did, for benchmarks and tests.
