@@ -150,21 +150,6 @@ enum Ends<'a> {
     Sample(&'a [[u32; 4]]),
 }
 
-fn forward_one<B: Backend>(
-    model: &Llama<B>,
-    be: &B,
-    cache: &mut KvCache<B>,
-    attn: &AttnSettings,
-    steps: &[SeqStep],
-    ends: Ends,
-) -> Result<StepOut> {
-    Ok(match ends {
-        Ends::Logits => StepOut::Logits(model.forward(be, cache, attn, steps, None)?),
-        Ends::Argmax => StepOut::Ids(model.forward_argmax(be, cache, attn, steps)?),
-        Ends::Sample(s) => StepOut::Ids(model.forward_sample(be, cache, attn, steps, s)?),
-    })
-}
-
 /// One rank's forward on the calling thread with its device current. A failure (an error or a
 /// panic, which becomes an error) aborts the rank's group first, so its peers never wait forever
 /// in a collective this rank will not reach.
@@ -177,7 +162,12 @@ fn rank_forward<B: Backend>(
     ends: Ends,
 ) -> Result<StepOut> {
     let run = std::panic::AssertUnwindSafe(|| {
-        be.bind_thread().and_then(|_| forward_one(model, be, cache, attn, steps, ends))
+        be.bind_thread()?;
+        Ok(match ends {
+            Ends::Logits => StepOut::Logits(model.forward(be, cache, attn, steps, None)?),
+            Ends::Argmax => StepOut::Ids(model.forward_argmax(be, cache, attn, steps)?),
+            Ends::Sample(s) => StepOut::Ids(model.forward_sample(be, cache, attn, steps, s)?),
+        })
     });
     let r = std::panic::catch_unwind(run).unwrap_or_else(|_| {
         Err(Error::Backend { backend: "tensor-parallel", msg: "a rank panicked during the step".into() })
