@@ -53,12 +53,10 @@ impl<B: Backend> Linear<B> {
         Ok(())
     }
 
-    /// The 16-bit dtype its x may come in at `m` rows (`Caps::act16_from`): every part stored
-    /// as that one f16/bf16 type, so the backend's GEMM takes such an x as it is. None: f32 x.
-    pub fn x16_dtype(&self, be: &B, m: usize) -> Option<DType> {
-        if m < be.caps().act16_from? {
-            return None;
-        }
+    /// The 16-bit dtype its x may come in where the backend takes 16-bit activations
+    /// (`Caps::act16_from`): every part stored as that one f16/bf16 type, so the GEMM takes such
+    /// an x as it is. None: f32 x.
+    pub fn x16_dtype(&self, be: &B) -> Option<DType> {
         let d = be.dtype(&self.parts.first()?.w);
         let one = self.parts.iter().all(|p| be.dtype(&p.w) == d);
         (one && matches!(d, DType::F16 | DType::BF16)).then_some(d)

@@ -543,16 +543,13 @@ impl<B: Backend> Llama<B> {
     /// The dtypes of a step's norm output (the x of q|k|v and gate|up) and of silu_mul's output
     /// (the x of down) at `n` rows: the weights' 16-bit dtype where every layer's matrices take it
     /// (`Linear::x16_dtype`), else f32. Bit-identical to f32 activations rounded by the matmul.
+    /// Below `act16_from` rows (a batch-1 decode step) nothing is looked at.
     fn act_dtypes(&self, be: &B, n: usize) -> (DType, DType) {
-        let common = |ls: &mut dyn Iterator<Item = &Linear<B>>| {
-            let ds: Vec<Option<DType>> = ls.map(|l| l.x16_dtype(be, n)).collect();
-            match ds.first() {
-                Some(&Some(d)) if ds.iter().all(|&e| e == Some(d)) => d,
-                _ => DType::F32,
-            }
-        };
-        let xn = common(&mut self.layers.iter().flat_map(|l| [&l.w_qkv, &l.w_gate_up]));
-        (xn, common(&mut self.layers.iter().map(|l| &l.w_down)))
+        if be.caps().act16_from.is_none_or(|from| n < from) {
+            return (DType::F32, DType::F32);
+        }
+        let xn = common_x16(be, self.layers.iter().flat_map(|l| [&l.w_qkv, &l.w_gate_up]));
+        (xn, common_x16(be, self.layers.iter().map(|l| &l.w_down)))
     }
 
     /// The logits `[nl][vocab]` of the `nl` normed rows `sel`. Under tensor parallelism each rank
@@ -612,6 +609,14 @@ impl<B: Backend> Llama<B> {
         let r = be.sample(&sp, logits, settings, &mut ids).and_then(|_| be.download_u32(&ids, 0, nl));
         self.pool.put(ids);
         r
+    }
+}
+
+/// The one 16-bit dtype every matrix of `ls` takes its x in (`Linear::x16_dtype`), else f32.
+fn common_x16<'a, B: Backend + 'a>(be: &B, mut ls: impl Iterator<Item = &'a Linear<B>>) -> DType {
+    match ls.next().and_then(|l| l.x16_dtype(be)) {
+        Some(d) if ls.all(|l| l.x16_dtype(be) == Some(d)) => d,
+        _ => DType::F32,
     }
 }
 

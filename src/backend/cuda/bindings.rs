@@ -153,18 +153,18 @@ kernels! {
     ]
     { t: In Store, ids: In U32, out: Out F32 }
 
-    /// `[out dtype: f32, f16, bf16]` (ACT_DTYPES).
+    /// `[out dtype: f32, f16, bf16]` (the head of STORE_DTYPES).
     rmsnorm: "rmsnorm" (RmsnormParams) ["rmsnorm_f32", "rmsnorm_f16", "rmsnorm_bf16"]
     { x: In F32, w: In F32, out: Out Store }
 
-    /// `[out dtype: f32, f16, bf16]` (ACT_DTYPES).
+    /// `[out dtype: f32, f16, bf16]` (the head of STORE_DTYPES).
     add_rmsnorm: "add_rmsnorm" (RmsnormParams) ["add_rmsnorm_f32", "add_rmsnorm_f16", "add_rmsnorm_bf16"]
     { res: Out F32, x: In F32, w: In F32, out: Out Store }
 
     add: "add" (AddParams) ["add"]
     { a: Out F32, b: In F32 }
 
-    /// `[out dtype: f32, f16, bf16]` (ACT_DTYPES).
+    /// `[out dtype: f32, f16, bf16]` (the head of STORE_DTYPES).
     silu_mul: "silu_mul" (SiluMulParams) ["silu_mul_f32", "silu_mul_f16", "silu_mul_bf16"]
     { gu: In F32, out: Out Store }
 
@@ -407,10 +407,6 @@ pub const MMQ_DTYPES: [DType; 9] = {
     }
     out
 };
-
-/// The out dtypes of the activation kernels that may write 16-bit x for a GEMM (`rmsnorm`,
-/// `add_rmsnorm`, `silu_mul`; `Caps::act16_from`), in their entry order.
-pub const ACT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
 /// The table dtypes of `embed`'s entries: f32, f16, bf16, then [`QUANT_DTYPES`].
 pub fn embed_dtypes() -> Vec<DType> {

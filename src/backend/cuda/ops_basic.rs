@@ -2,7 +2,7 @@
 //! gelu_tanh_mul, head_rmsnorm, scale,
 //! gather_rows, mean_rows, argmax, sample, fill_random (cuda/<op>.cu). Each checks its buffers first.
 
-use super::bindings::{self as k, ACT_DTYPES, entry_in};
+use super::bindings::{self as k, entry, entry_in};
 use super::context::{Launch, err};
 use super::{CudaBackend, CudaBuffer, need, need_float, need_weights};
 use crate::backend::*;
@@ -52,27 +52,19 @@ pub fn rmsnorm(
     let n = u(p.rows) * u(p.dim);
     need(x, DType::F32, n, "rmsnorm x")?;
     need(w, DType::F32, u(p.dim), "rmsnorm w")?;
-    need_act(out, n, "rmsnorm out")?;
+    need_float(out, n, "rmsnorm out")?; // f32, or 16-bit (Caps::act16_from)
     let l = Launch::new((p.rows, 1, 1), 1024);
     match residual {
         None => {
-            let name = entry_in(k::rmsnorm::ENTRIES, &ACT_DTYPES, out.dtype, 0, 1)?;
+            let name = entry(k::rmsnorm::ENTRIES, out.dtype, 0, 1)?;
             k::rmsnorm::launch_variant(be.gpu(), name, l, p, k::rmsnorm::Args { x, w, out })
         }
         Some(res) => {
             need(res, DType::F32, n, "add_rmsnorm residual")?;
-            let name = entry_in(k::add_rmsnorm::ENTRIES, &ACT_DTYPES, out.dtype, 0, 1)?;
+            let name = entry(k::add_rmsnorm::ENTRIES, out.dtype, 0, 1)?;
             k::add_rmsnorm::launch_variant(be.gpu(), name, l, p, k::add_rmsnorm::Args { res, x, w, out })
         }
     }
-}
-
-/// An activation output (`Caps::act16_from`): f32, f16 or bf16, at least `n` elements.
-fn need_act(b: &CudaBuffer, n: usize, what: &str) -> Result<()> {
-    if !ACT_DTYPES.contains(&b.dtype) || b.len < n {
-        return Err(err(format!("{what}: {:?} x {} is not an f32/f16/bf16 buffer of {n} elements", b.dtype, b.len)));
-    }
-    Ok(())
 }
 
 pub fn add(be: &CudaBackend, p: &AddParams, a: &mut CudaBuffer, b: &CudaBuffer) -> Result<()> {
@@ -84,11 +76,11 @@ pub fn add(be: &CudaBackend, p: &AddParams, a: &mut CudaBuffer, b: &CudaBuffer) 
 pub fn silu_mul(be: &CudaBackend, p: &SiluMulParams, gate_up: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
     let n = u(p.rows) * u(p.dim);
     need(gate_up, DType::F32, 2 * n, "silu_mul gate_up")?;
-    need_act(out, n, "silu_mul out")?;
+    need_float(out, n, "silu_mul out")?; // f32, or 16-bit (Caps::act16_from)
     if n == 0 {
         return Ok(());
     }
-    let name = entry_in(k::silu_mul::ENTRIES, &ACT_DTYPES, out.dtype, 0, 1)?;
+    let name = entry(k::silu_mul::ENTRIES, out.dtype, 0, 1)?;
     // 4 columns a thread, 256 threads a block along the row; rows over y (strided past 65535).
     let l = Launch::new((u(p.dim).div_ceil(1024) as u32, p.rows.min(65535), 1), 256);
     k::silu_mul::launch_variant(be.gpu(), name, l, p, k::silu_mul::Args { gu: gate_up, out })

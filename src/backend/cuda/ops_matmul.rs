@@ -70,11 +70,7 @@ pub fn matmul(
     let (m, n, k) = (u(p.m), u(p.n), u(p.k));
     // x in the weights' own 16-bit dtype (Caps::act16_from) goes to the GEMM as it is.
     let x_act16 = m >= X16_FROM_M && matches!(w.dtype, DType::F16 | DType::BF16) && x.dtype == w.dtype;
-    if !x_act16 {
-        need(x, DType::F32, m * k, "matmul x")?;
-    } else if x.len < m * k {
-        return Err(err(format!("matmul x: {} elements, op needs {}", x.len, m * k)));
-    }
+    need(x, if x_act16 { w.dtype } else { DType::F32 }, m * k, "matmul x")?;
     if w.dtype.is_weight_quant() {
         need_weights(w, n, k, "matmul w")?;
     } else {
