@@ -35,15 +35,24 @@ fn engine(cfg: &ModelConfig, src: &dyn WeightSource, n: usize, opts: &EngineOpti
         let model = Llama::load(&be, cfg, src, |_, _| {}).expect("weights load");
         return build_engine(be, model, opts).expect("engine builds");
     }
-    let shards = HostCollective::group(n)
-        .into_iter()
-        .map(|comm| {
-            let be = CpuBackend::new();
+    let shards = load_shards((0..n).map(|_| CpuBackend::new()), HostCollective::group(n), cfg, src);
+    build_engine_tp(shards, opts).expect("tensor-parallel engine builds")
+}
+
+/// Each backend's shard of the model, one rank each of `comms` (in order).
+fn load_shards<B: lserve::backend::Backend>(
+    backends: impl Iterator<Item = B>,
+    comms: Vec<HostCollective>,
+    cfg: &ModelConfig,
+    src: &dyn WeightSource,
+) -> Vec<(B, Llama<B>)> {
+    backends
+        .zip(comms)
+        .map(|(be, comm)| {
             let m = Llama::load_shard(&be, cfg, src, &LoadOptions::default(), Box::new(comm), |_, _| {});
             (be, m.expect("shard loads"))
         })
-        .collect();
-    build_engine_tp(shards, opts).expect("tensor-parallel engine builds")
+        .collect()
 }
 
 fn opts(config: Config, max_tokens: usize, chunk: usize, layout: Option<HeadLayout>) -> EngineOptions {
@@ -194,22 +203,8 @@ fn bad_tensor_parallel_sizes_are_refused() {
     let msg = e.err().expect("TP=2 of 9 heads is refused").to_string();
     assert!(msg.contains("does not divide the model's 9 attention heads"), "{msg}");
     // Shards of a group of 3 given as a group of 2 ranks.
-    let shards: Vec<_> = HostCollective::group(3)
-        .into_iter()
-        .take(2)
-        .map(|comm| {
-            let be = CpuBackend::new();
-            let m = Llama::load_shard(
-                &be,
-                &m.config,
-                m.weights.as_ref(),
-                &LoadOptions::default(),
-                Box::new(comm),
-                |_, _| {},
-            );
-            (be, m.unwrap())
-        })
-        .collect();
+    let shards =
+        load_shards((0..2).map(|_| CpuBackend::new()), HostCollective::group(3), &m.config, m.weights.as_ref());
     let msg = build_engine_tp(shards, &o).err().expect("mismatched ranks are refused").to_string();
     assert!(msg.contains("are not ranks 0..2"), "{msg}");
 }
@@ -246,20 +241,7 @@ fn wgpu_tp3_on_one_adapter_matches_cpu() {
     let o = opts(Config::default(), 256, 256, None);
     let mut cpu = engine(&m.config, m.weights.as_ref(), 1, &o);
     let backends = std::iter::once(first).chain((0..2).map(|_| common::wgpu_backend().unwrap()));
-    let shards = backends
-        .zip(HostCollective::group(3))
-        .map(|(be, comm)| {
-            let s = Llama::load_shard(
-                &be,
-                &m.config,
-                m.weights.as_ref(),
-                &LoadOptions::default(),
-                Box::new(comm),
-                |_, _| {},
-            );
-            (be, s.expect("shard loads"))
-        })
-        .collect();
+    let shards = load_shards(backends, HostCollective::group(3), &m.config, m.weights.as_ref());
     let mut gpu = build_engine_tp(shards, &o).expect("engine builds");
     let prompt = &prompts()[0].1;
     let req = GenerateRequest {
