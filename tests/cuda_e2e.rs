@@ -12,10 +12,9 @@ mod common;
 use lserve::backend::cpu::CpuBackend;
 use lserve::backend::{Backend, DType};
 use lserve::bench::{shape, synthetic_layout};
-use lserve::engine::{Engine, EngineOptions, GenerateRequest, StepHead, StepRow, build_engine};
+use lserve::engine::{Engine, EngineOptions, StepHead, StepRow, build_engine};
 use lserve::model::config::ModelConfig;
 use lserve::model::llama::{Llama, Logits};
-use lserve::sampling::SamplingParams;
 use lserve::sparse::Config;
 
 const TOKENS: usize = 24;
@@ -48,14 +47,7 @@ fn engine<B: Backend>(be: B, sparse: bool, kv: &str) -> Engine<B> {
 }
 
 fn greedy<B: Backend>(e: &mut Engine<B>, prompt: &[u32]) -> Vec<u32> {
-    let req = GenerateRequest {
-        prompt: prompt.to_vec(),
-        max_tokens: TOKENS,
-        sampling: SamplingParams::greedy(),
-        stop_ids: vec![],
-        ignore_eos: true,
-    };
-    e.generate(&req, &mut |_| Ok(())).unwrap().tokens
+    common::generate_greedy(e, prompt, TOKENS).tokens
 }
 
 fn margin(e: &mut Engine<CpuBackend>, prefix: &[u32]) -> f32 {

@@ -22,11 +22,10 @@ use lserve::backend::Backend;
 use lserve::backend::collective::{Collective, HostCollective};
 use lserve::backend::cuda::CudaBackend;
 use lserve::backend::cuda::nccl::{NcclCollective, nccl_present};
-use lserve::engine::{Engine, EngineOptions, GenerateRequest, build_engine, build_engine_tp};
+use lserve::engine::{Engine, EngineOptions, build_engine, build_engine_tp};
 use lserve::loader::{self, LoadedModel};
 use lserve::model::config::ModelConfig;
 use lserve::model::llama::{Llama, LoadOptions, Logits, WeightSource};
-use lserve::sampling::SamplingParams;
 
 use common::naive::{Rng, random_weights};
 
@@ -84,14 +83,7 @@ fn host(n: usize) -> Vec<Box<dyn Collective<CudaBackend>>> {
 }
 
 fn greedy(e: &mut Engine<CudaBackend>, prompt: &[u32]) -> Vec<u32> {
-    let req = GenerateRequest {
-        prompt: prompt.to_vec(),
-        max_tokens: 24,
-        sampling: SamplingParams::greedy(),
-        stop_ids: vec![],
-        ignore_eos: true,
-    };
-    e.generate(&req, &mut |_| Ok(())).unwrap().tokens
+    common::generate_greedy(e, prompt, 24).tokens
 }
 
 fn last_logits(e: &mut Engine<CudaBackend>, ids: &[u32]) -> Vec<f32> {

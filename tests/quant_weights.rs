@@ -15,11 +15,10 @@ mod common;
 use lserve::backend::cpu::CpuBackend;
 use lserve::backend::reference::weight_quant::{self, GGML_WEIGHT_TYPES};
 use lserve::backend::{Backend, DType, GgmlType, MatmulParams};
-use lserve::engine::{Engine, EngineOptions, GenerateRequest, build_engine};
+use lserve::engine::{Engine, EngineOptions, build_engine};
 use lserve::loader::{self, LoadedModel};
 use lserve::model::llama::{Llama, Logits};
 use lserve::model::weights::LoadOptions;
-use lserve::sampling::SamplingParams;
 
 fn all_weight_types() -> Vec<DType> {
     let mut v: Vec<DType> = GGML_WEIGHT_TYPES.iter().map(|&t| DType::Ggml(t)).collect();
@@ -102,14 +101,7 @@ fn engine<B: Backend>(be: B, m: &LoadedModel, opts: LoadOptions, chunk: usize) -
 }
 
 fn greedy<B: Backend>(e: &mut Engine<B>, prompt: &[u32], n: usize) -> Vec<u32> {
-    let req = GenerateRequest {
-        prompt: prompt.to_vec(),
-        max_tokens: n,
-        sampling: SamplingParams::greedy(),
-        stop_ids: vec![],
-        ignore_eos: true,
-    };
-    e.generate(&req, &mut |_| Ok(())).unwrap().tokens
+    common::generate_greedy(e, prompt, n).tokens
 }
 
 /// The reference's top-2 logit margin after `prefix`.

@@ -110,14 +110,7 @@ fn greedy(e: &mut Engine<CpuBackend>, prompt: &[u32]) -> (Vec<u32>, Vec<f32>, f6
     let mut seq = e.cache.admit().unwrap();
     let logits = e.step(&mut seq, prompt, Logits::Last, None).unwrap();
     e.cache.release(&mut seq).unwrap();
-    let req = GenerateRequest {
-        prompt: prompt.to_vec(),
-        max_tokens: 24,
-        sampling: SamplingParams::greedy(),
-        stop_ids: vec![],
-        ignore_eos: true,
-    };
-    let out = e.generate(&req, &mut |_| Ok(())).unwrap();
+    let out = common::generate_greedy(e, prompt, 24);
     assert_eq!(e.cache.alloc.num_free(), e.cache.alloc.num_pages(), "pages released");
     (out.tokens, logits, out.kv_reads.fraction())
 }

@@ -14,10 +14,9 @@ mod common;
 use lserve::backend::Backend;
 use lserve::backend::DType;
 use lserve::backend::cpu::CpuBackend;
-use lserve::engine::{Engine, EngineOptions, GenerateRequest, build_engine};
+use lserve::engine::{Engine, EngineOptions, build_engine};
 use lserve::loader::{self, LoadedModel};
 use lserve::model::llama::{Llama, Logits};
-use lserve::sampling::SamplingParams;
 use lserve::sparse::Config;
 
 const DENSE_PROMPTS: [&str; 3] = ["d1_plain", "d2_chat", "d3_code"];
@@ -44,14 +43,7 @@ fn engine<B: Backend>(be: B, m: &LoadedModel, dtype: Option<DType>, config: Conf
 }
 
 fn greedy<B: Backend>(e: &mut Engine<B>, prompt: &[u32], tokens: usize) -> Vec<u32> {
-    let req = GenerateRequest {
-        prompt: prompt.to_vec(),
-        max_tokens: tokens,
-        sampling: SamplingParams::greedy(),
-        stop_ids: vec![],
-        ignore_eos: true,
-    };
-    e.generate(&req, &mut |_| Ok(())).unwrap().tokens
+    common::generate_greedy(e, prompt, tokens).tokens
 }
 
 /// The CPU's top-2 logit margin after `prefix`.

@@ -119,3 +119,19 @@ pub fn cuda_backend() -> Option<lserve::backend::cuda::CudaBackend> {
         }
     }
 }
+
+/// `n` greedy tokens after `prompt` (end-of-sequence ignored), by `Engine::generate`.
+pub fn generate_greedy<B: lserve::backend::Backend>(
+    e: &mut lserve::engine::Engine<B>,
+    prompt: &[u32],
+    n: usize,
+) -> lserve::engine::GenerateOutput {
+    let req = lserve::engine::GenerateRequest {
+        prompt: prompt.to_vec(),
+        max_tokens: n,
+        sampling: lserve::sampling::SamplingParams::greedy(),
+        stop_ids: vec![],
+        ignore_eos: true,
+    };
+    e.generate(&req, &mut |_| Ok(())).unwrap()
+}
