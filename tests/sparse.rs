@@ -31,18 +31,7 @@ fn sparse_config(physical: usize, logical: usize) -> Config {
 
 /// Prefill `prefill` tokens in chunks of `chunk`, then decode the rest; logits of every row.
 fn run(e: &mut lserve::engine::Engine<CpuBackend>, ids: &[u32], prefill: usize, chunk: usize) -> Vec<Vec<f32>> {
-    let vocab = e.model.cfg.vocab_size;
-    let mut seq = e.cache.admit().unwrap();
-    let mut rows = vec![];
-    let mut at = 0;
-    while at < ids.len() {
-        let len = if at < prefill { chunk.min(prefill - at) } else { 1 };
-        let out = e.step(&mut seq, &ids[at..at + len], Logits::All, None).unwrap();
-        rows.extend(out.chunks(vocab).map(<[f32]>::to_vec));
-        at += len;
-    }
-    e.cache.release(&mut seq).unwrap();
-    rows
+    common::step_logits(e, ids, prefill, chunk)
 }
 
 #[test]

@@ -59,19 +59,9 @@ fn opts(config: Config, max_tokens: usize, chunk: usize, layout: Option<HeadLayo
     EngineOptions { config, max_tokens, max_seqs: 1, prefill_chunk: chunk, layout }
 }
 
-/// Every row's logits: prefill in chunks of `chunk`, then decode one token at a time.
+/// Every row's logits: the first half prefilled in chunks of `chunk`, then decode one token at a time.
 fn all_logits(e: &mut Engine<CpuBackend>, ids: &[u32], chunk: usize) -> Vec<Vec<f32>> {
-    let vocab = e.model.cfg.vocab_size;
-    let mut seq = e.cache.admit().unwrap();
-    let (prefill, mut at, mut rows) = (ids.len() / 2, 0, vec![]);
-    while at < ids.len() {
-        let len = if at < prefill { chunk.min(prefill - at) } else { 1 };
-        let out = e.step(&mut seq, &ids[at..at + len], Logits::All, None).unwrap();
-        rows.extend(out.chunks(vocab).map(<[f32]>::to_vec));
-        at += len;
-    }
-    e.cache.release(&mut seq).unwrap();
-    rows
+    common::step_logits(e, ids, ids.len() / 2, chunk)
 }
 
 fn max_abs(a: &[f32], b: &[f32]) -> f32 {

@@ -135,3 +135,25 @@ pub fn generate_greedy<B: lserve::backend::Backend>(
     };
     e.generate(&req, &mut |_| Ok(())).unwrap()
 }
+
+/// Every row's logits of `ids`: the first `prefill` tokens in steps of `chunk`, then one token a
+/// step (decode); the sequence is released after.
+pub fn step_logits<B: lserve::backend::Backend>(
+    e: &mut lserve::engine::Engine<B>,
+    ids: &[u32],
+    prefill: usize,
+    chunk: usize,
+) -> Vec<Vec<f32>> {
+    let vocab = e.model.cfg.vocab_size;
+    let mut seq = e.cache.admit().unwrap();
+    let mut rows = vec![];
+    let mut at = 0;
+    while at < ids.len() {
+        let len = if at < prefill { chunk.min(prefill - at) } else { 1 };
+        let out = e.step(&mut seq, &ids[at..at + len], lserve::model::llama::Logits::All, None).unwrap();
+        rows.extend(out.chunks(vocab).map(<[f32]>::to_vec));
+        at += len;
+    }
+    e.cache.release(&mut seq).unwrap();
+    rows
+}
