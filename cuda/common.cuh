@@ -135,6 +135,23 @@ __device__ __forceinline__ u64 kv8_scale_off(u64 el, u32 ps, u32 hd) {
     u64 row = el / hd;
     return (row / ps) * (u64)ps * (hd + 4) + (u64)ps * hd + 4 * (row % ps);
 }
+// The same for row o of (page, head) block blk (= page * heads + head): no division.
+__device__ __forceinline__ u64 kv8_row_code_off(u64 blk, u32 o, u32 ps, u32 hd) {
+    return blk * ps * (hd + 4) + (u64)o * hd;
+}
+__device__ __forceinline__ u64 kv8_row_scale_off(u64 blk, u32 o, u32 ps, u32 hd) {
+    return blk * ps * (hd + 4) + (u64)ps * hd + 4u * o;
+}
+// 32-bit element offsets (the decode kernels' u32 offsets): 32-bit divisions instead of the
+// 64-bit ones above (a software routine each).
+__device__ __forceinline__ u64 kv8_code_off(u32 el, u32 ps, u32 hd) {
+    u32 row = el / hd;
+    return kv8_row_code_off(row / ps, row % ps, ps, hd);
+}
+__device__ __forceinline__ u64 kv8_scale_off(u32 el, u32 ps, u32 hd) {
+    u32 row = el / hd;
+    return kv8_row_scale_off(row / ps, row % ps, ps, hd);
+}
 
 // Value of a code (times the row's scale gives the stored value).
 __device__ __forceinline__ float kv8_value(i8kv_t c) { return (float)(signed char)c.b; }

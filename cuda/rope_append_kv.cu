@@ -117,10 +117,10 @@ __device__ void rope8_impl(RopeAppendKvParams p, const float* qkv, const u32* po
     atomicMax(&vmax, vm);
     __syncthreads();
     u32 ps = p.page_size;
-    u64 el = (((u64)(slot / ps) * heads + hi) * ps + slot % ps) * hd;
+    u64 blk = (u64)(slot / ps) * heads + hi;
     unsigned char* kd = streaming ? sk : k;
     unsigned char* vd = streaming ? sv : v;
-    u64 co = kv8_code_off(el, ps, hd), so = kv8_scale_off(el, ps, hd);
+    u64 co = kv8_row_code_off(blk, slot % ps, ps, hd), so = kv8_row_scale_off(blk, slot % ps, ps, hd);
     u32 ka = kmax, va = vmax;
     for (u32 i = threadIdx.x; i < hd; i += blockDim.x) {
         kd[co + i] = kv8_code(FP8, kr[i], ka);

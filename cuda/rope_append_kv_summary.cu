@@ -6,16 +6,35 @@
 // of (page, l) becomes min/max over offsets l * logical_page ..= last, last = the largest offset
 // this call wrote there (tokens are appended in position order).
 //
-// One block per token; block t owns (page, l) iff no other token of the call wrote (page, l) at
-// a larger offset (slots of one call are distinct), so exactly one block writes each summary.
-// Fast path: token t + 1 wrote the same logical page further on (a sequence's contiguous
-// tokens); otherwise the block scans all slots. Threads then reduce channels (r, c).
+// Grid (n_tokens, n_ret): block (t, r) owns head r of (page, l) iff no other token of the call
+// wrote (page, l) at a larger offset (slots of one call are distinct), so exactly one block
+// writes each summary row. Fast path: token t + 1 wrote the same logical page further on (a
+// sequence's contiguous tokens); otherwise the block scans all slots. A thread owns channels c,
+// c + blockDim.x, ... and folds the rows in offset order (min/max in the reference's order, so
+// -0/+0 ties resolve alike), four row loads in flight; rows are addressed as (block, offset)
+// without divisions (an 8-bit row's scale is read once per row).
+
+__device__ __forceinline__ float kv8_decode(i8kv_t, u32 b) { return kv8_value_i8(b); }
+__device__ __forceinline__ float kv8_decode(e4m3_t, u32 b) { return kv8_value_e4m3(b); }
+
+// Element c of row o of (page, head) block blk, as stored.
+template <typename KT>
+__device__ __forceinline__ float summary_elem(const KT* k, u64 blk, u32 o, u32 c, u32 ps, u32 hd) {
+    if constexpr (is_kv8<KT>::value) {
+        const unsigned char* b = reinterpret_cast<const unsigned char*>(k);
+        float s = *reinterpret_cast<const float*>(b + kv8_row_scale_off(blk, o, ps, hd));
+        return __fmul_rn(kv8_decode(KT{}, b[kv8_row_code_off(blk, o, ps, hd) + c]), s);
+    } else {
+        return to_f32(k[(blk * ps + o) * hd + c]);
+    }
+}
+
 template <typename KT>
 __device__ void summary_impl(RopeAppendKvParams p, const u32* slots, const KT* k, float* summary) {
     __shared__ int beaten;
-    u32 t = blockIdx.x, ps = p.page_size, lp = p.logical_page, hd = p.head_dim;
+    u32 t = blockIdx.x, r = blockIdx.y, ps = p.page_size, lp = p.logical_page, hd = p.head_dim;
     u32 slot = slots[t];
-    if (slot >= p.num_pages * ps) return;
+    if (r >= p.n_ret || slot >= p.num_pages * ps) return;
     u32 page = slot / ps, off = slot % ps, l = off / lp;
     if (t + 1 < p.n_tokens) {
         u32 nx = slots[t + 1];
@@ -29,16 +48,22 @@ __device__ void summary_impl(RopeAppendKvParams p, const u32* slots, const KT* k
     }
     __syncthreads();
     if (beaten) return;
-    u32 lpp = ps / lp;
-    for (u32 i = threadIdx.x; i < p.n_ret * hd; i += blockDim.x) {
-        u32 r = i / hd, c = i % hd;
+    u64 blk = (u64)page * p.n_ret + r;
+    u64 at = ((blk * (ps / lp) + l) * 2) * hd;
+    for (u32 c = threadIdx.x; c < hd; c += blockDim.x) {
         float mn = LS_INF, mx = -LS_INF;
-        for (u32 o = l * lp; o <= off; o++) {
-            float x = kv_elem(k, (((u64)page * p.n_ret + r) * ps + o) * hd, c, ps, hd);
+        u32 o = l * lp;
+        for (; o + 4u <= off + 1u; o += 4u) {
+            float x0 = summary_elem(k, blk, o, c, ps, hd), x1 = summary_elem(k, blk, o + 1u, c, ps, hd);
+            float x2 = summary_elem(k, blk, o + 2u, c, ps, hd), x3 = summary_elem(k, blk, o + 3u, c, ps, hd);
+            mn = fminf(fminf(fminf(fminf(mn, x0), x1), x2), x3);
+            mx = fmaxf(fmaxf(fmaxf(fmaxf(mx, x0), x1), x2), x3);
+        }
+        for (; o <= off; o++) {
+            float x = summary_elem(k, blk, o, c, ps, hd);
             mn = fminf(mn, x);
             mx = fmaxf(mx, x);
         }
-        u64 at = ((((u64)page * p.n_ret + r) * lpp + l) * 2) * hd;
         summary[at + c] = mn;
         summary[at + hd + c] = mx;
     }

@@ -118,6 +118,10 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// 4-byte copy (an 8-bit row's scale), in the same commit groups as the 16-byte ones.
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((u32)__cvta_generic_to_shared(smem)), "l"(gmem) : "memory");
+}
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // Eight elements from 16 bytes of shared memory.
@@ -256,8 +260,8 @@ __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, con
                     cp_async16(dv, vb + co);
                     if (prt == 0) {
                         u64 so = kv8_scale_off(off, ps, hd);
-                        ksc[st * ck + j] = *reinterpret_cast<const float*>(kb + so);
-                        vsc[st * ck + j] = *reinterpret_cast<const float*>(vb + so);
+                        cp_async4(ksc + st * ck + j, kb + so);
+                        cp_async4(vsc + st * ck + j, vb + so);
                     }
                 } else {
                     cp_async16(dk, kp + off + prt * EPC);
