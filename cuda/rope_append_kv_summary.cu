@@ -11,8 +11,9 @@
 // writes each summary row. Fast path: token t + 1 wrote the same logical page further on (a
 // sequence's contiguous tokens); otherwise the block scans all slots. A thread owns channels c,
 // c + blockDim.x, ... and folds the rows in offset order (min/max in the reference's order, so
-// -0/+0 ties resolve alike), four row loads in flight; rows are addressed as (block, offset)
-// without divisions (an 8-bit row's scale is read once per row).
+// -0/+0 ties resolve alike), with SUM_ROWS row loads in flight (a decode step's logical page of 16
+// rows is one round trip to memory, not sixteen); rows are addressed as (block, offset) without
+// divisions.
 
 __device__ __forceinline__ float kv8_decode(i8kv_t, u32 b) { return kv8_value_i8(b); }
 __device__ __forceinline__ float kv8_decode(e4m3_t, u32 b) { return kv8_value_e4m3(b); }
@@ -28,6 +29,8 @@ __device__ __forceinline__ float summary_elem(const KT* k, u64 blk, u32 o, u32 c
         return to_f32(k[(blk * ps + o) * hd + c]);
     }
 }
+
+#define SUM_ROWS 16u
 
 template <typename KT>
 __device__ void summary_impl(RopeAppendKvParams p, const u32* slots, const KT* k, float* summary) {
@@ -52,17 +55,17 @@ __device__ void summary_impl(RopeAppendKvParams p, const u32* slots, const KT* k
     u64 at = ((blk * (ps / lp) + l) * 2) * hd;
     for (u32 c = threadIdx.x; c < hd; c += blockDim.x) {
         float mn = LS_INF, mx = -LS_INF;
-        u32 o = l * lp;
-        for (; o + 4u <= off + 1u; o += 4u) {
-            float x0 = summary_elem(k, blk, o, c, ps, hd), x1 = summary_elem(k, blk, o + 1u, c, ps, hd);
-            float x2 = summary_elem(k, blk, o + 2u, c, ps, hd), x3 = summary_elem(k, blk, o + 3u, c, ps, hd);
-            mn = fminf(fminf(fminf(fminf(mn, x0), x1), x2), x3);
-            mx = fmaxf(fmaxf(fmaxf(fmaxf(mx, x0), x1), x2), x3);
-        }
-        for (; o <= off; o++) {
-            float x = summary_elem(k, blk, o, c, ps, hd);
-            mn = fminf(mn, x);
-            mx = fmaxf(mx, x);
+        for (u32 o0 = l * lp; o0 <= off; o0 += SUM_ROWS) {
+            float x[SUM_ROWS];
+#pragma unroll
+            for (u32 i = 0; i < SUM_ROWS; i++) x[i] = o0 + i <= off ? summary_elem(k, blk, o0 + i, c, ps, hd) : 0.0f;
+#pragma unroll
+            for (u32 i = 0; i < SUM_ROWS; i++) {
+                if (o0 + i <= off) {
+                    mn = fminf(mn, x[i]);
+                    mx = fmaxf(mx, x[i]);
+                }
+            }
         }
         summary[at + c] = mn;
         summary[at + hd + c] = mx;
