@@ -68,16 +68,19 @@ ROPE(rope_append_kv_f16, f16_t)
 ROPE(rope_append_kv_bf16, bf16_t)
 
 // 8-bit KV (int8 / fp8, common.cuh): a KV row is quantized as a whole, so the block first puts
-// the rotated k and the v row in shared memory and takes their max |x| (as u32 bits, atomicMax:
-// exact and order-independent), then writes codes and scales. head_dim <= 256 and % 16 == 0
-// (host-checked). Pools are byte buffers of [page_size][head_dim] codes + [page_size] f32 scales
-// per (page, head).
+// the rotated k and the v row in shared memory and takes their max |x| (as u32 bits, reduced per
+// warp then across the block's ROPE8_WARPS warps: exact and order-independent), then writes codes
+// and scales. The block is 64 threads (ops_kv.rs; any multiple of 32 up to 32 ROPE8_WARPS).
+// head_dim <= 256 and % 16 == 0 (host-checked). Pools are byte buffers of [page_size][head_dim]
+// codes + [page_size] f32 scales per (page, head).
+#define ROPE8_WARPS 8
+
 template <bool FP8>
 __device__ void rope8_impl(RopeAppendKvParams p, const float* qkv, const u32* positions, const u32* slots,
                            const u32* ring_slots, const float* inv_freq, const u32* head_map, float* q,
                            unsigned char* k, unsigned char* v, unsigned char* sk, unsigned char* sv) {
     __shared__ float kr[256], vr[256];
-    __shared__ u32 kmax, vmax;
+    __shared__ u32 wmax[2][ROPE8_WARPS];
     u32 t = blockIdx.x, h = blockIdx.y, hd = p.head_dim, half = hd / 2;
     u32 width = (p.n_heads + 2 * p.n_kv_heads) * hd;
     const float* row = qkv + (u64)t * width;
@@ -94,8 +97,6 @@ __device__ void rope8_impl(RopeAppendKvParams p, const float* qkv, const u32* po
     u32 heads = streaming ? p.n_str : p.n_ret;
     u32 pages = streaming ? p.num_str_pages : p.num_pages;
     if (hi >= heads || slot >= pages * p.page_size || hd > 256u) return;  // block-uniform
-    if (threadIdx.x == 0) { kmax = 0u; vmax = 0u; }
-    __syncthreads();
     const float* ks = row + (p.n_heads + kvh) * hd;
     const float* vs = row + (p.n_heads + p.n_kv_heads + kvh) * hd;
     u32 km = 0u, vm = 0u;
@@ -113,15 +114,19 @@ __device__ void rope8_impl(RopeAppendKvParams p, const float* qkv, const u32* po
         vr[i] = x;
         vm = max(vm, __float_as_uint(x) & 0x7fffffffu);
     }
-    atomicMax(&kmax, km);
-    atomicMax(&vmax, vm);
+    // Max bits per warp (redux), then over the block's warps: exact and order-independent.
+    km = __reduce_max_sync(0xffffffffu, km);
+    vm = __reduce_max_sync(0xffffffffu, vm);
+    const u32 warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    if ((threadIdx.x & 31u) == 0u) { wmax[0][warp] = km; wmax[1][warp] = vm; }
     __syncthreads();
+    for (u32 w = 0; w < warps; w++) { km = max(km, wmax[0][w]); vm = max(vm, wmax[1][w]); }
     u32 ps = p.page_size;
     u64 blk = (u64)(slot / ps) * heads + hi;
     unsigned char* kd = streaming ? sk : k;
     unsigned char* vd = streaming ? sv : v;
     u64 co = kv8_row_code_off(blk, slot % ps, ps, hd), so = kv8_row_scale_off(blk, slot % ps, ps, hd);
-    u32 ka = kmax, va = vmax;
+    u32 ka = km, va = vm;
     for (u32 i = threadIdx.x; i < hd; i += blockDim.x) {
         kd[co + i] = kv8_code(FP8, kr[i], ka);
         vd[co + i] = kv8_code(FP8, vr[i], va);
