@@ -7,12 +7,19 @@
 // f32 only per 32-weight block. The result is the dequantized weights times x to ~16 bits
 // (reference/weight_quant.rs x8_blocks).
 //
-// One workgroup of 256 covers ROWS = 8 weight rows (workgroup id g = wg.x + wg.y *
-// num_workgroups.x, rows 8g..8g+7). Subgroup s (of num_subgroups, any subgroup size) owns rows 8g
-// + s, 8g + s + num_subgroups, ...; lane l takes the slices l, l + subgroup_size, ... of its row
-// (WX8_SLICE weights each, two in flight), so the lanes of a subgroup read consecutive slices of
-// the row (the row's bytes in one sweep) and each slice's header once; subgroupAdd sums the lanes
-// and lane 0 writes. No workgroup memory, no barriers.
+// One workgroup covers ROWS = 8 weight rows (workgroup id g = wg.x + wg.y * num_workgroups.x,
+// rows 8g..8g+7) with 256 / RPS threads; RPS (rows per subgroup: 1, or 2 / 4 in the `_r2` / `_r4`
+// modules, the constant put before this source by shaders.rs) is how many rows a subgroup
+// multiplies at once. Subgroup s (of num_subgroups, any subgroup size) owns rows 8g + RPS s ..
+// + RPS - 1, then RPS num_subgroups further, ...; lane l takes the slices l, l + subgroup_size,
+// ... of its rows (WX8_SLICE weights each, two in flight per row), so the lanes of a subgroup
+// read consecutive slices of a row (the row's bytes in one sweep) and each slice's header once;
+// subgroupAdd sums the lanes and lane 0 writes. No workgroup memory, no barriers. Why RPS: a
+// slice's x digits are 4x its bytes of Q4_K codes (64 elements x 2 digits against 32 bytes), so
+// with one row per subgroup the x loads, not the weights, fill the load units; the RPS rows of a
+// slice load the same x words with no store between them (the compiler may load them once), and
+// the sum of each row is the same as with RPS = 1, bit for bit. On the H200 RPS = 1 was fastest
+// (ops_matmul.rs `gemv_x8_pick`), so 2 and 4 are there to be measured.
 
 const ROWS: u32 = 8u;
 
@@ -33,24 +40,36 @@ fn xq_ds(b: u32) -> vec2<f32> {
     return bitcast<vec2<f32>>(select(h.xy, h.zw, (b & 1u) == 1u));
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(256u / RPS)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) sgs: u32,
         @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) nsg: u32) {
     let row0 = (wg.x + wg.y * nwg.x) * ROWS;
     let slices = p.k / WX8_SLICE;
-    for (var rr = sg; rr < ROWS; rr += nsg) {
-        let row = row0 + rr;
-        if (row >= p.n) { break; }
-        var acc = 0.0;
+    for (var rr = sg * RPS; rr < ROWS; rr += nsg * RPS) {
+        if (row0 + rr >= p.n) { break; }
+        // Rows past n (the last workgroup) repeat row n - 1 and are not written.
+        var rows: array<u32, RPS>;
+        var acc: array<f32, RPS>;
+        for (var i = 0u; i < RPS; i++) {
+            rows[i] = min(row0 + rr + i, p.n - 1u);
+            acc[i] = 0.0;
+        }
         var j = lane;
-        for (; j + sgs < slices; j += 2u * sgs) { acc += wx8(row, j, 0u) + wx8(row, j + sgs, 0u); }
-        if (j < slices) { acc += wx8(row, j, 0u); }
-        let tot = subgroupAdd(acc);
-        if (lane == 0u) {
-            var b = 0.0;
-            if (p.has_bias != 0u) { b = bias[row]; }
-            out[p.out_off + row] = tot + b;
+        for (; j + sgs < slices; j += 2u * sgs) {
+            for (var i = 0u; i < RPS; i++) { acc[i] += wx8(rows[i], j, 0u) + wx8(rows[i], j + sgs, 0u); }
+        }
+        if (j < slices) {
+            for (var i = 0u; i < RPS; i++) { acc[i] += wx8(rows[i], j, 0u); }
+        }
+        for (var i = 0u; i < RPS; i++) {
+            let tot = subgroupAdd(acc[i]);
+            let row = row0 + rr + i;
+            if (lane == 0u && row < p.n) {
+                var b = 0.0;
+                if (p.has_bias != 0u) { b = bias[row]; }
+                out[p.out_off + row] = tot + b;
+            }
         }
     }
 }

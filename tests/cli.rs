@@ -84,7 +84,19 @@ fn generate_tensor_parallel_on_cpu() {
 /// column says so, and sparse decode reads less KV than dense.
 #[test]
 fn bench_tensor_parallel_on_cpu() {
-    let args = ["bench", "--shape", "smollm2-135m", "--device", "cpu", "--contexts", "512", "--warmup", "1"];
+    let args = [
+        "bench",
+        "--shape",
+        "smollm2-135m",
+        "--device",
+        "cpu",
+        "--contexts",
+        "512",
+        "--warmup",
+        "1",
+        "--warmup-ms",
+        "0",
+    ];
     let out = lserve(&[&args[..], &["--repeats", "1", "--tensor-parallel-size", "3"]].concat());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -5,7 +5,14 @@
 //! and rings are filled on the device with random data (`fill_random`, never zeros) instead of
 //! running a prefill of that length, so a 128K point costs seconds. Each decode step is one
 //! token through the whole model including the logits read-back (which is the sync point); the
-//! reported time is the median over `repeats` steps after `warmup` steps. Each row also shows the
+//! reported time is the median over `repeats` steps after the warm-up: at least `warmup` steps
+//! and at least `warmup_ms` after the first one (at most [`WARMUP_MAX_STEPS`]; the first step
+//! compiles the pipelines, on a fresh H200 for over a second with the GPU idle), because a GPU that sat idle
+//! while the host made the weights (quantized synthetic weights are made on the host: ~10 s for
+//! Llama-3-8B) starts the decode at its idle clock. On the H200 the SM clock was 345 MHz when a
+//! q4_k decode began and reached 1980 MHz only ~0.3 s later, so three warm-up steps and three
+//! timed ones measured the idle clock: every kernel 3-4x slower, 33 ms a step against 9.5 ms
+//! warm (docs/data/wq-h200-2026-12-02). Each row also shows the
 //! bytes the step must read (weights + the KV the attention reads) and the floor those bytes imply
 //! at `bandwidth_gbs`.
 //!
@@ -102,7 +109,10 @@ pub struct BenchOptions {
     pub sparse: Vec<bool>,
     pub config: Config,
     pub streaming_ratio: f32,
+    /// Warm-up: at least this many steps...
     pub warmup: usize,
+    /// ... and at least this long (up to [`WARMUP_MAX_STEPS`] steps; module header).
+    pub warmup_ms: u64,
     pub repeats: usize,
     pub prefill_tokens: usize,
     /// Tokens per prefill step (the engine's chunk; the streaming rings grow with it).
@@ -116,6 +126,15 @@ pub struct BenchOptions {
     pub profile: bool,
     /// How each decode step ends (what comes back to the host).
     pub head: DecodeHead,
+}
+
+/// Most warm-up steps a point runs to fill `BenchOptions::warmup_ms` (the cache reserves room for
+/// them): 1000 steps of a 1 ms step.
+pub const WARMUP_MAX_STEPS: usize = 1000;
+
+/// Tokens a point's sequences grow by: the longest warm-up and the timed steps.
+fn max_steps(o: &BenchOptions) -> usize {
+    o.warmup.max(if o.warmup_ms > 0 { WARMUP_MAX_STEPS } else { 0 }) + o.repeats
 }
 
 /// The end of a timed decode step.
@@ -181,7 +200,7 @@ fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() { 0.0 } else { v[v.len() / 2] }
 }
 
-/// Long (about 90 lines): the point's phases (engine and filled cache, warm-up and timed steps,
+/// Long (about 100 lines): the point's phases (engine and filled cache, warm-up and timed steps,
 /// the kernel profile, the row) share the engine, the sequences and the timings.
 /// One (context, batch, mode) point on the ranks `shards` (one: no tensor parallelism); returns
 /// the row and hands the shards back. Under tensor parallelism the weight bytes, KV bytes read
@@ -198,9 +217,8 @@ fn point<B: Backend>(
     config.sparse.enabled = sparse;
     config.sparse.dense_below = 0;
     let cfg = shards[0].1.cfg.clone();
-    let steps = o.warmup + o.repeats;
     let layout = sparse.then(|| synthetic_layout(&cfg, o.streaming_ratio));
-    let opts = EngineOptions { layout, max_seqs: batch, ..EngineOptions::new(config, context + steps + 1) };
+    let opts = EngineOptions { layout, max_seqs: batch, ..EngineOptions::new(config, context + max_steps(o) + 1) };
     let tp = shards.len();
     let weight_bytes = shards.iter().map(|(be, m)| m.weight_bytes(be) as u64).max().unwrap_or(0);
     let backend = backend_label(&shards[0].0, tp);
@@ -217,9 +235,25 @@ fn point<B: Backend>(
     let mut sampler = Sampler::new(SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, seed: o.seed as u64 });
     let mut reads = KvReads::default();
     let mut kernels = vec![];
-    for i in 0..steps {
-        if i == o.warmup && o.profile {
-            set_profiling(&e, true)?;
+    // Steps of the warm-up, once it is over (module header).
+    let mut warm: Option<usize> = None;
+    let warm_for = std::time::Duration::from_millis(o.warmup_ms);
+    let max_warmup = o.warmup.max(WARMUP_MAX_STEPS);
+    // When the first step ended (module header).
+    let mut start = std::time::Instant::now();
+    for i in 0.. {
+        if i == 1 {
+            start = std::time::Instant::now();
+        }
+        let long = i >= 1 && start.elapsed() >= warm_for;
+        if warm.is_none() && i >= o.warmup && (long || i >= max_warmup || o.warmup_ms == 0) {
+            warm = Some(i);
+            if o.profile {
+                set_profiling(&e, true)?;
+            }
+        }
+        if warm.is_some_and(|w| i >= w + o.repeats) {
+            break;
         }
         let t = std::time::Instant::now();
         let tokens: Vec<u32> = (0..batch).map(|b| ((i + b) % 1000) as u32 + 1).collect();
@@ -235,7 +269,7 @@ fn point<B: Backend>(
             .map(|(seq, t)| StepRow { seq, tokens: std::slice::from_ref(t), logits: Logits::Last })
             .collect();
         drop(e.step_rows(&mut rows, head)?);
-        if i >= o.warmup {
+        if warm.is_some() {
             times.push(t.elapsed().as_secs_f64() * 1e3);
             seqs.iter().for_each(|seq| e.count_reads(seq, &mut reads));
         }
@@ -393,7 +427,7 @@ pub fn run_tp<B: Backend>(
     mut log: impl FnMut(&BenchRow),
 ) -> Result<Vec<BenchRow>> {
     let mut cfg = shape(shape_name)?;
-    let max_ctx = o.contexts.iter().copied().max().unwrap_or(0) + o.warmup + o.repeats + 1;
+    let max_ctx = o.contexts.iter().copied().max().unwrap_or(0) + max_steps(o) + 1;
     cfg.max_position_embeddings = cfg.max_position_embeddings.max(max_ctx).max(o.prefill_tokens);
     let tp = backends.len();
     let kv = match o.config.kv_dtype()? {

@@ -201,6 +201,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         // Sparse mode streams this fraction of KV heads (a synthetic pattern: every other head).
         streaming_ratio: a.tuning.streaming_ratio.unwrap_or(0.5),
         warmup: a.warmup,
+        warmup_ms: a.warmup_ms,
         repeats: a.repeats.max(1),
         prefill_tokens: a.prefill,
         prefill_chunk: a.prefill_chunk,

@@ -110,6 +110,11 @@ pub struct BenchArgs {
     pub tp: TpArgs,
     #[arg(long, default_value_t = 3)]
     pub warmup: usize,
+    /// Keep warming up (beyond --warmup steps, up to lserve::bench::WARMUP_MAX_STEPS) until the
+    /// warm-up has run this long: a GPU left idle while the host made the weights starts the
+    /// decode at its idle clock (an H200: 345 of 1980 MHz for ~0.3 s). 0: --warmup steps only.
+    #[arg(long, default_value_t = 1000)]
+    pub warmup_ms: u64,
     #[arg(long, default_value_t = 10)]
     pub repeats: usize,
     /// Also time a prefill of this many tokens (0 = skip).

@@ -9,8 +9,10 @@
 //!   0; not fp8), adapters with SUBGROUP: two dispatches, llama.cpp's mmvq scheme in WGSL.
 //!   `matmul_gemv_x8_pack` quantizes x to two int8 digits per element in blocks of 32 (d = max|x|
 //!   / 127, x = d (hi + lo / 254), code sum; weight_quant::x8_blocks)
-//!   into the backend's scratch buffer, then `matmul_gemv_x8` (8 rows per workgroup, one subgroup
-//!   per row, lanes on consecutive slices of 32..128 weights) multiplies whole weight words with
+//!   into the backend's scratch buffer (8 threads per block of 32, 32 blocks per workgroup), then
+//!   `matmul_gemv_x8` (8 rows per workgroup, one subgroup per row by default, or 2 / 4 sharing
+//!   the x digits of a slice: [`gemv_x8_pick`]; lanes on consecutive slices of 32..128 weights)
+//!   multiplies whole weight words with
 //!   both x digits by `dot4I8Packed`, reading each block header once per slice. A pre-pass rather
 //!   than a per-workgroup prologue: a prologue would quantize x once per 8 weight rows (512 times
 //!   for a 4096x4096 matmul, reading x's 16 KiB of f32 each time: 8 MiB through L2, as many
@@ -111,9 +113,26 @@ pub fn gemv_batch() -> (&'static str, usize) {
         _ => (pl::matmul::GEMV_SUBGROUP_BATCH, 16),
     })
 }
-/// Threads (x blocks) per workgroup of `matmul_gemv_x8_pack`; weight rows per workgroup of
-/// `matmul_gemv_x8` are `GEMV_SUBGROUP_ROWS` (`ROWS` there).
-const X8_PACK_WG: usize = 64;
+/// The batch-1 kernel on quantized weights with an integer form, from `LSERVE_WGPU_GEMV_X8`, for
+/// measuring them on a GPU: `1`, `2` or `4` weight rows per subgroup of `matmul_gemv_x8` (module
+/// header; 1 by default), or `f32`: `matmul_gemv_subgroup` with f32 x (no pack pass); any
+/// other value is the default. None: the f32-x kernel. On the H200 (Llama-3-8B, 32K sparse,
+/// warm clocks; docs/data/wq-h200-2026-12-02) a q4_k step took 9.25-9.44 / 9.48 / 10.0 / 14.5
+/// ms with 1 / 2 / 4 / f32: sharing a slice's x loads between rows did not pay for the fewer
+/// warps, so one row per subgroup stays.
+pub fn gemv_x8_pick() -> Option<&'static str> {
+    static PICK: std::sync::OnceLock<Option<&'static str>> = std::sync::OnceLock::new();
+    *PICK.get_or_init(|| match std::env::var("LSERVE_WGPU_GEMV_X8").as_deref() {
+        Ok("f32") => None,
+        Ok("2") => Some(pl::matmul_gemv_x8::X8_R2),
+        Ok("4") => Some(pl::matmul_gemv_x8::X8_R4),
+        _ => Some(pl::matmul_gemv_x8::OP),
+    })
+}
+
+/// x blocks (of 32) per workgroup of `matmul_gemv_x8_pack` (256 threads, 8 per block); weight
+/// rows per workgroup of `matmul_gemv_x8` are `GEMV_SUBGROUP_ROWS` (`ROWS` there).
+const X8_PACK_BLOCKS: usize = 32;
 
 /// The kernel for m rows of x against n weight rows and the number of workgroups it runs (before
 /// folding).
@@ -175,8 +194,13 @@ pub fn matmul(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    if m == 1 && k % 32 == 0 && be.has_subgroup() && shaders::has_x8(w.dtype) {
-        return gemv_x8(be, p, x, w, bias, out);
+    if m == 1
+        && k % 32 == 0
+        && be.has_subgroup()
+        && shaders::has_x8(w.dtype)
+        && let Some(op) = gemv_x8_pick()
+    {
+        return gemv_x8(be, op, p, (x, w, bias), out);
     }
     if m >= coop_from_m() && be.has_coop() && w.dtype != DType::F32 {
         let (op, groups) = pick_coop(m, n);
@@ -201,17 +225,23 @@ pub fn x8_words(m: usize, k: usize) -> usize {
 /// dispatches and puts a barrier between them).
 fn gemv_x8(
     be: &WgpuBackend,
+    op: &'static str,
     p: &MatmulParams,
-    x: &WgpuBuffer,
-    w: &WgpuBuffer,
-    bias: &WgpuBuffer,
+    (x, w, bias): (&WgpuBuffer, &WgpuBuffer, &WgpuBuffer),
     out: &mut WgpuBuffer,
 ) -> Result<()> {
     let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
     let mut xq = be.scratch(x8_words(m, k))?;
     let pack = pl::matmul_gemv_x8_pack::Binds { x, xq: &mut xq };
     let blocks = m * (k / 32);
-    pl::matmul_gemv_x8_pack::dispatch(be.gpu(), None, p, pack, rows_grid(be, blocks.div_ceil(X8_PACK_WG)))?;
+    pl::matmul_gemv_x8_pack::dispatch(be.gpu(), None, p, pack, rows_grid(be, blocks.div_ceil(X8_PACK_BLOCKS)))?;
     let binds = pl::matmul_gemv_x8::Binds { xq: &xq, w, bias, out };
-    pl::matmul_gemv_x8::dispatch(be.gpu(), Some(w.dtype), p, binds, rows_grid(be, n.div_ceil(GEMV_SUBGROUP_ROWS)))
+    pl::matmul_gemv_x8::dispatch_variant(
+        be.gpu(),
+        op,
+        Some(w.dtype),
+        p,
+        binds,
+        rows_grid(be, n.div_ceil(GEMV_SUBGROUP_ROWS)),
+    )
 }

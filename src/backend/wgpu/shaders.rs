@@ -181,7 +181,25 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ),
     ("matmul_coop", include_str!("../../../shaders/matmul_coop.wgsl"), Reads::Coop, true),
     ("matmul_coop_m16", include_str!("../../../shaders/matmul_coop_m16.wgsl"), Reads::Coop, true),
-    ("matmul_gemv_x8", include_str!("../../../shaders/matmul_gemv_x8.wgsl"), Reads::X8, true),
+    // One source, 1, 2 or 4 weight rows per subgroup (ops_matmul.rs `gemv_x8_pick`).
+    (
+        "matmul_gemv_x8",
+        concat!("const RPS: u32 = 1u;\n", include_str!("../../../shaders/matmul_gemv_x8.wgsl")),
+        Reads::X8,
+        true,
+    ),
+    (
+        "matmul_gemv_x8_r2",
+        concat!("const RPS: u32 = 2u;\n", include_str!("../../../shaders/matmul_gemv_x8.wgsl")),
+        Reads::X8,
+        true,
+    ),
+    (
+        "matmul_gemv_x8_r4",
+        concat!("const RPS: u32 = 4u;\n", include_str!("../../../shaders/matmul_gemv_x8.wgsl")),
+        Reads::X8,
+        true,
+    ),
     ("matmul_gemv_x8_pack", include_str!("../../../shaders/matmul_gemv_x8_pack.wgsl"), Reads::Nothing, false),
     ("rmsnorm", include_str!("../../../shaders/rmsnorm.wgsl"), Reads::Nothing, false),
     ("add_rmsnorm", include_str!("../../../shaders/add_rmsnorm.wgsl"), Reads::Nothing, false),
