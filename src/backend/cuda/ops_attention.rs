@@ -142,9 +142,7 @@ const PREFILL_WGMMA_SMEM: usize = 5 * 128 * 128 * 2 + 1024;
 /// `LSERVE_CUDA_PREFILL_WGMMA=0` sends it to the mma.sync kernel (read per launch, so one process
 /// can compare the two).
 fn prefill_wgmma(be: &CudaBackend, hd: usize) -> bool {
-    hd == 128
-        && be.gpu().arch == "compute_90a"
-        && std::env::var("LSERVE_CUDA_PREFILL_WGMMA").map_or(true, |v| v != "0")
+    hd == 128 && be.gpu().arch == "compute_90a" && std::env::var("LSERVE_CUDA_PREFILL_WGMMA").map_or(true, |v| v != "0")
 }
 
 #[allow(clippy::too_many_arguments)]
