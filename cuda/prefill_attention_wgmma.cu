@@ -16,6 +16,8 @@
 // must be positive; each thread owns two rows and reduces across its quad); P rounded to the KV
 // type stays in registers as the A operand of O += P V, eight wgmma m64n128k16 with V from shared
 // memory through an MN-major descriptor (the transposed-B mode, so V keeps its [key][dim] rows).
+// Two variants: P V waited at the end of its tile, or (`_ovl`) after the next tile's S is issued
+// (OVL below; the host's LSERVE_CUDA_PREFILL_WGMMA picks).
 //
 // Shared memory, from a 1024-byte aligned base: Q, K[2], V[2], each a 128-row x 128-dim 16-bit tile
 // (32 KiB) in the 128-byte swizzle wgmma reads: two 64-dim halves [128 rows][128 bytes], 16 KiB
@@ -47,13 +49,23 @@ __device__ __forceinline__ u64 pw_desc(u32 addr, u32 lbo, u32 sbo) {
 
 __device__ __forceinline__ void pw_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void pw_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void pw_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+// Until at most N of this warpgroup's committed wgmma groups are pending.
+template <int N> __device__ __forceinline__ void pw_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
 // Generic-proxy shared writes (cp.async, st.shared) made visible to wgmma's async proxy.
 __device__ __forceinline__ void pw_fence_proxy() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // Pins accumulator registers at this point (no read or write moves across an async wgmma).
 __device__ __forceinline__ void pw_pin(float (&d)[64]) {
 #pragma unroll
     for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+// The same for A fragments an async wgmma may still read.
+template <int N> __device__ __forceinline__ void pw_pin(u32 (&a)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) asm volatile("" : "+r"(a[i][j])::"memory");
 }
 
 #define PW_D64 \
@@ -89,9 +101,14 @@ __device__ __forceinline__ void pw_pin(float (&d)[64]) {
 PW_MMA(bf16_t, "bf16")
 PW_MMA(f16_t, "f16")
 
-// Long (about 170 lines) on purpose, as prefill_mma_impl: the phases share registers and shared
+// Long (about 190 lines) on purpose, as prefill_mma_impl: the phases share registers and shared
 // memory and read in the order they run.
-template <typename KT>
+//
+// OVL: O += P V is not waited for at the end of its tile but after the next tile's S = Q K^T is
+// issued, so the tensor cores go from one to the other without the tile boundary's wait and
+// barrier in between. Then a second barrier per tile (after that wait) guards the refill of the
+// stage P V read, and P's registers stay pinned until the wait.
+template <typename KT, bool OVL>
 __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v,
                                    const KT* sk, const KT* sv, const u32* head_map, const u32* page_indptr,
                                    const u32* page_table, const u32* kv_len, const u32* ring_table, float* out,
@@ -195,10 +212,14 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
     for (int i = 0; i < 64; i++) acc[i] = sc[i] = 0.0f;
     float m[2] = {-LS_INF, -LS_INF}, l[2] = {0.0f, 0.0f};
 
+    u32 pa[BK / 16][4];  // P as A fragments (OVL: read by a P V still running into the next tile)
+#pragma unroll
+    for (u32 kk = 0; kk < BK / 16; kk++) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+
     for (u32 ti = 0; ti < n_tiles; ti++) {
         const u32 st = ti & 1;
         // Tile ti landed (every thread's copies), visible to the async proxy, for every warp;
-        // and every warpgroup finished tile ti - 1, so its stage may be refilled below.
+        // and (without OVL) every warpgroup finished tile ti - 1, so its stage may be refilled below.
         pm_cp_wait<0>();
         pw_fence_proxy();
         __syncthreads();
@@ -213,10 +234,18 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
             pw_mma_ss(KT{}, sc, pw_desc(q_addr + off, 16, 1024), pw_desc(kb + off, 16, 1024), kk > 0 ? 1 : 0);
         }
         pw_commit();
+        if constexpr (OVL) {
+            // The previous tile's P V is done (this warpgroup's), and after the barrier every
+            // warpgroup's: its stage may be refilled and P's registers rewritten.
+            pw_wait<1>();
+            pw_pin(pa);
+            __syncthreads();
+        }
         // The next tile's copies go out while the tensor cores work.
         if (ti + 1 < n_tiles) stage(st ^ 1, ti + 1);
-        pw_wait();
+        pw_wait<0>();
         pw_pin(sc);
+        if constexpr (OVL) pw_pin(acc);
 
         // Mask (boundary tiles only), online softmax on raw scores (qscale > 0).
         const u32 k0 = tile_k0(ti);
@@ -270,7 +299,6 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
 
         // O += P V: P's registers for keys 16 kk.. are the A fragment of k16 step kk; V's step
         // starts 16 rows (2048 bytes) further.
-        u32 pa[BK / 16][4];
 #pragma unroll
         for (u32 kk = 0; kk < BK / 16; kk++) {
 #pragma unroll
@@ -281,8 +309,12 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
 #pragma unroll
         for (u32 kk = 0; kk < BK / 16; kk++) pw_mma_rs(KT{}, acc, pa[kk], pw_desc(vb + kk * 2048u, 128u * 128u, 1024));
         pw_commit();
-        pw_wait();
-        pw_pin(acc);
+        // Without OVL every tile waits here; with it only the last (inside the loop, so no copy of
+        // the accumulators at the loop's exit reads them while the last P V runs).
+        if (!OVL || ti + 1 == n_tiles) {
+            pw_wait<0>();
+            pw_pin(acc);
+        }
     }
 
 #pragma unroll
@@ -303,18 +335,21 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define PW_BODY(KT) \
-    prefill_wgmma_impl<KT>(p, q, q_indptr, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, out, \
+#define PW_BODY(KT, OVL) \
+    prefill_wgmma_impl<KT, OVL>(p, q, q_indptr, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, out, \
                            ptl, rtl, blk_sel, blk_cnt, bsl, bcl);
 #else
-#define PW_BODY(KT)
+#define PW_BODY(KT, OVL)
 #endif
-#define PW(name, KT) \
+#define PW(name, KT, OVL) \
     extern "C" __global__ void __launch_bounds__(PW_THREADS, 1) name( \
         AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v, const KT* sk, const KT* sv, \
         const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, \
         float* out, const u32* blk_sel, const u32* blk_cnt, u32 ptl, u32 rtl, u32 bsl, u32 bcl) { \
-        PW_BODY(KT) \
+        PW_BODY(KT, OVL) \
     }
-PW(prefill_attention_wgmma_f16_d128, f16_t)
-PW(prefill_attention_wgmma_bf16_d128, bf16_t)
+// _ovl: P V waited in the next tile (OVL above).
+PW(prefill_attention_wgmma_f16_d128, f16_t, false)
+PW(prefill_attention_wgmma_f16_d128_ovl, f16_t, true)
+PW(prefill_attention_wgmma_bf16_d128, bf16_t, false)
+PW(prefill_attention_wgmma_bf16_d128_ovl, bf16_t, true)
