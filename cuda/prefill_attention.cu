@@ -256,6 +256,9 @@ PF(prefill_attention_fp8_d64, e4m3_t, 64)
 
 // ---- the tensor-core version ---------------------------------------------------------------
 //
+// (On sm_90 at head_dim 128, 16-bit KV runs the wgmma version instead: prefill_attention_wgmma.cu,
+// appended to this file as one module, reusing PmTile, pm_tile, pm_block_list and key_offset.)
+//
 // `prefill_attention_mma_<kv>_d<D>[_pad]` for 16-bit KV: the same contract as above on mma.sync tiles,
 // laid out as FlashAttention-2 does. A block takes BQ query rows of one sequence and one head (BQ =
 // 128 for D <= 128, 64 for D = 256), 4 warps of MT = BQ / 64 m16 tiles each (32 or 16 rows): a warp

@@ -1,6 +1,6 @@
 //! CUDA checks that need no GPU: `cuda/params.cuh` mirrors every parameter struct (names, order
 //! and offsets, parsed from the header and compared with `all_param_layouts()`), every kernel
-//! module compiles with NVRTC for sm_80 and sm_90 (whenever libnvrtc is found; skipped otherwise,
+//! module compiles with NVRTC for sm_80, sm_90 and sm_90a (whenever libnvrtc is found; skipped otherwise,
 //! unless LSERVE_REQUIRE_CUDA=1), every typed launch declaration (src/backend/cuda/bindings.rs)
 //! agrees with its kernels' `extern "C" __global__` signatures parsed from `cuda/*.cu` (so a
 //! wrong argument order fails here, without a GPU), and `CudaBackend::new` on a machine without a
@@ -62,7 +62,7 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
         eprintln!("skipping the NVRTC compile test: {e}");
         return;
     }
-    for arch in ["compute_80", "compute_90"] {
+    for arch in ["compute_80", "compute_90", "compute_90a"] {
         let t = std::time::Instant::now();
         let done = kernels::compile(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
         assert_eq!(done.len(), kernels::SOURCES.len());

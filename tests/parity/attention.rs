@@ -49,16 +49,18 @@ pub fn test_prefill_attention<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
     }
 }
 
-/// Prefill at the tensor-core kernel's scale: head_dim 128, 72 (padded to 128; 8-bit KV, which
+/// Prefill at the tensor-core kernels' scale: head_dim 128, 72 (padded to 128; 8-bit KV, which
 /// needs head_dim % 16 == 0, takes 80 in its place) and 256, one
-/// retrieval and one streaming KV head (two query heads each), a ragged batch of two sequences
+/// retrieval and one streaming KV head (two query heads each, at head_dim 128 also four), a ragged batch of two sequences
 /// (a 140-row chunk after a 300-token prefix, and a 100-row first chunk), so query tiles start
 /// off the 64-key tile grid, span several key tiles, and the streaming head (sink 8, local 70)
 /// skips whole tiles between its sink and its band; with and without a window.
 fn prefill_attention_long<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
     let mut t = pair(gpu);
-    let (nh, ps, sink, local) = (4, 16, 8, 70);
-    {
+    // GQA 2; at head_dim 128 (Llama's, and the CUDA Hopper kernel's) also GQA 4.
+    let groups: &[usize] = if hd == 128 { &[2, 4] } else { &[2] };
+    for &group in groups {
+        let (nh, ps, sink, local) = (2 * group, 16, 8, 70);
         let tol = prefill_tol(kvd);
         let shape = CacheShape {
             num_layers: 1,
@@ -110,7 +112,12 @@ fn prefill_attention_long<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
             let mut out = t.out(240 * row);
             t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, None, &mut out.0).unwrap();
             t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, None, &mut out.1).unwrap();
-            t.check(&format!("prefill_attention_long hd {hd} window {window} kv {kvd:?}"), &out, 240 * row, tol);
+            t.check(
+                &format!("prefill_attention_long hd {hd} heads {nh} window {window} kv {kvd:?}"),
+                &out,
+                240 * row,
+                tol,
+            );
         }
         // Block-sparse: blocks A0 (first 300, tail page 17), A1 (first 428, tail 25), B0 (first
         // 0, tail 0); lists with entries at or past the tail (skipped), out of order, garbage
@@ -136,7 +143,12 @@ fn prefill_attention_long<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
             let mut out = t.out(240 * row);
             t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, Some(&bg), &mut out.0).unwrap();
             t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, Some(&bc), &mut out.1).unwrap();
-            t.check(&format!("block-sparse prefill hd {hd} counts {counts:?} kv {kvd:?}"), &out, 240 * row, tol);
+            t.check(
+                &format!("block-sparse prefill hd {hd} heads {nh} counts {counts:?} kv {kvd:?}"),
+                &out,
+                240 * row,
+                tol,
+            );
         }
     }
 }

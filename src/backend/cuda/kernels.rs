@@ -23,9 +23,13 @@ pub const QUANT_CUH: &str = include_str!("../../../cuda/quant.cuh");
 const QUANT_STEMS: &[&str] = &["embed", "matmul_quant", "matmul_mmq"];
 
 macro_rules! sources {
-    ($($stem:literal),* $(,)?) => {
-        /// (stem, source) of every kernel module.
-        pub const SOURCES: &[(&str, &str)] = &[$(($stem, include_str!(concat!("../../../cuda/", $stem, ".cu")))),*];
+    ($($stem:literal $(+ $part:literal)*),* $(,)?) => {
+        /// (stem, source) of every kernel module; a module may continue in further files
+        /// (`stem + "part"`: `cuda/<part>.cu` appended to `cuda/<stem>.cu`).
+        pub const SOURCES: &[(&str, &str)] = &[$(($stem, concat!(
+            include_str!(concat!("../../../cuda/", $stem, ".cu"))
+            $(, "\n", include_str!(concat!("../../../cuda/", $part, ".cu")))*
+        ))),*];
     };
 }
 sources!(
@@ -50,7 +54,7 @@ sources!(
     "page_select",
     "sparse_decode_attention",
     "sparse_decode_attention_merge",
-    "prefill_attention",
+    "prefill_attention" + "prefill_attention_wgmma",
     "lambda_mass",
 );
 
@@ -83,14 +87,16 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
     Ok((major, minor))
 }
 
-/// The virtual architecture NVRTC targets for compute capability (major, minor).
+/// The virtual architecture NVRTC targets for compute capability (major, minor): sm_90 as
+/// `compute_90a`, whose wgmma instructions the Hopper prefill kernel needs (PTX for 90a runs only
+/// on compute capability 9.0, which is what it is picked for).
 pub fn arch_name(cc: (i32, i32)) -> &'static str {
     match cc {
         (8, 0) => "compute_80",
         (8, 6) => "compute_86",
         (8, 7) => "compute_87",
         (8, 9) => "compute_89",
-        (9, 0) => "compute_90",
+        (9, 0) => "compute_90a",
         (10, 0) => "compute_100",
         (12, 0) => "compute_120",
         (m, n) => Box::leak(format!("compute_{m}{n}").into_boxed_str()),
@@ -118,7 +124,8 @@ fn cache_path(dir: &Path, stem: &str, src: &str, arch: &str, nvrtc: (i32, i32)) 
 /// Compile one module to PTX text (no cache).
 pub fn compile_one(stem: &str, arch: &'static str) -> Result<String> {
     let src = assembled(stem)?;
-    let sm = arch.trim_start_matches("compute_");
+    // LSERVE_SM stays a number (90 for compute_90a).
+    let sm = arch.trim_start_matches("compute_").trim_end_matches('a');
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(arch),
         options: vec![format!("-DLSERVE_SM={sm}"), "--std=c++17".into()],

@@ -25,7 +25,10 @@
 //!
 //! Prefill: a 16-bit KV cache runs the tensor-core kernel (`prefill_attention_mma_<kv>_d<D>[_pad]`,
 //! mma.sync m16n8k16, D = 64/128/256 with head_dim zero-padded up to it; query tiles of 128 rows,
-//! 32 a warp (64 and 16 at D = 256); grid (heads, tiles)); an f32 KV cache keeps the scalar f32 kernel, the exact reference
+//! 32 a warp (64 and 16 at D = 256); grid (heads, tiles)) — on sm_90 at head_dim 128 the Hopper
+//! kernel instead (`prefill_attention_wgmma_<kv>_d128`: wgmma, two warpgroups of 64 rows, 128-key
+//! tiles; every head kind and block-sparse list as the mma.sync one; `LSERVE_CUDA_PREFILL_WGMMA=0`
+//! turns it off, `=2` picks its `_ovl` variant); an f32 KV cache keeps the scalar f32 kernel, the exact reference
 //! (TF32 tensor cores would miss its tolerance); 8-bit KV at head_dim 64 / 128 / 256 runs the
 //! tensor-core kernel too (`prefill_attention_mma_<int8|fp8>_d<D>`: codes multiplied as exact f16
 //! values, K scales applied to the scores and V scales to P in f32), other head dims the scalar
@@ -128,6 +131,28 @@ fn prefill_mma8_kernel(kv: DType, hd: usize) -> Result<(&'static str, usize, usi
     Ok((name, bq, (bq + 2 * bk) * (d + 8) * 2 + 4 * bk * d + 16 * bk))
 }
 
+/// Query rows per block of the Hopper prefill kernel (`prefill_attention_wgmma_<kv>_d128`).
+const PREFILL_WGMMA_ROWS: usize = 128;
+/// Its dynamic shared memory: Q, two stages of K and V, each a 128 x 128 tile of 16-bit elements,
+/// and 1 KiB to align them to the 1024 bytes of the 128-byte swizzle's pattern.
+const PREFILL_WGMMA_SMEM: usize = 5 * 128 * 128 * 2 + 1024;
+
+/// Which Hopper kernel (wgmma, cuda/prefill_attention_wgmma.cu) takes a 16-bit KV prefill, if
+/// any: on sm_90 (its modules are compiled for compute_90a) at head_dim 128, the entry variant
+/// (0: P V waited in its tile, 1: `_ovl`, waited after the next tile's S is issued), chosen by
+/// `LSERVE_CUDA_PREFILL_WGMMA` — `0` sends it to the mma.sync kernel, `2` picks `_ovl`, anything
+/// else (or unset) the plain one; read per launch, so one process can compare them.
+fn prefill_wgmma(be: &CudaBackend, hd: usize) -> Option<usize> {
+    if hd != 128 || be.gpu().arch != "compute_90a" {
+        return None;
+    }
+    match std::env::var("LSERVE_CUDA_PREFILL_WGMMA").as_deref() {
+        Ok("0") => None,
+        Ok("2") => Some(1),
+        _ => Some(0),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn prefill_attention(
     be: &CudaBackend,
@@ -198,6 +223,12 @@ pub fn prefill_attention(
         let (name, rows, smem) = prefill_mma8_kernel(kv.k.dtype, hd)?;
         let l = Launch::new((nh as u32, (n / rows + ns) as u32, 1), 128).smem(smem);
         return kern::prefill_attention_mma8::launch_variant(be.gpu(), name, l, p, args!(prefill_attention_mma8));
+    }
+    if let Some(variant) = prefill_wgmma(be, hd).filter(|_| mma16) {
+        let name = entry_in(kern::prefill_attention_wgmma::ENTRIES, &PREFILL_MMA_DTYPES, kv.k.dtype, variant, 2)?;
+        let tiles = n / PREFILL_WGMMA_ROWS + ns;
+        let l = Launch::new((nh as u32, tiles as u32, 1), 256).smem(PREFILL_WGMMA_SMEM);
+        return kern::prefill_attention_wgmma::launch_variant(be.gpu(), name, l, p, args!(prefill_attention_wgmma));
     }
     if mma16 {
         let (name, rows, smem) = prefill_mma_kernel(kv.k.dtype, hd)?;

@@ -1,0 +1,355 @@
+// ---- the wgmma version (sm_90a; appended to prefill_attention.cu, one module) ----------------
+//
+// `prefill_attention_wgmma_<f16|bf16>_d128`: the contract of the tensor-core version above (same
+// arguments, grid (heads, tiles), the same tile geometry PmTile / pm_tile, key ranges, list pages
+// of block-sparse blocks, streaming rings and masks) with its two products on Hopper's warpgroup
+// MMA, as FlashAttention-3 does, for 16-bit KV at head_dim 128. The host picks it on sm_90 (the
+// module is compiled for compute_90a there; elsewhere the entries are empty and never launched).
+//
+// A block takes BQ = 128 query rows of one sequence and one head: 256 threads, two warpgroups of
+// 64 rows. Key tiles of BK = 128 keys, aligned to multiples of BK in key position, are gathered by
+// all 256 threads with 16-byte cp.async (one page-table lookup per key row, broadcast by shuffle)
+// into two shared-memory stages; the next tile's copies are issued while this tile's S = Q K^T
+// runs on the tensor cores. Per warpgroup and key tile: S (64 x 128, f32 in registers) by eight
+// wgmma m64n128k16 with Q and K from shared memory (K-major descriptors); the mask on boundary
+// tiles only and the online softmax in registers (exp2 domain, raw-score row max, so the scale
+// must be positive; each thread owns two rows and reduces across its quad); P rounded to the KV
+// type stays in registers as the A operand of O += P V, eight wgmma m64n128k16 with V from shared
+// memory through an MN-major descriptor (the transposed-B mode, so V keeps its [key][dim] rows).
+// Two variants: P V waited at the end of its tile, or (`_ovl`) after the next tile's S is issued
+// (OVL below; the host's LSERVE_CUDA_PREFILL_WGMMA picks).
+//
+// Shared memory, from a 1024-byte aligned base: Q, K[2], V[2], each a 128-row x 128-dim 16-bit tile
+// (32 KiB) in the 128-byte swizzle wgmma reads: two 64-dim halves [128 rows][128 bytes], 16 KiB
+// apart, the 16-byte chunk c of row r stored at chunk c ^ (r % 8) of its 128-byte line (CUTLASS's
+// Swizzle<3,4,3>). Descriptors (PTX "matrix descriptor", cute GmmaDescriptor): start address,
+// leading byte offset (LBO), stride byte offset (SBO), all >> 4, layout 1 = 128-byte swizzle.
+// K-major (Q rows, K rows): SBO = 1024 (8-row groups), LBO unused (1), a k16 step within a
+// 64-dim half advances the start by 32 bytes, the next half by 16 KiB. MN-major (V): LBO = 16 KiB
+// (the next 64 dims), SBO = 1024 (the next 8 keys), a k16 step (16 keys) advances 2048 bytes.
+// Register fragments (PTX wgmma "register fragments"): warp w of a warpgroup owns rows 16 w ..
+// 16 w + 15; thread (g = lane / 4, tq = lane % 4) holds accumulator element 4 j + e at row
+// g + 8 (e >> 1), column 8 j + 2 tq + (e & 1), and A fragments as mma.sync m16n8k16's, so S's
+// registers for keys 16 kk .. 16 kk + 15 repack as P's A operand without moving between lanes.
+
+#define PW_THREADS 256
+#define PW_TILE (128u * 128u * 2u)  // bytes of one 128-row, 128-dim 16-bit tile
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// Byte offset of 16-byte chunk c (0..15) of row r (0..127) in a swizzled tile.
+__device__ __forceinline__ u32 pw_swz(u32 r, u32 c) {
+    return (c >> 3) * (128u * 128u) + r * 128u + (((c & 7u) ^ (r & 7u)) << 4);
+}
+
+// A wgmma matrix descriptor: shared address, LBO and SBO in bytes, 128-byte swizzle.
+__device__ __forceinline__ u64 pw_desc(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr & 0x3ffffu) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void pw_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void pw_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+// Until at most N of this warpgroup's committed wgmma groups are pending.
+template <int N> __device__ __forceinline__ void pw_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Generic-proxy shared writes (cp.async, st.shared) made visible to wgmma's async proxy.
+__device__ __forceinline__ void pw_fence_proxy() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// Pins accumulator registers at this point (no read or write moves across an async wgmma).
+__device__ __forceinline__ void pw_pin(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+// The same for A fragments an async wgmma may still read.
+template <int N> __device__ __forceinline__ void pw_pin(u32 (&a)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) asm volatile("" : "+r"(a[i][j])::"memory");
+}
+
+#define PW_D64 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define PW_OUT64 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+// d (64 x 128 f32) (+)= A (64 x 16, smem descriptor, K-major) * B (16 x 128, smem descriptor,
+// K-major): ss; the same with A from registers and B MN-major (transposed): rs.
+#define PW_MMA(KT, TY) \
+    __device__ __forceinline__ void pw_mma_ss(KT, float (&d)[64], u64 da, u64 db, int acc) { \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" PW_D64 "}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
+                     : PW_OUT64 \
+                     : "l"(da), "l"(db), "r"(acc)); \
+    } \
+    __device__ __forceinline__ void pw_mma_rs(KT, float (&d)[64], const u32 (&a)[4], u64 db) { \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" PW_D64 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" \
+                     : PW_OUT64 \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1)); \
+    }
+PW_MMA(bf16_t, "bf16")
+PW_MMA(f16_t, "f16")
+
+// Long (about 190 lines) on purpose, as prefill_mma_impl: the phases share registers and shared
+// memory and read in the order they run.
+//
+// OVL: O += P V is not waited for at the end of its tile but after the next tile's S = Q K^T is
+// issued, so the tensor cores go from one to the other without the tile boundary's wait and
+// barrier in between. Then a second barrier per tile (after that wait) guards the refill of the
+// stage P V read, and P's registers stay pinned until the wait.
+template <typename KT, bool OVL>
+__device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v,
+                                   const KT* sk, const KT* sv, const u32* head_map, const u32* page_indptr,
+                                   const u32* page_table, const u32* kv_len, const u32* ring_table, float* out,
+                                   u32 page_table_len, u32 ring_table_len, const u32* blk_sel, const u32* blk_cnt,
+                                   u32 bsl, u32 bcl) {
+    constexpr u32 D = 128, BQ = 128, BK = 128;
+    constexpr u32 CH = D / 8;                    // 16-byte chunks per row
+    constexpr u32 WR = 32 / CH;                  // rows a warp copies per pass
+    constexpr u32 RP = PW_THREADS / CH;          // rows the block copies per pass
+    constexpr u32 NP = BK * CH / PW_THREADS;     // passes per tile
+    static_assert(WR * NP <= 32, "a warp's rows of a tile must fit its lanes");
+    extern __shared__ __align__(16) unsigned char pw_smem[];
+    // Q at 0, K stage st at (1 + st) PW_TILE, V stage st at (3 + st) PW_TILE from a 1024-aligned base.
+    const u32 raw_addr = pm_smem_addr(pw_smem);
+    const u32 base = (raw_addr + 1023u) & ~1023u;
+    unsigned char* sm = pw_smem + (base - raw_addr);
+
+    __shared__ PmTile t;
+    __shared__ bool live;
+    __shared__ u32 lst[PM_MAX_LIST];  // a sparse block's list pages (pm_block_list)
+    if (threadIdx.x == 0) live = pm_tile<BQ>(p, q_indptr, kv_len, head_map, blk_cnt, bsl, bcl, t);
+    __syncthreads();
+    if (!live) return;
+    if (t.sparse && threadIdx.x < 32) pm_block_list(p, blk_sel, t, lst);
+    __syncthreads();
+    const u32 nh = p.n_heads, h = blockIdx.x;
+    const u32 tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+    const KT* kpool = t.streaming ? sk : k;
+    const KT* vpool = t.streaming ? sv : v;
+
+    // Key tiles: [ta0, ta1) then [tb0, tb1), merged when they touch; a sparse block's list pages
+    // first, as nvt tiles of virtual keys 0..nv (as prefill_mma_impl).
+    u32 ta0 = t.lo_a / BK, ta1 = t.hi_a > t.lo_a ? (t.hi_a + BK - 1) / BK : ta0;
+    u32 tb0 = t.lo_b / BK, tb1 = t.hi_b > t.lo_b ? (t.hi_b + BK - 1) / BK : tb0;
+    if (tb1 > tb0 && ta1 > ta0 && tb0 < ta1) { ta1 = max(ta1, tb1); tb1 = tb0; }
+    if (ta1 <= ta0) { ta0 = tb0; ta1 = tb1; tb1 = tb0; }
+    const u32 nvt = (t.nv + BK - 1) / BK;
+    const u32 na = ta1 - ta0, n_tiles = nvt + na + (tb1 - tb0);
+    auto tile_k0 = [&](u32 ti) {
+        return ti < nvt ? ti * BK : (ti - nvt < na ? ta0 + (ti - nvt) : tb0 + (ti - nvt - na)) * BK;
+    };
+    // Pool element offset of key j of tile ti, NONE_U32 outside the tile's visible ranges.
+    auto key_at = [&](u32 ti, u32 j) {
+        const u32 kk = tile_k0(ti) + j;
+        if (ti < nvt) {
+            if (kk >= t.nv) return NONE_U32;
+            const u32 kp = lst[kk / p.page_size] * p.page_size + kk % p.page_size;
+            return key_offset(p, false, t.hi, t.s, kp, page_indptr, page_table, ring_table, page_table_len,
+                              ring_table_len);
+        }
+        const bool in = (kk >= t.lo_a && kk < t.hi_a) || (kk >= t.lo_b && kk < t.hi_b);
+        return in ? key_offset(p, t.streaming, t.hi, t.s, kk, page_indptr, page_table, ring_table, page_table_len,
+                               ring_table_len)
+                  : NONE_U32;
+    };
+
+    // Q rows, rounded to KT, swizzled; rows past the tile are zero.
+    for (u32 i = tid; i < BQ * CH; i += PW_THREADS) {
+        const u32 r = i / CH, c = i % CH;
+        uint4 w = make_uint4(0, 0, 0, 0);
+        if (r < t.nr) {
+            const float4* src = reinterpret_cast<const float4*>(q + ((u64)(t.r0 + r) * nh + h) * D + 8 * c);
+            const float4 a = src[0], b = src[1];
+            w = make_uint4(mma_pack<KT>(a.x, a.y), mma_pack<KT>(a.z, a.w), mma_pack<KT>(b.x, b.y),
+                           mma_pack<KT>(b.z, b.w));
+        }
+        *reinterpret_cast<uint4*>(sm + pw_swz(r, c)) = w;
+    }
+
+    // Stage key tile ti into stage st: lane l < WR * NP of each warp looks up the pool offset of
+    // the warp's row l % WR + RP * (l / WR) (+ warp * WR); pass n's lanes take it by shuffle.
+    auto stage = [&](u32 st, u32 ti) {
+        unsigned char* kd = sm + (1 + st) * PW_TILE;
+        unsigned char* vd = sm + (3 + st) * PW_TILE;
+        u32 mine = NONE_U32;
+        if (lane < WR * NP) mine = key_at(ti, warp * WR + lane % WR + RP * (lane / WR));
+        const u32 c = lane % CH;
+#pragma unroll
+        for (u32 n = 0; n < NP; n++) {
+            const u32 off = __shfl_sync(0xffffffffu, mine, lane / CH + WR * n);
+            const u32 o = pw_swz(warp * WR + lane / CH + RP * n, c);
+            if (off != NONE_U32) {
+                pm_cp_async16(kd + o, kpool + off + 8 * c);
+                pm_cp_async16(vd + o, vpool + off + 8 * c);
+            } else {
+                *reinterpret_cast<uint4*>(kd + o) = make_uint4(0, 0, 0, 0);
+                *reinterpret_cast<uint4*>(vd + o) = make_uint4(0, 0, 0, 0);
+            }
+        }
+        pm_cp_commit();
+    };
+    if (n_tiles > 0) stage(0, 0);
+
+    // This thread's rows of the block: r_lo and r_lo + 8 (warpgroup wg owns rows 64 wg ..).
+    const u32 wg = warp / 4, r_lo = 64 * wg + 16 * (warp % 4) + g;
+    const u32 q_addr = base + 64u * 128u * wg;
+    const u32 wlo_hi = max(window_lo(t.p_hi, p.window), t.klo);
+    const float qscale = p.scale * 1.4426950408889634f;
+    float acc[64], sc[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc[i] = sc[i] = 0.0f;
+    float m[2] = {-LS_INF, -LS_INF}, l[2] = {0.0f, 0.0f};
+
+    u32 pa[BK / 16][4];  // P as A fragments (OVL: read by a P V still running into the next tile)
+#pragma unroll
+    for (u32 kk = 0; kk < BK / 16; kk++) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+
+    for (u32 ti = 0; ti < n_tiles; ti++) {
+        const u32 st = ti & 1;
+        // Tile ti landed (every thread's copies), visible to the async proxy, for every warp;
+        // and (without OVL) every warpgroup finished tile ti - 1, so its stage may be refilled below.
+        pm_cp_wait<0>();
+        pw_fence_proxy();
+        __syncthreads();
+        const u32 kb = base + (1 + st) * PW_TILE, vb = base + (3 + st) * PW_TILE;
+
+        // S = Q K^T: k16 step kk reads dims 16 kk.. (32 bytes into a 64-dim half, halves 16 KiB apart).
+        pw_pin(sc);
+        pw_fence();
+#pragma unroll
+        for (u32 kk = 0; kk < D / 16; kk++) {
+            const u32 off = (kk / 4) * (128u * 128u) + (kk % 4) * 32u;
+            pw_mma_ss(KT{}, sc, pw_desc(q_addr + off, 16, 1024), pw_desc(kb + off, 16, 1024), kk > 0 ? 1 : 0);
+        }
+        pw_commit();
+        if constexpr (OVL) {
+            // The previous tile's P V is done (this warpgroup's), and after the barrier every
+            // warpgroup's: its stage may be refilled and P's registers rewritten.
+            pw_wait<1>();
+            pw_pin(pa);
+            __syncthreads();
+        }
+        // The next tile's copies go out while the tensor cores work.
+        if (ti + 1 < n_tiles) stage(st ^ 1, ti + 1);
+        pw_wait<0>();
+        pw_pin(sc);
+        if constexpr (OVL) pw_pin(acc);
+
+        // Mask (boundary tiles only), online softmax on raw scores (qscale > 0).
+        const u32 k0 = tile_k0(ti);
+        const bool virt = ti < nvt;
+        const bool full = virt ? k0 + BK <= t.nv
+                               : k0 + BK - 1 <= t.p_lo && k0 >= wlo_hi &&
+                                     (!t.streaming || k0 + BK <= p.sink || t.p_hi - k0 < p.local);
+        float mx[2] = {-LS_INF, -LS_INF}, corr[2];
+#pragma unroll
+        for (u32 j = 0; j < BK / 8; j++) {
+#pragma unroll
+            for (u32 e = 0; e < 4; e++) {
+                if (!full) {
+                    const u32 kp = k0 + j * 8 + 2 * tq + (e & 1);
+                    const u32 ps_ = t.p_lo + r_lo + 8 * (e >> 1);
+                    const bool vis = virt ? kp < t.nv
+                                          : kp <= ps_ && kp >= max(window_lo(ps_, p.window), t.klo) &&
+                                                (!t.streaming || kp < p.sink || ps_ - kp < p.local);
+                    if (!vis) sc[4 * j + e] = -LS_INF;
+                }
+                mx[e >> 1] = fmaxf(mx[e >> 1], sc[4 * j + e]);
+            }
+        }
+#pragma unroll
+        for (u32 r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float mn = fmaxf(m[r], mx[r] * qscale);
+            // A row that has seen no key yet keeps m = -inf; 0 stands in so no inf - inf appears.
+            const float mu = mn == -LS_INF ? 0.0f : mn;
+            corr[r] = pm_exp2(m[r] - mu);
+            m[r] = mn;
+            l[r] *= corr[r];
+#pragma unroll
+            for (u32 j = 0; j < BK / 8; j++) {
+                sc[4 * j + 2 * r] = pm_exp2(fmaf(sc[4 * j + 2 * r], qscale, -mu));
+                sc[4 * j + 2 * r + 1] = pm_exp2(fmaf(sc[4 * j + 2 * r + 1], qscale, -mu));
+                l[r] += sc[4 * j + 2 * r] + sc[4 * j + 2 * r + 1];
+            }
+        }
+        // The output rescale, skipped when no row of the warp saw a new maximum.
+        if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+            for (u32 n = 0; n < D / 8; n++) {
+                acc[4 * n] *= corr[0];
+                acc[4 * n + 1] *= corr[0];
+                acc[4 * n + 2] *= corr[1];
+                acc[4 * n + 3] *= corr[1];
+            }
+        }
+
+        // O += P V: P's registers for keys 16 kk.. are the A fragment of k16 step kk; V's step
+        // starts 16 rows (2048 bytes) further.
+#pragma unroll
+        for (u32 kk = 0; kk < BK / 16; kk++) {
+#pragma unroll
+            for (u32 i = 0; i < 4; i++) pa[kk][i] = mma_pack<KT>(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
+        }
+        pw_pin(acc);
+        pw_fence();
+#pragma unroll
+        for (u32 kk = 0; kk < BK / 16; kk++) pw_mma_rs(KT{}, acc, pa[kk], pw_desc(vb + kk * 2048u, 128u * 128u, 1024));
+        pw_commit();
+        // Without OVL every tile waits here; with it only the last (inside the loop, so no copy of
+        // the accumulators at the loop's exit reads them while the last P V runs).
+        if (!OVL || ti + 1 == n_tiles) {
+            pw_wait<0>();
+            pw_pin(acc);
+        }
+    }
+
+#pragma unroll
+    for (u32 r = 0; r < 2; r++) {
+        float s = l[r];
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+        const u32 row = r_lo + 8 * r;
+        if (row >= t.nr) continue;
+        float* o = out + ((u64)(t.r0 + row) * nh + h) * D + 2 * tq;
+#pragma unroll
+        for (u32 n = 0; n < D / 8; n++)
+            *reinterpret_cast<float2*>(o + 8 * n) = make_float2(acc[4 * n + 2 * r] * inv, acc[4 * n + 2 * r + 1] * inv);
+    }
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define PW_BODY(KT, OVL) \
+    prefill_wgmma_impl<KT, OVL>(p, q, q_indptr, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, out, \
+                           ptl, rtl, blk_sel, blk_cnt, bsl, bcl);
+#else
+#define PW_BODY(KT, OVL)
+#endif
+#define PW(name, KT, OVL) \
+    extern "C" __global__ void __launch_bounds__(PW_THREADS, 1) name( \
+        AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v, const KT* sk, const KT* sv, \
+        const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, \
+        float* out, const u32* blk_sel, const u32* blk_cnt, u32 ptl, u32 rtl, u32 bsl, u32 bcl) { \
+        PW_BODY(KT, OVL) \
+    }
+// _ovl: P V waited in the next tile (OVL above).
+PW(prefill_attention_wgmma_f16_d128, f16_t, false)
+PW(prefill_attention_wgmma_f16_d128_ovl, f16_t, true)
+PW(prefill_attention_wgmma_bf16_d128, bf16_t, false)
+PW(prefill_attention_wgmma_bf16_d128_ovl, bf16_t, true)
