@@ -38,9 +38,27 @@ fn f32_key(v: f32) -> u32 {
     return select(b ^ 0x80000000u, ~b, (b >> 31u) == 1u);
 }
 
+// Term c of a score: max(q_c * max_c, q_c * min_c) for the 4 dims of vec4 c (summary row at).
+fn term(qb: u32, at: u32, hv: u32, c: u32) -> vec4<f32> {
+    let qc = q[qb + c];
+    return max(qc * summary[at + hv + c], qc * summary[at + c]);
+}
+
+// sc plus the 4 components of t, one at a time; the first term starts the sum (t.x + t.y, so a
+// score of -0 stays -0, as in the CPU reference).
+fn add4(sc: f32, t: vec4<f32>, first: bool) -> f32 {
+    var s = select(sc + t.x, t.x, first);
+    s = s + t.y;
+    s = s + t.z;
+    s = s + t.w;
+    return s;
+}
+
 // Key of query head q0 / head_dim (one of the group) against the page at page_table[e], retrieval
 // head r: max over the page's logical pages. Loads are 16-byte vectors; the sum still runs over c
-// in order, one component at a time.
+// in order, one component at a time. Four vec4 terms are loaded together (12 loads in flight)
+// before they are added, so a thread waits on memory head_dim / 16 times per logical page, not
+// head_dim / 4.
 fn head_key(page: u32, r: u32, q0: u32) -> u32 {
     let hv = p.head_dim / 4u;
     let lpp = p.page_size / p.logical_page;
@@ -48,19 +66,19 @@ fn head_key(page: u32, r: u32, q0: u32) -> u32 {
     var best = KEY_NEG_INF;
     for (var l = 0u; l < lpp; l = l + 1u) {
         let at = ((page * p.n_ret + r) * lpp + l) * 2u * hv;
-        let q4 = q[qb];
-        let m = max(q4 * summary[at + hv], q4 * summary[at]);
-        var sc = m.x + m.y;
-        sc = sc + m.z;
-        sc = sc + m.w;
-        for (var c = 1u; c < hv; c = c + 1u) {
-            let qc = q[qb + c];
-            let t = max(qc * summary[at + hv + c], qc * summary[at + c]);
-            sc = sc + t.x;
-            sc = sc + t.y;
-            sc = sc + t.z;
-            sc = sc + t.w;
+        var sc = 0.0;
+        var c = 0u;
+        for (; c + 4u <= hv; c = c + 4u) {
+            let t0 = term(qb, at, hv, c);
+            let t1 = term(qb, at, hv, c + 1u);
+            let t2 = term(qb, at, hv, c + 2u);
+            let t3 = term(qb, at, hv, c + 3u);
+            sc = add4(sc, t0, c == 0u);
+            sc = add4(sc, t1, false);
+            sc = add4(sc, t2, false);
+            sc = add4(sc, t3, false);
         }
+        for (; c < hv; c = c + 1u) { sc = add4(sc, term(qb, at, hv, c), c == 0u); }
         if (sc == sc) { best = max(best, f32_key(sc)); }
     }
     return best;

@@ -258,33 +258,39 @@ fn quant_case<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, p: &MatmulPa
     t.check(&name, &out, len, if x16 { TOL_QUANT } else { TOL_REDUCTION });
 }
 
+/// Row widths of the norm tests: below one wgpu chunk of 4096 (shaders/rmsnorm.wgsl), exactly
+/// one, and several with a partial last chunk.
+const NORM_SHAPES: [(usize, usize); 3] = [(5, 576), (2, 4096), (3, 9000)];
+
 pub fn test_rmsnorm<B: Backend>(gpu: &B) {
     let mut t = pair(gpu);
-    let (rows, dim) = (5, 576);
-    let x = t.rand(DType::F32, rows * dim, 2.0);
-    let w = t.rand(DType::F32, dim, 1.0);
-    let p = RmsnormParams { rows: rows as u32, dim: dim as u32, eps: 1e-5, _pad: 0 };
-    for dt in act_dtypes(gpu) {
-        let mut out = out_as(&t, dt, rows * dim);
-        t.gpu.rmsnorm(&p, &x.0, &w.0, &mut out.0).unwrap();
-        t.cpu.rmsnorm(&p, &x.1, &w.1, &mut out.1).unwrap();
-        check_act(&t, &format!("rmsnorm out {dt:?}"), &out, rows * dim, dt, TOL_REDUCTION);
+    for (rows, dim) in NORM_SHAPES {
+        let x = t.rand(DType::F32, rows * dim, 2.0);
+        let w = t.rand(DType::F32, dim, 1.0);
+        let p = RmsnormParams { rows: rows as u32, dim: dim as u32, eps: 1e-5, _pad: 0 };
+        for dt in act_dtypes(gpu) {
+            let mut out = out_as(&t, dt, rows * dim);
+            t.gpu.rmsnorm(&p, &x.0, &w.0, &mut out.0).unwrap();
+            t.cpu.rmsnorm(&p, &x.1, &w.1, &mut out.1).unwrap();
+            check_act(&t, &format!("rmsnorm {rows}x{dim} out {dt:?}"), &out, rows * dim, dt, TOL_REDUCTION);
+        }
     }
 }
 
 pub fn test_add_rmsnorm<B: Backend>(gpu: &B) {
     let mut t = pair(gpu);
-    let (rows, dim) = (5, 576);
-    let x = t.rand(DType::F32, rows * dim, 2.0);
-    let w = t.rand(DType::F32, dim, 1.0);
-    let p = RmsnormParams { rows: rows as u32, dim: dim as u32, eps: 1e-5, _pad: 0 };
-    for dt in act_dtypes(gpu) {
-        let mut res = t.rand(DType::F32, rows * dim, 1.0);
-        let mut out = out_as(&t, dt, rows * dim);
-        t.gpu.add_rmsnorm(&p, &mut res.0, &x.0, &w.0, &mut out.0).unwrap();
-        t.cpu.add_rmsnorm(&p, &mut res.1, &x.1, &w.1, &mut out.1).unwrap();
-        check_act(&t, &format!("add_rmsnorm out {dt:?}"), &out, rows * dim, dt, TOL_REDUCTION);
-        t.check("add_rmsnorm residual", &res, rows * dim, TOL_ELEMENTWISE);
+    for (rows, dim) in NORM_SHAPES {
+        let x = t.rand(DType::F32, rows * dim, 2.0);
+        let w = t.rand(DType::F32, dim, 1.0);
+        let p = RmsnormParams { rows: rows as u32, dim: dim as u32, eps: 1e-5, _pad: 0 };
+        for dt in act_dtypes(gpu) {
+            let mut res = t.rand(DType::F32, rows * dim, 1.0);
+            let mut out = out_as(&t, dt, rows * dim);
+            t.gpu.add_rmsnorm(&p, &mut res.0, &x.0, &w.0, &mut out.0).unwrap();
+            t.cpu.add_rmsnorm(&p, &mut res.1, &x.1, &w.1, &mut out.1).unwrap();
+            check_act(&t, &format!("add_rmsnorm {rows}x{dim} out {dt:?}"), &out, rows * dim, dt, TOL_REDUCTION);
+            t.check(&format!("add_rmsnorm {rows}x{dim} residual"), &res, rows * dim, TOL_ELEMENTWISE);
+        }
     }
 }
 

@@ -157,6 +157,13 @@ fn kv_snippet(op: &str, d: DType) -> Option<String> {
     Some(out)
 }
 
+/// The source of the batched subgroup GEMV variants (their constants are prepended in [`OPS`]).
+macro_rules! gemv_batch_src {
+    () => {
+        include_str!("../../../shaders/matmul_gemv_subgroup_batch.wgsl")
+    };
+}
+
 /// (op stem, source, weight access, needs the SUBGROUP feature; [`Reads::Coop`] ops also need
 /// SHADER_F16 and EXPERIMENTAL_COOPERATIVE_MATRIX).
 pub const OPS: &[(&str, &str, Reads, bool)] = &[
@@ -165,17 +172,41 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ("matmul_m32", include_str!("../../../shaders/matmul_m32.wgsl"), Reads::Scalar, false),
     ("matmul_gemv", include_str!("../../../shaders/matmul_gemv.wgsl"), Reads::Scalar, false),
     ("matmul_gemv_subgroup", include_str!("../../../shaders/matmul_gemv_subgroup.wgsl"), Reads::Pairs, true),
-    // One source, two row blockings (ops_matmul.rs `gemv_batch`): NR row groups of 4 weight rows
-    // per workgroup, 16 rows by default, 32 with LSERVE_WGPU_GEMV_BATCH_ROWS=32.
+    // One source, four variants (ops_matmul.rs `gemv_batch`; the constants are described in the
+    // shader's header): the measured default for m >= 5 is `_cu1`.
     (
         "matmul_gemv_subgroup_batch",
-        concat!("const NR: u32 = 4u;\n", include_str!("../../../shaders/matmul_gemv_subgroup_batch.wgsl")),
+        concat!(
+            "const NR: u32 = 4u;\nconst KS: u32 = 8u;\nconst CLAMP: bool = false;\nconst U: u32 = 2u;\n",
+            gemv_batch_src!()
+        ),
         Reads::Pairs,
         true,
     ),
     (
-        "matmul_gemv_subgroup_batch_r32",
-        concat!("const NR: u32 = 8u;\n", include_str!("../../../shaders/matmul_gemv_subgroup_batch.wgsl")),
+        "matmul_gemv_subgroup_batch_c",
+        concat!(
+            "const NR: u32 = 4u;\nconst KS: u32 = 8u;\nconst CLAMP: bool = true;\nconst U: u32 = 2u;\n",
+            gemv_batch_src!()
+        ),
+        Reads::Pairs,
+        true,
+    ),
+    (
+        "matmul_gemv_subgroup_batch_c8",
+        concat!(
+            "const NR: u32 = 2u;\nconst KS: u32 = 8u;\nconst CLAMP: bool = true;\nconst U: u32 = 2u;\n",
+            gemv_batch_src!()
+        ),
+        Reads::Pairs,
+        true,
+    ),
+    (
+        "matmul_gemv_subgroup_batch_cu1",
+        concat!(
+            "const NR: u32 = 4u;\nconst KS: u32 = 8u;\nconst CLAMP: bool = true;\nconst U: u32 = 1u;\n",
+            gemv_batch_src!()
+        ),
         Reads::Pairs,
         true,
     ),
