@@ -57,8 +57,9 @@ fn every_module_validates_and_translates() {
     }
 }
 
-/// The cooperative-matrix GEMMs (`matmul_coop`, `matmul_coop_m16`): one module per 16-bit and
-/// quantized weight dtype (none for f32 weights), each of which validates only with the
+/// The cooperative-matrix kernels — the GEMMs (`matmul_coop`, `matmul_coop_m16`): one module per
+/// 16-bit and quantized weight dtype (none for f32 weights); the prefill attention
+/// (`prefill_attention_coop_d64`, `_d128`): one per 16-bit KV dtype — each of which validates only with the
 /// COOPERATIVE_MATRIX capability (so the extension is really used) and translates to SPIR-V
 /// declaring `CooperativeMatrixKHR` (capability 6022) and the SPV_KHR_cooperative_matrix
 /// extension, with the A/B fragments f16 and the accumulator f32. lavapipe has no cooperative
@@ -66,10 +67,22 @@ fn every_module_validates_and_translates() {
 #[test]
 fn coop_modules_translate_to_spirv() {
     use lserve::backend::DType;
-    use lserve::backend::wgpu::shaders::{Variant, WEIGHT_DTYPES, assemble, module_name};
-    for op in ["matmul_coop", "matmul_coop_m16"] {
-        assert!(assemble(op, Variant::weights(DType::F32)).is_none(), "{op}: no f32-weight module");
-        for &d in WEIGHT_DTYPES.iter().filter(|&&d| d != DType::F32) {
+    use lserve::backend::wgpu::shaders::{KV_DTYPES, Variant, WEIGHT_DTYPES, assemble, module_name};
+    let weights: Vec<DType> = WEIGHT_DTYPES.iter().copied().filter(|&d| d != DType::F32).collect();
+    let kv16 = vec![DType::F16, DType::BF16];
+    for (op, dtypes) in [
+        ("matmul_coop", &weights),
+        ("matmul_coop_m16", &weights),
+        ("prefill_attention_coop_d128", &kv16),
+        ("prefill_attention_coop_d64", &kv16),
+    ] {
+        assert!(assemble(op, Variant::weights(DType::F32)).is_none(), "{op}: no f32 module");
+        if op.starts_with("prefill") {
+            for d in KV_DTYPES.iter().filter(|d| !kv16.contains(d)) {
+                assert!(assemble(op, Variant::weights(*d)).is_none(), "{op}: no {d:?} KV module");
+            }
+        }
+        for &d in dtypes {
             let name = module_name(op, Variant::weights(d));
             let src = assemble(op, Variant::weights(d)).unwrap_or_else(|| panic!("{name}: no module"));
             assert!(src.starts_with("enable f16;\nenable wgpu_cooperative_matrix;\n"), "{name}: enables");

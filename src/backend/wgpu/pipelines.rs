@@ -168,6 +168,12 @@ pipelines! {
         q: read, q_indptr: read, k_pool: read, v_pool: read, head_map: read, page_indptr: read,
         page_table: read, kv_len: read, ring_table: read, out: read_write, blk_sel: read, blk_cnt: read,
     }
+    /// The cooperative-matrix prefill (16-bit KV, head_dim 128, and its head_dim-64 variant;
+    /// ops_attention.rs `coop_prefill`): no block lists.
+    prefill_attention_coop_d128(AttentionParams) [D64 = prefill_attention_coop_d64] {
+        q: read, q_indptr: read, k_pool: read, v_pool: read, head_map: read, page_indptr: read,
+        page_table: read, kv_len: read, ring_table: read, out: read_write,
+    }
     sparse_decode_attention(AttentionParams) {
         q: read, k_pool: read, v_pool: read, head_map: read, page_indptr: read, page_table: read,
         kv_len: read, ring_table: read, selected: read, counts: read, seq_slot: read, tail_start: read,

@@ -18,7 +18,8 @@
 //! whose weights binding is f16 storage converted by native f16 types (SHADER_F16, `enable f16;`;
 //! naga 30 cannot bitcast u32 to vec2<f16>, gfx-rs/wgpu#8896, so the scalar `load_w` has none). Every module also exists
 //! without either feature, so an adapter lacking both runs everything. The cooperative-matrix
-//! GEMMs (`matmul_coop*`, [`Reads::Coop`]) exist only with all three features (SHADER_F16,
+//! GEMMs (`matmul_coop*`, [`Reads::Coop`]) and prefill attention (`prefill_attention_coop*`,
+//! [`Reads::KvCoop`], 16-bit KV only) exist only with all three features (SHADER_F16,
 //! SUBGROUP, EXPERIMENTAL_COOPERATIVE_MATRIX): the caller picks them only where the device
 //! has them (context.rs `coop_supported`) and uses the kernels above otherwise.
 
@@ -59,6 +60,12 @@ pub enum Reads {
     /// (i % 4 == 0) and `kv8_<pool>(i) -> array<vec4<f32>, 2>` (i % 8 == 0: one 16-byte load
     /// for 16-bit pools), and no `kv_` where they are 16-bit.
     Kv,
+    /// The cooperative-matrix prefill attention (`prefill_attention_coop*`): as [`Reads::Kv`] for
+    /// the 16-bit KV dtypes only, whose snippet ([`kv_coop_snippet`]) binds the pools as 16-byte
+    /// words (`KV_EL`: `mat2x4<f16>` for f16, `vec4<u32>` for bf16) and gives
+    /// `kvh8_<pool>(i) -> mat2x4<f16>`, the 8 values i..i+7 (i % 8 == 0) as f16 (bf16 converted,
+    /// saturated at +-65504). Needs the features of [`Reads::Coop`], which it enables.
+    KvCoop,
 }
 
 /// The KV dtypes shaders can store (f16/bf16 two per u32 word, int8/fp8 four per word plus a
@@ -164,8 +171,31 @@ macro_rules! gemv_batch_src {
     };
 }
 
-/// (op stem, source, weight access, needs the SUBGROUP feature; [`Reads::Coop`] ops also need
-/// SHADER_F16 and EXPERIMENTAL_COOPERATIVE_MATRIX).
+/// The KV snippet of the cooperative-matrix prefill ([`Reads::KvCoop`]) for KV dtype `d` (None
+/// for the dtypes it does not take).
+fn kv_coop_snippet(d: DType) -> Option<String> {
+    let s = match d {
+        DType::F16 => concat!(
+            "alias KV_EL = mat2x4<f16>;\n",
+            "fn kvh8_k_pool(i: u32) -> mat2x4<f16> { return k_pool[i >> 3u]; }\n",
+            "fn kvh8_v_pool(i: u32) -> mat2x4<f16> { return v_pool[i >> 3u]; }\n",
+        ),
+        DType::BF16 => concat!(
+            "alias KV_EL = vec4<u32>;\n",
+            "fn kv_bf_h2(w: u32) -> vec2<f16> { return vec2<f16>(clamp(bitcast<vec2<f32>>(vec2(w << 16u, w & 0xffff0000u)), ",
+            "vec2<f32>(-65504.0), vec2<f32>(65504.0))); }\n",
+            "fn kv_bf_h8(w: vec4<u32>) -> mat2x4<f16> { return mat2x4<f16>(vec4<f16>(kv_bf_h2(w.x), kv_bf_h2(w.y)), ",
+            "vec4<f16>(kv_bf_h2(w.z), kv_bf_h2(w.w))); }\n",
+            "fn kvh8_k_pool(i: u32) -> mat2x4<f16> { return kv_bf_h8(k_pool[i >> 3u]); }\n",
+            "fn kvh8_v_pool(i: u32) -> mat2x4<f16> { return kv_bf_h8(v_pool[i >> 3u]); }\n",
+        ),
+        _ => return None,
+    };
+    Some(s.to_string())
+}
+
+/// (op stem, source, weight access, needs the SUBGROUP feature; [`Reads::Coop`] and
+/// [`Reads::KvCoop`] ops also need SHADER_F16 and EXPERIMENTAL_COOPERATIVE_MATRIX).
 pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ("embed", include_str!("../../../shaders/embed.wgsl"), Reads::Scalar, false),
     ("matmul", include_str!("../../../shaders/matmul.wgsl"), Reads::Scalar, false),
@@ -247,6 +277,19 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ("rope_append_kv_pack", include_str!("../../../shaders/rope_append_kv_pack.wgsl"), Reads::Kv, false),
     ("rope_append_kv_summary", include_str!("../../../shaders/rope_append_kv_summary.wgsl"), Reads::Kv, false),
     ("prefill_attention", include_str!("../../../shaders/prefill_attention.wgsl"), Reads::Kv, false),
+    // One source, two head dims (ops_attention.rs `coop_prefill`).
+    (
+        "prefill_attention_coop_d128",
+        concat!("const HD: u32 = 128u;\n", include_str!("../../../shaders/prefill_attention_coop.wgsl")),
+        Reads::KvCoop,
+        true,
+    ),
+    (
+        "prefill_attention_coop_d64",
+        concat!("const HD: u32 = 64u;\n", include_str!("../../../shaders/prefill_attention_coop.wgsl")),
+        Reads::KvCoop,
+        true,
+    ),
     ("sparse_decode_attention", include_str!("../../../shaders/sparse_decode_attention.wgsl"), Reads::Kv, false),
     (
         "sparse_decode_attention_merge",
@@ -405,7 +448,7 @@ fn weight_snippet(reads: Reads, v: Variant) -> Option<String> {
 /// native f16 conversion.
 pub fn module_name(op: &str, v: Variant) -> String {
     let v = OPS.iter().find(|(name, ..)| *name == op).map_or(v, |&(_, _, r, _)| v.for_reads(r));
-    let kv = OPS.iter().any(|&(name, _, r, _)| name == op && r == Reads::Kv);
+    let kv = OPS.iter().any(|&(name, _, r, _)| name == op && matches!(r, Reads::Kv | Reads::KvCoop));
     match v.weights {
         Some(d) if kv => format!("{op}_{}", d.kv_name()),
         Some(d) => format!("{op}_{}{}", d.weight_name(), if v.uses_f16() { "_h" } else { "" }),
@@ -418,10 +461,10 @@ pub fn needs_subgroup(op: &str) -> bool {
     OPS.iter().any(|&(name, _, _, sg)| name == op && sg)
 }
 
-/// Whether `op` is a cooperative-matrix GEMM ([`Reads::Coop`]: needs SHADER_F16 and
-/// EXPERIMENTAL_COOPERATIVE_MATRIX too).
+/// Whether `op` is a cooperative-matrix kernel ([`Reads::Coop`], [`Reads::KvCoop`]: needs
+/// SHADER_F16 and EXPERIMENTAL_COOPERATIVE_MATRIX too).
 pub fn needs_coop(op: &str) -> bool {
-    OPS.iter().any(|&(name, _, r, _)| name == op && r == Reads::Coop)
+    OPS.iter().any(|&(name, _, r, _)| name == op && matches!(r, Reads::Coop | Reads::KvCoop))
 }
 
 /// The assembled source of one module (None for an unknown op or a variant it lacks).
@@ -434,10 +477,11 @@ pub fn assemble(op: &str, v: Variant) -> Option<String> {
         // The store pass exists for the packed KV dtypes only.
         Reads::Kv if op == "rope_append_kv_pack" && v.weights == Some(DType::F32) => return None,
         Reads::Kv => kv_snippet(op, v.weights?)?,
+        Reads::KvCoop => kv_coop_snippet(v.weights?)?,
         r => weight_snippet(r, v)?,
     };
     let enable = match (reads, v.uses_f16()) {
-        (Reads::Coop, _) => "enable f16;\nenable wgpu_cooperative_matrix;\n",
+        (Reads::Coop | Reads::KvCoop, _) => "enable f16;\nenable wgpu_cooperative_matrix;\n",
         (_, true) => "enable f16;\n",
         _ => "",
     };
@@ -461,7 +505,7 @@ pub fn all_modules() -> Vec<Module> {
     for &(op, _, reads, subgroup) in OPS {
         let variants: Vec<Variant> = match reads {
             Reads::Nothing => vec![Variant::default()],
-            Reads::Kv => KV_DTYPES.iter().map(|&d| Variant::weights(d)).collect(),
+            Reads::Kv | Reads::KvCoop => KV_DTYPES.iter().map(|&d| Variant::weights(d)).collect(),
             _ => WEIGHT_DTYPES
                 .iter()
                 .flat_map(|&d| [Variant::weights(d), Variant { weights: Some(d), native_f16: true }])
@@ -470,7 +514,7 @@ pub fn all_modules() -> Vec<Module> {
         };
         for v in variants {
             if let Some(source) = assemble(op, v) {
-                let needs_coop = reads == Reads::Coop;
+                let needs_coop = matches!(reads, Reads::Coop | Reads::KvCoop);
                 let needs_f16 = needs_coop || v.for_reads(reads).uses_f16();
                 out.push(Module { name: module_name(op, v), source, needs_f16, needs_subgroup: subgroup, needs_coop });
             }
