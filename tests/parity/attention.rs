@@ -6,8 +6,8 @@
 //! `parity_tests!` in tests/backend_parity.rs.
 
 use super::{
-    TOL_ATTENTION, TOL_ATTENTION_KV_F16, append, attn_params, concat_f32, download_pool, download_u32_all, has_kv,
-    kv_pair, kv_pair_shape, kv_tols, paged, pair,
+    TOL_ATTENTION, TOL_ATTENTION_KV_F16, append, append_data, attn_params, concat_f32, download_pool, download_u32_all,
+    has_kv, kv_pair, kv_pair_shape, kv_tols, paged, pair,
 };
 use lserve::backend::*;
 use lserve::kv::{CacheShape, HeadLayout};
@@ -19,8 +19,8 @@ fn prefill_tol(kvd: DType) -> f32 {
     if kvd.is_kv8() { TOL_ATTENTION_KV_F16 } else { kv_tols(kvd).1 }
 }
 
-/// head_dim 16: three short chained cases (window, streaming heads); 64 (8-bit), 72, 128, 256:
-/// the long ragged batch of [`prefill_attention_long`].
+/// head_dim 16: three short chained cases (window, streaming heads); 64, 72 (8-bit: 80), 128,
+/// 256: the long ragged batch of [`prefill_attention_long`].
 pub fn test_prefill_attention<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
     if !has_kv(gpu, kvd) {
         return;
@@ -49,18 +49,32 @@ pub fn test_prefill_attention<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
     }
 }
 
-/// Prefill at the tensor-core kernels' scale: head_dim 128, 72 (padded to 128; 8-bit KV, which
-/// needs head_dim % 16 == 0, takes 80 in its place) and 256, one
-/// retrieval and one streaming KV head (two query heads each, at head_dim 128 also four), a ragged batch of two sequences
-/// (a 140-row chunk after a 300-token prefix, and a 100-row first chunk), so query tiles start
-/// off the 64-key tile grid, span several key tiles, and the streaming head (sink 8, local 70)
-/// skips whole tiles between its sink and its band; with and without a window.
+/// Prefill at the tensor-core kernels' scale: head_dim 128, 64, 72 (padded to 128; 8-bit KV,
+/// which needs head_dim % 16 == 0, takes 80 in its place) and 256, one retrieval and one
+/// streaming KV head, a ragged batch of two sequences (a 140-row chunk after a 300-token prefix,
+/// and a 100-row first chunk), so query tiles start off the 64-key tile grid, span several key
+/// tiles, and the streaming head (sink 8, local 70) skips whole tiles between its sink and its
+/// band; with and without a window. GQA groups of 2 query heads per KV head, at head_dim 128
+/// also 4 (Llama 3's, and the CUDA Hopper kernel's shape); with 16-bit KV at head_dim 64 / 128
+/// (wgpu's cooperative-matrix kernel) 2, 4 and 3 (64-row tiles cut a token's heads apart), for
+/// f16 with the chunk's keys at 2.5x the norm of the prefix's (so a later key tile's max exceeds
+/// a row's running max by more than that kernel's lazy-rescale threshold, and O is rescaled;
+/// bf16's rounding of such keys alone would exceed its tolerance).
 fn prefill_attention_long<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
-    let mut t = pair(gpu);
+    let coop = matches!(kvd, DType::F16 | DType::BF16) && (hd == 64 || hd == 128);
     // GQA 2; at head_dim 128 (Llama's, and the CUDA Hopper kernel's) also GQA 4.
-    let groups: &[usize] = if hd == 128 { &[2, 4] } else { &[2] };
-    for &group in groups {
-        let (nh, ps, sink, local) = (2 * group, 16, 8, 70);
+    let groups = if coop { vec![2, 4, 3] } else if hd == 128 { vec![2, 4] } else { vec![2] };
+    for group in groups {
+        prefill_attention_long_group(gpu, kvd, hd, 2 * group, coop && kvd == DType::F16);
+    }
+}
+
+/// [`prefill_attention_long`] with `nh` query heads over its 2 KV heads (`loud`: the first
+/// sequence's chunk with 2.5x keys).
+fn prefill_attention_long_group<B: Backend>(gpu: &B, kvd: DType, hd: usize, nh: usize, loud: bool) {
+    let mut t = pair(gpu);
+    let (ps, sink, local) = (16, 8, 70);
+    {
         let tol = prefill_tol(kvd);
         let shape = CacheShape {
             num_layers: 1,
@@ -79,7 +93,11 @@ fn prefill_attention_long<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
         let mut kv = kv_pair_shape(&t, shape, kvd);
         append(&mut t, &mut kv, 150, nh);
         append(&mut t, &mut kv, 150, nh);
-        let qa = append(&mut t, &mut kv, 140, nh);
+        let width = (nh + 4) * hd; // q, 2 KV heads' k, then their v
+        let mut data = t.f32s(140 * width, 1.0);
+        let kx = if loud { 2.5 } else { 1.0 };
+        data.chunks_mut(width).for_each(|row| row[nh * hd..(nh + 2) * hd].iter_mut().for_each(|x| *x *= kx));
+        let qa = append_data(&mut t, &mut kv, 140, nh, &data);
         let seq_a = kv.seq.clone();
         kv.seq = kv.gpu.admit().unwrap();
         assert_eq!(kv.seq, kv.cpu.admit().unwrap());
@@ -112,12 +130,8 @@ fn prefill_attention_long<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
             let mut out = t.out(240 * row);
             t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, None, &mut out.0).unwrap();
             t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, None, &mut out.1).unwrap();
-            t.check(
-                &format!("prefill_attention_long hd {hd} heads {nh} window {window} kv {kvd:?}"),
-                &out,
-                240 * row,
-                tol,
-            );
+            let name = format!("prefill_attention_long hd {hd} heads {nh} window {window} keys x{kx} kv {kvd:?}");
+            t.check(&name, &out, 240 * row, tol);
         }
         // Block-sparse: blocks A0 (first 300, tail page 17), A1 (first 428, tail 25), B0 (first
         // 0, tail 0); lists with entries at or past the tail (skipped), out of order, garbage
@@ -143,12 +157,8 @@ fn prefill_attention_long<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
             let mut out = t.out(240 * row);
             t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, Some(&bg), &mut out.0).unwrap();
             t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, Some(&bc), &mut out.1).unwrap();
-            t.check(
-                &format!("block-sparse prefill hd {hd} heads {nh} counts {counts:?} kv {kvd:?}"),
-                &out,
-                240 * row,
-                tol,
-            );
+            let name = format!("block-sparse prefill hd {hd} heads {nh} counts {counts:?} kv {kvd:?}");
+            t.check(&name, &out, 240 * row, tol);
         }
     }
 }

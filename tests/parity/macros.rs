@@ -126,9 +126,9 @@ macro_rules! parity_tests {
             mod swap_round_trip {
                 axes!(dtype test_swap_round_trip: F32 => kv_f32, F16 => kv_f16, BF16 => kv_bf16, I8 => kv_int8, F8E4M3 => kv_fp8);
             }
-            /// head_dim 16: short chained chunks; 72 (8-bit KV: 80), 128, 256: a ragged batch.
+            /// head_dim 16: short chained chunks; 64, 72 (8-bit KV: 80), 128, 256: a ragged batch.
             mod prefill_attention {
-                axes!(kv_hd test_prefill_attention: F32 16 => kv_f32_hd16, F32 72 => kv_f32_hd72, F32 128 => kv_f32_hd128, F32 256 => kv_f32_hd256, F16 16 => kv_f16_hd16, F16 72 => kv_f16_hd72, F16 128 => kv_f16_hd128, F16 256 => kv_f16_hd256, BF16 16 => kv_bf16_hd16, BF16 72 => kv_bf16_hd72, BF16 128 => kv_bf16_hd128, BF16 256 => kv_bf16_hd256, I8 16 => kv_int8_hd16, I8 64 => kv_int8_hd64, I8 80 => kv_int8_hd80, I8 128 => kv_int8_hd128, I8 256 => kv_int8_hd256, F8E4M3 16 => kv_fp8_hd16, F8E4M3 64 => kv_fp8_hd64, F8E4M3 80 => kv_fp8_hd80, F8E4M3 128 => kv_fp8_hd128, F8E4M3 256 => kv_fp8_hd256);
+                axes!(kv_hd test_prefill_attention: F32 16 => kv_f32_hd16, F32 72 => kv_f32_hd72, F32 128 => kv_f32_hd128, F32 256 => kv_f32_hd256, F16 16 => kv_f16_hd16, F16 64 => kv_f16_hd64, F16 72 => kv_f16_hd72, F16 128 => kv_f16_hd128, F16 256 => kv_f16_hd256, BF16 16 => kv_bf16_hd16, BF16 64 => kv_bf16_hd64, BF16 72 => kv_bf16_hd72, BF16 128 => kv_bf16_hd128, BF16 256 => kv_bf16_hd256, I8 16 => kv_int8_hd16, I8 64 => kv_int8_hd64, I8 80 => kv_int8_hd80, I8 128 => kv_int8_hd128, I8 256 => kv_int8_hd256, F8E4M3 16 => kv_fp8_hd16, F8E4M3 64 => kv_fp8_hd64, F8E4M3 80 => kv_fp8_hd80, F8E4M3 128 => kv_fp8_hd128, F8E4M3 256 => kv_fp8_hd256);
             }
             mod sparse_decode_attention {
                 axes!(kv_hd test_sparse_decode_attention: F32 16 => kv_f32_hd16, F32 72 => kv_f32_hd72, F32 128 => kv_f32_hd128, F16 16 => kv_f16_hd16, F16 72 => kv_f16_hd72, F16 128 => kv_f16_hd128, BF16 16 => kv_bf16_hd16, BF16 72 => kv_bf16_hd72, BF16 128 => kv_bf16_hd128, I8 16 => kv_int8_hd16, I8 64 => kv_int8_hd64, I8 128 => kv_int8_hd128, F8E4M3 16 => kv_fp8_hd16, F8E4M3 64 => kv_fp8_hd64, F8E4M3 128 => kv_fp8_hd128);

@@ -9,6 +9,10 @@
 //! instead of reading or writing out of bounds. head_dim is at most [`MAX_HEAD_DIM`] (the
 //! workgroup-memory tiles are sized for it).
 //!
+//! Prefill kernels: `prefill_attention_coop_d<64|128>` (cooperative matrices, [`coop_prefill`]
+//! says when: 16-bit KV, head_dim 64 or 128, no block lists, an adapter with the tensor-core
+//! kernels; `LSERVE_WGPU_PREFILL_COOP=0` turns it off), else the scalar `prefill_attention`.
+//!
 //! Head kinds: each attention op records one pass per kind present, binding that kind's pool
 //! (retrieval k/v, or streaming sk/sv with `n_ret = 0` in its params, which is how the shaders
 //! tell the passes apart); a workgroup of the other kind's head returns at once. So no shader
@@ -59,6 +63,9 @@ fn u(x: u32) -> usize {
     x as usize
 }
 
+/// Query rows per workgroup of `prefill_attention_coop` (`BR` there).
+const COOP_TILE_ROWS: usize = 64;
+
 /// Query rows per prefill tile (mirrors `tile_rows` in prefill_attention.wgsl).
 fn tile_rows(head_dim: usize) -> usize {
     if head_dim <= 64 {
@@ -67,6 +74,32 @@ fn tile_rows(head_dim: usize) -> usize {
         16
     } else {
         8
+    }
+}
+
+/// Workgroup memory of `prefill_attention_coop_d128` (the larger of the two: 44,592 bytes, the
+/// shader header adds it up), rounded up: adapters with less take the scalar kernel.
+const PREFILL_COOP_BYTES: u32 = 44 * 1024 + 512;
+
+/// Whether 16-bit-KV prefill may take the cooperative-matrix kernel where it applies: yes unless
+/// `LSERVE_WGPU_PREFILL_COOP=0` (for comparing the two kernels in one build).
+fn prefill_coop_allowed() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LSERVE_WGPU_PREFILL_COOP").as_deref() != Ok("0"))
+}
+
+/// The cooperative-matrix prefill kernel for this call, if it takes it: an adapter with the
+/// cooperative-matrix kernels (`WgpuBackend::has_coop`) and the workgroup memory, f16 or bf16 KV,
+/// head_dim 64 or 128, no block lists (block-sparse prefill stays on the scalar kernel).
+fn coop_prefill(be: &WgpuBackend, p: &AttentionParams, kv: DType, blocks: bool) -> Option<&'static str> {
+    let fits = be.gpu().limits.max_compute_workgroup_storage_size >= PREFILL_COOP_BYTES;
+    if !prefill_coop_allowed() || !be.has_coop() || !fits || blocks || !matches!(kv, DType::F16 | DType::BF16) {
+        return None;
+    }
+    match p.head_dim {
+        128 => Some(pl::prefill_attention_coop_d128::OP),
+        64 => Some(pl::prefill_attention_coop_d128::D64),
+        _ => None,
     }
 }
 
@@ -128,6 +161,27 @@ pub fn prefill_attention(
         }
         None => (q_indptr, q_indptr, 0),
     };
+    if let Some(op) = coop_prefill(be, p, kv.k.dtype, blocks.is_some()) {
+        // 64-row tiles, never straddling sequences: at most one partial tile per sequence.
+        let (x, y, _) = rows_grid(be, (n * (nh / nkv)).div_ceil(COOP_TILE_ROWS) + ns);
+        for (pp, k_pool, v_pool) in passes(p, &kv) {
+            let binds = pl::prefill_attention_coop_d128::Binds {
+                q,
+                q_indptr,
+                k_pool,
+                v_pool,
+                head_map: kv.head_map,
+                page_indptr: meta.page_indptr,
+                page_table: meta.page_table,
+                kv_len: meta.kv_len,
+                ring_table: meta.ring_table,
+                out: &mut *out,
+            };
+            let groups = (x, y, nkv as u32);
+            pl::prefill_attention_coop_d128::dispatch_variant(be.gpu(), op, Some(kv.k.dtype), &pp, binds, groups)?;
+        }
+        return Ok(());
+    }
     // Tiles never straddle sequences: at most one partial tile per sequence.
     let tiles = (n * (nh / nkv)).div_ceil(tile_rows(hd)) + ns;
     let (x, y, _) = rows_grid(be, tiles);
