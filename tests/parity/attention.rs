@@ -63,7 +63,13 @@ pub fn test_prefill_attention<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
 fn prefill_attention_long<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
     let coop = matches!(kvd, DType::F16 | DType::BF16) && (hd == 64 || hd == 128);
     // GQA 2; at head_dim 128 (Llama's, and the CUDA Hopper kernel's) also GQA 4.
-    let groups = if coop { vec![2, 4, 3] } else if hd == 128 { vec![2, 4] } else { vec![2] };
+    let groups = if coop {
+        vec![2, 4, 3]
+    } else if hd == 128 {
+        vec![2, 4]
+    } else {
+        vec![2]
+    };
     for group in groups {
         prefill_attention_long_group(gpu, kvd, hd, 2 * group, coop && kvd == DType::F16);
     }
