@@ -57,7 +57,7 @@ fn every_module_validates_and_translates() {
     }
 }
 
-/// The cooperative-matrix GEMMs (`matmul_coop`, `matmul_coop_m16`): one module per 16-bit and
+/// The cooperative-matrix GEMMs (`matmul_coop`, `matmul_coop_m16`, `matmul_coop_128`): one module per 16-bit and
 /// quantized weight dtype (none for f32 weights), each of which validates only with the
 /// COOPERATIVE_MATRIX capability (so the extension is really used) and translates to SPIR-V
 /// declaring `CooperativeMatrixKHR` (capability 6022) and the SPV_KHR_cooperative_matrix
@@ -67,7 +67,7 @@ fn every_module_validates_and_translates() {
 fn coop_modules_translate_to_spirv() {
     use lserve::backend::DType;
     use lserve::backend::wgpu::shaders::{Variant, WEIGHT_DTYPES, assemble, module_name};
-    for op in ["matmul_coop", "matmul_coop_m16"] {
+    for op in ["matmul_coop", "matmul_coop_m16", "matmul_coop_128"] {
         assert!(assemble(op, Variant::weights(DType::F32)).is_none(), "{op}: no f32-weight module");
         for &d in WEIGHT_DTYPES.iter().filter(|&&d| d != DType::F32) {
             let name = module_name(op, Variant::weights(d));

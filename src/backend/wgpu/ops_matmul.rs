@@ -179,6 +179,9 @@ pub fn matmul(
         return gemv_x8(be, p, x, w, bias, out);
     }
     if m >= coop_from_m() && be.has_coop() && w.dtype != DType::F32 {
+        if m > GEMV_MAX_M && coop_gemm() == CoopGemm::Tiles128 && coop128_fits(be) {
+            return coop_128(be, p, x, w, bias, out);
+        }
         let (op, groups) = pick_coop(m, n);
         let binds = pl::matmul::Binds { x, w, bias, out };
         return pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups));
@@ -188,6 +191,64 @@ pub fn matmul(
     let (op, groups) = pick(m, n, pairs, be.gpu().info.subgroup_min_size >= 8);
     let binds = pl::matmul::Binds { x, w, bias, out };
     pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups))
+}
+
+/// The cooperative-matrix GEMM for m > 16, from `LSERVE_WGPU_COOP_GEMM`: `old` is
+/// `matmul_coop` (64x64 tiles, x and weights converted to f16 as each tile is staged), `new` (the
+/// default; any other value too) `matmul_coop_x16` + `matmul_coop_128` (module header) — both
+/// kept so one GPU run can compare them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoopGemm {
+    Tiles64,
+    Tiles128,
+}
+
+pub fn coop_gemm() -> CoopGemm {
+    static PICK: std::sync::OnceLock<CoopGemm> = std::sync::OnceLock::new();
+    *PICK.get_or_init(|| match std::env::var("LSERVE_WGPU_COOP_GEMM").as_deref() {
+        Ok("old") => CoopGemm::Tiles64,
+        _ => CoopGemm::Tiles128,
+    })
+}
+
+/// Output tile of `matmul_coop_128` (`BM`, `BN` there), threads per workgroup of
+/// `matmul_coop_x16`, and the workgroup memory `matmul_coop_128` declares (two stages of two
+/// 128 x 40-half tiles, 4 KiB of epilogue patches).
+const COOP128_TILE: usize = 128;
+const X16_WG: usize = 64;
+const COOP128_WORKGROUP_BYTES: u32 = 2 * 2 * 128 * 40 * 2 + 4096;
+
+/// Whether the adapter's workgroup memory holds `matmul_coop_128` (else `matmul_coop` serves).
+fn coop128_fits(be: &WgpuBackend) -> bool {
+    be.gpu().limits.max_compute_workgroup_storage_size >= COOP128_WORKGROUP_BYTES
+}
+
+/// Halves per row of the f16 x of `matmul_coop_x16` (k rounded up to 8: 16-byte rows).
+pub fn x16_row(k: usize) -> usize {
+    k.div_ceil(8) * 8
+}
+
+/// m > 16 rows on adapters with cooperative matrices (`matmul_coop_128`, module header): x to
+/// f16 rows in the backend's scratch buffer (pass 1: read once, where the GEMM's 128-column
+/// tiles would each convert it again), then the 128x128-tile GEMM on it (pass 2; wgpu orders
+/// the two dispatches).
+fn coop_128(
+    be: &WgpuBackend,
+    p: &MatmulParams,
+    x: &WgpuBuffer,
+    w: &WgpuBuffer,
+    bias: &WgpuBuffer,
+    out: &mut WgpuBuffer,
+) -> Result<()> {
+    let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
+    let mut xh = be.scratch((m * x16_row(k)).div_ceil(2))?;
+    let pack = if w.dtype == DType::BF16 { pl::matmul_coop_x16::X16_BF16 } else { pl::matmul_coop_x16::OP };
+    let groups = (m * x16_row(k) / 8).div_ceil(X16_WG);
+    let binds = pl::matmul_coop_x16::Binds { x, xh: &mut xh };
+    pl::matmul_coop_x16::dispatch_variant(be.gpu(), pack, None, p, binds, rows_grid(be, groups))?;
+    let tiles = m.div_ceil(COOP128_TILE) * n.div_ceil(COOP128_TILE);
+    let binds = pl::matmul_coop_128::Binds { xh: &xh, w, bias, out };
+    pl::matmul_coop_128::dispatch(be.gpu(), Some(w.dtype), p, binds, rows_grid(be, tiles))
 }
 
 /// Words of the two-digit x of `matmul_gemv_x8_pack` for m rows of k (k % 32 == 0): per block of

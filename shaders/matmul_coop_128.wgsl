@@ -1,0 +1,243 @@
+// matmul_coop_128 (tensor-core GEMM for prefill-size m, pass 2 after matmul_coop_x16, on the
+// adapters of matmul_coop with 44 KiB of workgroup memory; ops_matmul.rs decides): out[m][n] =
+// x[m][k] . w[n][k]^T (+ bias[n]), f16 operands (rounded as shaders/coop_round.wgsl states), f32
+// accumulation.
+//
+// Layout: xh = x as matmul_coop_x16 leaves it (f16 rows of kp = k rounded up to 8, zero-padded,
+// as 16-byte words of 8), w [n][k] in any 16-bit or quantized weight dtype (the weight snippet's
+// wh8 / load_w; f16 weights are staged as stored, no conversion), bias [n] f32,
+// out[out_off + r * ldo + c] (r < m, c < n; nothing else written). Any m, n, k: edge tiles are
+// zero-padded on staging and masked on store.
+//
+// One workgroup of WG = 128 threads = 4 subgroups of 32 (the host requires subgroup size 32)
+// computes a BM x BN = 128 x 128 output tile; subgroup s owns the 64 x 64 quadrant (rows 64 (s %
+// 2), columns 64 (s / 2)) as sixteen 16 x 16 f32 accumulators c<i><j> (rows 16 i, columns 16 j of
+// the quadrant): per 16-wide k slice it loads four A fragments (x rows, coopLoadT: row-major) and
+// four B fragments (w^T: element (kk, nn) = sw[nn][kk], column-major, coopLoad) for 16
+// coopMultiplyAdd (a 64 x 64 quadrant needs half the fragment loads per MMA of a 32 x 32 one).
+// Tiles are numbered m-fastest (tile = wg.x + wg.y * num_workgroups.x), so the m-tiles that share
+// a weight tile run side by side and read it from L2.
+//
+// k steps of BK = 32, double-buffered in workgroup memory: stage s holds the x tile (128 x 32)
+// and the w tile (128 x 32) as vec4<f16>, row-major, SV = 10 vec4s per row (80 bytes: coopLoad
+// needs 16-byte aligned rows and strides; with the 16-byte pad the 8 rows of one 8 x 8 fragment
+// load fall on distinct banks). Per k step each thread first loads the next step's 8 groups of 8
+// halves from memory into registers (4 of x, 4 of w: 16-byte loads), then runs the MMAs on the
+// current stage, then writes its registers to the other stage, then one barrier: the loads are
+// in flight during the MMAs, and the other stage is free (every subgroup finished reading it
+// before the previous barrier).
+// Epilogue: a tile fully inside the matrix, without bias, whose rows start 16-byte aligned (ldo
+// and out_off multiples of 4) is stored straight from the accumulators (coopStoreT to out); any
+// other tile goes accumulator by accumulator through the subgroup's 16 x 16 f32 patch of
+// workgroup memory, from which its lanes add the bias and write the in-range elements.
+// Workgroup memory: 2 stages x 2 x 20 KiB / 2 + 4 KiB epilogue = 44 KiB. Every barrier is
+// reached by the whole workgroup (the early return and the epilogue choice are per workgroup;
+// the k loop count is uniform).
+
+const BM: u32 = 128u;
+const BN: u32 = 128u;
+const BK: u32 = 32u;
+const SV: u32 = 10u; // vec4<f16> per staged row: (BK + 8) / 4
+const STAGE: u32 = 1280u; // vec4<f16> per stage of one operand: BM * SV
+const WG: u32 = 128u;
+
+@group(0) @binding(0) var<uniform> p: MatmulParams;
+@group(0) @binding(1) var<storage, read> xh: array<mat2x4<f16>>;
+// w (binding 2) is declared by the weight snippet.
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// The weight matrix's geometry, read by the quantized formats' decoders (shaders/quant_weights.wgsl).
+fn w_cols() -> u32 { return p.k; }
+fn w_rows() -> u32 { return p.n; }
+
+// sx[s * STAGE + r * SV + v] = x[m0 + r][k0 + 4 v .. + 3]; sw likewise for w[n0 + r] (stage s).
+var<workgroup> sx: array<vec4<f16>, 2560>; // 2 * STAGE
+var<workgroup> sw: array<vec4<f16>, 2560>;
+// cs[s * 256 + r * 16 + c]: element (r, c) of the accumulator subgroup s is writing out.
+var<workgroup> cs: array<f32, 1024>;
+
+// Group g (0 .. 511) of a tile at k0: tile row g / 4, halves k0 + 8 (g % 4) .. + 7.
+// x's group, zero past m or kp (xh's zero padding covers k .. kp).
+fn x_tile(m0: u32, k0: u32, g: u32) -> mat2x4<f16> {
+    let r = m0 + g / 4u;
+    let c = k0 + 8u * (g % 4u);
+    let kg = (p.k + 7u) / 8u;
+    if (r >= p.m || c >= 8u * kg) { return mat2x4<f16>(); }
+    return xh[r * kg + c / 8u];
+}
+
+fn w_tile(n0: u32, k0: u32, g: u32) -> mat2x4<f16> {
+    return w_group16(n0 + g / 4u, k0 + 8u * (g % 4u));
+}
+
+// Write group g of the x and w tiles into stage s.
+fn put(s: u32, g: u32, xv: mat2x4<f16>, wv: mat2x4<f16>) {
+    let o = s * STAGE + (g / 4u) * SV + 2u * (g % 4u);
+    sx[o] = xv[0];
+    sx[o + 1u] = xv[1];
+    sw[o] = wv[0];
+    sw[o + 1u] = wv[1];
+}
+
+// The subgroup's lanes write accumulator patch s (staged in cs) to out rows r0.., columns c0..
+// (+ bias), masked to the matrix. Called by the whole workgroup between barriers.
+fn emit(s: u32, lane: u32, r0: u32, c0: u32) {
+    for (var e = lane; e < 256u; e += 32u) {
+        let r = r0 + e / 16u;
+        let c = c0 + e % 16u;
+        if (r < p.m && c < p.n) {
+            var b = 0.0;
+            if (p.has_bias != 0u) { b = bias[c]; }
+            out[p.out_off + r * p.ldo + c] = cs[s * 256u + e] + b;
+        }
+    }
+}
+
+// naga 30's WGSL front end records a coopStore before the expressions computed in its own
+// arguments (they reach the SPIR-V writer uncached), so the pointer index and stride of every
+// coopStoreT here are values computed before the call (function arguments, lets).
+
+// Accumulator c straight to out[o ..], rows of stride l (16-byte aligned: o % 4 == l % 4 == 0).
+fn store(c: coop_mat16x16<f32, C>, o: u32, l: u32) {
+    coopStoreT(c, &out[o], l);
+}
+
+// Accumulator c of subgroup s (rows r0.., columns c0..) through its patch (whole workgroup).
+fn flush(c: coop_mat16x16<f32, C>, s: u32, lane: u32, r0: u32, c0: u32) {
+    let o = s * 256u;
+    coopStoreT(c, &cs[o], 16u);
+    workgroupBarrier();
+    emit(s, lane, r0, c0);
+    workgroupBarrier();
+}
+
+@compute @workgroup_size(128)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) t: u32, @builtin(subgroup_id) sg: u32,
+        @builtin(subgroup_invocation_id) lane: u32) {
+    let tiles_m = (p.m + BM - 1u) / BM;
+    let tile = wg.x + wg.y * nwg.x;
+    if (tile >= tiles_m * ((p.n + BN - 1u) / BN)) { return; } // whole workgroup: barriers stay uniform
+    let m0 = (tile % tiles_m) * BM;
+    let n0 = (tile / tiles_m) * BN;
+    let qm = 64u * (sg % 2u); // the subgroup's quadrant within the tile
+    let qn = 64u * (sg / 2u);
+    let ax = qm * SV; // first A row of the quadrant in a stage
+    let bw = qn * SV; // first B column
+
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = coop_mat16x16<f32, C>();
+    var c02 = coop_mat16x16<f32, C>();
+    var c03 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+    var c12 = coop_mat16x16<f32, C>();
+    var c13 = coop_mat16x16<f32, C>();
+    var c20 = coop_mat16x16<f32, C>();
+    var c21 = coop_mat16x16<f32, C>();
+    var c22 = coop_mat16x16<f32, C>();
+    var c23 = coop_mat16x16<f32, C>();
+    var c30 = coop_mat16x16<f32, C>();
+    var c31 = coop_mat16x16<f32, C>();
+    var c32 = coop_mat16x16<f32, C>();
+    var c33 = coop_mat16x16<f32, C>();
+
+    // Thread t stages groups t, t + 128, t + 256, t + 384 of each tile.
+    var xr: array<mat2x4<f16>, 4>;
+    var wr: array<mat2x4<f16>, 4>;
+    for (var i = 0u; i < 4u; i++) {
+        xr[i] = x_tile(m0, 0u, t + WG * i);
+        wr[i] = w_tile(n0, 0u, t + WG * i);
+    }
+    for (var i = 0u; i < 4u; i++) {
+        put(0u, t + WG * i, xr[i], wr[i]);
+    }
+    workgroupBarrier();
+
+    let steps = (p.k + BK - 1u) / BK;
+    for (var ks = 0u; ks < steps; ks++) {
+        let more = ks + 1u < steps; // uniform
+        if (more) {
+            let k1 = (ks + 1u) * BK;
+            for (var i = 0u; i < 4u; i++) {
+                xr[i] = x_tile(m0, k1, t + WG * i);
+                wr[i] = w_tile(n0, k1, t + WG * i);
+            }
+        }
+        let base = (ks % 2u) * STAGE;
+        for (var kv = 0u; kv < BK / 4u; kv += 4u) { // two 16-wide k slices: 4 vec4s each
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&sx[base + ax + kv], SV);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&sx[base + ax + 16u * SV + kv], SV);
+            let a2 = coopLoadT<coop_mat16x16<f16, A>>(&sx[base + ax + 32u * SV + kv], SV);
+            let a3 = coopLoadT<coop_mat16x16<f16, A>>(&sx[base + ax + 48u * SV + kv], SV);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&sw[base + bw + kv], SV);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&sw[base + bw + 16u * SV + kv], SV);
+            let b2 = coopLoad<coop_mat16x16<f16, B>>(&sw[base + bw + 32u * SV + kv], SV);
+            let b3 = coopLoad<coop_mat16x16<f16, B>>(&sw[base + bw + 48u * SV + kv], SV);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c02 = coopMultiplyAdd(a0, b2, c02);
+            c03 = coopMultiplyAdd(a0, b3, c03);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+            c12 = coopMultiplyAdd(a1, b2, c12);
+            c13 = coopMultiplyAdd(a1, b3, c13);
+            c20 = coopMultiplyAdd(a2, b0, c20);
+            c21 = coopMultiplyAdd(a2, b1, c21);
+            c22 = coopMultiplyAdd(a2, b2, c22);
+            c23 = coopMultiplyAdd(a2, b3, c23);
+            c30 = coopMultiplyAdd(a3, b0, c30);
+            c31 = coopMultiplyAdd(a3, b1, c31);
+            c32 = coopMultiplyAdd(a3, b2, c32);
+            c33 = coopMultiplyAdd(a3, b3, c33);
+        }
+        if (more) {
+            let s1 = 1u - ks % 2u;
+            for (var i = 0u; i < 4u; i++) {
+                put(s1, t + WG * i, xr[i], wr[i]);
+            }
+        }
+        workgroupBarrier();
+    }
+
+    let r0 = m0 + qm;
+    let c0 = n0 + qn;
+    let direct = p.has_bias == 0u && p.out_off % 4u == 0u && p.ldo % 4u == 0u && m0 + BM <= p.m && n0 + BN <= p.n;
+    if (direct) {
+        let o = p.out_off + r0 * p.ldo + c0;
+        let l = p.ldo;
+        store(c00, o, l);
+        store(c01, o + 16u, l);
+        store(c02, o + 32u, l);
+        store(c03, o + 48u, l);
+        store(c10, o + 16u * l, l);
+        store(c11, o + 16u * l + 16u, l);
+        store(c12, o + 16u * l + 32u, l);
+        store(c13, o + 16u * l + 48u, l);
+        store(c20, o + 32u * l, l);
+        store(c21, o + 32u * l + 16u, l);
+        store(c22, o + 32u * l + 32u, l);
+        store(c23, o + 32u * l + 48u, l);
+        store(c30, o + 48u * l, l);
+        store(c31, o + 48u * l + 16u, l);
+        store(c32, o + 48u * l + 32u, l);
+        store(c33, o + 48u * l + 48u, l);
+        return;
+    }
+    flush(c00, sg, lane, r0, c0);
+    flush(c01, sg, lane, r0, c0 + 16u);
+    flush(c02, sg, lane, r0, c0 + 32u);
+    flush(c03, sg, lane, r0, c0 + 48u);
+    flush(c10, sg, lane, r0 + 16u, c0);
+    flush(c11, sg, lane, r0 + 16u, c0 + 16u);
+    flush(c12, sg, lane, r0 + 16u, c0 + 32u);
+    flush(c13, sg, lane, r0 + 16u, c0 + 48u);
+    flush(c20, sg, lane, r0 + 32u, c0);
+    flush(c21, sg, lane, r0 + 32u, c0 + 16u);
+    flush(c22, sg, lane, r0 + 32u, c0 + 32u);
+    flush(c23, sg, lane, r0 + 32u, c0 + 48u);
+    flush(c30, sg, lane, r0 + 48u, c0);
+    flush(c31, sg, lane, r0 + 48u, c0 + 16u);
+    flush(c32, sg, lane, r0 + 48u, c0 + 32u);
+    flush(c33, sg, lane, r0 + 48u, c0 + 48u);
+}
