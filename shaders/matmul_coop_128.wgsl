@@ -30,7 +30,7 @@
 // and out_off multiples of 4) is stored straight from the accumulators (coopStoreT to out); any
 // other tile goes accumulator by accumulator through the subgroup's 16 x 16 f32 patch of
 // workgroup memory, from which its lanes add the bias and write the in-range elements.
-// Workgroup memory: 2 stages x 2 x 20 KiB / 2 + 4 KiB epilogue = 44 KiB. Every barrier is
+// Workgroup memory: 2 stages x 2 operands x 10 KiB + 4 KiB of epilogue patches = 44 KiB. Every barrier is
 // reached by the whole workgroup (the early return and the epilogue choice are per workgroup;
 // the k loop count is uniform).
 
@@ -70,6 +70,20 @@ fn w_tile(n0: u32, k0: u32, g: u32) -> mat2x4<f16> {
     return w_group16(n0 + g / 4u, k0 + 8u * (g % 4u));
 }
 
+// The groups thread t stages per k step: t, t + WG, t + 2 WG, t + 3 WG of each tile (named
+// members rather than an array, so they stay in registers whether or not loops are unrolled).
+struct Regs {
+    x0: mat2x4<f16>, x1: mat2x4<f16>, x2: mat2x4<f16>, x3: mat2x4<f16>,
+    w0: mat2x4<f16>, w1: mat2x4<f16>, w2: mat2x4<f16>, w3: mat2x4<f16>,
+}
+
+fn fetch(m0: u32, n0: u32, k0: u32, t: u32) -> Regs {
+    return Regs(
+        x_tile(m0, k0, t), x_tile(m0, k0, t + WG), x_tile(m0, k0, t + 2u * WG), x_tile(m0, k0, t + 3u * WG),
+        w_tile(n0, k0, t), w_tile(n0, k0, t + WG), w_tile(n0, k0, t + 2u * WG), w_tile(n0, k0, t + 3u * WG),
+    );
+}
+
 // Write group g of the x and w tiles into stage s.
 fn put(s: u32, g: u32, xv: mat2x4<f16>, wv: mat2x4<f16>) {
     let o = s * STAGE + (g / 4u) * SV + 2u * (g % 4u);
@@ -77,6 +91,13 @@ fn put(s: u32, g: u32, xv: mat2x4<f16>, wv: mat2x4<f16>) {
     sx[o + 1u] = xv[1];
     sw[o] = wv[0];
     sw[o + 1u] = wv[1];
+}
+
+fn put_all(s: u32, t: u32, r: Regs) {
+    put(s, t, r.x0, r.w0);
+    put(s, t + WG, r.x1, r.w1);
+    put(s, t + 2u * WG, r.x2, r.w2);
+    put(s, t + 3u * WG, r.x3, r.w3);
 }
 
 // The subgroup's lanes write accumulator patch s (staged in cs) to out rows r0.., columns c0..
@@ -142,28 +163,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     var c32 = coop_mat16x16<f32, C>();
     var c33 = coop_mat16x16<f32, C>();
 
-    // Thread t stages groups t, t + 128, t + 256, t + 384 of each tile.
-    var xr: array<mat2x4<f16>, 4>;
-    var wr: array<mat2x4<f16>, 4>;
-    for (var i = 0u; i < 4u; i++) {
-        xr[i] = x_tile(m0, 0u, t + WG * i);
-        wr[i] = w_tile(n0, 0u, t + WG * i);
-    }
-    for (var i = 0u; i < 4u; i++) {
-        put(0u, t + WG * i, xr[i], wr[i]);
-    }
+    var r = fetch(m0, n0, 0u, t);
+    put_all(0u, t, r);
     workgroupBarrier();
 
     let steps = (p.k + BK - 1u) / BK;
     for (var ks = 0u; ks < steps; ks++) {
         let more = ks + 1u < steps; // uniform
-        if (more) {
-            let k1 = (ks + 1u) * BK;
-            for (var i = 0u; i < 4u; i++) {
-                xr[i] = x_tile(m0, k1, t + WG * i);
-                wr[i] = w_tile(n0, k1, t + WG * i);
-            }
-        }
+        if (more) { r = fetch(m0, n0, (ks + 1u) * BK, t); } // in flight during the MMAs
         let base = (ks % 2u) * STAGE;
         for (var kv = 0u; kv < BK / 4u; kv += 4u) { // two 16-wide k slices: 4 vec4s each
             let a0 = coopLoadT<coop_mat16x16<f16, A>>(&sx[base + ax + kv], SV);
@@ -191,12 +198,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
             c32 = coopMultiplyAdd(a3, b2, c32);
             c33 = coopMultiplyAdd(a3, b3, c33);
         }
-        if (more) {
-            let s1 = 1u - ks % 2u;
-            for (var i = 0u; i < 4u; i++) {
-                put(s1, t + WG * i, xr[i], wr[i]);
-            }
-        }
+        if (more) { put_all(1u - ks % 2u, t, r); }
         workgroupBarrier();
     }
 

@@ -41,9 +41,13 @@
 //!   `LSERVE_WGPU_COOP_DECODE=1`), 16-bit or quantized
 //!   weights: tensor cores through wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX ([`pick_coop`]):
 //!   `matmul_coop_m16` for m <= 16 (one 16-row fragment of x, weights read once, 16 weight rows
-//!   per workgroup with k split over its 4 subgroups), `matmul_coop` above (64x64 tiles). x and
-//!   the weights are staged as f16 (x rounded to the weights' dtype first: `Caps::matmul_x16_from`),
-//!   f32 accumulation; this replaces every kernel above for those m (not the batch-1 GEMVs).
+//!   per workgroup with k split over its 4 subgroups); above, by default ([`coop_gemm`]),
+//!   `matmul_coop_x16` (x to f16 once, into the scratch buffer) then `matmul_coop_128` (128x128
+//!   tiles, 64x64 per subgroup, double-buffered k steps, f16 weights staged as stored; [`coop_128`]),
+//!   or with `LSERVE_WGPU_COOP_GEMM=old` (or under 44 KiB of workgroup memory) `matmul_coop`
+//!   (64x64 tiles, x and weights converted per staged tile). x and the weights are multiplied as
+//!   f16 (x rounded to the weights' dtype first: `Caps::matmul_x16_from`), f32 accumulation; this
+//!   replaces every kernel above for those m (not the batch-1 GEMVs).
 //!
 //! The tiled GEMMs dequantize quantized weights as they stage each weight tile into workgroup
 //! memory (each staged value then feeds 32 or 128 rows of FMAs).
@@ -244,8 +248,10 @@ fn coop_128(
     let mut xh = be.scratch((m * x16_row(k)).div_ceil(2))?;
     let pack = if w.dtype == DType::BF16 { pl::matmul_coop_x16::X16_BF16 } else { pl::matmul_coop_x16::OP };
     let groups = (m * x16_row(k) / 8).div_ceil(X16_WG);
-    let binds = pl::matmul_coop_x16::Binds { x, xh: &mut xh };
-    pl::matmul_coop_x16::dispatch_variant(be.gpu(), pack, None, p, binds, rows_grid(be, groups))?;
+    if groups > 0 {
+        let binds = pl::matmul_coop_x16::Binds { x, xh: &mut xh };
+        pl::matmul_coop_x16::dispatch_variant(be.gpu(), pack, None, p, binds, rows_grid(be, groups))?;
+    }
     let tiles = m.div_ceil(COOP128_TILE) * n.div_ceil(COOP128_TILE);
     let binds = pl::matmul_coop_128::Binds { xh: &xh, w, bias, out };
     pl::matmul_coop_128::dispatch(be.gpu(), Some(w.dtype), p, binds, rows_grid(be, tiles))
