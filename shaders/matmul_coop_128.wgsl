@@ -114,23 +114,6 @@ fn emit(s: u32, lane: u32, r0: u32, c0: u32) {
     }
 }
 
-// naga 30's WGSL front end records a coopStore before the expressions computed in its own
-// arguments (they reach the SPIR-V writer uncached), so the pointer index and stride of every
-// coopStoreT here are values computed before the call (function arguments, lets).
-
-// Accumulator c straight to out[o ..], rows of stride l (16-byte aligned: o % 4 == l % 4 == 0).
-fn store(c: coop_mat16x16<f32, C>, o: u32, l: u32) {
-    coopStoreT(c, &out[o], l);
-}
-
-// Accumulator c of subgroup s (rows r0.., columns c0..) through its patch (whole workgroup).
-fn flush(c: coop_mat16x16<f32, C>, s: u32, lane: u32, r0: u32, c0: u32) {
-    let o = s * 256u;
-    coopStoreT(c, &cs[o], 16u);
-    workgroupBarrier();
-    emit(s, lane, r0, c0);
-    workgroupBarrier();
-}
 
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -202,44 +185,113 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         workgroupBarrier();
     }
 
+    // The epilogue is written out accumulator by accumulator (no cooperative matrices passed to
+    // functions). naga 30's WGSL front end records a coopStore before the expressions computed in
+    // its own arguments (they reach the SPIR-V writer uncached), so every pointer index and
+    // stride below is a let computed before the call.
     let r0 = m0 + qm;
     let c0 = n0 + qn;
     let direct = p.has_bias == 0u && p.out_off % 4u == 0u && p.ldo % 4u == 0u && m0 + BM <= p.m && n0 + BN <= p.n;
-    if (direct) {
-        let o = p.out_off + r0 * p.ldo + c0;
+    if (direct) { // straight to out: rows of stride l, 16-byte aligned (o % 4 == l % 4 == 0)
         let l = p.ldo;
-        store(c00, o, l);
-        store(c01, o + 16u, l);
-        store(c02, o + 32u, l);
-        store(c03, o + 48u, l);
-        store(c10, o + 16u * l, l);
-        store(c11, o + 16u * l + 16u, l);
-        store(c12, o + 16u * l + 32u, l);
-        store(c13, o + 16u * l + 48u, l);
-        store(c20, o + 32u * l, l);
-        store(c21, o + 32u * l + 16u, l);
-        store(c22, o + 32u * l + 32u, l);
-        store(c23, o + 32u * l + 48u, l);
-        store(c30, o + 48u * l, l);
-        store(c31, o + 48u * l + 16u, l);
-        store(c32, o + 48u * l + 32u, l);
-        store(c33, o + 48u * l + 48u, l);
+        let o00 = p.out_off + r0 * l + c0;
+        let o01 = o00 + 16u;
+        let o02 = o00 + 32u;
+        let o03 = o00 + 48u;
+        let o10 = p.out_off + (r0 + 16u) * l + c0;
+        let o11 = o10 + 16u;
+        let o12 = o10 + 32u;
+        let o13 = o10 + 48u;
+        let o20 = p.out_off + (r0 + 32u) * l + c0;
+        let o21 = o20 + 16u;
+        let o22 = o20 + 32u;
+        let o23 = o20 + 48u;
+        let o30 = p.out_off + (r0 + 48u) * l + c0;
+        let o31 = o30 + 16u;
+        let o32 = o30 + 32u;
+        let o33 = o30 + 48u;
+        coopStoreT(c00, &out[o00], l);
+        coopStoreT(c01, &out[o01], l);
+        coopStoreT(c02, &out[o02], l);
+        coopStoreT(c03, &out[o03], l);
+        coopStoreT(c10, &out[o10], l);
+        coopStoreT(c11, &out[o11], l);
+        coopStoreT(c12, &out[o12], l);
+        coopStoreT(c13, &out[o13], l);
+        coopStoreT(c20, &out[o20], l);
+        coopStoreT(c21, &out[o21], l);
+        coopStoreT(c22, &out[o22], l);
+        coopStoreT(c23, &out[o23], l);
+        coopStoreT(c30, &out[o30], l);
+        coopStoreT(c31, &out[o31], l);
+        coopStoreT(c32, &out[o32], l);
+        coopStoreT(c33, &out[o33], l);
         return;
     }
-    flush(c00, sg, lane, r0, c0);
-    flush(c01, sg, lane, r0, c0 + 16u);
-    flush(c02, sg, lane, r0, c0 + 32u);
-    flush(c03, sg, lane, r0, c0 + 48u);
-    flush(c10, sg, lane, r0 + 16u, c0);
-    flush(c11, sg, lane, r0 + 16u, c0 + 16u);
-    flush(c12, sg, lane, r0 + 16u, c0 + 32u);
-    flush(c13, sg, lane, r0 + 16u, c0 + 48u);
-    flush(c20, sg, lane, r0 + 32u, c0);
-    flush(c21, sg, lane, r0 + 32u, c0 + 16u);
-    flush(c22, sg, lane, r0 + 32u, c0 + 32u);
-    flush(c23, sg, lane, r0 + 32u, c0 + 48u);
-    flush(c30, sg, lane, r0 + 48u, c0);
-    flush(c31, sg, lane, r0 + 48u, c0 + 16u);
-    flush(c32, sg, lane, r0 + 48u, c0 + 32u);
-    flush(c33, sg, lane, r0 + 48u, c0 + 48u);
+    // Through the subgroup's patch cs[pc ..] (whole workgroup: the choice above is uniform).
+    let pc = sg * 256u;
+    coopStoreT(c00, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0, c0);
+    workgroupBarrier();
+    coopStoreT(c01, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0, c0 + 16u);
+    workgroupBarrier();
+    coopStoreT(c02, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0, c0 + 32u);
+    workgroupBarrier();
+    coopStoreT(c03, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0, c0 + 48u);
+    workgroupBarrier();
+    coopStoreT(c10, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0 + 16u, c0);
+    workgroupBarrier();
+    coopStoreT(c11, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0 + 16u, c0 + 16u);
+    workgroupBarrier();
+    coopStoreT(c12, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0 + 16u, c0 + 32u);
+    workgroupBarrier();
+    coopStoreT(c13, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0 + 16u, c0 + 48u);
+    workgroupBarrier();
+    coopStoreT(c20, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0 + 32u, c0);
+    workgroupBarrier();
+    coopStoreT(c21, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0 + 32u, c0 + 16u);
+    workgroupBarrier();
+    coopStoreT(c22, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0 + 32u, c0 + 32u);
+    workgroupBarrier();
+    coopStoreT(c23, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0 + 32u, c0 + 48u);
+    workgroupBarrier();
+    coopStoreT(c30, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0 + 48u, c0);
+    workgroupBarrier();
+    coopStoreT(c31, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0 + 48u, c0 + 16u);
+    workgroupBarrier();
+    coopStoreT(c32, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0 + 48u, c0 + 32u);
+    workgroupBarrier();
+    coopStoreT(c33, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0 + 48u, c0 + 48u);
+    workgroupBarrier();
 }
