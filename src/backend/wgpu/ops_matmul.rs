@@ -183,7 +183,7 @@ pub fn matmul(
         return gemv_x8(be, p, x, w, bias, out);
     }
     if m >= coop_from_m() && be.has_coop() && w.dtype != DType::F32 {
-        if m > GEMV_MAX_M && coop_gemm() == CoopGemm::Tiles128 && coop128_fits(be) {
+        if m > GEMV_MAX_M && coop_gemm() == CoopGemm::Tiles128 && coop128_fits(be, m, k) {
             return coop_128(be, p, x, w, bias, out);
         }
         let (op, groups) = pick_coop(m, n);
@@ -222,9 +222,14 @@ const COOP128_TILE: usize = 128;
 const X16_WG: usize = 64;
 const COOP128_WORKGROUP_BYTES: u32 = 2 * 2 * 128 * 40 * 2 + 4096;
 
-/// Whether the adapter's workgroup memory holds `matmul_coop_128` (else `matmul_coop` serves).
-fn coop128_fits(be: &WgpuBackend) -> bool {
-    be.gpu().limits.max_compute_workgroup_storage_size >= COOP128_WORKGROUP_BYTES
+/// Whether `matmul_coop_128` can serve m rows of k (else `matmul_coop` does): the adapter's
+/// workgroup memory holds it and one buffer binding holds the f16 x as the scratch buffer
+/// allocates it (a power of two of words).
+fn coop128_fits(be: &WgpuBackend, m: usize, k: usize) -> bool {
+    let limits = &be.gpu().limits;
+    let xh_bytes = 4 * (m * x16_row(k)).div_ceil(2).max(1 << 16).next_power_of_two() as u64;
+    limits.max_compute_workgroup_storage_size >= COOP128_WORKGROUP_BYTES
+        && xh_bytes <= limits.max_storage_buffer_binding_size.min(limits.max_buffer_size)
 }
 
 /// Halves per row of the f16 x of `matmul_coop_x16` (k rounded up to 8: 16-byte rows).
