@@ -1,7 +1,7 @@
-// matmul_coop_128 (tensor-core GEMM for prefill-size m, pass 2 after matmul_coop_x16, on the
-// adapters of matmul_coop with 44 KiB of workgroup memory; ops_matmul.rs decides): out[m][n] =
-// x[m][k] . w[n][k]^T (+ bias[n]), f16 operands (rounded as shaders/coop_round.wgsl states), f32
-// accumulation.
+// matmul_coop_128 and matmul_coop_128_t256 (tensor-core GEMM for prefill-size m, pass 2 after
+// matmul_coop_x16, on the adapters of matmul_coop with 44 / 48 KiB of workgroup memory;
+// ops_matmul.rs decides): out[m][n] = x[m][k] . w[n][k]^T (+ bias[n]), f16 operands (rounded as
+// shaders/coop_round.wgsl states), f32 accumulation.
 //
 // Layout: xh = x as matmul_coop_x16 leaves it (f16 rows of kp = k rounded up to 8, zero-padded,
 // as 16-byte words of 8), w [n][k] in any 16-bit or quantized weight dtype (the weight snippet's
@@ -9,37 +9,44 @@
 // out[out_off + r * ldo + c] (r < m, c < n; nothing else written). Any m, n, k: edge tiles are
 // zero-padded on staging and masked on store.
 //
-// One workgroup of WG = 128 threads = 4 subgroups of 32 (the host requires subgroup size 32)
-// computes a BM x BN = 128 x 128 output tile; subgroup s owns the 64 x 64 quadrant (rows 64 (s %
-// 2), columns 64 (s / 2)) as sixteen 16 x 16 f32 accumulators c<i><j> (rows 16 i, columns 16 j of
-// the quadrant): per 16-wide k slice it loads four A fragments (x rows, coopLoadT: row-major) and
-// four B fragments (w^T: element (kk, nn) = sw[nn][kk], column-major, coopLoad) for 16
-// coopMultiplyAdd (a 64 x 64 quadrant needs half the fragment loads per MMA of a 32 x 32 one).
-// Tiles are numbered m-fastest (tile = wg.x + wg.y * num_workgroups.x), so the m-tiles that share
-// a weight tile run side by side and read it from L2.
+// One workgroup of WG = 32 NSG threads = NSG subgroups of 32 (the host requires subgroup size
+// 32) computes a BM x BN = 128 x 128 output tile. NSG = 4 (`matmul_coop_128`, the default):
+// subgroup s owns the 64 x 64 quadrant at rows 64 (s % 2), columns 64 (s / 2), sixteen 16 x 16 f32
+// accumulators c<i><j> (rows 16 i, columns 16 j of the quadrant); per 16-wide k slice it loads
+// four A fragments (x rows, coopLoadT: row-major) and four B fragments (w^T: element (kk, nn) =
+// sw[nn][kk], column-major, coopLoad) for 16 coopMultiplyAdd (half the fragment loads per MMA of
+// a 32 x 32 quadrant). NSG = 8 (`matmul_coop_128_t256`, LSERVE_WGPU_COOP_GEMM=new256): 64 x 32
+// per subgroup (columns 32 (s / 2)), the c<i>0 and c<i>1 accumulators, 4 + 2 loads for 8 MMAs:
+// more loads per MMA, but half the registers per thread and twice the warps. Tiles are numbered
+// m-fastest (tile = wg.x + wg.y * num_workgroups.x), so the m-tiles that share a weight tile run
+// side by side and read it from L2.
 //
 // k steps of BK = 32, double-buffered in workgroup memory: stage s holds the x tile (128 x 32)
 // and the w tile (128 x 32) as vec4<f16>, row-major, SV = 10 vec4s per row (80 bytes: coopLoad
 // needs 16-byte aligned rows and strides; with the 16-byte pad the 8 rows of one 8 x 8 fragment
-// load fall on distinct banks). Per k step each thread first loads the next step's 8 groups of 8
-// halves from memory into registers (4 of x, 4 of w: 16-byte loads), then runs the MMAs on the
-// current stage, then writes its registers to the other stage, then one barrier: the loads are
-// in flight during the MMAs, and the other stage is free (every subgroup finished reading it
-// before the previous barrier).
+// load fall on distinct banks). Per k step each thread first loads its GPT groups of 8 halves of
+// each tile for the next step into registers (16-byte loads), then runs the MMAs on the current
+// stage, then writes its registers to the other stage (8-byte stores), then one barrier: the
+// loads are in flight during the MMAs, and the other stage is free (every subgroup finished
+// reading it before the previous barrier).
 // Epilogue: a tile fully inside the matrix, without bias, whose rows start 16-byte aligned (ldo
 // and out_off multiples of 4) is stored straight from the accumulators (coopStoreT to out); any
 // other tile goes accumulator by accumulator through the subgroup's 16 x 16 f32 patch of
 // workgroup memory, from which its lanes add the bias and write the in-range elements.
-// Workgroup memory: 2 stages x 2 operands x 10 KiB + 4 KiB of epilogue patches = 44 KiB. Every barrier is
-// reached by the whole workgroup (the early return and the epilogue choice are per workgroup;
-// the k loop count is uniform).
+// Workgroup memory: 2 stages x 2 operands x 10 KiB + NSG KiB of epilogue patches = 44 / 48 KiB.
+// Every barrier is reached by the whole workgroup (the early return and the epilogue choice are
+// per workgroup; the k loop count is uniform; NJ and GPT are constants).
 
 const BM: u32 = 128u;
 const BN: u32 = 128u;
 const BK: u32 = 32u;
 const SV: u32 = 10u; // vec4<f16> per staged row: (BK + 8) / 4
 const STAGE: u32 = 1280u; // vec4<f16> per stage of one operand: BM * SV
-const WG: u32 = 128u;
+// NSG (subgroups per workgroup, 4 or 8) is prepended by shaders.rs: `matmul_coop_128` 4 (64 x 64
+// quadrants), `matmul_coop_128_t256` 8 (64 x 32).
+const WG: u32 = 32u * NSG;
+const NJ: u32 = 16u / NSG; // B fragments (16 columns each) per subgroup: 4 or 2
+const GPT: u32 = 512u / WG; // 8-element groups of each tile a thread stages per k step: 4 or 2
 
 @group(0) @binding(0) var<uniform> p: MatmulParams;
 @group(0) @binding(1) var<storage, read> xh: array<mat2x4<f16>>;
@@ -54,7 +61,7 @@ fn w_rows() -> u32 { return p.n; }
 var<workgroup> sx: array<vec4<f16>, 2560>; // 2 * STAGE
 var<workgroup> sw: array<vec4<f16>, 2560>;
 // cs[s * 256 + r * 16 + c]: element (r, c) of the accumulator subgroup s is writing out.
-var<workgroup> cs: array<f32, 1024>;
+var<workgroup> cs: array<f32, 256u * NSG>;
 
 // Group g (0 .. 511) of a tile at k0: tile row g / 4, halves k0 + 8 (g % 4) .. + 7.
 // x's group, zero past m or kp (xh's zero padding covers k .. kp).
@@ -78,10 +85,18 @@ struct Regs {
 }
 
 fn fetch(m0: u32, n0: u32, k0: u32, t: u32) -> Regs {
-    return Regs(
-        x_tile(m0, k0, t), x_tile(m0, k0, t + WG), x_tile(m0, k0, t + 2u * WG), x_tile(m0, k0, t + 3u * WG),
-        w_tile(n0, k0, t), w_tile(n0, k0, t + WG), w_tile(n0, k0, t + 2u * WG), w_tile(n0, k0, t + 3u * WG),
-    );
+    var r: Regs;
+    r.x0 = x_tile(m0, k0, t);
+    r.w0 = w_tile(n0, k0, t);
+    r.x1 = x_tile(m0, k0, t + WG);
+    r.w1 = w_tile(n0, k0, t + WG);
+    if (GPT == 4u) {
+        r.x2 = x_tile(m0, k0, t + 2u * WG);
+        r.w2 = w_tile(n0, k0, t + 2u * WG);
+        r.x3 = x_tile(m0, k0, t + 3u * WG);
+        r.w3 = w_tile(n0, k0, t + 3u * WG);
+    }
+    return r;
 }
 
 // Write group g of the x and w tiles into stage s.
@@ -96,8 +111,10 @@ fn put(s: u32, g: u32, xv: mat2x4<f16>, wv: mat2x4<f16>) {
 fn put_all(s: u32, t: u32, r: Regs) {
     put(s, t, r.x0, r.w0);
     put(s, t + WG, r.x1, r.w1);
-    put(s, t + 2u * WG, r.x2, r.w2);
-    put(s, t + 3u * WG, r.x3, r.w3);
+    if (GPT == 4u) {
+        put(s, t + 2u * WG, r.x2, r.w2);
+        put(s, t + 3u * WG, r.x3, r.w3);
+    }
 }
 
 // The subgroup's lanes write accumulator patch s (staged in cs) to out rows r0.., columns c0..
@@ -115,7 +132,7 @@ fn emit(s: u32, lane: u32, r0: u32, c0: u32) {
 }
 
 
-@compute @workgroup_size(128)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) t: u32, @builtin(subgroup_id) sg: u32,
         @builtin(subgroup_invocation_id) lane: u32) {
@@ -125,7 +142,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let m0 = (tile % tiles_m) * BM;
     let n0 = (tile / tiles_m) * BN;
     let qm = 64u * (sg % 2u); // the subgroup's quadrant within the tile
-    let qn = 64u * (sg / 2u);
+    let qn = 16u * NJ * (sg / 2u);
     let ax = qm * SV; // first A row of the quadrant in a stage
     let bw = qn * SV; // first B column
 
@@ -162,24 +179,26 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
             let a3 = coopLoadT<coop_mat16x16<f16, A>>(&sx[base + ax + 48u * SV + kv], SV);
             let b0 = coopLoad<coop_mat16x16<f16, B>>(&sw[base + bw + kv], SV);
             let b1 = coopLoad<coop_mat16x16<f16, B>>(&sw[base + bw + 16u * SV + kv], SV);
-            let b2 = coopLoad<coop_mat16x16<f16, B>>(&sw[base + bw + 32u * SV + kv], SV);
-            let b3 = coopLoad<coop_mat16x16<f16, B>>(&sw[base + bw + 48u * SV + kv], SV);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
-            c02 = coopMultiplyAdd(a0, b2, c02);
-            c03 = coopMultiplyAdd(a0, b3, c03);
             c10 = coopMultiplyAdd(a1, b0, c10);
             c11 = coopMultiplyAdd(a1, b1, c11);
-            c12 = coopMultiplyAdd(a1, b2, c12);
-            c13 = coopMultiplyAdd(a1, b3, c13);
             c20 = coopMultiplyAdd(a2, b0, c20);
             c21 = coopMultiplyAdd(a2, b1, c21);
-            c22 = coopMultiplyAdd(a2, b2, c22);
-            c23 = coopMultiplyAdd(a2, b3, c23);
             c30 = coopMultiplyAdd(a3, b0, c30);
             c31 = coopMultiplyAdd(a3, b1, c31);
-            c32 = coopMultiplyAdd(a3, b2, c32);
-            c33 = coopMultiplyAdd(a3, b3, c33);
+            if (NJ == 4u) {
+                let b2 = coopLoad<coop_mat16x16<f16, B>>(&sw[base + bw + 32u * SV + kv], SV);
+                let b3 = coopLoad<coop_mat16x16<f16, B>>(&sw[base + bw + 48u * SV + kv], SV);
+                c02 = coopMultiplyAdd(a0, b2, c02);
+                c03 = coopMultiplyAdd(a0, b3, c03);
+                c12 = coopMultiplyAdd(a1, b2, c12);
+                c13 = coopMultiplyAdd(a1, b3, c13);
+                c22 = coopMultiplyAdd(a2, b2, c22);
+                c23 = coopMultiplyAdd(a2, b3, c23);
+                c32 = coopMultiplyAdd(a3, b2, c32);
+                c33 = coopMultiplyAdd(a3, b3, c33);
+            }
         }
         if (more) { put_all(1u - ks % 2u, t, r); }
         workgroupBarrier();
@@ -211,21 +230,23 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         let o32 = o30 + 32u;
         let o33 = o30 + 48u;
         coopStoreT(c00, &out[o00], l);
-        coopStoreT(c01, &out[o01], l);
-        coopStoreT(c02, &out[o02], l);
-        coopStoreT(c03, &out[o03], l);
         coopStoreT(c10, &out[o10], l);
-        coopStoreT(c11, &out[o11], l);
-        coopStoreT(c12, &out[o12], l);
-        coopStoreT(c13, &out[o13], l);
         coopStoreT(c20, &out[o20], l);
-        coopStoreT(c21, &out[o21], l);
-        coopStoreT(c22, &out[o22], l);
-        coopStoreT(c23, &out[o23], l);
         coopStoreT(c30, &out[o30], l);
+        coopStoreT(c01, &out[o01], l);
+        coopStoreT(c11, &out[o11], l);
+        coopStoreT(c21, &out[o21], l);
         coopStoreT(c31, &out[o31], l);
-        coopStoreT(c32, &out[o32], l);
-        coopStoreT(c33, &out[o33], l);
+        if (NJ == 4u) {
+            coopStoreT(c02, &out[o02], l);
+            coopStoreT(c12, &out[o12], l);
+            coopStoreT(c22, &out[o22], l);
+            coopStoreT(c32, &out[o32], l);
+            coopStoreT(c03, &out[o03], l);
+            coopStoreT(c13, &out[o13], l);
+            coopStoreT(c23, &out[o23], l);
+            coopStoreT(c33, &out[o33], l);
+        }
         return;
     }
     // Through the subgroup's patch cs[pc ..] (whole workgroup: the choice above is uniform).
@@ -234,64 +255,66 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     workgroupBarrier();
     emit(sg, lane, r0, c0);
     workgroupBarrier();
-    coopStoreT(c01, &cs[pc], 16u);
-    workgroupBarrier();
-    emit(sg, lane, r0, c0 + 16u);
-    workgroupBarrier();
-    coopStoreT(c02, &cs[pc], 16u);
-    workgroupBarrier();
-    emit(sg, lane, r0, c0 + 32u);
-    workgroupBarrier();
-    coopStoreT(c03, &cs[pc], 16u);
-    workgroupBarrier();
-    emit(sg, lane, r0, c0 + 48u);
-    workgroupBarrier();
     coopStoreT(c10, &cs[pc], 16u);
     workgroupBarrier();
     emit(sg, lane, r0 + 16u, c0);
-    workgroupBarrier();
-    coopStoreT(c11, &cs[pc], 16u);
-    workgroupBarrier();
-    emit(sg, lane, r0 + 16u, c0 + 16u);
-    workgroupBarrier();
-    coopStoreT(c12, &cs[pc], 16u);
-    workgroupBarrier();
-    emit(sg, lane, r0 + 16u, c0 + 32u);
-    workgroupBarrier();
-    coopStoreT(c13, &cs[pc], 16u);
-    workgroupBarrier();
-    emit(sg, lane, r0 + 16u, c0 + 48u);
     workgroupBarrier();
     coopStoreT(c20, &cs[pc], 16u);
     workgroupBarrier();
     emit(sg, lane, r0 + 32u, c0);
     workgroupBarrier();
-    coopStoreT(c21, &cs[pc], 16u);
-    workgroupBarrier();
-    emit(sg, lane, r0 + 32u, c0 + 16u);
-    workgroupBarrier();
-    coopStoreT(c22, &cs[pc], 16u);
-    workgroupBarrier();
-    emit(sg, lane, r0 + 32u, c0 + 32u);
-    workgroupBarrier();
-    coopStoreT(c23, &cs[pc], 16u);
-    workgroupBarrier();
-    emit(sg, lane, r0 + 32u, c0 + 48u);
-    workgroupBarrier();
     coopStoreT(c30, &cs[pc], 16u);
     workgroupBarrier();
     emit(sg, lane, r0 + 48u, c0);
+    workgroupBarrier();
+    coopStoreT(c01, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0, c0 + 16u);
+    workgroupBarrier();
+    coopStoreT(c11, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0 + 16u, c0 + 16u);
+    workgroupBarrier();
+    coopStoreT(c21, &cs[pc], 16u);
+    workgroupBarrier();
+    emit(sg, lane, r0 + 32u, c0 + 16u);
     workgroupBarrier();
     coopStoreT(c31, &cs[pc], 16u);
     workgroupBarrier();
     emit(sg, lane, r0 + 48u, c0 + 16u);
     workgroupBarrier();
-    coopStoreT(c32, &cs[pc], 16u);
-    workgroupBarrier();
-    emit(sg, lane, r0 + 48u, c0 + 32u);
-    workgroupBarrier();
-    coopStoreT(c33, &cs[pc], 16u);
-    workgroupBarrier();
-    emit(sg, lane, r0 + 48u, c0 + 48u);
-    workgroupBarrier();
+    if (NJ == 4u) { // a constant: uniform
+        coopStoreT(c02, &cs[pc], 16u);
+        workgroupBarrier();
+        emit(sg, lane, r0, c0 + 32u);
+        workgroupBarrier();
+        coopStoreT(c12, &cs[pc], 16u);
+        workgroupBarrier();
+        emit(sg, lane, r0 + 16u, c0 + 32u);
+        workgroupBarrier();
+        coopStoreT(c22, &cs[pc], 16u);
+        workgroupBarrier();
+        emit(sg, lane, r0 + 32u, c0 + 32u);
+        workgroupBarrier();
+        coopStoreT(c32, &cs[pc], 16u);
+        workgroupBarrier();
+        emit(sg, lane, r0 + 48u, c0 + 32u);
+        workgroupBarrier();
+        coopStoreT(c03, &cs[pc], 16u);
+        workgroupBarrier();
+        emit(sg, lane, r0, c0 + 48u);
+        workgroupBarrier();
+        coopStoreT(c13, &cs[pc], 16u);
+        workgroupBarrier();
+        emit(sg, lane, r0 + 16u, c0 + 48u);
+        workgroupBarrier();
+        coopStoreT(c23, &cs[pc], 16u);
+        workgroupBarrier();
+        emit(sg, lane, r0 + 32u, c0 + 48u);
+        workgroupBarrier();
+        coopStoreT(c33, &cs[pc], 16u);
+        workgroupBarrier();
+        emit(sg, lane, r0 + 48u, c0 + 48u);
+        workgroupBarrier();
+    }
 }

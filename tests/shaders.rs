@@ -67,7 +67,7 @@ fn every_module_validates_and_translates() {
 fn coop_modules_translate_to_spirv() {
     use lserve::backend::DType;
     use lserve::backend::wgpu::shaders::{Variant, WEIGHT_DTYPES, assemble, module_name};
-    for op in ["matmul_coop", "matmul_coop_m16", "matmul_coop_128"] {
+    for op in ["matmul_coop", "matmul_coop_m16", "matmul_coop_128", "matmul_coop_128_t256"] {
         assert!(assemble(op, Variant::weights(DType::F32)).is_none(), "{op}: no f32-weight module");
         for &d in WEIGHT_DTYPES.iter().filter(|&&d| d != DType::F32) {
             let name = module_name(op, Variant::weights(d));

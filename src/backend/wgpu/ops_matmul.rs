@@ -43,8 +43,9 @@
 //!   `matmul_coop_m16` for m <= 16 (one 16-row fragment of x, weights read once, 16 weight rows
 //!   per workgroup with k split over its 4 subgroups); above, by default ([`coop_gemm`]),
 //!   `matmul_coop_x16` (x to f16 once, into the scratch buffer) then `matmul_coop_128` (128x128
-//!   tiles, 64x64 per subgroup, double-buffered k steps, f16 weights staged as stored; [`coop_128`]),
-//!   or with `LSERVE_WGPU_COOP_GEMM=old` (or under 44 KiB of workgroup memory) `matmul_coop`
+//!   tiles, 64x64 per subgroup, double-buffered k steps, f16 weights staged as stored; [`coop_128`];
+//!   `LSERVE_WGPU_COOP_GEMM=new256`: `matmul_coop_128_t256`, 8 subgroups of 64x32), or with
+//!   `LSERVE_WGPU_COOP_GEMM=old` (or under 44 KiB of workgroup memory) `matmul_coop`
 //!   (64x64 tiles, x and weights converted per staged tile). x and the weights are multiplied as
 //!   f16 (x rounded to the weights' dtype first: `Caps::matmul_x16_from`), f32 accumulation; this
 //!   replaces every kernel above for those m (not the batch-1 GEMVs).
@@ -183,7 +184,7 @@ pub fn matmul(
         return gemv_x8(be, p, x, w, bias, out);
     }
     if m >= coop_from_m() && be.has_coop() && w.dtype != DType::F32 {
-        if m > GEMV_MAX_M && coop_gemm() == CoopGemm::Tiles128 && coop128_fits(be, m, k) {
+        if m > GEMV_MAX_M && coop_gemm() != CoopGemm::Tiles64 && coop128_fits(be, m, k) {
             return coop_128(be, p, x, w, bias, out);
         }
         let (op, groups) = pick_coop(m, n);
@@ -198,29 +199,40 @@ pub fn matmul(
 }
 
 /// The cooperative-matrix GEMM for m > 16, from `LSERVE_WGPU_COOP_GEMM`: `old` is
-/// `matmul_coop` (64x64 tiles, x and weights converted to f16 as each tile is staged), `new` (the
-/// default; any other value too) `matmul_coop_x16` + `matmul_coop_128` (module header) — both
-/// kept so one GPU run can compare them.
+/// `matmul_coop` (64x64 tiles, x and weights converted to f16 as each tile is staged); `new` (the
+/// default; any other value too) `matmul_coop_x16` + `matmul_coop_128` (module header: 128x128
+/// tiles, 4 subgroups of 64x64); `new256` the same with `matmul_coop_128_t256` (8 subgroups of
+/// 64x32) — all kept so one GPU run can compare them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CoopGemm {
     Tiles64,
     Tiles128,
+    Tiles128T256,
 }
 
 pub fn coop_gemm() -> CoopGemm {
     static PICK: std::sync::OnceLock<CoopGemm> = std::sync::OnceLock::new();
     *PICK.get_or_init(|| match std::env::var("LSERVE_WGPU_COOP_GEMM").as_deref() {
         Ok("old") => CoopGemm::Tiles64,
+        Ok("new256") => CoopGemm::Tiles128T256,
         _ => CoopGemm::Tiles128,
     })
 }
 
-/// Output tile of `matmul_coop_128` (`BM`, `BN` there), threads per workgroup of
-/// `matmul_coop_x16`, and the workgroup memory `matmul_coop_128` declares (two stages of two
-/// 128 x 40-half tiles, 4 KiB of epilogue patches).
+/// Output tile of `matmul_coop_128` (`BM`, `BN` there) and threads per workgroup of
+/// `matmul_coop_x16`.
 const COOP128_TILE: usize = 128;
 const X16_WG: usize = 64;
-const COOP128_WORKGROUP_BYTES: u32 = 2 * 2 * 128 * 40 * 2 + 4096;
+
+/// The `matmul_coop_128` variant of `g` and the workgroup memory it declares: two stages of two
+/// 128 x 40-half tiles, and a 1 KiB epilogue patch per subgroup (4 or 8).
+fn coop128_variant(g: CoopGemm) -> (&'static str, u32) {
+    let stages = 2 * 2 * 128 * 40 * 2;
+    match g {
+        CoopGemm::Tiles128T256 => (pl::matmul_coop_128::T256, stages + 8 * 1024),
+        _ => (pl::matmul_coop_128::OP, stages + 4 * 1024),
+    }
+}
 
 /// Whether `matmul_coop_128` can serve m rows of k (else `matmul_coop` does): the adapter's
 /// workgroup memory holds it and one buffer binding holds the f16 x as the scratch buffer
@@ -228,7 +240,7 @@ const COOP128_WORKGROUP_BYTES: u32 = 2 * 2 * 128 * 40 * 2 + 4096;
 fn coop128_fits(be: &WgpuBackend, m: usize, k: usize) -> bool {
     let limits = &be.gpu().limits;
     let xh_bytes = 4 * (m * x16_row(k)).div_ceil(2).max(1 << 16).next_power_of_two() as u64;
-    limits.max_compute_workgroup_storage_size >= COOP128_WORKGROUP_BYTES
+    limits.max_compute_workgroup_storage_size >= coop128_variant(coop_gemm()).1
         && xh_bytes <= limits.max_storage_buffer_binding_size.min(limits.max_buffer_size)
 }
 
@@ -259,7 +271,8 @@ fn coop_128(
     }
     let tiles = m.div_ceil(COOP128_TILE) * n.div_ceil(COOP128_TILE);
     let binds = pl::matmul_coop_128::Binds { xh: &xh, w, bias, out };
-    pl::matmul_coop_128::dispatch(be.gpu(), Some(w.dtype), p, binds, rows_grid(be, tiles))
+    let op = coop128_variant(coop_gemm()).0;
+    pl::matmul_coop_128::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, tiles))
 }
 
 /// Words of the two-digit x of `matmul_gemv_x8_pack` for m rows of k (k % 32 == 0): per block of

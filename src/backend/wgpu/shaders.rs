@@ -192,7 +192,20 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         Reads::Coop,
         true,
     ),
-    ("matmul_coop_128", include_str!("../../../shaders/matmul_coop_128.wgsl"), Reads::Coop, true),
+    // One source, two workgroup shapes (ops_matmul.rs `coop_gemm`): 4 subgroups of 64x64, or 8
+    // of 64x32 (LSERVE_WGPU_COOP_GEMM=new256).
+    (
+        "matmul_coop_128",
+        concat!("const NSG: u32 = 4u;\n", include_str!("../../../shaders/matmul_coop_128.wgsl")),
+        Reads::Coop,
+        true,
+    ),
+    (
+        "matmul_coop_128_t256",
+        concat!("const NSG: u32 = 8u;\n", include_str!("../../../shaders/matmul_coop_128.wgsl")),
+        Reads::Coop,
+        true,
+    ),
     // Pass 1 of matmul_coop_128, x to f16 once (to bf16 first for bf16 weights: the `_bf16`
     // variant); f32 arithmetic and pack2x16float only, so no feature is needed.
     (
