@@ -41,7 +41,8 @@
 //!   `LSERVE_WGPU_COOP_DECODE=1`), 16-bit or quantized
 //!   weights: tensor cores through wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX ([`pick_coop`]):
 //!   `matmul_coop_m16` for m <= 16 (one 16-row fragment of x, weights read once, 16 weight rows
-//!   per workgroup with k split over its 4 subgroups); above, by default ([`coop_gemm`]),
+//!   per workgroup with k split over its 4 subgroups); `matmul_coop` (64x64 tiles) for 17..=64;
+//!   above, by default ([`coop_gemm`]),
 //!   `matmul_coop_x16` (x to f16 once, into the scratch buffer) then `matmul_coop_128` (128x128
 //!   tiles, 64x64 per subgroup, double-buffered k steps, f16 weights staged as stored; [`coop_128`];
 //!   `LSERVE_WGPU_COOP_GEMM=new256`: `matmul_coop_128_t256`, 8 subgroups of 64x32), or with
@@ -184,7 +185,7 @@ pub fn matmul(
         return gemv_x8(be, p, x, w, bias, out);
     }
     if m >= coop_from_m() && be.has_coop() && w.dtype != DType::F32 {
-        if m > GEMV_MAX_M && coop_gemm() != CoopGemm::Tiles64 && coop128_fits(be, m, k) {
+        if m > COOP_TILE && coop_gemm() != CoopGemm::Tiles64 && coop128_fits(be, m, k) {
             return coop_128(be, p, x, w, bias, out);
         }
         let (op, groups) = pick_coop(m, n);
@@ -198,7 +199,9 @@ pub fn matmul(
     pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups))
 }
 
-/// The cooperative-matrix GEMM for m > 16, from `LSERVE_WGPU_COOP_GEMM`: `old` is
+/// The cooperative-matrix GEMM for m > 64, from `LSERVE_WGPU_COOP_GEMM` (17..=64 rows always
+/// take `matmul_coop`: one 64-row tile holds them, where a 128-row tile would compute twice the
+/// padding rows in half as many workgroups, reading the weights once either way): `old` is
 /// `matmul_coop` (64x64 tiles, x and weights converted to f16 as each tile is staged); `new` (the
 /// default; any other value too) `matmul_coop_x16` + `matmul_coop_128` (module header: 128x128
 /// tiles, 4 subgroups of 64x64); `new256` the same with `matmul_coop_128_t256` (8 subgroups of
@@ -249,7 +252,7 @@ pub fn x16_row(k: usize) -> usize {
     k.div_ceil(8) * 8
 }
 
-/// m > 16 rows on adapters with cooperative matrices (`matmul_coop_128`, module header): x to
+/// m > 64 rows on adapters with cooperative matrices (`matmul_coop_128`, module header): x to
 /// f16 rows in the backend's scratch buffer (pass 1: read once, where the GEMM's 128-column
 /// tiles would each convert it again), then the 128x128-tile GEMM on it (pass 2; wgpu orders
 /// the two dispatches).
