@@ -27,7 +27,7 @@ const NSG: u32 = 4u; // subgroups per workgroup (WG / 32)
 
 @group(0) @binding(0) var<uniform> p: MatmulParams;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> w: array<u32>;
+// w (binding 2) is declared by the weight snippet.
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 // The weight matrix's geometry, read by the quantized formats' decoders (shaders/quant_weights.wgsl).

@@ -75,12 +75,17 @@ pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
     // 2..=16 the batch kernel: 16 weight rows per workgroup, k strided in 64-word steps taken two
     // at a time, passes of 8 x rows, so n not a multiple of 16 (and below it), k of 1 to 513
     // words, m of one and two passes, full and partial; else matmul_gemv, one pass of up to 16 x
-    // rows), 17..=96 the 32-row GEMM tiles, larger m the 128-row ones. On adapters
-    // with cooperative matrices every m >= 2 takes matmul_coop_m16 (m <= 16: 16 weight rows per
-    // workgroup, k split in chunks of 64 over 4 subgroups) or matmul_coop (64x64 tiles, k steps of
-    // 32). Odd n (rows not a multiple of any workgroup's 4 or 16, or a tile's 64), k with and
-    // without k % 8 == 0, odd word counts, k shorter than one k step, multi-tile m, and long k
-    // (4096: every split-k subgroup runs many chunks; the f16 operands' rounding over a long sum).
+    // rows), 17..=96 the 32-row GEMM tiles, larger m the 128-row ones. On adapters with
+    // cooperative matrices every m >= 2 takes matmul_coop_m16 (m <= 16: 16 weight rows per
+    // workgroup, k split in chunks of 64 over 4 subgroups), matmul_coop for 17..=64 (64x64 tiles,
+    // k steps of 32), and above matmul_coop_x16 + matmul_coop_128 (x to f16 rows of k rounded up
+    // to 8; 128x128 tiles, double-buffered k steps of 32; tiles fully inside without bias stored
+    // straight from the accumulators: 256x256 and the first tile of 384x136;
+    // LSERVE_WGPU_COOP_GEMM=new256 the 8-subgroup variant, =old matmul_coop); k % 8 != 0 (33,
+    // 2052) takes their element-by-element weight staging. Odd n (rows not a multiple of any
+    // workgroup's 4 or 16, or a tile's 64), k with and without k % 8 == 0, odd word counts, k
+    // shorter than one k step, multi-tile m, and long k (4096: every split-k subgroup runs many
+    // chunks; the f16 operands' rounding over a long sum).
     let shapes = [
         (1, 300, 1024),
         (5, 33, 2056),
@@ -120,6 +125,10 @@ pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
         (11, 19, 8),
         (7, 5, 2048),
         (4, 3, 4104),
+        (256, 256, 520),
+        (384, 136, 1024),
+        (129, 130, 33),
+        (160, 384, 2052),
     ];
     // Where the backend multiplies in 16 bits (Caps::matmul_x16_from), the reference gets x
     // rounded the same way, so the comparison stays one of summation order only.
@@ -155,9 +164,17 @@ pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
 /// column block and every other element keeps its poison (NaN on both sides).
 fn matmul_strided<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, tol: f32) {
     let k = 2 * block_of(dtype).max(64);
-    for m in [1, 3, 12, 40] {
-        let (n, ldo, off) = (37, 50, 5);
-        let p = MatmulParams { ldo, out_off: off, ..MatmulParams::new(m, n, k, true) };
+    // The last case, a whole 128x128 tile without bias at 16-byte aligned rows, is stored by
+    // wgpu's matmul_coop_128 straight from its accumulators (with the row stride ldo).
+    let cases = [
+        (1, 37, 50, 5, true),
+        (3, 37, 50, 5, true),
+        (12, 37, 50, 5, true),
+        (40, 37, 50, 5, true),
+        (128, 128, 136, 4, false),
+    ];
+    for (m, n, ldo, off, bias) in cases {
+        let p = MatmulParams { ldo, out_off: off, ..MatmulParams::new(m, n, k, bias) };
         if dtype.is_weight_quant() {
             quant_case(t, dtype, &p);
             continue;
@@ -167,8 +184,9 @@ fn matmul_strided<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, tol: f32
         let b = t.rand(DType::F32, n, 1.0);
         let len = p.out_len() + 9;
         let mut out = t.out(len);
-        t.gpu.matmul(&p, &x.0, &w.0, Some(&b.0), &mut out.0).unwrap();
-        t.cpu.matmul(&p, &x.1, &w.1, Some(&b.1), &mut out.1).unwrap();
+        let b = bias.then_some(&b);
+        t.gpu.matmul(&p, &x.0, &w.0, b.map(|b| &b.0), &mut out.0).unwrap();
+        t.cpu.matmul(&p, &x.1, &w.1, b.map(|b| &b.1), &mut out.1).unwrap();
         let x16 = t.gpu.caps().matmul_x16_from.is_some_and(|r| m >= r) && dtype != DType::F32;
         t.check(
             &format!("matmul {dtype:?} strided {m}x{n}x{k} ldo={ldo} off={off}"),
@@ -192,7 +210,8 @@ fn matmul_quantized<B: Backend>(gpu: &B, dtype: DType) {
     let ks = [bs, 2 * bs, 3 * bs + odd, 9 * bs, 1280usize.div_ceil(bs) * bs, 4096usize.div_ceil(bs) * bs];
     // CUDA: 1 the integer GEMV; 2..=64 the MMQ GEMM (n-tile variants 1 | 2 | 4 | 8 of 8 x rows, partial
     // tiles); 65, 130 and 200 the dequantize + cuBLAS path. wgpu with cooperative matrices: 2..=16
-    // matmul_coop_m16, above matmul_coop (200: several 64-row tiles and a partial one).
+    // matmul_coop_m16, 17..=64 matmul_coop, above matmul_coop_128 (200: a whole 128-row tile and
+    // a partial one).
     let ms = [1, 2, 3, 5, 8, 9, 16, 17, 32, 33, 37, 48, 64, 65, 130, 200];
     let ns = [1, 31, 64, 97, 300];
     for (i, &m) in ms.iter().enumerate() {

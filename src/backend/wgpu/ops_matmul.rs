@@ -45,9 +45,15 @@
 //!   `LSERVE_WGPU_COOP_DECODE=1`), 16-bit or quantized
 //!   weights: tensor cores through wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX ([`pick_coop`]):
 //!   `matmul_coop_m16` for m <= 16 (one 16-row fragment of x, weights read once, 16 weight rows
-//!   per workgroup with k split over its 4 subgroups), `matmul_coop` above (64x64 tiles). x and
-//!   the weights are staged as f16 (x rounded to the weights' dtype first: `Caps::matmul_x16_from`),
-//!   f32 accumulation; this replaces every kernel above for those m (not the batch-1 GEMVs).
+//!   per workgroup with k split over its 4 subgroups); `matmul_coop` (64x64 tiles) for 17..=64;
+//!   above, by default ([`coop_gemm`]),
+//!   `matmul_coop_x16` (x to f16 once, into the scratch buffer) then `matmul_coop_128` (128x128
+//!   tiles, 64x64 per subgroup, double-buffered k steps, f16 weights staged as stored; [`coop_128`];
+//!   `LSERVE_WGPU_COOP_GEMM=new256`: `matmul_coop_128_t256`, 8 subgroups of 64x32), or with
+//!   `LSERVE_WGPU_COOP_GEMM=old` (or under 44 KiB of workgroup memory) `matmul_coop`
+//!   (64x64 tiles, x and weights converted per staged tile). x and the weights are multiplied as
+//!   f16 (x rounded to the weights' dtype first: `Caps::matmul_x16_from`), f32 accumulation; this
+//!   replaces every kernel above for those m (not the batch-1 GEMVs).
 //!
 //! The tiled GEMMs dequantize quantized weights as they stage each weight tile into workgroup
 //! memory (each staged value then feeds 32 or 128 rows of FMAs).
@@ -225,6 +231,9 @@ pub fn matmul(
         return gemv_x8(be, op, p, (x, w, bias), out);
     }
     if m >= coop_from_m() && be.has_coop() && w.dtype != DType::F32 {
+        if m > COOP_TILE && coop_gemm() != CoopGemm::Tiles64 && coop128_fits(be, m, k) {
+            return coop_128(be, p, x, w, bias, out);
+        }
         let (op, groups) = pick_coop(m, n);
         let binds = pl::matmul::Binds { x, w, bias, out };
         return pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups));
@@ -234,6 +243,85 @@ pub fn matmul(
     let (op, groups) = pick(m, n, pairs, be.gpu().info.subgroup_min_size >= 8);
     let binds = pl::matmul::Binds { x, w, bias, out };
     pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups))
+}
+
+/// The cooperative-matrix GEMM for m > 64, from `LSERVE_WGPU_COOP_GEMM` (17..=64 rows always
+/// take `matmul_coop`: one 64-row tile holds them, where a 128-row tile would compute twice the
+/// padding rows in half as many workgroups, reading the weights once either way): `old` is
+/// `matmul_coop` (64x64 tiles, x and weights converted to f16 as each tile is staged); `new` (the
+/// default; any other value too) `matmul_coop_x16` + `matmul_coop_128` (module header: 128x128
+/// tiles, 4 subgroups of 64x64); `new256` the same with `matmul_coop_128_t256` (8 subgroups of
+/// 64x32) — all kept so one GPU run can compare them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoopGemm {
+    Tiles64,
+    Tiles128,
+    Tiles128T256,
+}
+
+pub fn coop_gemm() -> CoopGemm {
+    static PICK: std::sync::OnceLock<CoopGemm> = std::sync::OnceLock::new();
+    *PICK.get_or_init(|| match std::env::var("LSERVE_WGPU_COOP_GEMM").as_deref() {
+        Ok("old") => CoopGemm::Tiles64,
+        Ok("new256") => CoopGemm::Tiles128T256,
+        _ => CoopGemm::Tiles128,
+    })
+}
+
+/// Output tile of `matmul_coop_128` (`BM`, `BN` there) and threads per workgroup of
+/// `matmul_coop_x16`.
+const COOP128_TILE: usize = 128;
+const X16_WG: usize = 64;
+
+/// The `matmul_coop_128` variant of `g` and the workgroup memory it declares: two stages of two
+/// 128 x 40-half tiles, and a 1 KiB epilogue patch per subgroup (4 or 8).
+fn coop128_variant(g: CoopGemm) -> (&'static str, u32) {
+    let stages = 2 * 2 * 128 * 40 * 2;
+    match g {
+        CoopGemm::Tiles128T256 => (pl::matmul_coop_128::T256, stages + 8 * 1024),
+        _ => (pl::matmul_coop_128::OP, stages + 4 * 1024),
+    }
+}
+
+/// Whether `matmul_coop_128` can serve m rows of k (else `matmul_coop` does): the adapter's
+/// workgroup memory holds it and one buffer binding holds the f16 x as the scratch buffer
+/// allocates it (a power of two of words).
+fn coop128_fits(be: &WgpuBackend, m: usize, k: usize) -> bool {
+    let limits = &be.gpu().limits;
+    let xh_bytes = 4 * (m * x16_row(k)).div_ceil(2).max(1 << 16).next_power_of_two() as u64;
+    limits.max_compute_workgroup_storage_size >= coop128_variant(coop_gemm()).1
+        && xh_bytes <= limits.max_storage_buffer_binding_size.min(limits.max_buffer_size)
+}
+
+/// Halves per row of the f16 x of `matmul_coop_x16` (k rounded up to 8: 16-byte rows).
+pub fn x16_row(k: usize) -> usize {
+    k.div_ceil(8) * 8
+}
+
+/// m > 64 rows on adapters with cooperative matrices (`matmul_coop_128`, module header): x to
+/// f16 rows in the backend's scratch buffer (pass 1: read once, where the GEMM's 128-column
+/// tiles would each convert it again), then the 128x128-tile GEMM on it (pass 2; wgpu orders
+/// the two dispatches).
+fn coop_128(
+    be: &WgpuBackend,
+    p: &MatmulParams,
+    x: &WgpuBuffer,
+    w: &WgpuBuffer,
+    bias: &WgpuBuffer,
+    out: &mut WgpuBuffer,
+) -> Result<()> {
+    let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
+    let mut xh = be.scratch((m * x16_row(k)).div_ceil(2))?;
+    let pack = if w.dtype == DType::BF16 { pl::matmul_coop_x16::X16_BF16 } else { pl::matmul_coop_x16::OP };
+    let groups = (m * x16_row(k) / 8).div_ceil(X16_WG);
+    if groups > 0 {
+        let binds = pl::matmul_coop_x16::Binds { x, xh: &mut xh };
+        pl::matmul_coop_x16::dispatch_variant(be.gpu(), pack, None, p, binds, rows_grid(be, groups))?;
+    }
+    let tiles = m.div_ceil(COOP128_TILE) * n.div_ceil(COOP128_TILE);
+    let binds = pl::matmul_coop_128::Binds { xh: &xh, w, bias, out };
+    let op = coop128_variant(coop_gemm()).0;
+    pl::matmul_coop_128::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, tiles))
 }
 
 /// Words of the two-digit x of `matmul_gemv_x8_pack` for m rows of k (k % 32 == 0): per block of

@@ -240,8 +240,55 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         Reads::Pairs,
         true,
     ),
-    ("matmul_coop", include_str!("../../../shaders/matmul_coop.wgsl"), Reads::Coop, true),
-    ("matmul_coop_m16", include_str!("../../../shaders/matmul_coop_m16.wgsl"), Reads::Coop, true),
+    // The tensor-core GEMMs; those that stage x from f32 get its loader (shaders/coop_x.wgsl).
+    (
+        "matmul_coop",
+        concat!(include_str!("../../../shaders/coop_x.wgsl"), include_str!("../../../shaders/matmul_coop.wgsl")),
+        Reads::Coop,
+        true,
+    ),
+    (
+        "matmul_coop_m16",
+        concat!(include_str!("../../../shaders/coop_x.wgsl"), include_str!("../../../shaders/matmul_coop_m16.wgsl")),
+        Reads::Coop,
+        true,
+    ),
+    // One source, two workgroup shapes (ops_matmul.rs `coop_gemm`): 4 subgroups of 64x64, or 8
+    // of 64x32 (LSERVE_WGPU_COOP_GEMM=new256).
+    (
+        "matmul_coop_128",
+        concat!("const NSG: u32 = 4u;\n", include_str!("../../../shaders/matmul_coop_128.wgsl")),
+        Reads::Coop,
+        true,
+    ),
+    (
+        "matmul_coop_128_t256",
+        concat!("const NSG: u32 = 8u;\n", include_str!("../../../shaders/matmul_coop_128.wgsl")),
+        Reads::Coop,
+        true,
+    ),
+    // Pass 1 of matmul_coop_128, x to f16 once (to bf16 first for bf16 weights: the `_bf16`
+    // variant); f32 arithmetic and pack2x16float only, so no feature is needed.
+    (
+        "matmul_coop_x16",
+        concat!(
+            "const X_BF16: bool = false;\n",
+            include_str!("../../../shaders/coop_round.wgsl"),
+            include_str!("../../../shaders/matmul_coop_x16.wgsl")
+        ),
+        Reads::Nothing,
+        false,
+    ),
+    (
+        "matmul_coop_x16_bf16",
+        concat!(
+            "const X_BF16: bool = true;\n",
+            include_str!("../../../shaders/coop_round.wgsl"),
+            include_str!("../../../shaders/matmul_coop_x16.wgsl")
+        ),
+        Reads::Nothing,
+        false,
+    ),
     // One source, 1, 2 or 4 weight rows per subgroup (ops_matmul.rs `gemv_x8_pick`).
     (
         "matmul_gemv_x8",
@@ -308,8 +355,10 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
 /// of a quantized weight dtype.
 pub const QUANT_WEIGHTS: &str = include_str!("../../../shaders/quant_weights.wgsl");
 
-/// The f16 staging helpers of the cooperative-matrix GEMMs (`to_f16`, `x_group`, `w_group`).
-pub const COOP_COMMON: &str = include_str!("../../../shaders/coop_common.wgsl");
+/// The f16 rounding and staging helpers of the cooperative-matrix GEMMs (`round_f16`, `to_f16`,
+/// `w_group`, `w_group16`; the f32-x GEMMs add shaders/coop_x.wgsl's `x_group`).
+pub const COOP_COMMON: &str =
+    concat!(include_str!("../../../shaders/coop_round.wgsl"), include_str!("../../../shaders/coop_common.wgsl"));
 
 /// The int8-x slice functions of the quantized weight formats (`wx8_<fmt>`, `WX8_SLICE_<FMT>`),
 /// part of the `matmul_gemv_x8` modules (weights bound as 16-byte words).
@@ -353,9 +402,11 @@ fn quant_snippet(reads: Reads, d: DType) -> Option<String> {
              fn w8(i: u32) -> array<vec4<f32>, 2> {{ let g = w_cols() / 8u; let r = i / g; return deq8_{f}(r, i - r * g); }}\n"
         ),
         Reads::Coop => format!(
-            "{QUANT_WEIGHTS}\nconst X_BF16: bool = false;\nconst W_F16: bool = false;\n\
+            "@group(0) @binding(2) var<storage, read> w: array<u32>;\n\
+             {QUANT_WEIGHTS}\nconst X_BF16: bool = false;\nconst W_F16: bool = false;\n\
              fn load_w(i: u32) -> f32 {{ let k = w_cols(); let r = i / k; return deq1_{f}(r, i - r * k); }}\n\
              fn w8(i: u32) -> array<vec4<f32>, 2> {{ let g = w_cols() / 8u; let r = i / g; return deq8_{f}(r, i - r * g); }}\n\
+             fn wh8(i: u32) -> mat2x4<f16> {{ let v = w8(i); return mat2x4<f16>(w16x4(v[0]), w16x4(v[1])); }}\n\
              {COOP_COMMON}\n"
         ),
         Reads::X8 if has_x8(d) => format!(
@@ -421,21 +472,26 @@ fn weight_snippet(reads: Reads, v: Variant) -> Option<String> {
             "vec4<f32>(bf2(q.x), bf2(q.y)), vec4<f32>(bf2(q.z), bf2(q.w))); }\n"
         ),
         (Reads::Coop, DType::F16, _) => {
+            // f16 weights as 16-byte words of 8 native f16 (SHADER_F16 storage): wh8 hands them
+            // to the GEMM as stored.
             return Some(format!(
-                "const X_BF16: bool = false;\nconst W_F16: bool = true;\n\
-                 fn load_w(i: u32) -> f32 {{ let p = unpack2x16float(w[i >> 1u]); return select(p.x, p.y, (i & 1u) == 1u); }}\n\
-                 fn w8(i: u32) -> array<vec4<f32>, 2> {{ let b = 4u * i; return array<vec4<f32>, 2>(\
-                 vec4<f32>(unpack2x16float(w[b]), unpack2x16float(w[b + 1u])), vec4<f32>(unpack2x16float(w[b + 2u]), unpack2x16float(w[b + 3u]))); }}\n\
+                "@group(0) @binding(2) var<storage, read> w: array<mat2x4<f16>>;\n\
+                 const X_BF16: bool = false;\nconst W_F16: bool = true;\n\
+                 fn load_w(i: u32) -> f32 {{ return f32(w[i / 8u][(i / 4u) % 2u][i % 4u]); }}\n\
+                 fn w8(i: u32) -> array<vec4<f32>, 2> {{ let q = w[i]; return array<vec4<f32>, 2>(vec4<f32>(q[0]), vec4<f32>(q[1])); }}\n\
+                 fn wh8(i: u32) -> mat2x4<f16> {{ return w[i]; }}\n\
                  {COOP_COMMON}\n"
             ));
         }
         (Reads::Coop, DType::BF16, _) => {
             return Some(format!(
-                "const X_BF16: bool = true;\nconst W_F16: bool = false;\n\
+                "@group(0) @binding(2) var<storage, read> w: array<u32>;\n\
+                 const X_BF16: bool = true;\nconst W_F16: bool = false;\n\
                  fn load_w(i: u32) -> f32 {{ let v = w[i >> 1u]; return bitcast<f32>(select(v << 16u, v & 0xffff0000u, (i & 1u) == 1u)); }}\n\
                  fn bf2(v: u32) -> vec2<f32> {{ return vec2<f32>(bitcast<f32>(v << 16u), bitcast<f32>(v & 0xffff0000u)); }}\n\
                  fn w8(i: u32) -> array<vec4<f32>, 2> {{ let b = 4u * i; return array<vec4<f32>, 2>(\
                  vec4<f32>(bf2(w[b]), bf2(w[b + 1u])), vec4<f32>(bf2(w[b + 2u]), bf2(w[b + 3u]))); }}\n\
+                 fn wh8(i: u32) -> mat2x4<f16> {{ let v = w8(i); return mat2x4<f16>(w16x4(v[0]), w16x4(v[1])); }}\n\
                  {COOP_COMMON}\n"
             ));
         }
