@@ -126,7 +126,15 @@ template <> struct is_kv8<e4m3_t> { static const bool value = true; };
 #define KV8_INV127_BITS 0x3c010204u
 #define KV8_NAN_SCALE_BITS 0x7fc00000u
 
-// Byte offset of the codes / the scale of the row at float-pool element offset `el` (= row * hd).
+// Byte offset of the codes / the scale of row o of (page, head) block blk (= page * heads + head).
+__device__ __forceinline__ u64 kv8_row_code_off(u64 blk, u32 o, u32 ps, u32 hd) {
+    return blk * ps * (hd + 4) + (u64)o * hd;
+}
+__device__ __forceinline__ u64 kv8_row_scale_off(u64 blk, u32 o, u32 ps, u32 hd) {
+    return blk * ps * (hd + 4) + (u64)ps * hd + 4u * o;
+}
+// The same for the row at float-pool element offset `el` (= row * hd); a 32-bit offset (the
+// decode kernels') divides in 32 bits, a 64-bit one in 64 (a software routine each).
 __device__ __forceinline__ u64 kv8_code_off(u64 el, u32 ps, u32 hd) {
     u64 row = el / hd;
     return (row / ps) * (u64)ps * (hd + 4) + (row % ps) * hd;
@@ -135,15 +143,6 @@ __device__ __forceinline__ u64 kv8_scale_off(u64 el, u32 ps, u32 hd) {
     u64 row = el / hd;
     return (row / ps) * (u64)ps * (hd + 4) + (u64)ps * hd + 4 * (row % ps);
 }
-// The same for row o of (page, head) block blk (= page * heads + head): no division.
-__device__ __forceinline__ u64 kv8_row_code_off(u64 blk, u32 o, u32 ps, u32 hd) {
-    return blk * ps * (hd + 4) + (u64)o * hd;
-}
-__device__ __forceinline__ u64 kv8_row_scale_off(u64 blk, u32 o, u32 ps, u32 hd) {
-    return blk * ps * (hd + 4) + (u64)ps * hd + 4u * o;
-}
-// 32-bit element offsets (the decode kernels' u32 offsets): 32-bit divisions instead of the
-// 64-bit ones above (a software routine each).
 __device__ __forceinline__ u64 kv8_code_off(u32 el, u32 ps, u32 hd) {
     u32 row = el / hd;
     return kv8_row_code_off(row / ps, row % ps, ps, hd);
@@ -248,6 +247,24 @@ __device__ __forceinline__ float kv_elem<e4m3_t>(const e4m3_t* pool, u64 el, u32
     float s = *reinterpret_cast<const float*>(b + kv8_scale_off(el, ps, hd));
     return __fmul_rn(kv8_value_e4m3(b[kv8_code_off(el, ps, hd) + d]), s);
 }
+
+// The shared-state-space address of a generic pointer into shared memory (cp.async, ldmatrix,
+// wgmma descriptors take it).
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 s;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(s) : "l"(p));
+    return s;
+}
+// Asynchronous global -> shared copies (sm_80+): 16 bytes (L2 only) or 4 (an 8-bit row's scale),
+// in commit groups waited on with cp_async_wait<N> (N groups may stay in flight).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // ---- tensor-core fragments (mma.sync m16n8k16, f32 accumulation; sm_80+) --------------------------
 

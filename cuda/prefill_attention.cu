@@ -305,17 +305,6 @@ template <typename KT> struct PmType { typedef KT T; };
 template <> struct PmType<i8kv_t> { typedef f16_t T; };
 template <> struct PmType<e4m3_t> { typedef f16_t T; };
 
-__device__ __forceinline__ u32 pm_smem_addr(const void* p) {
-    u32 s;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(s) : "l"(p));
-    return s;
-}
-__device__ __forceinline__ void pm_cp_async16(void* smem, const void* gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(pm_smem_addr(smem)), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void pm_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void pm_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
 // 2^x by the MUFU unit, subnormal results flushed to zero (they are below any weight P V keeps).
 __device__ __forceinline__ float pm_exp2(float x) {
     float y;
@@ -327,13 +316,13 @@ __device__ __forceinline__ float pm_exp2(float x) {
 __device__ __forceinline__ void pm_ldsm_x4(u32* r, const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(pm_smem_addr(p)));
+                 : "r"(smem_addr(p)));
 }
 // The same, transposed.
 __device__ __forceinline__ void pm_ldsm_x4_t(u32* r, const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(pm_smem_addr(p)));
+                 : "r"(smem_addr(p)));
 }
 
 
@@ -396,6 +385,42 @@ __device__ __forceinline__ bool pm_tile(const AttentionParams& p, const u32* q_i
     return true;
 }
 
+// The key tiles (of BK keys) a tile of query rows visits, in order: a sparse block's list pages
+// first, as nvt tiles of virtual keys 0..nv, then the visible ranges [lo_a, hi_a) and [lo_b, hi_b)
+// as tiles [ta0, ta0 + na) and [tb0, ...), merged when they touch; n tiles in all.
+struct PmKeyTiles {
+    u32 nvt, ta0, na, tb0, n, bk;
+    // The first key (position, or virtual key for the list tiles) of tile ti.
+    __device__ __forceinline__ u32 k0(u32 ti) const {
+        return ti < nvt ? ti * bk : (ti - nvt < na ? ta0 + (ti - nvt) : tb0 + (ti - nvt - na)) * bk;
+    }
+};
+__device__ __forceinline__ PmKeyTiles pm_key_tiles(const PmTile& t, u32 bk) {
+    u32 ta0 = t.lo_a / bk, ta1 = t.hi_a > t.lo_a ? (t.hi_a + bk - 1) / bk : ta0;
+    u32 tb0 = t.lo_b / bk, tb1 = t.hi_b > t.lo_b ? (t.hi_b + bk - 1) / bk : tb0;
+    if (tb1 > tb0 && ta1 > ta0 && tb0 < ta1) { ta1 = max(ta1, tb1); tb1 = tb0; }
+    if (ta1 <= ta0) { ta0 = tb0; ta1 = tb1; tb1 = tb0; }
+    const u32 nvt = (t.nv + bk - 1) / bk;
+    return PmKeyTiles{nvt, ta0, ta1 - ta0, tb0, nvt + (ta1 - ta0) + (tb1 - tb0), bk};
+}
+
+// Pool element offset of key j of tile ti, NONE_U32 outside the tile's visible ranges (a list
+// tile's key: its list page's, lst as pm_block_list wrote it).
+__device__ __forceinline__ u32 pm_key_at(const AttentionParams& p, const PmTile& t, const PmKeyTiles& kt,
+                                         const u32* lst, u32 ti, u32 j, const u32* page_indptr,
+                                         const u32* page_table, const u32* ring_table, u32 page_table_len,
+                                         u32 ring_table_len) {
+    const u32 kk = kt.k0(ti) + j;
+    if (ti < kt.nvt) {
+        if (kk >= t.nv) return NONE_U32;
+        const u32 kp = lst[kk / p.page_size] * p.page_size + kk % p.page_size;
+        return key_offset(p, false, t.hi, t.s, kp, page_indptr, page_table, ring_table, page_table_len, ring_table_len);
+    }
+    const bool in = (kk >= t.lo_a && kk < t.hi_a) || (kk >= t.lo_b && kk < t.hi_b);
+    return in ? key_offset(p, t.streaming, t.hi, t.s, kk, page_indptr, page_table, ring_table, page_table_len,
+                           ring_table_len)
+              : NONE_U32;
+}
 
 // Long (about 220 lines) on purpose: the kernel's phases (Q fragments, cp.async K/V stages, mma
 // scores, online softmax, P.V, output) share its registers and shared memory; split into device
@@ -445,18 +470,8 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
     const KT* kpool = t.streaming ? sk : k;
     const KT* vpool = t.streaming ? sv : v;
 
-    // Key tiles: [ta0, ta1) then [tb0, tb1), merged when they touch.
-    u32 ta0 = t.lo_a / BK, ta1 = t.hi_a > t.lo_a ? (t.hi_a + BK - 1) / BK : ta0;
-    u32 tb0 = t.lo_b / BK, tb1 = t.hi_b > t.lo_b ? (t.hi_b + BK - 1) / BK : tb0;
-    if (tb1 > tb0 && ta1 > ta0 && tb0 < ta1) { ta1 = max(ta1, tb1); tb1 = tb0; }
-    if (ta1 <= ta0) { ta0 = tb0; ta1 = tb1; tb1 = tb0; }
-    // A sparse block's list pages come first, as nvt tiles of virtual keys 0..nv.
-    const u32 nvt = (t.nv + BK - 1) / BK;
-    const u32 na = ta1 - ta0, n_tiles = nvt + na + (tb1 - tb0);
-    // The first key (position, or virtual key for the list tiles) of tile ti.
-    auto tile_k0 = [&](u32 ti) {
-        return ti < nvt ? ti * BK : (ti - nvt < na ? ta0 + (ti - nvt) : tb0 + (ti - nvt - na)) * BK;
-    };
+    const PmKeyTiles tiles = pm_key_tiles(t, BK);
+    const u32 n_tiles = tiles.n;
 
     // Q rows, rounded to KT; rows past the tile and dims past head_dim are zero.
     for (u32 i = tid; i < BQ * (D / 4); i += PM_THREADS) {
@@ -466,20 +481,8 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
         *reinterpret_cast<uint2*>(qs + r * LD + d) = make_uint2(mma_pack<CT>(x.x, x.y), mma_pack<CT>(x.z, x.w));
     }
 
-    // Pool element offset of the key at position kp, NONE_U32 outside the tile's visible ranges.
-    auto key_el = [&](u32 kp) {
-        const bool in = (kp >= t.lo_a && kp < t.hi_a) || (kp >= t.lo_b && kp < t.hi_b);
-        return in ? key_offset(p, t.streaming, t.hi, t.s, kp, page_indptr, page_table, ring_table, page_table_len,
-                               ring_table_len)
-                  : NONE_U32;
-    };
-    // Pool element offset of key j of tile ti (a list page's key for ti < nvt).
     auto key_at = [&](u32 ti, u32 j) {
-        const u32 kk = tile_k0(ti) + j;
-        if (ti >= nvt) return key_el(kk);
-        if (kk >= t.nv) return NONE_U32;
-        const u32 kp = lst[kk / p.page_size] * p.page_size + kk % p.page_size;
-        return key_offset(p, false, t.hi, t.s, kp, page_indptr, page_table, ring_table, page_table_len, ring_table_len);
+        return pm_key_at(p, t, tiles, lst, ti, j, page_indptr, page_table, ring_table, page_table_len, ring_table_len);
     };
 
     // 8-bit KV: stage the codes (16-byte cp.async) and the row scales (4-byte cp.async) of key
@@ -494,13 +497,11 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
             const u32 el = key_at(ti, j);
             if (el != NONE_U32) {
                 const u32 row = el / D, blk = row / p.page_size, r = row - blk * p.page_size;
-                const u64 base = (u64)blk * p.page_size * (D + 4);
-                const u64 code = base + (u64)r * D, sc = base + (u64)p.page_size * D + 4u * r;
+                const u64 code = kv8_row_code_off(blk, r, p.page_size, D), sc = kv8_row_scale_off(blk, r, p.page_size, D);
                 const unsigned char* kb = reinterpret_cast<const unsigned char*>(kpool);
                 const unsigned char* vb = reinterpret_cast<const unsigned char*>(vpool);
-                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(pm_smem_addr(ss + j)), "l"(kb + sc) : "memory");
-                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(pm_smem_addr(ss + BK + j)), "l"(vb + sc)
-                             : "memory");
+                cp_async4(ss + j, kb + sc);
+                cp_async4(ss + BK + j, vb + sc);
                 lo = (u32)code;
                 hi32 = (u32)(code >> 32);
             } else {
@@ -517,14 +518,14 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
             unsigned char* kd = kr8 + j * D + c;
             if (olo != NONE_U32 || ohi != 0u) {
                 const u64 code = ((u64)ohi << 32) | olo;
-                pm_cp_async16(kd, reinterpret_cast<const unsigned char*>(kpool) + code + c);
-                pm_cp_async16(kd + BK * D, reinterpret_cast<const unsigned char*>(vpool) + code + c);
+                cp_async16(kd, reinterpret_cast<const unsigned char*>(kpool) + code + c);
+                cp_async16(kd + BK * D, reinterpret_cast<const unsigned char*>(vpool) + code + c);
             } else {
                 *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
                 *reinterpret_cast<uint4*>(kd + BK * D) = make_uint4(0, 0, 0, 0);
             }
         }
-        pm_cp_commit();
+        cp_async_commit();
     };
     // 8-bit KV: the codes of raw stage st as exact f16 values in the K/V tiles (16 codes an item).
     auto convert8 = [&](u32 st) {
@@ -561,14 +562,14 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
                 const u32 off = __shfl_sync(0xffffffffu, mine, lane / CH + WR * n);
                 const u32 j = warp * WR + lane / CH + RP * n;
                 if (off != NONE_U32 && (FULL || d < hd)) {
-                    pm_cp_async16(kd + j * LD + d, kpool + off + d);
-                    pm_cp_async16(vd + j * LD + d, vpool + off + d);
+                    cp_async16(kd + j * LD + d, kpool + off + d);
+                    cp_async16(vd + j * LD + d, vpool + off + d);
                 } else {
                     *reinterpret_cast<uint4*>(kd + j * LD + d) = make_uint4(0, 0, 0, 0);
                     *reinterpret_cast<uint4*>(vd + j * LD + d) = make_uint4(0, 0, 0, 0);
                 }
             }
-            pm_cp_commit();
+            cp_async_commit();
         }
     };
     if (n_tiles > 0) stage(0, 0);
@@ -608,7 +609,7 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
 
     for (u32 ti = 0; ti < n_tiles; ti++) {
         const u32 st = ti & 1;
-        if (ti + 1 < n_tiles) { stage(st ^ 1, ti + 1); pm_cp_wait<1>(); } else { pm_cp_wait<0>(); }
+        if (ti + 1 < n_tiles) { stage(st ^ 1, ti + 1); cp_async_wait<1>(); } else { cp_async_wait<0>(); }
         __syncthreads();
         if (QREG && ti == 0) {
 #pragma unroll
@@ -623,8 +624,8 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
         }
         const CT* kt = ks + (KV8 ? 0 : st) * BK * LD;
         const CT* vt = vs + (KV8 ? 0 : st) * BK * LD;
-        const u32 k0 = tile_k0(ti);
-        const bool virt = ti < nvt;
+        const u32 k0 = tiles.k0(ti);
+        const bool virt = ti < tiles.nvt;
 
         // S = Q K^T over the dims that exist. Lane l addresses key (l & 7) + 8 (l >> 4), dims
         // + 8 ((l >> 3) & 1): matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15) = b0 b1 of two n-tiles.

@@ -122,7 +122,7 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
     static_assert(WR * NP <= 32, "a warp's rows of a tile must fit its lanes");
     extern __shared__ __align__(16) unsigned char pw_smem[];
     // Q at 0, K stage st at (1 + st) PW_TILE, V stage st at (3 + st) PW_TILE from a 1024-aligned base.
-    const u32 raw_addr = pm_smem_addr(pw_smem);
+    const u32 raw_addr = smem_addr(pw_smem);
     const u32 base = (raw_addr + 1023u) & ~1023u;
     unsigned char* sm = pw_smem + (base - raw_addr);
 
@@ -139,30 +139,11 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
     const KT* kpool = t.streaming ? sk : k;
     const KT* vpool = t.streaming ? sv : v;
 
-    // Key tiles: [ta0, ta1) then [tb0, tb1), merged when they touch; a sparse block's list pages
-    // first, as nvt tiles of virtual keys 0..nv (as prefill_mma_impl).
-    u32 ta0 = t.lo_a / BK, ta1 = t.hi_a > t.lo_a ? (t.hi_a + BK - 1) / BK : ta0;
-    u32 tb0 = t.lo_b / BK, tb1 = t.hi_b > t.lo_b ? (t.hi_b + BK - 1) / BK : tb0;
-    if (tb1 > tb0 && ta1 > ta0 && tb0 < ta1) { ta1 = max(ta1, tb1); tb1 = tb0; }
-    if (ta1 <= ta0) { ta0 = tb0; ta1 = tb1; tb1 = tb0; }
-    const u32 nvt = (t.nv + BK - 1) / BK;
-    const u32 na = ta1 - ta0, n_tiles = nvt + na + (tb1 - tb0);
-    auto tile_k0 = [&](u32 ti) {
-        return ti < nvt ? ti * BK : (ti - nvt < na ? ta0 + (ti - nvt) : tb0 + (ti - nvt - na)) * BK;
-    };
-    // Pool element offset of key j of tile ti, NONE_U32 outside the tile's visible ranges.
+    // Key tiles and their keys as prefill_mma_impl visits them (pm_key_tiles, pm_key_at).
+    const PmKeyTiles tiles = pm_key_tiles(t, BK);
+    const u32 n_tiles = tiles.n;
     auto key_at = [&](u32 ti, u32 j) {
-        const u32 kk = tile_k0(ti) + j;
-        if (ti < nvt) {
-            if (kk >= t.nv) return NONE_U32;
-            const u32 kp = lst[kk / p.page_size] * p.page_size + kk % p.page_size;
-            return key_offset(p, false, t.hi, t.s, kp, page_indptr, page_table, ring_table, page_table_len,
-                              ring_table_len);
-        }
-        const bool in = (kk >= t.lo_a && kk < t.hi_a) || (kk >= t.lo_b && kk < t.hi_b);
-        return in ? key_offset(p, t.streaming, t.hi, t.s, kk, page_indptr, page_table, ring_table, page_table_len,
-                               ring_table_len)
-                  : NONE_U32;
+        return pm_key_at(p, t, tiles, lst, ti, j, page_indptr, page_table, ring_table, page_table_len, ring_table_len);
     };
 
     // Q rows, rounded to KT, swizzled; rows past the tile are zero.
@@ -191,14 +172,14 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
             const u32 off = __shfl_sync(0xffffffffu, mine, lane / CH + WR * n);
             const u32 o = pw_swz(warp * WR + lane / CH + RP * n, c);
             if (off != NONE_U32) {
-                pm_cp_async16(kd + o, kpool + off + 8 * c);
-                pm_cp_async16(vd + o, vpool + off + 8 * c);
+                cp_async16(kd + o, kpool + off + 8 * c);
+                cp_async16(vd + o, vpool + off + 8 * c);
             } else {
                 *reinterpret_cast<uint4*>(kd + o) = make_uint4(0, 0, 0, 0);
                 *reinterpret_cast<uint4*>(vd + o) = make_uint4(0, 0, 0, 0);
             }
         }
-        pm_cp_commit();
+        cp_async_commit();
     };
     if (n_tiles > 0) stage(0, 0);
 
@@ -220,7 +201,7 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
         const u32 st = ti & 1;
         // Tile ti landed (every thread's copies), visible to the async proxy, for every warp;
         // and (without OVL) every warpgroup finished tile ti - 1, so its stage may be refilled below.
-        pm_cp_wait<0>();
+        cp_async_wait<0>();
         pw_fence_proxy();
         __syncthreads();
         const u32 kb = base + (1 + st) * PW_TILE, vb = base + (3 + st) * PW_TILE;
@@ -248,8 +229,8 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
         if constexpr (OVL) pw_pin(acc);
 
         // Mask (boundary tiles only), online softmax on raw scores (qscale > 0).
-        const u32 k0 = tile_k0(ti);
-        const bool virt = ti < nvt;
+        const u32 k0 = tiles.k0(ti);
+        const bool virt = ti < tiles.nvt;
         const bool full = virt ? k0 + BK <= t.nv
                                : k0 + BK - 1 <= t.p_lo && k0 >= wlo_hi &&
                                      (!t.streaming || k0 + BK <= p.sink || t.p_hi - k0 < p.local);

@@ -15,16 +15,13 @@
 // rows is one round trip to memory, not sixteen); rows are addressed as (block, offset) without
 // divisions.
 
-__device__ __forceinline__ float kv8_decode(i8kv_t, u32 b) { return kv8_value_i8(b); }
-__device__ __forceinline__ float kv8_decode(e4m3_t, u32 b) { return kv8_value_e4m3(b); }
-
 // Element c of row o of (page, head) block blk, as stored.
 template <typename KT>
 __device__ __forceinline__ float summary_elem(const KT* k, u64 blk, u32 o, u32 c, u32 ps, u32 hd) {
     if constexpr (is_kv8<KT>::value) {
         const unsigned char* b = reinterpret_cast<const unsigned char*>(k);
         float s = *reinterpret_cast<const float*>(b + kv8_row_scale_off(blk, o, ps, hd));
-        return __fmul_rn(kv8_decode(KT{}, b[kv8_row_code_off(blk, o, ps, hd) + c]), s);
+        return __fmul_rn(kv8_value(KT{b[kv8_row_code_off(blk, o, ps, hd) + c]}), s);
     } else {
         return to_f32(k[(blk * ps + o) * hd + c]);
     }

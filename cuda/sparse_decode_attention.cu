@@ -112,17 +112,6 @@ __device__ __forceinline__ u32 decode_key_list(const AttentionParams& p, u32 kvh
 
 #define SD2_THREADS 128
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-    u32 s;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(s) : "l"(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// 4-byte copy (an 8-bit row's scale), in the same commit groups as the 16-byte ones.
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((u32)__cvta_generic_to_shared(smem)), "l"(gmem) : "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // Eight elements from 16 bytes of shared memory.
 __device__ __forceinline__ void smem8(const float* p, float* o) {
@@ -530,7 +519,7 @@ __device__ __forceinline__ typename Raw8<KT>::T load_row8(const KT* pool, KeyAdd
     if (x.a == NONE_U32) return R{};
     if constexpr (is_kv8<KT>::value) {
         const unsigned char* b = reinterpret_cast<const unsigned char*>(pool);
-        const u64 code = (u64)x.a * ps * (hd + 4) + x.b * hd + at;
+        const u64 code = kv8_row_code_off(x.a, x.b, ps, hd) + at;
         return __ldg(reinterpret_cast<const uint2*>(b + code));
     } else {
         return __ldg(reinterpret_cast<const uint4*>(pool + x.a + at));
@@ -546,8 +535,7 @@ template <typename KT> __device__ __forceinline__ float row_scale(const KT* pool
     if constexpr (is_kv8<KT>::value) {
         if (x.a == NONE_U32) return 0.0f;
         const unsigned char* b = reinterpret_cast<const unsigned char*>(pool);
-        const u64 at = (u64)x.a * ps * (hd + 4) + (u64)ps * hd + 4 * x.b;
-        return __ldg(reinterpret_cast<const float*>(b + at)) * code_scale<KT>();
+        return __ldg(reinterpret_cast<const float*>(b + kv8_row_scale_off(x.a, x.b, ps, hd))) * code_scale<KT>();
     } else {
         return 1.0f;
     }
