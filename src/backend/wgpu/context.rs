@@ -126,8 +126,8 @@ impl WgpuOptions {
 }
 
 /// Workgroup memory the cooperative-matrix GEMMs need at least (`matmul_coop_m16`: 22 KiB);
-/// `matmul_coop_128` (44 KiB) runs only where the adapter has that much
-/// (`ops_matmul::coop128_fits`), else `matmul_coop` serves its rows.
+/// `matmul_coop_128_t256` (48 KiB; `matmul_coop_128` 44 KiB) runs only where the adapter has that
+/// much (`ops_matmul::coop128_fits`), else `matmul_coop` serves its rows.
 const COOP_WORKGROUP_BYTES: u32 = 22 * 1024;
 
 /// Whether the adapter's cooperative-matrix configurations include the one the `matmul_coop*`

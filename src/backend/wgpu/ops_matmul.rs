@@ -50,7 +50,7 @@
 //!   `matmul_coop_x16` (x to f16 once, into the scratch buffer) then `matmul_coop_128_t256`
 //!   (128x128 tiles, 8 subgroups of 64x32, double-buffered k steps, f16 weights staged as stored;
 //!   [`coop_128`]; `LSERVE_WGPU_COOP_GEMM=new`: `matmul_coop_128`, 4 subgroups of 64x64), or with
-//!   `LSERVE_WGPU_COOP_GEMM=old` (or under 44 KiB of workgroup memory) `matmul_coop`
+//!   `LSERVE_WGPU_COOP_GEMM=old` (or without the variant's 48 / 44 KiB of workgroup memory) `matmul_coop`
 //!   (64x64 tiles, x and weights converted per staged tile). x and the weights are multiplied as
 //!   f16 (x rounded to the weights' dtype first: `Caps::matmul_x16_from`), f32 accumulation; this
 //!   replaces every kernel above for those m (not the batch-1 GEMVs).
