@@ -541,7 +541,42 @@ template <typename KT> __device__ __forceinline__ float row_scale(const KT* pool
     }
 }
 
+// One warp's 16-key tile as loaded: K codes/values of keys r and r + 8, V of keys 2c, 2c + 1,
+// 2c + 8, 2c + 9 (as `load_row8`), the keys' row scales (1 for 16-bit KV, 0 when absent) and
+// whether keys r and r + 8 exist.
+template <typename KT, int D> struct DecodeTile {
+    typename Raw8<KT>::T kw[2][D / 32], vw[4][D / 64];
+    float ks0, ks1, vs0, vs1;
+    bool has0, has1;
+};
+// Issues every load of the tile whose 16 key addresses lane l % 16 holds in `ka` (warp-wide:
+// the addresses are shuffled). Nothing here waits on the loads.
 template <typename KT, int D>
+__device__ __forceinline__ void load_tile(DecodeTile<KT, D>& t, KeyAddr ka, const KT* kp, const KT* vp, u32 ps,
+                                          u32 r, u32 c) {
+    constexpr int KC = D / 32, VC = D / 64;
+    const KeyAddr ok0 = shfl_addr<KT>(ka, r), ok1 = shfl_addr<KT>(ka, r + 8);
+    KeyAddr ov[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) ov[i] = shfl_addr<KT>(ka, 2 * c + (i & 1) + 8 * (i >> 1));
+#pragma unroll
+    for (int j = 0; j < KC; j++) {
+        t.kw[0][j] = load_row8<KT>(kp, ok0, 32 * j + 8 * c, ps, D);
+        t.kw[1][j] = load_row8<KT>(kp, ok1, 32 * j + 8 * c, ps, D);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int h = 0; h < VC; h++) t.vw[i][h] = load_row8<KT>(vp, ov[i], 64 * h + 8 * r, ps, D);
+    t.ks0 = row_scale<KT>(kp, ok0, ps, D);
+    t.ks1 = row_scale<KT>(kp, ok1, ps, D);
+    t.vs0 = row_scale<KT>(vp, ok0, ps, D);
+    t.vs1 = row_scale<KT>(vp, ok1, ps, D);
+    t.has0 = ok0.a != NONE_U32;
+    t.has1 = ok1.a != NONE_U32;
+}
+
+template <typename KT, int D, bool PF>
 __device__ void decode_mma_impl(AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk,
                                 const KT* sv, const u32* head_map, const u32* page_indptr, const u32* page_table,
                                 const u32* kv_len, const u32* ring_table, const u32* selected, const u32* counts,
@@ -586,9 +621,6 @@ __device__ void decode_mma_impl(AttentionParams p, const float* q, const KT* k, 
     float m0 = -LS_INF, m1 = -LS_INF, l0 = 0.0f, l1 = 0.0f;  // heads 2 c, 2 c + 1
     const KT* kp = ls.streaming ? sk : k;
     const KT* vp = ls.streaming ? sv : v;
-    // The trip count is warp-uniform (shuffles, mma and movmatrix use the full warp). Each
-    // iteration looks up the next tile's key addresses (page-table reads) before it waits on this
-    // tile's K/V, so the two latencies overlap.
     auto addr_of = [&](u32 tb) {
         const u32 e = tb + (lane & 15);
         const u32 off = e < end ? slot_offset(p, ls, e, page_indptr, page_table, ring_table, selected,
@@ -596,34 +628,38 @@ __device__ void decode_mma_impl(AttentionParams p, const float* q, const KT* k, 
                                 : NONE_U32;
         return key_addr<KT>(off, ps, D);  // one division per lane, not per load
     };
-    KeyAddr ka_next = addr_of(start + warp * 16);
-    for (u32 tb = start + warp * 16; tb < end; tb += SDM_WARPS * 16) {
-        const KeyAddr ka = ka_next;
-        const KeyAddr ok0 = shfl_addr<KT>(ka, r), ok1 = shfl_addr<KT>(ka, r + 8);
-        KeyAddr ov[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) ov[i] = shfl_addr<KT>(ka, 2 * c + (i & 1) + 8 * (i >> 1));
-        typename Raw8<KT>::T kw[2][KC], vw[4][VC];
-#pragma unroll
-        for (int j = 0; j < KC; j++) {
-            kw[0][j] = load_row8<KT>(kp, ok0, 32 * j + 8 * c, ps, D);
-            kw[1][j] = load_row8<KT>(kp, ok1, 32 * j + 8 * c, ps, D);
+    // The trip count is warp-uniform (shuffles, mma and movmatrix use the full warp). Without PF
+    // an iteration issues its tile's loads, then looks up the next tile's key addresses (page-
+    // table reads) before it waits on them, so the two latencies overlap. With PF (8-bit KV, whose
+    // tiles are half the bytes) the next tile's K/V loads are issued before this tile is computed
+    // and the addresses are looked up two tiles ahead: each warp keeps twice the bytes in flight.
+    constexpr u32 STEP = SDM_WARPS * 16;
+    u32 tb = start + warp * 16;
+    KeyAddr ka_next = addr_of(tb);
+    DecodeTile<KT, D> cur;
+    if (PF && tb < end) {
+        load_tile<KT, D>(cur, ka_next, kp, vp, ps, r, c);
+        if (tb + STEP < end) ka_next = addr_of(tb + STEP);
+    }
+    for (; tb < end; tb += STEP) {
+        DecodeTile<KT, D> nxt;
+        if (PF) {
+            if (tb + STEP < end) {
+                load_tile<KT, D>(nxt, ka_next, kp, vp, ps, r, c);
+                if (tb + 2 * STEP < end) ka_next = addr_of(tb + 2 * STEP);
+            }
+        } else {
+            load_tile<KT, D>(cur, ka_next, kp, vp, ps, r, c);
+            if (tb + STEP < end) ka_next = addr_of(tb + STEP);
         }
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-            for (int h = 0; h < VC; h++) vw[i][h] = load_row8<KT>(vp, ov[i], 64 * h + 8 * r, ps, D);
-        const float ks0 = row_scale<KT>(kp, ok0, ps, D), ks1 = row_scale<KT>(kp, ok1, ps, D);
-        float vs0 = row_scale<KT>(vp, ok0, ps, D), vs1 = row_scale<KT>(vp, ok1, ps, D);
-        if (tb + SDM_WARPS * 16 < end) ka_next = addr_of(tb + SDM_WARPS * 16);
-
+        const DecodeTile<KT, D>& t = cur;
         // Two independent accumulator chains (the hi and the lo part of q), summed after.
         float sq[2][4] = {};
 #pragma unroll
         for (int j = 0; j < KC; j++) {
             u32 k0[4], k1[4];
-            unpack8<KT>(kw[0][j], k0);
-            unpack8<KT>(kw[1][j], k1);
+            unpack8<KT>(t.kw[0][j], k0);
+            unpack8<KT>(t.kw[1][j], k1);
             const u32 a0[4] = {k0[0], k1[0], k0[1], k1[1]};
             const u32 a1[4] = {k0[2], k1[2], k0[3], k1[3]};
             mma_16816<MT>(sq[0], a0, qh[j][0], qh[j][1]);
@@ -634,9 +670,9 @@ __device__ void decode_mma_impl(AttentionParams p, const float* q, const KT* k, 
         float sc[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) sc[i] = sq[0][i] + sq[1][i];
-        if (KV8) { sc[0] *= ks0; sc[1] *= ks0; sc[2] *= ks1; sc[3] *= ks1; }
-        if (ok0.a == NONE_U32) sc[0] = sc[1] = -LS_INF;
-        if (ok1.a == NONE_U32) sc[2] = sc[3] = -LS_INF;
+        if (KV8) { sc[0] *= t.ks0; sc[1] *= t.ks0; sc[2] *= t.ks1; sc[3] *= t.ks1; }
+        if (!t.has0) sc[0] = sc[1] = -LS_INF;
+        if (!t.has1) sc[2] = sc[3] = -LS_INF;
         float mx0 = fmaxf(sc[0], sc[2]), mx1 = fmaxf(sc[1], sc[3]);
 #pragma unroll
         for (int x = 4; x < 32; x <<= 1) {
@@ -655,7 +691,7 @@ __device__ void decode_mma_impl(AttentionParams p, const float* q, const KT* k, 
         m0 = n0;
         m1 = n1;
         // 8-bit: P times its V scale over the tile's largest V scale (vmax, warp-uniform).
-        float vmax = 1.0f;
+        float vmax = 1.0f, vs0 = t.vs0, vs1 = t.vs1;
         if (KV8) {
             vmax = fmaxf(vs0, vs1);
 #pragma unroll
@@ -675,7 +711,7 @@ __device__ void decode_mma_impl(AttentionParams p, const float* q, const KT* k, 
         for (int h = 0; h < VC; h++) {
             u32 vr[4][4];
 #pragma unroll
-            for (int i = 0; i < 4; i++) unpack8<KT>(vw[i][h], vr[i]);
+            for (int i = 0; i < 4; i++) unpack8<KT>(t.vw[i][h], vr[i]);
 #pragma unroll
             for (int w = 0; w < 4; w++) {
                 const int mt = 4 * h + w;
@@ -690,6 +726,7 @@ __device__ void decode_mma_impl(AttentionParams p, const float* q, const KT* k, 
                 o[mt][3] = o[mt][3] * cr1 + vmax * ct[3];
             }
         }
+        if (PF) cur = nxt;
     }
     // l over the column's 8 lanes; the warps' (m, l) to shared memory, the block max per head.
 #pragma unroll
@@ -737,20 +774,28 @@ __device__ void decode_mma_impl(AttentionParams p, const float* q, const KT* k, 
     }
 }
 
-#define SDM(name, KT, D) \
-    extern "C" __global__ void __launch_bounds__(SDM_WARPS * 32, 3) name( \
+#define SDM(name, KT, D, PF, MINB) \
+    extern "C" __global__ void __launch_bounds__(SDM_WARPS * 32, MINB) name( \
         AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk, const KT* sv, const u32* head_map, \
         const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, const u32* selected, \
         const u32* counts, const u32* seq_slot, const u32* tail_start, float* out, float* part, u32 ptl, u32 rtl, \
         u32 sl, u32 cl) { \
-        decode_mma_impl<KT, D>(p, q, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, selected, \
-                               counts, seq_slot, tail_start, out, part, ptl, rtl, sl, cl); \
+        decode_mma_impl<KT, D, PF>(p, q, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, \
+                                   selected, counts, seq_slot, tail_start, out, part, ptl, rtl, sl, cl); \
     }
-SDM(sparse_decode_attention_mma_f16_d64, f16_t, 64)
-SDM(sparse_decode_attention_mma_f16_d128, f16_t, 128)
-SDM(sparse_decode_attention_mma_bf16_d64, bf16_t, 64)
-SDM(sparse_decode_attention_mma_bf16_d128, bf16_t, 128)
-SDM(sparse_decode_attention_mma_int8_d64, i8kv_t, 64)
-SDM(sparse_decode_attention_mma_int8_d128, i8kv_t, 128)
-SDM(sparse_decode_attention_mma_fp8_d64, e4m3_t, 64)
-SDM(sparse_decode_attention_mma_fp8_d128, e4m3_t, 128)
+SDM(sparse_decode_attention_mma_f16_d64, f16_t, 64, false, 3)
+SDM(sparse_decode_attention_mma_f16_d128, f16_t, 128, false, 3)
+SDM(sparse_decode_attention_mma_bf16_d64, bf16_t, 64, false, 3)
+SDM(sparse_decode_attention_mma_bf16_d128, bf16_t, 128, false, 3)
+SDM(sparse_decode_attention_mma_int8_d64, i8kv_t, 64, false, 3)
+SDM(sparse_decode_attention_mma_int8_d128, i8kv_t, 128, false, 3)
+SDM(sparse_decode_attention_mma_fp8_d64, e4m3_t, 64, false, 3)
+SDM(sparse_decode_attention_mma_fp8_d128, e4m3_t, 128, false, 3)
+// 8-bit KV with the next tile's loads in flight (PF), three blocks an SM; d128 also at two
+// (`_b2`: at three its two tiles of registers spill 20 / 76 bytes under the 170-register cap).
+SDM(sparse_decode_attention_mma_pf_int8_d64, i8kv_t, 64, true, 3)
+SDM(sparse_decode_attention_mma_pf_int8_d128, i8kv_t, 128, true, 3)
+SDM(sparse_decode_attention_mma_pf_int8_d128_b2, i8kv_t, 128, true, 2)
+SDM(sparse_decode_attention_mma_pf_fp8_d64, e4m3_t, 64, true, 3)
+SDM(sparse_decode_attention_mma_pf_fp8_d128, e4m3_t, 128, true, 3)
+SDM(sparse_decode_attention_mma_pf_fp8_d128_b2, e4m3_t, 128, true, 2)

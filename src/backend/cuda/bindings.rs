@@ -387,6 +387,21 @@ kernels! {
         ptl: U32 Scalar, rtl: U32 Scalar, sl: U32 Scalar, cl: U32 Scalar,
     }
 
+    /// The tensor-core decode for 8-bit KV with the next tile's loads in flight
+    /// `[int8 | fp8][head_dim 64 | 128 | 128 at two blocks an SM]` (same arguments).
+    sparse_decode_attention_mma_pf: "sparse_decode_attention" (AttentionParams) [
+        "sparse_decode_attention_mma_pf_int8_d64", "sparse_decode_attention_mma_pf_int8_d128",
+        "sparse_decode_attention_mma_pf_int8_d128_b2",
+        "sparse_decode_attention_mma_pf_fp8_d64", "sparse_decode_attention_mma_pf_fp8_d128",
+        "sparse_decode_attention_mma_pf_fp8_d128_b2",
+    ]
+    {
+        q: In F32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32, page_indptr: In U32,
+        page_table: In U32, kv_len: In U32, ring_table: In U32, selected: In U32, counts: In U32,
+        seq_slot: In U32, tail_start: In U32, out: Out F32, part: ScratchOut F32,
+        ptl: U32 Scalar, rtl: U32 Scalar, sl: U32 Scalar, cl: U32 Scalar,
+    }
+
     sparse_decode_attention_merge: "sparse_decode_attention_merge" (AttentionParams)
         ["sparse_decode_attention_merge"]
     { part: ScratchIn F32, out: Out F32, n_splits: U32 Scalar }

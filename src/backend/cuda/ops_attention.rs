@@ -255,8 +255,9 @@ const DECODE_MMA_DTYPES: [DType; 4] = [DType::F16, DType::BF16, DType::I8, DType
 
 /// The tensor-core decode kernel for this KV dtype, head_dim and page size, if there is one
 /// (16-bit and 8-bit KV at head_dim 64 or 128; 8-bit pools need an even page size so 8-byte
-/// code loads stay aligned). Its blocks take 8 query heads.
-fn decode_mma_kernel(kv: DType, hd: usize, ps: usize) -> Option<&'static str> {
+/// code loads stay aligned), and whether it is a `_pf` entry (8-bit KV with the next tile's loads
+/// in flight, [`decode_pf`]). Its blocks take 8 query heads.
+fn decode_mma_kernel(kv: DType, hd: usize, ps: usize) -> Option<(&'static str, bool)> {
     let col = match hd {
         64 => 0,
         128 => 1,
@@ -265,7 +266,34 @@ fn decode_mma_kernel(kv: DType, hd: usize, ps: usize) -> Option<&'static str> {
     if kv.is_kv8() && !ps.is_multiple_of(2) {
         return None;
     }
-    entry_in(kern::sparse_decode_attention_mma::ENTRIES, &DECODE_MMA_DTYPES, kv, col, 2).ok()
+    if kv.is_kv8() && decode_pf() > 0 {
+        let col = if col == 1 && decode_pf() == 2 { 2 } else { col };
+        return entry_in(kern::sparse_decode_attention_mma_pf::ENTRIES, &DECODE_PF_DTYPES, kv, col, 3)
+            .ok()
+            .map(|n| (n, true));
+    }
+    entry_in(kern::sparse_decode_attention_mma::ENTRIES, &DECODE_MMA_DTYPES, kv, col, 2).ok().map(|n| (n, false))
+}
+
+const DECODE_PF_DTYPES: [DType; 2] = [DType::I8, DType::F8E4M3];
+
+/// Which decode kernel family a launch uses (they share one argument list, three bindings).
+enum Decode {
+    Simt,
+    Mma,
+    MmaPf,
+}
+
+/// `LSERVE_CUDA_DECODE_PF`, read once: `0` sends 8-bit KV decode to the plain tensor-core kernel,
+/// `2` picks the head_dim-128 `_pf` kernel compiled for two blocks an SM (no spills), anything
+/// else (the default) the `_pf` kernels at three blocks an SM.
+fn decode_pf() -> u8 {
+    static PF: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    *PF.get_or_init(|| match std::env::var("LSERVE_CUDA_DECODE_PF").as_deref() {
+        Ok("0") => 0,
+        Ok("2") => 2,
+        _ => 1,
+    })
 }
 
 /// Dynamic shared memory of the cp.async decode kernel (its layout: K/V stages [2][2][ck][row],
@@ -316,13 +344,13 @@ pub fn sparse_decode_attention(
         return Ok(());
     }
     let group = nh / nkv;
-    let (mma, name, smem, head_chunks) = match decode_mma_kernel(kv.k.dtype, hd, u(p.page_size)) {
-        Some(name) => (true, name, 0, group.div_ceil(DECODE_HEADS)),
+    let (kernel, name, smem, head_chunks) = match decode_mma_kernel(kv.k.dtype, hd, u(p.page_size)) {
+        Some((name, pf)) => (if pf { Decode::MmaPf } else { Decode::Mma }, name, 0, group.div_ceil(DECODE_HEADS)),
         None => {
             let g = group.min(DECODE_HEADS).next_power_of_two();
             // SIMT entries [kv dtype][log2 G].
             let name = entry(kern::sparse_decode_attention::ENTRIES, kv.k.dtype, g.trailing_zeros() as usize, 4)?;
-            (false, name, decode_smem(hd, kv.k.dtype, g), group.div_ceil(g))
+            (Decode::Simt, name, decode_smem(hd, kv.k.dtype, g), group.div_ceil(g))
         }
     };
     let gpu = be.gpu();
@@ -332,7 +360,7 @@ pub fn sparse_decode_attention(
     let part =
         if splits > 1 { Scratch(gpu.scratch("decode_part", ns * nh * splits * (hd + 2) * 4)?) } else { Scratch::NONE };
     let l = Launch::new((splits as u32, (nkv * head_chunks) as u32, ns as u32), 128).smem(smem);
-    // The SIMT and the tensor-core kernels share one argument list (two declarations).
+    // The SIMT and the tensor-core kernels share one argument list (three declarations).
     macro_rules! args {
         ($binding:ident) => {
             kern::$binding::Args {
@@ -359,10 +387,18 @@ pub fn sparse_decode_attention(
             }
         };
     }
-    if mma {
-        kern::sparse_decode_attention_mma::launch_variant(gpu, name, l, p, args!(sparse_decode_attention_mma))?;
-    } else {
-        kern::sparse_decode_attention::launch_variant(gpu, name, l, p, args!(sparse_decode_attention))?;
+    match kernel {
+        Decode::Mma => {
+            kern::sparse_decode_attention_mma::launch_variant(gpu, name, l, p, args!(sparse_decode_attention_mma))?
+        }
+        Decode::MmaPf => kern::sparse_decode_attention_mma_pf::launch_variant(
+            gpu,
+            name,
+            l,
+            p,
+            args!(sparse_decode_attention_mma_pf),
+        )?,
+        Decode::Simt => kern::sparse_decode_attention::launch_variant(gpu, name, l, p, args!(sparse_decode_attention))?,
     }
     if splits > 1 {
         let l = Launch::new(((ns * nh) as u32, hd.div_ceil(32) as u32, 1), 256);
