@@ -791,11 +791,10 @@ SDM(sparse_decode_attention_mma_int8_d64, i8kv_t, 64, false, 3)
 SDM(sparse_decode_attention_mma_int8_d128, i8kv_t, 128, false, 3)
 SDM(sparse_decode_attention_mma_fp8_d64, e4m3_t, 64, false, 3)
 SDM(sparse_decode_attention_mma_fp8_d128, e4m3_t, 128, false, 3)
-// 8-bit KV with the next tile's loads in flight (PF), three blocks an SM; d128 also at two
-// (`_b2`: at three its two tiles of registers spill 20 / 76 bytes under the 170-register cap).
+// 8-bit KV with the next tile's loads in flight (PF), three blocks an SM (d128 spills 20 / 76
+// bytes under the 170-register cap; a two-block build was slower on the H200: dense 128K int8
+// 9.33 vs 8.60 ms a step, docs/benchmarks.md).
 SDM(sparse_decode_attention_mma_pf_int8_d64, i8kv_t, 64, true, 3)
 SDM(sparse_decode_attention_mma_pf_int8_d128, i8kv_t, 128, true, 3)
-SDM(sparse_decode_attention_mma_pf_int8_d128_b2, i8kv_t, 128, true, 2)
 SDM(sparse_decode_attention_mma_pf_fp8_d64, e4m3_t, 64, true, 3)
 SDM(sparse_decode_attention_mma_pf_fp8_d128, e4m3_t, 128, true, 3)
-SDM(sparse_decode_attention_mma_pf_fp8_d128_b2, e4m3_t, 128, true, 2)

@@ -388,12 +388,10 @@ kernels! {
     }
 
     /// The tensor-core decode for 8-bit KV with the next tile's loads in flight
-    /// `[int8 | fp8][head_dim 64 | 128 | 128 at two blocks an SM]` (same arguments).
+    /// `[int8 | fp8][head_dim 64 | 128]` (same arguments).
     sparse_decode_attention_mma_pf: "sparse_decode_attention" (AttentionParams) [
         "sparse_decode_attention_mma_pf_int8_d64", "sparse_decode_attention_mma_pf_int8_d128",
-        "sparse_decode_attention_mma_pf_int8_d128_b2",
         "sparse_decode_attention_mma_pf_fp8_d64", "sparse_decode_attention_mma_pf_fp8_d128",
-        "sparse_decode_attention_mma_pf_fp8_d128_b2",
     ]
     {
         q: In F32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32, page_indptr: In U32,

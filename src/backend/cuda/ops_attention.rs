@@ -19,7 +19,7 @@
 //!
 //! Decode kernels: KV f16 / bf16 / int8 / fp8 at head_dim 64 or 128 run the tensor-core kernel
 //! (`sparse_decode_attention_mma_<kv>_d<D>`, 8 query heads a block, K/V read once into registers
-//! for the whole GQA group); f32 KV and other head dims the SIMT cp.async kernel
+//! for the whole GQA group; 8-bit KV its `_pf` build, the next tile's loads in flight); f32 KV and other head dims the SIMT cp.async kernel
 //! (`sparse_decode_attention_<kv>_g<G>`, G = the group rounded up to a power of two, at most 8).
 //! 8-bit KV: lambda_mass runs its scalar kernel, dequantizing as it stages.
 //!
@@ -266,9 +266,8 @@ fn decode_mma_kernel(kv: DType, hd: usize, ps: usize) -> Option<(&'static str, b
     if kv.is_kv8() && !ps.is_multiple_of(2) {
         return None;
     }
-    if kv.is_kv8() && decode_pf() > 0 {
-        let col = if col == 1 && decode_pf() == 2 { 2 } else { col };
-        return entry_in(kern::sparse_decode_attention_mma_pf::ENTRIES, &DECODE_PF_DTYPES, kv, col, 3)
+    if kv.is_kv8() && decode_pf() {
+        return entry_in(kern::sparse_decode_attention_mma_pf::ENTRIES, &DECODE_PF_DTYPES, kv, col, 2)
             .ok()
             .map(|n| (n, true));
     }
@@ -284,16 +283,12 @@ enum Decode {
     MmaPf,
 }
 
-/// `LSERVE_CUDA_DECODE_PF`, read once: `0` sends 8-bit KV decode to the plain tensor-core kernel,
-/// `2` picks the head_dim-128 `_pf` kernel compiled for two blocks an SM (no spills), anything
-/// else (the default) the `_pf` kernels at three blocks an SM.
-fn decode_pf() -> u8 {
-    static PF: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
-    *PF.get_or_init(|| match std::env::var("LSERVE_CUDA_DECODE_PF").as_deref() {
-        Ok("0") => 0,
-        Ok("2") => 2,
-        _ => 1,
-    })
+/// `LSERVE_CUDA_DECODE_PF`, read once: `0` sends 8-bit KV decode to the plain tensor-core kernel
+/// (for measuring the two in one run); anything else (the default) to the `_pf` kernels. H200,
+/// Llama-3-8B, 128K dense int8: 8.60 vs 8.74 ms a step; sparse: equal (docs/benchmarks.md).
+fn decode_pf() -> bool {
+    static PF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PF.get_or_init(|| std::env::var("LSERVE_CUDA_DECODE_PF").as_deref() != Ok("0"))
 }
 
 /// Dynamic shared memory of the cp.async decode kernel (its layout: K/V stages [2][2][ck][row],
