@@ -11,7 +11,11 @@
 //   where the block's alignment allows, u16 pairs where not), decode the block's scales once per
 //   slice and multiply 4 codes at a time with __dp4a against both digits; f32 d_w * d_x * (h + l /
 //   254) per slice, one warp_sum. Signed offsets (Q4_0 -8, Q5_0 -16, Q6_K -32) are folded into
-//   the codes before the dot; min terms use the exact f32 sums of x.
+//   the codes before the dot; min terms use the exact f32 sums of x. A variant for measurement
+//   (LSERVE_CUDA_MMV=pre, ops_matmul.rs MmvMode; in-block stays the default until it is
+//   measured): matmul_quantize_x_m1 quantizes x once per call into a scratch in the same layout and
+//   matmul_gemv_<fmt>_m1_pre copy it into shared memory instead of quantizing it per block (the
+//   section "x quantized once per call" below); same digits, same dot code, so the same results.
 // - 2 <= m <= 64, every format but fp8: the tensor-core MMQ GEMM of matmul_mmq.cu.
 // - fp8 at m <= 16 (and m == 1 where x does not fit the _m1 kernels' shared memory):
 //   matmul_gemv_<fmt>_m16 — one warp per weight row, all m rows
@@ -186,10 +190,13 @@ struct XQ {
 // Position of x word w (4 elements from 4w) in a digit plane.
 __device__ __forceinline__ u32 xq_pos(u32 w) { return 9 * (w >> 3) + (w & 7); }
 
-// x[0 .. k] into xq / xds (every thread of the block takes part; 8 lanes per x block).
-__device__ __forceinline__ void mmv_quantize_x(const float* x, u32 k, int* xq, u32 lo_off, float2* xds) {
+// x[0 .. k] into xq / xds, 8 lanes per x block: thread t of `threads` (whole warps, every one
+// taking part) quantizes x words t, t + threads, ... — the block's threads in the in-block
+// prologue, the grid's in matmul_quantize_x_m1, so both write the same digits (same lanes, same
+// x8_quantize4).
+__device__ __forceinline__ void mmv_quantize_x(const float* x, u32 k, int* xq, u32 lo_off, float2* xds, u32 t, u32 threads) {
     u32 words = 8 * ((k + 31) / 32), lane = threadIdx.x & 31;
-    for (u32 base = threadIdx.x & ~31u; base < words; base += blockDim.x) {
+    for (u32 base = t & ~31u; base < words; base += threads) {
         u32 e4 = base + lane, e = 4 * e4;
         float v[4];
         if ((k & 3u) == 0u && e < k) {
@@ -369,27 +376,29 @@ __device__ __forceinline__ u32 mmv_rows_per_warp(u32 n) {
     return min((n + warps - 1) / warps, 4u);
 }
 
-// Shared prologue of the _m1 kernels: x into shared memory; the warp's first row and row count.
-__device__ __forceinline__ void mmv_begin(const MatmulParams& p, const float* x, XQ& xq, float2*& xds, u32& n0, u32& rows) {
+// The _m1 kernels' dynamic shared memory (the layout above): the digit planes (returned), xq, xds.
+__device__ __forceinline__ int* mmv_layout(u32 k, XQ& xq, float2*& xds) {
     extern __shared__ __align__(16) unsigned char mmv_smem[];
-    u32 nxb = (p.k + 31) / 32;
+    u32 nxb = (k + 31) / 32;
     int* planes = reinterpret_cast<int*>(mmv_smem);
     xq = XQ{planes, 9 * nxb};
     xds = reinterpret_cast<float2*>(mmv_smem + 72 * nxb);
-    mmv_quantize_x(x, p.k, planes, 9 * nxb, xds);
+    return planes;
+}
+
+// Shared prologue of the in-block _m1 kernels: x into shared memory; the warp's first row and row count.
+__device__ __forceinline__ void mmv_begin(const MatmulParams& p, const float* x, XQ& xq, float2*& xds, u32& n0, u32& rows) {
+    int* planes = mmv_layout(p.k, xq, xds);
+    mmv_quantize_x(x, p.k, planes, xq.lo, xds, threadIdx.x, blockDim.x);
     __syncthreads();
     u32 r = mmv_rows_per_warp(p.n);
     n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * r;
     rows = n0 < p.n ? min(r, p.n - n0) : 0;
 }
 
+// Rows n0 .. n0 + rows (1 <= rows <= Q::RM) of the output, one warp, x in shared memory.
 template <class Q>
-__device__ void mmv_impl(MatmulParams p, const float* x, const u8* w, const float* bias, float* out) {
-    XQ xq;
-    float2* xds;
-    u32 n0, rows;
-    mmv_begin(p, x, xq, xds, n0, rows);
-    if (rows == 0) return;
+__device__ __forceinline__ void mmv_rows(const MatmulParams& p, XQ xq, const float2* xds, const u8* w, const float* bias, float* out, u32 n0, u32 rows) {
     const u32 lane = threadIdx.x & 31, nb = p.k / Q::QK, XB = Q::QK / 32;
     const u64 rb = (u64)nb * Q::BYTES;
     const u8* row = w + n0 * rb;
@@ -409,6 +418,16 @@ __device__ void mmv_impl(MatmulParams p, const float* x, const u8* w, const floa
         float v = warp_sum(acc[r]);
         if (lane == 0 && r < rows) out[p.out_off + n0 + r] = v + (p.has_bias ? bias[n0 + r] : 0.0f);
     }
+}
+
+template <class Q>
+__device__ void mmv_impl(MatmulParams p, const float* x, const u8* w, const float* bias, float* out) {
+    XQ xq;
+    float2* xds;
+    u32 n0, rows;
+    mmv_begin(p, x, xq, xds, n0, rows);
+    if (rows == 0) return;
+    mmv_rows<Q>(p, xq, xds, w, bias, out, n0, rows);
 }
 
 // One int8 row's integer dot with x: 16-byte slices when k % 16 == 0, else 4-byte words assembled
@@ -441,11 +460,8 @@ __device__ __forceinline__ float mmv_int8_row(const u8* row, u32 k, XQ xq, const
     return warp_sum(acc);
 }
 
-__device__ void mmv_int8_impl(MatmulParams p, const float* x, const u8* w, const float* bias, float* out) {
-    XQ xq;
-    float2* xds;
-    u32 n0, rows;
-    mmv_begin(p, x, xq, xds, n0, rows);
+// int8 rows n0 .. n0 + rows, one warp, x in shared memory.
+__device__ __forceinline__ void mmv_int8_rows(const MatmulParams& p, XQ xq, const float2* xds, const u8* w, const float* bias, float* out, u32 n0, u32 rows) {
     for (u32 r = 0; r < rows; r++) {
         u32 n = n0 + r;
         float v = mmv_int8_row(w + (u64)n * p.k, p.k, xq, xds) * __uint_as_float(ld_u32_a1(w + (u64)p.n * p.k + 4ull * n));
@@ -453,8 +469,122 @@ __device__ void mmv_int8_impl(MatmulParams p, const float* x, const u8* w, const
     }
 }
 
+__device__ void mmv_int8_impl(MatmulParams p, const float* x, const u8* w, const float* bias, float* out) {
+    XQ xq;
+    float2* xds;
+    u32 n0, rows;
+    mmv_begin(p, x, xq, xds, n0, rows);
+    mmv_int8_rows(p, xq, xds, w, bias, out, n0, rows);
+}
+
+// ---- m == 1, x quantized once per call (LSERVE_CUDA_MMV=pre: ops_matmul.rs MmvMode::Pre) ----
+//
+// matmul_quantize_x_m1 writes x's digit planes and (d, sum) exactly as mmv_begin puts them in
+// shared memory (same mmv_quantize_x, so the same bits; the pad words zeroed) into a scratch of
+// mmv_smem_bytes(k) = 80 nxb bytes: hi int[9 nxb], lo int[9 nxb], float2 xds[nxb]. Each block of
+// the _m1_pre kernels then
+//   1. issues a plain cp.async copy of those bytes into its shared memory (16 bytes a thread per
+//      step, .ca: the later blocks of an SM may find them in L1), no arithmetic;
+//   2. while the copy is in flight, prefetches into L1 (prefetch.global.L1, no register waits on
+//      it) the lines of the weight bytes its warp's first dot steps read (every row of the warp's
+//      first row group; two steps deep for RM == 1, the unroll of mmv_rows), so the weight stream
+//      starts with the kernel rather than after the x prologue;
+//   3. waits for the copy (cp.async.wait_group 0, __syncthreads) and runs the in-block kernels'
+//      row code (mmv_rows / mmv_int8_rows) unchanged, x read from shared memory with the same
+//      bank-spreading pad.
+// Why a copy into shared memory rather than reading x from global / L1 in the dot loops: the
+// lanes of a warp read 4-byte x words of different x blocks (36 bytes apart for the 32-weight
+// formats; 72 and 288 for the K-quants' slices and super-blocks, a warp's words spanning 2.3 KB),
+// which the padded shared layout serves in one wavefront per load but which from L1 would touch
+// many 128-byte lines per load instruction.
+// The grid: warp gw of `warps` takes row groups of R = min(ceil(n / warps), RM) rows (RM =
+// Q::RM, 4 for int8 rows) at gw R, gw R + warps R, ...; with the in-block grid (the default,
+// ops_matmul mmv_shape) that is one group per warp, the same rows as the in-block kernel; with a
+// capped grid (LSERVE_CUDA_MMV=pre:N, at most N blocks per SM) the warps loop over row groups, so
+// a block's x copy and barrier are paid once for several groups.
+
+// cp.async of 16 bytes cached in L1 too (common.cuh's cp_async16 is L2-only): x is read by every
+// block of an SM.
+__device__ __forceinline__ void mmv_cp_async16_ca(void* smem, const void* gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void mmv_prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
+// Step 1: the block's copy of x (80 nxb bytes) into shared memory, one commit group.
+__device__ __forceinline__ void mmv_copy_x(u32 k, const u32* xg, XQ& xq, float2*& xds) {
+    int* planes = mmv_layout(k, xq, xds);
+    u32 n16 = 5 * ((k + 31) / 32);
+    for (u32 i = threadIdx.x; i < n16; i += blockDim.x) mmv_cp_async16_ca(planes + 4 * i, xg + 4 * i);
+    cp_async_commit();
+}
+// Step 3's wait.
+__device__ __forceinline__ void mmv_wait_x() {
+    cp_async_wait<0>();
+    __syncthreads();
+}
+// This warp's index among all warps of the grid, their count, and R (rows per group, <= rm).
+__device__ __forceinline__ void mmv_groups(u32 n, u32 rm, u32& gw, u32& warps, u32& R) {
+    u32 wpb = blockDim.x >> 5;
+    warps = gridDim.x * wpb;
+    gw = blockIdx.x * wpb + (threadIdx.x >> 5);
+    R = min((n + warps - 1) / warps, rm);
+}
+
+template <class Q>
+__device__ void mmv_pre_impl(MatmulParams p, const u32* xg, const u8* w, const float* bias, float* out) {
+    XQ xq;
+    float2* xds;
+    mmv_copy_x(p.k, xg, xq, xds);
+    u32 gw, warps, R;
+    mmv_groups(p.n, Q::RM, gw, warps, R);
+    const u32 lane = threadIdx.x & 31, nb = p.k / Q::QK;
+    const u64 rb = (u64)nb * Q::BYTES;
+    if (gw * R < p.n) {
+        // The lane's first block (and the next one it takes, for RM == 1) of every row of the
+        // group, at the byte its slice starts from.
+        const u32 n0 = gw * R, rows = min(R, p.n - n0), off = (u32)Q::BYTES * (lane % Q::SL) / Q::SL;
+        for (u32 r = 0; r < rows; r++) {
+            u32 blk = lane / Q::SL;
+#pragma unroll
+            for (int s = 0; s < (Q::RM == 1 ? 2 : 1); s++, blk += 32 / Q::SL)
+                if (blk < nb) mmv_prefetch_l1(w + (u64)(n0 + r) * rb + (u64)blk * Q::BYTES + off);
+        }
+    }
+    mmv_wait_x();
+    for (u32 n0 = gw * R; n0 < p.n; n0 += warps * R) mmv_rows<Q>(p, xq, xds, w, bias, out, n0, min(R, p.n - n0));
+}
+
+__device__ void mmv_int8_pre_impl(MatmulParams p, const u32* xg, const u8* w, const float* bias, float* out) {
+    XQ xq;
+    float2* xds;
+    mmv_copy_x(p.k, xg, xq, xds);
+    u32 gw, warps, R;
+    mmv_groups(p.n, 4u, gw, warps, R);
+    // The lane's first load of every row of the group: 16 bytes at 16 lane (k % 16 == 0), else 4 at 4 lane.
+    const u32 off = ((p.k & 15u) == 0u ? 16u : 4u) * (threadIdx.x & 31);
+    if (gw * R < p.n && off < p.k) {
+        const u32 n0 = gw * R, rows = min(R, p.n - n0);
+        for (u32 r = 0; r < rows; r++) mmv_prefetch_l1(w + (u64)(n0 + r) * p.k + off);
+    }
+    mmv_wait_x();
+    for (u32 n0 = gw * R; n0 < p.n; n0 += warps * R) mmv_int8_rows(p, xq, xds, w, bias, out, n0, min(R, p.n - n0));
+}
+
+// x [k] -> the _m1 layout in global memory (xq: mmv_smem_bytes(k) bytes, 256-byte aligned); one
+// thread per x word, grid-stride (ops_matmul launches 8 nxb threads).
+extern "C" __global__ void matmul_quantize_x_m1(MatmulParams p, const float* x, u32* xq) {
+    const u32 nxb = (p.k + 31) / 32, t = blockIdx.x * blockDim.x + threadIdx.x, threads = gridDim.x * blockDim.x;
+    int* planes = reinterpret_cast<int*>(xq);
+    mmv_quantize_x(x, p.k, planes, 9 * nxb, reinterpret_cast<float2*>(xq + 18 * nxb), t, threads);
+    for (u32 b = t; b < nxb; b += threads) {
+        planes[9 * b + 8] = 0;
+        planes[9 * nxb + 9 * b + 8] = 0;
+    }
+}
+
 #define QGEMV(fmt, Q, M) \
     extern "C" __global__ void matmul_gemv_##fmt##_m1(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_impl<M>(p, x, w, b, o); } \
+    extern "C" __global__ void matmul_gemv_##fmt##_m1_pre(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_pre_impl<M>(p, xq, w, b, o); } \
     extern "C" __global__ void matmul_gemv_##fmt##_m16(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { qgemv_impl<Q, 16>(p, x, w, b, o); } \
     extern "C" __global__ void matmul_dequant_##fmt(MatmulParams p, const u8* w, f16_t* w16, u32 row0, u32 n_total) { qdequant_impl<Q>(p, w, w16, row0); }
 QGEMV(q4_0, QQ4_0, MQ4_0)
@@ -472,5 +602,6 @@ QGEMV(q6_k, QQ6_K, MQ6_K)
 RGEMV(int8, false)
 RGEMV(fp8, true)
 extern "C" __global__ void matmul_gemv_int8_m1(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_int8_impl(p, x, w, b, o); }
+extern "C" __global__ void matmul_gemv_int8_m1_pre(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_int8_pre_impl(p, xq, w, b, o); }
 // fp8 has no integer dot: its m == 1 entry is the f32 GEMV.
 extern "C" __global__ void matmul_gemv_fp8_m1(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { rgemv_impl<true, 1>(p, x, w, b, o); }

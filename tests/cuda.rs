@@ -339,9 +339,12 @@ fn quant_entry_tables_follow_quant_dtypes() {
         assert_eq!(bindings::matmul_gemv_quant::ENTRIES[2 * i + 1], format!("matmul_gemv_{f}_m16"));
         assert_eq!(bindings::matmul_dequant::ENTRIES[i], format!("matmul_dequant_{f}"));
     }
-    // The MMQ GEMM: [QUANT_DTYPES without fp8][n-tiles 1 | 2 | 4 | 8].
+    // The MMQ GEMM: [QUANT_DTYPES without fp8][n-tiles 1 | 2 | 4 | 8]; the batch-1 GEMV with x
+    // quantized once (MmvMode::Pre): [QUANT_DTYPES without fp8].
     assert_eq!(&bindings::MMQ_DTYPES[..], &q[..9]);
+    assert_eq!(bindings::matmul_gemv_quant_pre::ENTRIES.len(), 9);
     for (i, d) in bindings::MMQ_DTYPES.iter().enumerate() {
+        assert_eq!(bindings::matmul_gemv_quant_pre::ENTRIES[i], format!("matmul_gemv_{}_m1_pre", d.weight_name()));
         for (v, nt) in [1, 2, 4, 8].into_iter().enumerate() {
             assert_eq!(bindings::matmul_mmq::ENTRIES[4 * i + v], format!("matmul_mmq_{}_n{nt}", d.weight_name()));
         }
@@ -350,5 +353,20 @@ fn quant_entry_tables_follow_quant_dtypes() {
     assert_eq!(e.len(), bindings::embed::ENTRIES.len());
     for (d, name) in e.iter().zip(bindings::embed::ENTRIES) {
         assert_eq!(*name, format!("embed_{}", d.weight_name()));
+    }
+}
+
+/// `LSERVE_CUDA_MMV`'s values: in-block by default, `pre` on the in-block grid, `pre:N` at most N
+/// blocks per SM; anything else is an error.
+#[test]
+fn mmv_mode_parses_its_values() {
+    use lserve::backend::cuda::MmvMode;
+    assert_eq!(MmvMode::default(), MmvMode::InBlock);
+    assert_eq!(MmvMode::parse("", 132), Ok(MmvMode::InBlock));
+    assert_eq!(MmvMode::parse("inblock", 132), Ok(MmvMode::InBlock));
+    assert_eq!(MmvMode::parse("pre", 132), Ok(MmvMode::Pre { max_grid: 0 }));
+    assert_eq!(MmvMode::parse("pre:8", 132), Ok(MmvMode::Pre { max_grid: 1056 }));
+    for bad in ["pre:0", "pre:", "pre:x", "global", "PRE"] {
+        assert!(MmvMode::parse(bad, 132).is_err(), "{bad}");
     }
 }

@@ -210,6 +210,20 @@ kernels! {
     ]
     { x: In F32, w: In Store, b: OptIn F32, o: Out F32 }
 
+    /// The batch-1 integer-dot GEMV reading x's digits from `matmul_quantize_x_m1`'s scratch
+    /// (`MmvMode::Pre`) `[MMQ_DTYPES]`.
+    matmul_gemv_quant_pre: "matmul_quant" (MatmulParams) [
+        "matmul_gemv_q4_0_m1_pre", "matmul_gemv_q4_1_m1_pre", "matmul_gemv_q5_0_m1_pre",
+        "matmul_gemv_q5_1_m1_pre", "matmul_gemv_q8_0_m1_pre", "matmul_gemv_q4_k_m1_pre",
+        "matmul_gemv_q5_k_m1_pre", "matmul_gemv_q6_k_m1_pre", "matmul_gemv_int8_m1_pre",
+    ]
+    { xq: ScratchIn U32, w: In Store, b: OptIn F32, o: Out F32 }
+
+    /// x (one row) as the batch-1 GEMV's two int8 digit planes and (d, sum), in the layout of its
+    /// shared memory, into a scratch (`MmvMode::Pre`).
+    matmul_quantize_x_m1: "matmul_quant" (MatmulParams) ["matmul_quantize_x_m1"]
+    { x: In F32, xq: ScratchOut U32 }
+
     /// Quantized weight rows `row0 .. row0 + p.n` as f16 into a scratch `[QUANT_DTYPES]` (the
     /// GEMM path; `n_total`: the matrix's rows).
     matmul_dequant: "matmul_quant" (MatmulParams) [

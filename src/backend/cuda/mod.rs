@@ -29,6 +29,7 @@ use crate::error::Result;
 pub use context::driver_present;
 use context::{Gpu, Mem, bytes_for, drv, err};
 pub use graph::GraphStats;
+pub use ops_matmul::MmvMode;
 
 // SAFETY: plain #[repr(C)] structs of u32/f32 fields, mirrored in cuda/params.cuh (layout test).
 unsafe impl DeviceRepr for EmbedParams {}
@@ -72,11 +73,13 @@ impl std::fmt::Debug for CudaBuffer {
 pub struct CudaBackend {
     gpu: Gpu,
     caps: Caps,
+    mmv: std::cell::Cell<MmvMode>,
 }
 
 /// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md, CUDA).
 /// Kernel choices are not settings: each op runs the one kernel measured best for its dtype and
-/// shape (the measurements of the variants that were removed are in docs/benchmarks.md).
+/// shape (the measurements of the variants that were removed are in docs/benchmarks.md); `mmv`
+/// is the exception while its two variants await measurement.
 #[derive(Clone, Debug)]
 pub struct CudaOptions {
     /// Directory of the on-disk PTX cache (kernels.rs); `None` compiles every kernel at start
@@ -85,11 +88,14 @@ pub struct CudaOptions {
     /// Replay recorded decode steps as CUDA graphs (graph.rs; default true). Off, every recorded
     /// list launches kernel by kernel (the bit-identity test and graphs-off measurements).
     pub graph_replay: bool,
+    /// Where the batch-1 quantized GEMV gets x's int8 digits ([`MmvMode`], an A/B switch until
+    /// measured); `None` reads `LSERVE_CUDA_MMV` once, at open (unset: in-block, the default).
+    pub mmv: Option<MmvMode>,
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        CudaOptions { kernel_cache: None, graph_replay: true }
+        CudaOptions { kernel_cache: None, graph_replay: true, mmv: None }
     }
 }
 
@@ -123,7 +129,11 @@ impl CudaBackend {
             act16_from: Some(ops_matmul::X16_FROM_M),
             matmul_x8_max_m: ops_matmul::MMQ_MAX_M,
         };
-        Ok(CudaBackend { gpu, caps })
+        let mmv = match opts.mmv {
+            Some(m) => m,
+            None => MmvMode::from_env(gpu.sm_count)?,
+        };
+        Ok(CudaBackend { gpu, caps, mmv: std::cell::Cell::new(mmv) })
     }
 
     pub(crate) fn gpu(&self) -> &Gpu {
@@ -133,6 +143,16 @@ impl CudaBackend {
     /// Replay recorded decode steps as CUDA graphs (initially `CudaOptions::graph_replay`).
     pub fn set_graph_replay(&self, on: bool) {
         self.gpu.set_graph_replay(on)
+    }
+
+    /// Where the batch-1 quantized GEMV gets x's digits from now on (initially
+    /// `CudaOptions::mmv`; the parity tests force each mode).
+    pub fn set_mmv(&self, mode: MmvMode) {
+        self.mmv.set(mode)
+    }
+
+    pub fn mmv(&self) -> MmvMode {
+        self.mmv.get()
     }
 
     /// What CUDA-graph replay of recorded steps did so far (graph.rs).

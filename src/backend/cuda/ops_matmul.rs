@@ -14,7 +14,11 @@
 //! - Quantized weights, m == 1 (not fp8): the integer-dot GEMV (cuda/matmul_quant.cu `_m1`):
 //!   each block quantizes x to two int8 digits per element, blocks of 32, in shared memory
 //!   ([`mmv_smem_bytes`]), lanes read consecutive slices of a weight row and multiply 4 codes at
-//!   a time with `__dp4a`, once per digit.
+//!   a time with `__dp4a`, once per digit. [`MmvMode::Pre`] (`LSERVE_CUDA_MMV=pre`, an A/B
+//!   switch; in-block is the default until measured): `matmul_quantize_x_m1` writes those digits
+//!   once per call into the `mmv_xq` scratch (the shared-memory layout, [`mmv_smem_bytes`]) and
+//!   `matmul_gemv_<fmt>_m1_pre` copies them into shared memory with cp.async (no arithmetic),
+//!   prefetching its first weight lines meanwhile; same digits, same dot code.
 //! - Quantized weights but fp8, 2 <= m <= [`MMQ_MAX_M`]: the tensor-core MMQ GEMM
 //!   (cuda/matmul_mmq.cu): `matmul_quantize_x` writes x as the same two int8 digits per element
 //!   (blocks of 32) into two scratches, then `matmul_mmq_<fmt>_n<NT>` (NT = ceil(m / 8) rounded up
@@ -43,7 +47,7 @@ use super::context::{Launch, err};
 use super::graph::GemmRec;
 use super::{CudaBackend, CudaBuffer, need, need_float, need_weights};
 use crate::backend::*;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Rows of x from which 16-bit-weight matmuls round x to 16 bits and run as one GEMM.
 pub const X16_FROM_M: usize = 2;
@@ -162,7 +166,13 @@ fn matmul_quant(
         let name = entry_in(kern::matmul_gemv_quant::ENTRIES, &QUANT_DTYPES, w.dtype, usize::from(!m1), 2)?;
         let l = if mmv {
             let (block, rows) = mmv_shape(w.dtype, n, g.sm_count as usize);
-            Launch::new((n.div_ceil(block / 32 * rows) as u32, 1, 1), block as u32).smem(smem)
+            let grid = n.div_ceil(block / 32 * rows);
+            if let MmvMode::Pre { max_grid } = be.mmv() {
+                let grid = if max_grid > 0 { grid.min(max_grid as usize) } else { grid };
+                let l = Launch::new((grid as u32, 1, 1), block as u32).smem(smem);
+                return mmv_pre(be, p, x, w, bias, out, l);
+            }
+            Launch::new((grid as u32, 1, 1), block as u32).smem(smem)
         } else {
             Launch::new((n.div_ceil(8) as u32, 1, 1), 256)
         };
@@ -197,6 +207,27 @@ fn matmul_quant(
         g.gemm16(rec)?;
     }
     add_bias(be, p, bias, out)
+}
+
+/// The batch-1 integer-dot GEMV with x quantized once ([`MmvMode::Pre`]): x's digits into the
+/// `mmv_xq` scratch (one thread per x word), then `matmul_gemv_<fmt>_m1_pre` with launch `l`.
+fn mmv_pre(
+    be: &CudaBackend,
+    p: &MatmulParams,
+    x: &CudaBuffer,
+    w: &CudaBuffer,
+    bias: Option<&CudaBuffer>,
+    out: &mut CudaBuffer,
+    l: Launch,
+) -> Result<()> {
+    let g = be.gpu();
+    let k = u(p.k);
+    let xq = Scratch(g.scratch("mmv_xq", mmv_smem_bytes(k))?);
+    let qargs = kern::matmul_quantize_x_m1::Args { x, xq };
+    kern::matmul_quantize_x_m1::launch(g, Launch::elems(8 * k.div_ceil(32)), p, qargs)?;
+    let name = entry_in(kern::matmul_gemv_quant_pre::ENTRIES, &MMQ_DTYPES, w.dtype, 0, 1)?;
+    let args = kern::matmul_gemv_quant_pre::Args { xq, w, b: bias, o: out };
+    kern::matmul_gemv_quant_pre::launch_variant(g, name, l, p, args)
 }
 
 /// The MMQ GEMM (2 <= m <= MMQ_MAX_M, integer-coded weights): x into the digit scratches, then one
@@ -251,6 +282,44 @@ pub fn mmv_shape(d: DType, n: usize, sms: usize) -> (usize, usize) {
     };
     let rows = [4, 2].into_iter().filter(|&r| r <= most).find(|&r| n.div_ceil(block / 32 * r) >= 4 * sms).unwrap_or(1);
     (block, rows)
+}
+
+/// Where the batch-1 integer-dot GEMV (`matmul_gemv_<fmt>_m1`, every quantized format but fp8)
+/// gets x's two int8 digits per element (cuda/matmul_quant.cu). Both give the same digits and run
+/// the same dot code, so the same results; which is faster is for docs/benchmarks.md to say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MmvMode {
+    /// Each block quantizes x into its shared memory before its first weight load.
+    #[default]
+    InBlock,
+    /// `matmul_quantize_x_m1` quantizes x once per call into a scratch; each block copies it into
+    /// shared memory (cp.async) while its first weight lines are prefetched. `max_grid`: at most
+    /// this many blocks (0: the in-block grid of [`mmv_shape`]); below that grid the warps loop
+    /// over row groups of the format's most rows per warp.
+    Pre { max_grid: u32 },
+}
+
+impl MmvMode {
+    /// From `LSERVE_CUDA_MMV` ([`MmvMode::parse`]); unset means in-block.
+    pub fn from_env(sms: u32) -> Result<Self> {
+        match std::env::var("LSERVE_CUDA_MMV") {
+            Ok(v) => Self::parse(&v, sms).map_err(|e| Error::InvalidArgument(format!("LSERVE_CUDA_MMV: {e}"))),
+            Err(_) => Ok(MmvMode::InBlock),
+        }
+    }
+
+    /// `inblock` (or empty), `pre`, or `pre:N`: at most N blocks per SM (`sms` SMs), warps looping
+    /// over row groups.
+    pub fn parse(s: &str, sms: u32) -> std::result::Result<Self, String> {
+        match s.trim() {
+            "" | "inblock" => Ok(MmvMode::InBlock),
+            "pre" => Ok(MmvMode::Pre { max_grid: 0 }),
+            v => match v.strip_prefix("pre:").and_then(|n| n.parse::<u32>().ok()).filter(|&n| n > 0) {
+                Some(n) => Ok(MmvMode::Pre { max_grid: n.saturating_mul(sms.max(1)) }),
+                None => Err(format!("`{v}` is not inblock, pre or pre:N (N >= 1 blocks per SM)")),
+            },
+        }
+    }
 }
 
 /// Shared memory of the integer-dot GEMV: x as two int8 digits (2 x 36 bytes, padded) and (d, sum) (8 bytes)
