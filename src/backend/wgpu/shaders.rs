@@ -171,6 +171,14 @@ macro_rules! gemv_batch_src {
     };
 }
 
+/// The body the row norms share (`rmsnorm`, `add_rmsnorm`, `head_rmsnorm`: each op's shader
+/// declares its bindings and the hooks the body calls).
+macro_rules! norm_body {
+    () => {
+        include_str!("../../../shaders/row_norm.wgsl")
+    };
+}
+
 /// The KV snippet of the cooperative-matrix prefill ([`Reads::KvCoop`]) for KV dtype `d` (None
 /// for the dtypes it does not take).
 fn kv_coop_snippet(d: DType) -> Option<String> {
@@ -309,12 +317,12 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         true,
     ),
     ("matmul_gemv_x8_pack", include_str!("../../../shaders/matmul_gemv_x8_pack.wgsl"), Reads::Nothing, false),
-    ("rmsnorm", include_str!("../../../shaders/rmsnorm.wgsl"), Reads::Nothing, false),
-    ("add_rmsnorm", include_str!("../../../shaders/add_rmsnorm.wgsl"), Reads::Nothing, false),
+    ("rmsnorm", concat!(include_str!("../../../shaders/rmsnorm.wgsl"), norm_body!()), Reads::Nothing, false),
+    ("add_rmsnorm", concat!(include_str!("../../../shaders/add_rmsnorm.wgsl"), norm_body!()), Reads::Nothing, false),
     ("add", include_str!("../../../shaders/add.wgsl"), Reads::Nothing, false),
     ("silu_mul", include_str!("../../../shaders/silu_mul.wgsl"), Reads::Nothing, false),
     ("gelu_tanh_mul", include_str!("../../../shaders/gelu_tanh_mul.wgsl"), Reads::Nothing, false),
-    ("head_rmsnorm", include_str!("../../../shaders/head_rmsnorm.wgsl"), Reads::Nothing, false),
+    ("head_rmsnorm", concat!(include_str!("../../../shaders/head_rmsnorm.wgsl"), norm_body!()), Reads::Nothing, false),
     ("scale", include_str!("../../../shaders/scale.wgsl"), Reads::Nothing, false),
     ("gather_rows", include_str!("../../../shaders/gather_rows.wgsl"), Reads::Nothing, false),
     ("mean_rows", include_str!("../../../shaders/mean_rows.wgsl"), Reads::Nothing, false),
