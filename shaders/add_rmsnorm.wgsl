@@ -1,31 +1,18 @@
-// add_rmsnorm: residual += x, then out = rmsnorm(residual) * w. One workgroup per row.
+// add_rmsnorm: residual += x, then out = rmsnorm(residual) * w. One workgroup per row; the body
+// is shaders/row_norm.wgsl, which these hooks feed (the new residual is stored as soon as it is
+// summed and, for rows past NORM_HELD, read back for the scaling).
 @group(0) @binding(0) var<uniform> p: RmsnormParams;
 @group(0) @binding(1) var<storage, read_write> residual: array<f32>;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read> wn: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-var<workgroup> partial: array<f32, 256>;
-
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let r = wg.x + wg.y * nwg.x;
-    if (r >= p.rows) { return; }
-    let base = r * p.dim;
-    var ss = 0.0;
-    for (var c = lid.x; c < p.dim; c = c + 256u) {
-        let v = residual[base + c] + x[base + c];
-        residual[base + c] = v;
-        ss = ss + v * v;
-    }
-    partial[lid.x] = ss;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (lid.x < s) { partial[lid.x] = partial[lid.x] + partial[lid.x + s]; }
-        workgroupBarrier();
-    }
-    let inv = 1.0 / sqrt(partial[0] / f32(p.dim) + p.eps);
-    for (var c = lid.x; c < p.dim; c = c + 256u) {
-        out[base + c] = residual[base + c] * inv * wn[c];
-    }
-}
+fn norm_segs() -> u32 { return p.rows; }
+fn norm_dim() -> u32 { return p.dim; }
+fn norm_eps() -> f32 { return p.eps; }
+fn norm_base(r: u32) -> u32 { return r * p.dim; }
+fn norm_wbase(r: u32) -> u32 { return 0u; }
+fn norm_load(i: u32) -> f32 { return residual[i] + x[i]; }
+fn norm_keep(i: u32, v: f32) { residual[i] = v; }
+fn norm_reload(i: u32) -> f32 { return residual[i]; }
+fn norm_store(i: u32, v: f32) { out[i] = v; }

@@ -277,9 +277,13 @@ fn quant_case<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, p: &MatmulPa
     t.check(&name, &out, len, if x16 { TOL_QUANT } else { TOL_REDUCTION });
 }
 
-/// Row widths of the norm tests: below one wgpu chunk of 4096 (shaders/rmsnorm.wgsl), exactly
-/// one, and several with a partial last chunk.
-const NORM_SHAPES: [(usize, usize); 3] = [(5, 576), (2, 4096), (3, 9000)];
+/// Row shapes of the norm tests. wgpu (shaders/row_norm.wgsl) holds rows up to 8192 floats in
+/// registers in chunks of 1024 with a partial last chunk: 37 and 1000 (less than one chunk, odd),
+/// 576 and 640 (SmolLM2, Gemma 3), 4096 and 8192 (whole chunks, the last row that is held), 5000
+/// (a partial chunk after whole ones); 8193 and 9000 take the loop for wider rows (as on CUDA,
+/// which also holds 8192: 1024 threads of 8).
+const NORM_SHAPES: [(usize, usize); 9] =
+    [(3, 37), (2, 1000), (5, 576), (8, 640), (2, 4096), (3, 5000), (2, 8192), (2, 8193), (3, 9000)];
 
 pub fn test_rmsnorm<B: Backend>(gpu: &B) {
     let mut t = pair(gpu);

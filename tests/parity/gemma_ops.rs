@@ -33,9 +33,16 @@ pub fn test_gelu_tanh_mul<B: Backend>(gpu: &B) {
 }
 
 pub fn test_head_rmsnorm<B: Backend>(gpu: &B) {
+    // On fused qkv rows (plus one float, so rows are not 16-byte aligned): 4 q heads + 1 k head
+    // normalized, the v head untouched. Head dims: Gemma 3's 256; 100 (a partial wgpu chunk);
+    // 9000 (wider than the 8192 wgpu holds in registers: its loop).
+    for (rows, hd) in [(3, 256), (2, 100), (2, 9000)] {
+        head_rmsnorm_case(gpu, rows, 5, hd, 6 * hd + 1);
+    }
+}
+
+fn head_rmsnorm_case<B: Backend>(gpu: &B, rows: usize, nh: usize, hd: usize, stride: usize) {
     let mut t = pair(gpu);
-    // On fused qkv rows: 4 q heads + 1 k head normalized, the v head untouched.
-    let (rows, nh, hd, stride) = (3, 5, 256, 6 * 256);
     let x_host = t.f32s(rows * stride, 2.0);
     let w_host = t.f32s(nh * hd, 1.0);
     let mut x = t.up(DType::F32, &x_host);
