@@ -7,8 +7,9 @@
 //! a submission goes out every `SUBMIT_EVERY` dispatches (so the GPU works while the CPU records
 //! the rest) and at a read-back or `sync`, so a decode step is a handful of submissions with no
 //! CPU round trip between ops. Each dispatch's parameters get
-//! their own 256-byte slot of the uniform arena, written with `queue.write_buffer` (applied at the
-//! next submit, before its commands), and slots are reused only after a submit.
+//! their own 256-byte slot of the uniform arena, staged in host memory and written with one
+//! `queue.write_buffer` per submission (applied before its commands), and slots are reused only
+//! after a submit.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -53,6 +54,10 @@ struct State {
     pass: Option<wgpu::ComputePass<'static>>,
     encoder: Option<wgpu::CommandEncoder>,
     next_slot: u64,
+    /// The parameter slots of the dispatches recorded since the last submission, written to the
+    /// arena with one `write_buffer` just before that submission (queue writes land before the
+    /// submission's commands run, so each dispatch still reads its own slot).
+    params: Vec<u8>,
     pipelines: HashMap<String, Arc<wgpu::ComputePipeline>>,
     profiler: Option<Profiler>,
 }
@@ -230,6 +235,7 @@ impl Gpu {
                 pass: None,
                 encoder: None,
                 next_slot: 0,
+                params: vec![0; (slot_size * SUBMIT_EVERY.min(ARENA_SLOTS)) as usize],
                 pipelines: HashMap::new(),
                 profiler: None,
             }),
@@ -378,6 +384,13 @@ impl Gpu {
         if groups.0 > max || groups.1 > max || groups.2 > max {
             return Err(err(format!("{op}: {groups:?} workgroups exceed the adapter's {max} per dimension")));
         }
+        if params.len() as u64 > self.slot_size {
+            return Err(err(format!(
+                "{op}: {} bytes of parameters exceed a {}-byte slot",
+                params.len(),
+                self.slot_size
+            )));
+        }
         let pipeline = self.pipeline(op, weights)?;
         if self.state.borrow().next_slot == SUBMIT_EVERY.min(ARENA_SLOTS) {
             self.submit();
@@ -386,9 +399,9 @@ impl Gpu {
             let mut st = self.state.borrow_mut();
             let o = st.next_slot * self.slot_size;
             st.next_slot += 1;
+            st.params[o as usize..o as usize + params.len()].copy_from_slice(params);
             o
         };
-        self.queue.write_buffer(&self.arena, offset, params);
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
             resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
@@ -440,6 +453,10 @@ impl Gpu {
         {
             let mut st = self.state.borrow_mut();
             st.pass = None; // ends the pass
+            let used = (st.next_slot * self.slot_size) as usize;
+            if used > 0 {
+                self.queue.write_buffer(&self.arena, 0, &st.params[..used]);
+            }
             if let Some(enc) = st.encoder.take() {
                 self.queue.submit([enc.finish()]);
             }
