@@ -5,7 +5,7 @@
 # branch wnorm, A = before it) and the decode-attention variant (LSERVE_WGPU_DECODE_ATTN=new):
 # parity, then batch 1 / 8 step times. Re-tars $OUT/all.tgz after every step.
 set -uo pipefail
-T0=$(date +%s); LIMIT=${LIMIT:-330}
+T0=$(date +%s); LIMIT=${LIMIT:-200}
 A=/root/s12b; B=/root/s12c; C=/root/s12d; mkdir -p $A $B $C; tar -xzf .gpu/s12b/bins.tgz -C $A; tar -xzf .gpu/s12c/bins.tgz -C $B
 tar -xzf .gpu/s12d/bins.tgz -C $C  # C = B + parameter slots written once per submission
 export LSERVE_CACHE=/root/lserve-cache
