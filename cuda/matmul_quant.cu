@@ -367,13 +367,16 @@ struct MQ6_K {
     }
 };
 
-// Rows per warp of an _m1 launch: R = ceil(n / (grid * warps per block)), 1..4 (the host picks the
-// grid, with at most Q::RM rows per warp, src/backend/cuda/ops_matmul.rs mmv_shape: more rows per
-// warp share one quantization of x; measured on the H200 that pays for the 16-byte-aligned K-quant
-// and int8 rows, while the 2-byte-aligned formats' u16 loads do better one row per warp, unrolled).
-__device__ __forceinline__ u32 mmv_rows_per_warp(u32 n) {
-    u32 warps = gridDim.x * (blockDim.x >> 5);
-    return min((n + warps - 1) / warps, 4u);
+// This warp's index gw among all `warps` of an _m1 launch and R, its rows per group:
+// ceil(n / warps), at most rm (the host picks the in-block grid with at most Q::RM rows per warp,
+// src/backend/cuda/ops_matmul.rs mmv_shape: more rows per warp share one quantization of x;
+// measured on the H200 that pays for the 16-byte-aligned K-quant and int8 rows, while the
+// 2-byte-aligned formats' u16 loads do better one row per warp, unrolled).
+__device__ __forceinline__ void mmv_groups(u32 n, u32 rm, u32& gw, u32& warps, u32& R) {
+    u32 wpb = blockDim.x >> 5;
+    warps = gridDim.x * wpb;
+    gw = blockIdx.x * wpb + (threadIdx.x >> 5);
+    R = min((n + warps - 1) / warps, rm);
 }
 
 // The _m1 kernels' dynamic shared memory (the layout above): the digit planes (returned), xq, xds.
@@ -391,8 +394,9 @@ __device__ __forceinline__ void mmv_begin(const MatmulParams& p, const float* x,
     int* planes = mmv_layout(p.k, xq, xds);
     mmv_quantize_x(x, p.k, planes, xq.lo, xds, threadIdx.x, blockDim.x);
     __syncthreads();
-    u32 r = mmv_rows_per_warp(p.n);
-    n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * r;
+    u32 gw, warps, r;
+    mmv_groups(p.n, 4u, gw, warps, r);
+    n0 = gw * r;
     rows = n0 < p.n ? min(r, p.n - n0) : 0;
 }
 
@@ -521,13 +525,6 @@ __device__ __forceinline__ void mmv_copy_x(u32 k, const u32* xg, XQ& xq, float2*
 __device__ __forceinline__ void mmv_wait_x() {
     cp_async_wait<0>();
     __syncthreads();
-}
-// This warp's index among all warps of the grid, their count, and R (rows per group, <= rm).
-__device__ __forceinline__ void mmv_groups(u32 n, u32 rm, u32& gw, u32& warps, u32& R) {
-    u32 wpb = blockDim.x >> 5;
-    warps = gridDim.x * wpb;
-    gw = blockIdx.x * wpb + (threadIdx.x >> 5);
-    R = min((n + warps - 1) / warps, rm);
 }
 
 template <class Q>

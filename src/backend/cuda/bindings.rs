@@ -387,23 +387,13 @@ kernels! {
     }
 
     /// The tensor-core decode `[f16 | bf16 | int8 | fp8 KV][head_dim 64 | 128]` (8 query heads a
-    /// block; same arguments).
+    /// block; same arguments), then its 8-bit `_pf` builds `[int8 | fp8][64 | 128]` (the next
+    /// tile's loads in flight; ops_attention.rs `DECODE_PF_FROM`).
     sparse_decode_attention_mma: "sparse_decode_attention" (AttentionParams) [
         "sparse_decode_attention_mma_f16_d64", "sparse_decode_attention_mma_f16_d128",
         "sparse_decode_attention_mma_bf16_d64", "sparse_decode_attention_mma_bf16_d128",
         "sparse_decode_attention_mma_int8_d64", "sparse_decode_attention_mma_int8_d128",
         "sparse_decode_attention_mma_fp8_d64", "sparse_decode_attention_mma_fp8_d128",
-    ]
-    {
-        q: In F32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32, page_indptr: In U32,
-        page_table: In U32, kv_len: In U32, ring_table: In U32, selected: In U32, counts: In U32,
-        seq_slot: In U32, tail_start: In U32, out: Out F32, part: ScratchOut F32,
-        ptl: U32 Scalar, rtl: U32 Scalar, sl: U32 Scalar, cl: U32 Scalar,
-    }
-
-    /// The tensor-core decode for 8-bit KV with the next tile's loads in flight
-    /// `[int8 | fp8][head_dim 64 | 128]` (same arguments).
-    sparse_decode_attention_mma_pf: "sparse_decode_attention" (AttentionParams) [
         "sparse_decode_attention_mma_pf_int8_d64", "sparse_decode_attention_mma_pf_int8_d128",
         "sparse_decode_attention_mma_pf_fp8_d64", "sparse_decode_attention_mma_pf_fp8_d128",
     ]

@@ -255,9 +255,9 @@ const DECODE_MMA_DTYPES: [DType; 4] = [DType::F16, DType::BF16, DType::I8, DType
 
 /// The tensor-core decode kernel for this KV dtype, head_dim and page size, if there is one
 /// (16-bit and 8-bit KV at head_dim 64 or 128; 8-bit pools need an even page size so 8-byte
-/// code loads stay aligned), and whether it is a `_pf` entry (8-bit KV with the next tile's loads
-/// in flight, [`decode_pf`]). Its blocks take 8 query heads.
-fn decode_mma_kernel(kv: DType, hd: usize, ps: usize) -> Option<(&'static str, bool)> {
+/// code loads stay aligned); 8-bit KV takes its `_pf` build (the next tile's loads in flight)
+/// unless [`decode_pf`] says not. Its blocks take 8 query heads.
+fn decode_mma_kernel(kv: DType, hd: usize, ps: usize) -> Option<&'static str> {
     let col = match hd {
         64 => 0,
         128 => 1,
@@ -266,22 +266,16 @@ fn decode_mma_kernel(kv: DType, hd: usize, ps: usize) -> Option<(&'static str, b
     if kv.is_kv8() && !ps.is_multiple_of(2) {
         return None;
     }
+    let entries = kern::sparse_decode_attention_mma::ENTRIES;
     if kv.is_kv8() && decode_pf() {
-        return entry_in(kern::sparse_decode_attention_mma_pf::ENTRIES, &DECODE_PF_DTYPES, kv, col, 2)
-            .ok()
-            .map(|n| (n, true));
+        return entry_in(&entries[DECODE_PF_FROM..], &DECODE_PF_DTYPES, kv, col, 2).ok();
     }
-    entry_in(kern::sparse_decode_attention_mma::ENTRIES, &DECODE_MMA_DTYPES, kv, col, 2).ok().map(|n| (n, false))
+    entry_in(entries, &DECODE_MMA_DTYPES, kv, col, 2).ok()
 }
 
+/// The `_pf` entries of `sparse_decode_attention_mma` start after the plain ones ([dtype][col]).
+const DECODE_PF_FROM: usize = 2 * DECODE_MMA_DTYPES.len();
 const DECODE_PF_DTYPES: [DType; 2] = [DType::I8, DType::F8E4M3];
-
-/// Which decode kernel family a launch uses (they share one argument list, three bindings).
-enum Decode {
-    Simt,
-    Mma,
-    MmaPf,
-}
 
 /// `LSERVE_CUDA_DECODE_PF`, read once: `0` sends 8-bit KV decode to the plain tensor-core kernel
 /// (for measuring the two in one run); anything else (the default) to the `_pf` kernels. H200,
@@ -339,13 +333,13 @@ pub fn sparse_decode_attention(
         return Ok(());
     }
     let group = nh / nkv;
-    let (kernel, name, smem, head_chunks) = match decode_mma_kernel(kv.k.dtype, hd, u(p.page_size)) {
-        Some((name, pf)) => (if pf { Decode::MmaPf } else { Decode::Mma }, name, 0, group.div_ceil(DECODE_HEADS)),
+    let (mma, name, smem, head_chunks) = match decode_mma_kernel(kv.k.dtype, hd, u(p.page_size)) {
+        Some(name) => (true, name, 0, group.div_ceil(DECODE_HEADS)),
         None => {
             let g = group.min(DECODE_HEADS).next_power_of_two();
             // SIMT entries [kv dtype][log2 G].
             let name = entry(kern::sparse_decode_attention::ENTRIES, kv.k.dtype, g.trailing_zeros() as usize, 4)?;
-            (Decode::Simt, name, decode_smem(hd, kv.k.dtype, g), group.div_ceil(g))
+            (false, name, decode_smem(hd, kv.k.dtype, g), group.div_ceil(g))
         }
     };
     let gpu = be.gpu();
@@ -355,7 +349,7 @@ pub fn sparse_decode_attention(
     let part =
         if splits > 1 { Scratch(gpu.scratch("decode_part", ns * nh * splits * (hd + 2) * 4)?) } else { Scratch::NONE };
     let l = Launch::new((splits as u32, (nkv * head_chunks) as u32, ns as u32), 128).smem(smem);
-    // The SIMT and the tensor-core kernels share one argument list (three declarations).
+    // The SIMT and the tensor-core kernels share one argument list (two declarations).
     macro_rules! args {
         ($binding:ident) => {
             kern::$binding::Args {
@@ -382,18 +376,10 @@ pub fn sparse_decode_attention(
             }
         };
     }
-    match kernel {
-        Decode::Mma => {
-            kern::sparse_decode_attention_mma::launch_variant(gpu, name, l, p, args!(sparse_decode_attention_mma))?
-        }
-        Decode::MmaPf => kern::sparse_decode_attention_mma_pf::launch_variant(
-            gpu,
-            name,
-            l,
-            p,
-            args!(sparse_decode_attention_mma_pf),
-        )?,
-        Decode::Simt => kern::sparse_decode_attention::launch_variant(gpu, name, l, p, args!(sparse_decode_attention))?,
+    if mma {
+        kern::sparse_decode_attention_mma::launch_variant(gpu, name, l, p, args!(sparse_decode_attention_mma))?;
+    } else {
+        kern::sparse_decode_attention::launch_variant(gpu, name, l, p, args!(sparse_decode_attention))?;
     }
     if splits > 1 {
         let l = Launch::new(((ns * nh) as u32, hd.div_ceil(32) as u32, 1), 256);
