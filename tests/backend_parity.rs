@@ -307,8 +307,10 @@ parity_tests!(wgpu_plain, crate::common::wgpu_backend_with(lserve::backend::wgpu
 #[cfg(feature = "cuda")]
 parity_tests!(cuda, crate::common::cuda_backend());
 
-/// The batch-1 quantized GEMV with x quantized once per call (`MmvMode::Pre`, whatever
-/// LSERVE_CUDA_MMV says): on the in-block grid (one row group per warp, as `cuda::matmul`), and
+/// The batch-1 quantized GEMV in each mode whatever LSERVE_CUDA_MMV says (`cuda::matmul` takes
+/// the default, `MmvMode::Auto`, which picks one per weight format): x quantized in every block
+/// (`cuda_mmv_inblock`); x quantized once per call (`MmvMode::Pre`) on the in-block grid (one row
+/// group per warp), and
 /// on a grid capped at 2 blocks (`cuda_mmv_pre_loop`), where the warps loop over row groups of
 /// the format's most rows per warp (2 for Q4_K / Q5_K, 4 for int8 rows) with partial last
 /// groups: the multi-row path the test's small n never reach on the in-block grid of a large GPU.
@@ -318,6 +320,8 @@ fn cuda_mmv(mode: lserve::backend::cuda::MmvMode) -> Option<lserve::backend::cud
     b.set_mmv(mode);
     Some(b)
 }
+#[cfg(feature = "cuda")]
+matmul_quant_tests!(cuda_mmv_inblock, crate::cuda_mmv(lserve::backend::cuda::MmvMode::InBlock));
 #[cfg(feature = "cuda")]
 matmul_quant_tests!(cuda_mmv_pre, crate::cuda_mmv(lserve::backend::cuda::MmvMode::Pre { max_grid: 0 }));
 #[cfg(feature = "cuda")]

@@ -356,17 +356,27 @@ fn quant_entry_tables_follow_quant_dtypes() {
     }
 }
 
-/// `LSERVE_CUDA_MMV`'s values: in-block by default, `pre` on the in-block grid, `pre:N` at most N
-/// blocks per SM; anything else is an error.
+/// `LSERVE_CUDA_MMV`'s values: per format by default (`auto`), `inblock`, `pre` on the in-block
+/// grid, `pre:N` at most N blocks per SM; anything else is an error.
 #[test]
 fn mmv_mode_parses_its_values() {
     use lserve::backend::cuda::MmvMode;
-    assert_eq!(MmvMode::default(), MmvMode::InBlock);
-    assert_eq!(MmvMode::parse("", 132), Ok(MmvMode::InBlock));
+    assert_eq!(MmvMode::default(), MmvMode::Auto);
+    assert_eq!(MmvMode::parse("", 132), Ok(MmvMode::Auto));
+    assert_eq!(MmvMode::parse("auto", 132), Ok(MmvMode::Auto));
     assert_eq!(MmvMode::parse("inblock", 132), Ok(MmvMode::InBlock));
     assert_eq!(MmvMode::parse("pre", 132), Ok(MmvMode::Pre { max_grid: 0 }));
     assert_eq!(MmvMode::parse("pre:8", 132), Ok(MmvMode::Pre { max_grid: 1056 }));
     for bad in ["pre:0", "pre:", "pre:x", "global", "PRE"] {
         assert!(MmvMode::parse(bad, 132).is_err(), "{bad}");
     }
+    // Auto: x quantized once for the formats where that measured faster, in-block for the rest.
+    use lserve::backend::DType;
+    use lserve::backend::reference::ggml_quant::GgmlType;
+    assert_eq!(MmvMode::Auto.pre_grid(DType::Ggml(GgmlType::Q4_K)), Some(0));
+    assert_eq!(MmvMode::Auto.pre_grid(DType::I8Row), Some(0));
+    assert_eq!(MmvMode::Auto.pre_grid(DType::Ggml(GgmlType::Q8_0)), None);
+    assert_eq!(MmvMode::Auto.pre_grid(DType::Ggml(GgmlType::Q4_1)), None);
+    assert_eq!(MmvMode::InBlock.pre_grid(DType::Ggml(GgmlType::Q4_K)), None);
+    assert_eq!(MmvMode::Pre { max_grid: 7 }.pre_grid(DType::Ggml(GgmlType::Q8_0)), Some(7));
 }

@@ -88,8 +88,8 @@ pub struct CudaOptions {
     /// Replay recorded decode steps as CUDA graphs (graph.rs; default true). Off, every recorded
     /// list launches kernel by kernel (the bit-identity test and graphs-off measurements).
     pub graph_replay: bool,
-    /// Where the batch-1 quantized GEMV gets x's int8 digits ([`MmvMode`], an A/B switch until
-    /// measured); `None` reads `LSERVE_CUDA_MMV` once, at open (unset: in-block, the default).
+    /// Where the batch-1 quantized GEMV gets x's int8 digits ([`MmvMode`]); `None` reads
+    /// `LSERVE_CUDA_MMV` once, at open (unset: [`MmvMode::Auto`], per weight format).
     pub mmv: Option<MmvMode>,
 }
 

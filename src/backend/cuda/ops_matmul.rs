@@ -14,11 +14,12 @@
 //! - Quantized weights, m == 1 (not fp8): the integer-dot GEMV (cuda/matmul_quant.cu `_m1`):
 //!   each block quantizes x to two int8 digits per element, blocks of 32, in shared memory
 //!   ([`mmv_smem_bytes`]), lanes read consecutive slices of a weight row and multiply 4 codes at
-//!   a time with `__dp4a`, once per digit. [`MmvMode::Pre`] (`LSERVE_CUDA_MMV=pre`, an A/B
-//!   switch; in-block is the default until measured): `matmul_quantize_x_m1` writes those digits
-//!   once per call into the `mmv_xq` scratch (the shared-memory layout, [`mmv_smem_bytes`]) and
-//!   `matmul_gemv_<fmt>_m1_pre` copies them into shared memory with cp.async (no arithmetic),
-//!   prefetching its first weight lines meanwhile; same digits, same dot code.
+//!   a time with `__dp4a`, once per digit. [`MmvMode::Pre`] (`LSERVE_CUDA_MMV=pre`):
+//!   `matmul_quantize_x_m1` writes those digits once per call into the `mmv_xq` scratch (the
+//!   shared-memory layout, [`mmv_smem_bytes`]) and `matmul_gemv_<fmt>_m1_pre` copies them into
+//!   shared memory with cp.async (no arithmetic), prefetching its first weight lines meanwhile;
+//!   same digits, same dot code. The default, [`MmvMode::Auto`], takes whichever of the two was
+//!   faster on the H200 for the weight format ([`mmv_pre_wins`], docs/benchmarks.md).
 //! - Quantized weights but fp8, 2 <= m <= [`MMQ_MAX_M`]: the tensor-core MMQ GEMM
 //!   (cuda/matmul_mmq.cu): `matmul_quantize_x` writes x as the same two int8 digits per element
 //!   (blocks of 32) into two scratches, then `matmul_mmq_<fmt>_n<NT>` (NT = ceil(m / 8) rounded up
@@ -167,7 +168,7 @@ fn matmul_quant(
         let l = if mmv {
             let (block, rows) = mmv_shape(w.dtype, n, g.sm_count as usize);
             let grid = n.div_ceil(block / 32 * rows);
-            if let MmvMode::Pre { max_grid } = be.mmv() {
+            if let Some(max_grid) = be.mmv().pre_grid(w.dtype) {
                 let grid = if max_grid > 0 { grid.min(max_grid as usize) } else { grid };
                 let l = Launch::new((grid as u32, 1, 1), block as u32).smem(smem);
                 return mmv_pre(be, p, x, w, bias, out, l);
@@ -286,11 +287,14 @@ pub fn mmv_shape(d: DType, n: usize, sms: usize) -> (usize, usize) {
 
 /// Where the batch-1 integer-dot GEMV (`matmul_gemv_<fmt>_m1`, every quantized format but fp8)
 /// gets x's two int8 digits per element (cuda/matmul_quant.cu). Both give the same digits and run
-/// the same dot code, so the same results; which is faster is for docs/benchmarks.md to say.
+/// the same dot code, so the same results; only the speed differs (docs/benchmarks.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum MmvMode {
-    /// Each block quantizes x into its shared memory before its first weight load.
+    /// Per weight format, whichever was faster on the H200: [`MmvMode::Pre`] where
+    /// [`mmv_pre_wins`], else [`MmvMode::InBlock`].
     #[default]
+    Auto,
+    /// Each block quantizes x into its shared memory before its first weight load.
     InBlock,
     /// `matmul_quantize_x_m1` quantizes x once per call into a scratch; each block copies it into
     /// shared memory (cp.async) while its first weight lines are prefetched. `max_grid`: at most
@@ -299,25 +303,48 @@ pub enum MmvMode {
     Pre { max_grid: u32 },
 }
 
+/// Weight formats whose batch-1 GEMV is faster with x quantized once per call ([`MmvMode::Pre`])
+/// than in every block. Measured as the Llama-3-8B 32K sparse batch-1 step on the H200, two runs
+/// each (docs/benchmarks.md, session 13), in-block vs pre, ms: Q4_K 4.09 / 4.14 vs 3.46 / 3.46,
+/// Q5_K 4.40 / 4.40 vs 3.76 / 3.78, Q6_K 5.21 / 5.27 vs 4.96 / 4.87, Q5_1 5.09 / 5.31 vs 4.89 /
+/// 4.91, int8 rows 4.29 vs 3.95; slower or equal with it: Q8_0 5.23 vs 5.42, Q4_0 4.85 / 4.74 vs
+/// 4.93 / 4.94, Q5_0 5.43 / 5.48 vs 5.75 / 5.78, Q4_1 4.80 / 4.56 vs 4.80 / 4.58 (where a block's
+/// own quantization of x is cheap beside its rows, the extra launch costs more than it saves).
+pub fn mmv_pre_wins(d: DType) -> bool {
+    use crate::backend::reference::ggml_quant::GgmlType;
+    matches!(d, DType::I8Row | DType::Ggml(GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q5_1))
+}
+
 impl MmvMode {
-    /// From `LSERVE_CUDA_MMV` ([`MmvMode::parse`]); unset means in-block.
+    /// From `LSERVE_CUDA_MMV` ([`MmvMode::parse`]); unset means [`MmvMode::Auto`].
     pub fn from_env(sms: u32) -> Result<Self> {
         match std::env::var("LSERVE_CUDA_MMV") {
             Ok(v) => Self::parse(&v, sms).map_err(|e| Error::InvalidArgument(format!("LSERVE_CUDA_MMV: {e}"))),
-            Err(_) => Ok(MmvMode::InBlock),
+            Err(_) => Ok(MmvMode::Auto),
         }
     }
 
-    /// `inblock` (or empty), `pre`, or `pre:N`: at most N blocks per SM (`sms` SMs), warps looping
-    /// over row groups.
+    /// `auto` (or empty), `inblock`, `pre`, or `pre:N`: at most N blocks per SM (`sms` SMs),
+    /// warps looping over row groups.
     pub fn parse(s: &str, sms: u32) -> std::result::Result<Self, String> {
         match s.trim() {
-            "" | "inblock" => Ok(MmvMode::InBlock),
+            "" | "auto" => Ok(MmvMode::Auto),
+            "inblock" => Ok(MmvMode::InBlock),
             "pre" => Ok(MmvMode::Pre { max_grid: 0 }),
             v => match v.strip_prefix("pre:").and_then(|n| n.parse::<u32>().ok()).filter(|&n| n > 0) {
                 Some(n) => Ok(MmvMode::Pre { max_grid: n.saturating_mul(sms.max(1)) }),
-                None => Err(format!("`{v}` is not inblock, pre or pre:N (N >= 1 blocks per SM)")),
+                None => Err(format!("`{v}` is not auto, inblock, pre or pre:N (N >= 1 blocks per SM)")),
             },
+        }
+    }
+
+    /// For weights of dtype `d`: `Some(max_grid)` where x is quantized once per call (see
+    /// [`MmvMode::Pre`]), `None` where each block quantizes it.
+    pub fn pre_grid(self, d: DType) -> Option<u32> {
+        match self {
+            MmvMode::Auto => mmv_pre_wins(d).then_some(0),
+            MmvMode::InBlock => None,
+            MmvMode::Pre { max_grid } => Some(max_grid),
         }
     }
 }
