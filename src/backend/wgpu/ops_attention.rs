@@ -28,13 +28,6 @@
 //! per thread for the latest device ([`scratch`]): grown on demand, never shrunk, shared by all
 //! layers (wgpu orders the dispatches). With one split the kernel writes `out` directly and no
 //! merge is recorded.
-//!
-//! Decode kernels ([`decode_kernel`]): `sparse_decode_attention` (default), or with
-//! `LSERVE_WGPU_DECODE_ATTN=new` the unmeasured rework `sparse_decode_attention_vq` (ported from
-//! docs/data/s10-h200-2026-12-02/wgpuattn-unmeasured.patch for an A/B on a GPU): its grid holds
-//! one head kind (each workgroup finds its KV head in `head_map`), so its split count divides
-//! the grid target by the larger kind's heads; its splits take whole chunks; 8-bit KV needs
-//! page_size % 4 == 0 (its K rows are read as 16-byte words).
 
 use super::context::err;
 use super::ops_basic::rows_grid;
@@ -64,18 +57,6 @@ fn target_workgroups() -> usize {
             .filter(|n| (64..=65536).contains(n))
             .unwrap_or(1024)
     })
-}
-
-/// The decode kernel: `sparse_decode_attention`, or `LSERVE_WGPU_DECODE_ATTN=new`'s
-/// `sparse_decode_attention_vq` (`old` or unset: the default; anything else is refused).
-fn decode_kernel() -> Result<&'static str> {
-    static KERNEL: std::sync::OnceLock<std::result::Result<&'static str, String>> = std::sync::OnceLock::new();
-    let k = KERNEL.get_or_init(|| match std::env::var("LSERVE_WGPU_DECODE_ATTN").as_deref() {
-        Err(_) | Ok("old") => Ok(pl::sparse_decode_attention::OP),
-        Ok("new") => Ok(pl::sparse_decode_attention::VQ),
-        Ok(other) => Err(format!("LSERVE_WGPU_DECODE_ATTN={other}: use new or old")),
-    });
-    k.clone().map_err(err)
 }
 
 fn u(x: u32) -> usize {
@@ -241,14 +222,13 @@ fn passes<'a>(
     out
 }
 
-/// Splits per (sequence, KV head) of a decode step (see the module docs); `heads`: the KV heads
-/// one pass's grid holds (all of them for `sparse_decode_attention`, one kind's for `_vq`).
-fn decode_splits(p: &AttentionParams, page_table_len: usize, head_chunks: usize, heads: usize) -> usize {
+/// Splits per (sequence, KV head) of a decode step (see the module docs).
+fn decode_splits(p: &AttentionParams, page_table_len: usize, head_chunks: usize) -> usize {
     let ps = u(p.page_size);
     let ret = if p.n_ret > 0 { page_table_len } else { 0 };
     let strm = if p.n_str > 0 { u(p.sink + p.local).div_ceil(ps) + 1 } else { 0 };
     let by_len = ret.max(strm).div_ceil(PAGES_PER_SPLIT);
-    let by_grid = target_workgroups().div_ceil(u(p.num_seqs) * heads * head_chunks);
+    let by_grid = target_workgroups().div_ceil(u(p.num_seqs) * u(p.n_kv_heads) * head_chunks);
     by_len.min(by_grid).clamp(1, MAX_SPLITS)
 }
 
@@ -261,15 +241,7 @@ pub fn sparse_decode_attention(
     pages: &HeadPages<WgpuBackend>,
     out: &mut WgpuBuffer,
 ) -> Result<()> {
-    decode(be, p, q, kv, meta, pages, out, Decode { kernel: decode_kernel()?, splits: None })
-}
-
-/// How [`decode`] runs: `kernel` (`OP` or `VQ` of `pl::sparse_decode_attention`) with `splits`
-/// splits, or [`decode_splits`]' count (the tests run both kernels and force a few counts, so
-/// that splits of several chunks and the unsplit long list run on small inputs).
-struct Decode {
-    kernel: &'static str,
-    splits: Option<usize>,
+    decode(be, p, q, kv, meta, pages, out, None)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -281,18 +253,14 @@ fn decode(
     meta: &PagedMeta<WgpuBackend>,
     pages: &HeadPages<WgpuBackend>,
     out: &mut WgpuBuffer,
-    Decode { kernel, splits }: Decode,
+    splits: Option<usize>,
 ) -> Result<()> {
     check_common(p, &kv, meta, "sparse_decode_attention")?;
     let (ns, nh, hd, nkv) = (u(p.num_seqs), u(p.n_heads), u(p.head_dim), u(p.n_kv_heads));
-    let vq = kernel == pl::sparse_decode_attention::VQ;
     if hd % 4 != 0 {
         return Err(err(format!(
             "sparse_decode_attention: head_dim {hd} is not a multiple of 4 (wgpu reads K and V 4 values a load)"
         )));
-    }
-    if vq && kv.k.dtype.is_kv8() && !p.page_size.is_multiple_of(4) {
-        return Err(err("sparse_decode_attention: 8-bit KV needs page_size % 4 == 0 (16-byte K words)"));
     }
     need(q, DType::F32, ns * nh * hd, "sparse_decode_attention q")?;
     need(out, DType::F32, ns * nh * hd, "sparse_decode_attention out")?;
@@ -304,18 +272,10 @@ fn decode(
         return Ok(());
     }
     let head_chunks = (nh / nkv).div_ceil(DECODE_HEADS);
-    let grid_heads = if vq { u(p.n_ret.max(p.n_str)) } else { nkv };
-    let splits =
-        splits.unwrap_or_else(|| decode_splits(p, meta.page_table.len, head_chunks, grid_heads)).clamp(1, MAX_SPLITS);
+    let splits = splits.unwrap_or_else(|| decode_splits(p, meta.page_table.len, head_chunks)).clamp(1, MAX_SPLITS);
     let mut part = be.scratch(if splits > 1 { 4 + ns * nh * splits * (hd + 2) } else { 1 })?;
     for (pp, k_pool, v_pool) in passes(p, &kv) {
-        // `_vq`'s grid holds this pass's head kind only (the streaming pass has n_ret = 0).
-        let heads = match (vq, pp.n_ret) {
-            (false, _) => nkv,
-            (true, 0) => u(pp.n_str),
-            (true, r) => u(r),
-        };
-        let groups = (splits as u32, (heads * head_chunks) as u32, ns as u32);
+        let groups = (splits as u32, (nkv * head_chunks) as u32, ns as u32);
         let binds = pl::sparse_decode_attention::Binds {
             q,
             k_pool,
@@ -332,7 +292,7 @@ fn decode(
             out: &mut *out,
             part: &mut part,
         };
-        pl::sparse_decode_attention::dispatch_variant(be.gpu(), kernel, Some(kv.k.dtype), &pp, binds, groups)?;
+        pl::sparse_decode_attention::dispatch(be.gpu(), Some(kv.k.dtype), &pp, binds, groups)?;
     }
     if splits > 1 {
         let binds = pl::sparse_decode_attention_merge::Binds { part: &part, out };
@@ -572,14 +532,13 @@ mod tests {
                 let tl = t.u32s(&vec![tail; ns]);
                 let hg = HeadPages { selected: &sel.0, counts: &cnt.0, seq_slot: &sl.0, tail_start: &tl.0 };
                 let hc = HeadPages { selected: &sel.1, counts: &cnt.1, seq_slot: &sl.1, tail_start: &tl.1 };
-                let kernels = [pl::sparse_decode_attention::OP, pl::sparse_decode_attention::VQ];
                 // The op's own split count, then one split and two (several chunks each).
-                for (kernel, splits) in kernels.into_iter().flat_map(|k| [(k, None), (k, Some(1)), (k, Some(2))]) {
+                for splits in [None, Some(1), Some(2)] {
                     let mut out = t.f32s(&vec![f32::NAN; q.0.len]);
                     let ((kg, mg), (kc, mc)) = views(&b);
-                    decode(&t.0, &p, &q.0, kg, &mg, &hg, &mut out.0, Decode { kernel, splits }).unwrap();
+                    decode(&t.0, &p, &q.0, kg, &mg, &hg, &mut out.0, splits).unwrap();
                     t.1.sparse_decode_attention(&p, &q.1, kc, &mc, &hc, &mut out.1).unwrap();
-                    let name = format!("decode {kernel} hd {hd} group {group} tail {tail} kv {kv:?} splits {splits:?}");
+                    let name = format!("decode hd {hd} group {group} tail {tail} kv {kv:?} splits {splits:?}");
                     t.check(&name, &out);
                 }
             }

@@ -178,9 +178,8 @@ pipelines! {
         q: read, q_indptr: read, k_pool: read, v_pool: read, head_map: read, page_indptr: read,
         page_table: read, kv_len: read, ring_table: read, out: read_write,
     }
-    /// Split-KV decode attention, and the rework selected by `LSERVE_WGPU_DECODE_ATTN=new`
-    /// (ops_attention.rs `decode_kernel`).
-    sparse_decode_attention(AttentionParams) [VQ = sparse_decode_attention_vq] {
+    /// Split-KV decode attention (ops_attention.rs).
+    sparse_decode_attention(AttentionParams) {
         q: read, k_pool: read, v_pool: read, head_map: read, page_indptr: read, page_table: read,
         kv_len: read, ring_table: read, selected: read, counts: read, seq_slot: read, tail_start: read,
         out: read_write, part: read_write,

@@ -120,9 +120,6 @@ fn kv_snippet(op: &str, d: DType) -> Option<String> {
         }
         out += "fn kv8_val4(w: u32) -> vec4<f32> { return vec4(kv8_val(w & 0xffu), kv8_val((w >> 8u) & 0xffu), kv8_val((w >> 16u) & 0xffu), kv8_val(w >> 24u)); }\n";
     }
-    if op == "sparse_decode_attention_vq" {
-        out += &vq_snippet(d);
-    }
     for &(n, vec4) in kv_pools(op) {
         out += &match (d, vec4) {
             (DType::F32, true) => format!(
@@ -165,98 +162,6 @@ fn kv_snippet(op: &str, d: DType) -> Option<String> {
         }
     }
     Some(out)
-}
-
-/// How `sparse_decode_attention_vq` declares a pool binding, and the accessors [`vq_snippet`]
-/// gives it.
-#[derive(Clone, Copy, PartialEq)]
-enum Pool {
-    /// `array<KV_W16>`, 16-byte words of `KV_WORD` values (4 f32, 8 f16/bf16, 16 int8/fp8):
-    /// `kvrow_<pool>(o) -> vec2<u32>`, the row at element `o` (on a word) as its first word and
-    /// (8-bit) its scale's bits, once per row so that 8-bit pools do their block arithmetic and
-    /// scale load once; `kv16_<pool>(r, i, last) -> array<vec4<f32>, 4>`, the 16 values of row
-    /// `r` from dim `i` (on a word; each word's start clamped to dim `last`); and
-    /// `kv4_<pool>(i) -> vec4<f32>` (the four from any element `i % 4 == 0`).
-    Words,
-    /// `array<KV_V4>`, one load per 4 values (vec4<f32>, vec2<u32> of 16-bit pairs, u32 of 8-bit
-    /// codes): `kvrow_<pool>(o) -> vec2<u32>`, the row at element `o` as its first quad and
-    /// (8-bit) its scale's bits, and `kv4_<pool>(r, d) -> vec4<f32>`, dims d..d+3 of row `r`
-    /// (`d % 4 == 0`).
-    Quads,
-}
-
-/// The part of `sparse_decode_attention_vq`'s KV snippet after [`kv_snippet`]'s common lines:
-/// `KV_WORD`, the pool types `KV_W16` (k_pool, [`Pool::Words`]) and `KV_V4` (v_pool,
-/// [`Pool::Quads`]) and their accessors. 16-byte words start rows on a word when head_dim is a
-/// multiple of `KV_WORD` (8-bit pools: always, with head_dim % 16 == 0 and page_size % 4 == 0,
-/// which the host checks).
-fn vq_snippet(d: DType) -> String {
-    let (w16, v4, word) = match d {
-        DType::F32 => ("vec4<f32>", "vec4<f32>", 4),
-        DType::F16 | DType::BF16 => ("vec4<u32>", "vec2<u32>", 8),
-        _ => ("vec4<u32>", "u32", 16),
-    };
-    let mut out = format!("const KV_WORD: u32 = {word}u;\nalias KV_W16 = {w16};\nalias KV_V4 = {v4};\n");
-    out += &vq_accessors("k_pool", Pool::Words, d);
-    out += &vq_accessors("v_pool", Pool::Quads, d);
-    out
-}
-
-/// The accessors of pool binding `n` declared as `pool`, for KV dtype `d` (see [`Pool`]).
-fn vq_accessors(n: &str, pool: Pool, d: DType) -> String {
-    let unpack16 = |w: &str| match d {
-        DType::F16 => format!("unpack2x16float({w})"),
-        _ => format!("bitcast<vec2<f32>>(vec2({w} << 16u, {w} & 0xffff0000u))"),
-    };
-    match (pool, d) {
-        (Pool::Words, DType::F32) => format!(
-            "fn kvrow_{n}(o: u32) -> vec2<u32> {{ return vec2(o >> 2u, 0u); }}\n\
-             fn kv16_{n}(r: vec2<u32>, i: u32, last: u32) -> array<vec4<f32>, 4> {{ return array<vec4<f32>, 4>(\
-             {n}[r.x + (min(i, last) >> 2u)], {n}[r.x + (min(i + 4u, last) >> 2u)], \
-             {n}[r.x + (min(i + 8u, last) >> 2u)], {n}[r.x + (min(i + 12u, last) >> 2u)]); }}\n\
-             fn kv4_{n}(i: u32) -> vec4<f32> {{ return {n}[i >> 2u]; }}\n"
-        ),
-        (Pool::Words, DType::F16 | DType::BF16) => format!(
-            "fn kvrow_{n}(o: u32) -> vec2<u32> {{ return vec2(o >> 3u, 0u); }}\n\
-             fn kv16_{n}(r: vec2<u32>, i: u32, last: u32) -> array<vec4<f32>, 4> {{ let a = {n}[r.x + (min(i, last) >> 3u)]; \
-             let b = {n}[r.x + (min(i + 8u, last) >> 3u)]; \
-             return array<vec4<f32>, 4>(vec4({ax}, {ay}), vec4({az}, {aw}), vec4({bx}, {by}), vec4({bz}, {bw})); }}\n\
-             fn kv4_{n}(i: u32) -> vec4<f32> {{ let w = {n}[i >> 3u]; let h = select(w.xy, w.zw, (i & 4u) != 0u); \
-             return vec4({hx}, {hy}); }}\n",
-            ax = unpack16("a.x"),
-            ay = unpack16("a.y"),
-            az = unpack16("a.z"),
-            aw = unpack16("a.w"),
-            bx = unpack16("b.x"),
-            by = unpack16("b.y"),
-            bz = unpack16("b.z"),
-            bw = unpack16("b.w"),
-            hx = unpack16("h.x"),
-            hy = unpack16("h.y"),
-        ),
-        (Pool::Words, _) => format!(
-            "fn kvrow_{n}(o: u32) -> vec2<u32> {{ let sw = kv8_scale_word(o); \
-             return vec2(kv8_code_byte(o) >> 4u, {n}[sw >> 2u][sw & 3u]); }}\n\
-             fn kv16_{n}(r: vec2<u32>, i: u32, last: u32) -> array<vec4<f32>, 4> {{ let w = {n}[r.x + (min(i, last) >> 4u)]; \
-             let s = bitcast<f32>(r.y); return array<vec4<f32>, 4>(kv8_val4(w.x) * s, kv8_val4(w.y) * s, kv8_val4(w.z) * s, kv8_val4(w.w) * s); }}\n\
-             fn kv4_{n}(i: u32) -> vec4<f32> {{ let c = kv8_code_byte(i); let sw = kv8_scale_word(i); \
-             return kv8_val4({n}[c >> 4u][(c >> 2u) & 3u]) * bitcast<f32>({n}[sw >> 2u][sw & 3u]); }}\n"
-        ),
-        (Pool::Quads, DType::F32 | DType::F16 | DType::BF16) => {
-            let val = match d {
-                DType::F32 => "w".to_string(),
-                _ => format!("vec4({}, {})", unpack16("w.x"), unpack16("w.y")),
-            };
-            format!(
-                "fn kvrow_{n}(o: u32) -> vec2<u32> {{ return vec2(o >> 2u, 0u); }}\n\
-                 fn kv4_{n}(r: vec2<u32>, d: u32) -> vec4<f32> {{ let w = {n}[r.x + (d >> 2u)]; return {val}; }}\n"
-            )
-        }
-        (Pool::Quads, _) => format!(
-            "fn kvrow_{n}(o: u32) -> vec2<u32> {{ return vec2(kv8_code_byte(o) >> 2u, {n}[kv8_scale_word(o)]); }}\n\
-             fn kv4_{n}(r: vec2<u32>, d: u32) -> vec4<f32> {{ return kv8_val4({n}[r.x + (d >> 2u)]) * bitcast<f32>(r.y); }}\n"
-        ),
-    }
 }
 
 /// The source of the batched subgroup GEMV variants (their constants are prepended in [`OPS`]).
@@ -441,8 +346,6 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         true,
     ),
     ("sparse_decode_attention", include_str!("../../../shaders/sparse_decode_attention.wgsl"), Reads::Kv, false),
-    // The unmeasured rework (ops_attention.rs `decode_kernel`: LSERVE_WGPU_DECODE_ATTN=new).
-    ("sparse_decode_attention_vq", include_str!("../../../shaders/sparse_decode_attention_vq.wgsl"), Reads::Kv, false),
     (
         "sparse_decode_attention_merge",
         include_str!("../../../shaders/sparse_decode_attention_merge.wgsl"),
