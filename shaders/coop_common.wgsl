@@ -1,6 +1,5 @@
-// Staging helpers of the cooperative-matrix GEMMs (matmul_coop, matmul_coop_m16,
-// matmul_coop_128), part of their modules after the weight-format snippet and
-// shaders/coop_round.wgsl (shaders.rs, Reads::Coop). The module declares `p: MatmulParams`; the
+// Staging helpers of the cooperative-matrix GEMMs (matmul_coop, matmul_coop_128), part of their
+// modules after the weight-format snippet and shaders/coop_round.wgsl (shaders.rs, Reads::Coop). The module declares `p: MatmulParams`; the
 // weight snippet declares the weights `w` (binding 2: f16 weights as `array<mat2x4<f16>>`, 16-byte
 // words of 8; every other dtype as `array<u32>`) and gives `load_w(i)` (element i of the flattened
 // [n][k] matrix), `w8(i)` (its 8-element group i as f32) and `wh8(i)` (the same group as the GEMM

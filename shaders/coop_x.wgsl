@@ -1,6 +1,6 @@
-// x_group of the cooperative-matrix GEMMs that stage x from f32 (matmul_coop, matmul_coop_m16;
-// shaders.rs prepends it to their sources): the module declares `p: MatmulParams` and `x:
-// array<vec4<f32>>` (x[m][k] f32, flattened). matmul_coop_128 reads x pre-rounded to f16 by
+// x_group of the cooperative-matrix GEMM that stages x from f32 (matmul_coop; shaders.rs
+// prepends it to its source): the module declares `p: MatmulParams` and `x: array<vec4<f32>>`
+// (x[m][k] f32, flattened). matmul_coop_128 reads x pre-rounded to f16 by
 // matmul_coop_x16 instead.
 
 // x[r][c .. c + 7] (c % 8 == 0) as f32, zero past m or k.

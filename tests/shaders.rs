@@ -57,7 +57,7 @@ fn every_module_validates_and_translates() {
     }
 }
 
-/// The cooperative-matrix kernels — the GEMMs (`matmul_coop`, `matmul_coop_m16`, `matmul_coop_128`,
+/// The cooperative-matrix kernels — the GEMMs (`matmul_coop`, `matmul_coop_128`,
 /// `matmul_coop_128_t256`): one module per 16-bit and quantized weight dtype (none for f32
 /// weights); the prefill attention (`prefill_attention_coop_d64`, `_d128`): one per 16-bit KV
 /// dtype — each of which validates only with the
@@ -73,7 +73,6 @@ fn coop_modules_translate_to_spirv() {
     let kv16 = vec![DType::F16, DType::BF16];
     for (op, dtypes) in [
         ("matmul_coop", &weights),
-        ("matmul_coop_m16", &weights),
         ("matmul_coop_128", &weights),
         ("matmul_coop_128_t256", &weights),
         ("prefill_attention_coop_d128", &kv16),

@@ -76,16 +76,15 @@ pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
     // at a time, passes of 8 x rows, so n not a multiple of 16 (and below it), k of 1 to 513
     // words, m of one and two passes, full and partial; else matmul_gemv, one pass of up to 16 x
     // rows), 17..=96 the 32-row GEMM tiles, larger m the 128-row ones. On adapters with
-    // cooperative matrices every m >= 2 takes matmul_coop_m16 (m <= 16: 16 weight rows per
-    // workgroup, k split in chunks of 64 over 4 subgroups), matmul_coop for 17..=64 (64x64 tiles,
-    // k steps of 32), and above matmul_coop_x16 + matmul_coop_128 (x to f16 rows of k rounded up
+    // cooperative matrices m <= 16 keeps the GEMVs, matmul_coop takes 17..=64 (64x64 tiles, k
+    // steps of 32), and above matmul_coop_x16 + matmul_coop_128 (x to f16 rows of k rounded up
     // to 8; 128x128 tiles, double-buffered k steps of 32; tiles fully inside without bias stored
     // straight from the accumulators: 256x256 and the first tile of 384x136;
     // LSERVE_WGPU_COOP_GEMM=new256 the 8-subgroup variant, =old matmul_coop); k % 8 != 0 (33,
     // 2052) takes their element-by-element weight staging. Odd n (rows not a multiple of any
     // workgroup's 4 or 16, or a tile's 64), k with and without k % 8 == 0, odd word counts, k
-    // shorter than one k step, multi-tile m, and long k (4096: every split-k subgroup runs many
-    // chunks; the f16 operands' rounding over a long sum).
+    // shorter than one k step, multi-tile m, and long k (4096: the f16 operands' rounding over a
+    // long sum).
     let shapes = [
         (1, 300, 1024),
         (5, 33, 2056),
@@ -210,8 +209,8 @@ fn matmul_quantized<B: Backend>(gpu: &B, dtype: DType) {
     let ks = [bs, 2 * bs, 3 * bs + odd, 9 * bs, 1280usize.div_ceil(bs) * bs, 4096usize.div_ceil(bs) * bs];
     // CUDA: 1 the integer GEMV; 2..=64 the MMQ GEMM (n-tile variants 1 | 2 | 4 | 8 of 8 x rows, partial
     // tiles); 65, 130 and 200 the dequantize + cuBLAS path. wgpu with cooperative matrices: 2..=16
-    // matmul_coop_m16, 17..=64 matmul_coop, above matmul_coop_128 (200: a whole 128-row tile and
-    // a partial one).
+    // the GEMVs, 17..=64 matmul_coop, above matmul_coop_128 (200: a whole 128-row tile and a
+    // partial one).
     let ms = [1, 2, 3, 5, 8, 9, 16, 17, 32, 33, 37, 48, 64, 65, 130, 200];
     let ns = [1, 31, 64, 97, 300];
     for (i, &m) in ms.iter().enumerate() {

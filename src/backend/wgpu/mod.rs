@@ -70,7 +70,7 @@ impl WgpuBackend {
             max_buffer_bytes: gpu.limits.max_storage_buffer_binding_size,
             memory_bytes: gpu.limits.max_buffer_size.min(u64::MAX / 2),
             // The tensor-core GEMMs (ops_matmul.rs) round x to f16 (bf16 first for bf16 weights).
-            matmul_x16_from: gpu.use_coop.then_some(ops_matmul::coop_from_m()),
+            matmul_x16_from: gpu.use_coop.then_some(ops_matmul::COOP_FROM_M),
             act16_from: None,
             // The two-digit-x batch-1 GEMV (ops_matmul.rs) needs SUBGROUP.
             matmul_x8_max_m: usize::from(gpu.use_subgroup && ops_matmul::gemv_x8_pick().is_some()),

@@ -41,11 +41,10 @@
 //!   32x64 output tiles, 4x4 per thread.
 //! - larger m (prefill): `matmul`, 128x64 output tiles, k steps of 16, 8x4 per thread.
 //! - Adapters with cooperative matrices (`WgpuBackend::has_coop`: 16x16x16 f16 x f16 -> f32 at
-//!   subgroup size 32, context.rs `coop_supported`), m >= [`coop_from_m`] (17; 2 with
-//!   `LSERVE_WGPU_COOP_DECODE=1`), 16-bit or quantized
-//!   weights: tensor cores through wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX ([`pick_coop`]):
-//!   `matmul_coop_m16` for m <= 16 (one 16-row fragment of x, weights read once, 16 weight rows
-//!   per workgroup with k split over its 4 subgroups); `matmul_coop` (64x64 tiles) for 17..=64;
+//!   subgroup size 32, context.rs `coop_supported`), m >= [`COOP_FROM_M`] (17: decode batches
+//!   keep the GEMVs), 16-bit or quantized
+//!   weights: tensor cores through wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX:
+//!   `matmul_coop` (64x64 tiles) for 17..=64;
 //!   above, by default ([`coop_gemm`]),
 //!   `matmul_coop_x16` (x to f16 once, into the scratch buffer) then `matmul_coop_128_t256`
 //!   (128x128 tiles, 8 subgroups of 64x32, double-buffered k steps, f16 weights staged as stored;
@@ -83,20 +82,13 @@ use crate::backend::*;
 use crate::error::Result;
 
 /// Rows of x from which the cooperative-matrix GEMMs serve 16-bit and quantized weights
-/// (`Caps::matmul_x16_from` on adapters that have them): above the GEMVs' range, since on the
-/// H200 `matmul_coop_m16` made a batch-8 decode step 2.5x slower than the subgroup GEMV
-/// (docs/benchmarks.md, 2026-12-02); `LSERVE_WGPU_COOP_DECODE=1` sends 2..=16 rows to it too.
-pub fn coop_from_m() -> usize {
-    static FROM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *FROM.get_or_init(|| match std::env::var("LSERVE_WGPU_COOP_DECODE").as_deref() {
-        Ok("1") => 2,
-        _ => GEMV_MAX_M + 1,
-    })
-}
-/// Output tile of `matmul_coop` (`BM`, `BN` there) and weight rows per workgroup of
-/// `matmul_coop_m16`.
+/// (`Caps::matmul_x16_from` on adapters that have them): above the GEMVs' range, since decode
+/// batches stream the weights once and the subgroup GEMVs do that best (on the H200 a
+/// tensor-core decode kernel, `matmul_coop_m16`, made a batch-8 step 2.5x slower and was removed;
+/// docs/benchmarks.md, 2026-12-02).
+pub const COOP_FROM_M: usize = GEMV_MAX_M + 1;
+/// Output tile of `matmul_coop` (`BM`, `BN` there).
 const COOP_TILE: usize = 64;
-const COOP_M16_ROWS: usize = 16;
 
 /// Largest m served by the GEMV kernels (`MX` in shaders/matmul_gemv.wgsl: one pass over the
 /// weights; shaders/matmul_gemv_subgroup_batch.wgsl makes passes of 8 x rows).
@@ -181,17 +173,6 @@ pub fn pick(m: usize, n: usize, pairs: bool, lanes8: bool) -> (&'static str, usi
     }
 }
 
-/// The cooperative-matrix kernel for m >= 2 rows (16-bit or quantized weights, adapters with the
-/// feature) and its workgroup count: all rows as one 16-row fragment for m <= 16 (decode:
-/// 16 weight rows per workgroup, k split over its 4 subgroups), 64x64 tiles above.
-pub fn pick_coop(m: usize, n: usize) -> (&'static str, usize) {
-    if m <= GEMV_MAX_M {
-        (pl::matmul::COOP_M16, n.div_ceil(COOP_M16_ROWS))
-    } else {
-        (pl::matmul::COOP, m.div_ceil(COOP_TILE) * n.div_ceil(COOP_TILE))
-    }
-}
-
 pub fn matmul(
     be: &WgpuBackend,
     p: &MatmulParams,
@@ -230,13 +211,13 @@ pub fn matmul(
     {
         return gemv_x8(be, op, p, (x, w, bias), out);
     }
-    if m >= coop_from_m() && be.has_coop() && w.dtype != DType::F32 {
+    if m >= COOP_FROM_M && be.has_coop() && w.dtype != DType::F32 {
         if m > COOP_TILE && coop_gemm() != CoopGemm::Tiles64 && coop128_fits(be, m, k) {
             return coop_128(be, p, x, w, bias, out);
         }
-        let (op, groups) = pick_coop(m, n);
+        let tiles = m.div_ceil(COOP_TILE) * n.div_ceil(COOP_TILE);
         let binds = pl::matmul::Binds { x, w, bias, out };
-        return pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups));
+        return pl::matmul::dispatch_variant(be.gpu(), pl::matmul::COOP, Some(w.dtype), p, binds, rows_grid(be, tiles));
     }
     let pairs =
         (matches!(w.dtype, DType::F16 | DType::BF16) || w.dtype.is_weight_quant()) && k % 8 == 0 && be.has_subgroup();

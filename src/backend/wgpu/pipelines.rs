@@ -117,7 +117,6 @@ pipelines! {
         GEMV_SUBGROUP_BATCH_C8 = matmul_gemv_subgroup_batch_c8,
         GEMV_SUBGROUP_BATCH_CU1 = matmul_gemv_subgroup_batch_cu1,
         COOP = matmul_coop,
-        COOP_M16 = matmul_coop_m16,
     ]
     { x: read, w: read, bias: read, out: read_write }
     /// The 128x128-tile tensor-core GEMM (pass 2): x as f16 from `matmul_coop_x16` (ops_matmul.rs).

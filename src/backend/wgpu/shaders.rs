@@ -248,16 +248,10 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         Reads::Pairs,
         true,
     ),
-    // The tensor-core GEMMs; those that stage x from f32 get its loader (shaders/coop_x.wgsl).
+    // The tensor-core GEMMs; matmul_coop stages x from f32, with its loader (shaders/coop_x.wgsl).
     (
         "matmul_coop",
         concat!(include_str!("../../../shaders/coop_x.wgsl"), include_str!("../../../shaders/matmul_coop.wgsl")),
-        Reads::Coop,
-        true,
-    ),
-    (
-        "matmul_coop_m16",
-        concat!(include_str!("../../../shaders/coop_x.wgsl"), include_str!("../../../shaders/matmul_coop_m16.wgsl")),
         Reads::Coop,
         true,
     ),
