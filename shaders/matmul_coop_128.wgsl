@@ -1,6 +1,5 @@
-// matmul_coop_128 and matmul_coop_128_t256 (tensor-core GEMM for prefill-size m, pass 2 after
-// matmul_coop_x16, on the adapters of matmul_coop with 44 / 48 KiB of workgroup memory;
-// ops_matmul.rs decides): out[m][n] = x[m][k] . w[n][k]^T (+ bias[n]), f16 operands (rounded as
+// matmul_coop_128 (tensor-core GEMM for prefill-size m, pass 2 after matmul_coop_x16, on the
+// adapters of matmul_coop with 48 KiB of workgroup memory; ops_matmul.rs decides): out[m][n] = x[m][k] . w[n][k]^T (+ bias[n]), f16 operands (rounded as
 // shaders/coop_round.wgsl states), f32 accumulation.
 //
 // Layout: xh = x as matmul_coop_x16 leaves it (f16 rows of kp = k rounded up to 8, zero-padded,
@@ -10,14 +9,14 @@
 // zero-padded on staging and masked on store.
 //
 // One workgroup of WG = 32 NSG threads = NSG subgroups of 32 (the host requires subgroup size
-// 32) computes a BM x BN = 128 x 128 output tile. NSG = 4 (`matmul_coop_128`, the default):
-// subgroup s owns the 64 x 64 quadrant at rows 64 (s % 2), columns 64 (s / 2), sixteen 16 x 16 f32
-// accumulators c<i><j> (rows 16 i, columns 16 j of the quadrant); per 16-wide k slice it loads
-// four A fragments (x rows, coopLoadT: row-major) and four B fragments (w^T: element (kk, nn) =
-// sw[nn][kk], column-major, coopLoad) for 16 coopMultiplyAdd (half the fragment loads per MMA of
-// a 32 x 32 quadrant). NSG = 8 (`matmul_coop_128_t256`, LSERVE_WGPU_COOP_GEMM=new256): 64 x 32
-// per subgroup (columns 32 (s / 2)), the c<i>0 and c<i>1 accumulators, 4 + 2 loads for 8 MMAs:
-// more loads per MMA, but half the registers per thread and twice the warps. Tiles are numbered
+// 32) computes a BM x BN = 128 x 128 output tile. NSG = 8: subgroup s owns the 64 x 32 block at
+// rows 64 (s % 2), columns 32 (s / 2), the 16 x 16 f32 accumulators c<i>0 and c<i>1 (rows 16 i,
+// columns 16 j of the block); per 16-wide k slice it loads four A fragments (x rows, coopLoadT:
+// row-major) and two B fragments (w^T: element (kk, nn) = sw[nn][kk], column-major, coopLoad)
+// for 8 coopMultiplyAdd. The source also takes NSG = 4 (64 x 64 quadrants, all sixteen c<i><j>:
+// the NJ == 4 and GPT == 4 branches, constant-false at NSG = 8): half the fragment loads per MMA,
+// but twice the registers per thread and half the warps; on the H200 it was 1.8x slower, and
+// shaders.rs no longer builds it (docs/backends.md). Tiles are numbered
 // m-fastest (tile = wg.x + wg.y * num_workgroups.x), so the m-tiles that share a weight tile run
 // side by side and read it from L2.
 //
@@ -33,7 +32,7 @@
 // and out_off multiples of 4) is stored straight from the accumulators (coopStoreT to out); any
 // other tile goes accumulator by accumulator through the subgroup's 16 x 16 f32 patch of
 // workgroup memory, from which its lanes add the bias and write the in-range elements.
-// Workgroup memory: 2 stages x 2 operands x 10 KiB + NSG KiB of epilogue patches = 44 / 48 KiB.
+// Workgroup memory: 2 stages x 2 operands x 10 KiB + NSG KiB of epilogue patches = 48 KiB.
 // Every barrier is reached by the whole workgroup (the early return and the epilogue choice are
 // per workgroup; the k loop count is uniform; NJ and GPT are constants).
 
@@ -42,8 +41,8 @@ const BN: u32 = 128u;
 const BK: u32 = 32u;
 const SV: u32 = 10u; // vec4<f16> per staged row: (BK + 8) / 4
 const STAGE: u32 = 1280u; // vec4<f16> per stage of one operand: BM * SV
-// NSG (subgroups per workgroup, 4 or 8) is prepended by shaders.rs: `matmul_coop_128` 4 (64 x 64
-// quadrants), `matmul_coop_128_t256` 8 (64 x 32).
+// NSG (subgroups per workgroup) is prepended by shaders.rs: 8 (64 x 32 blocks; 4 would give 64 x
+// 64 quadrants, header).
 const WG: u32 = 32u * NSG;
 const NJ: u32 = 16u / NSG; // B fragments (16 columns each) per subgroup: 4 or 2
 const GPT: u32 = 512u / WG; // 8-element groups of each tile a thread stages per k step: 4 or 2

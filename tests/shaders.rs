@@ -57,11 +57,10 @@ fn every_module_validates_and_translates() {
     }
 }
 
-/// The cooperative-matrix kernels — the GEMMs (`matmul_coop`, `matmul_coop_128`,
-/// `matmul_coop_128_t256`): one module per 16-bit and quantized weight dtype (none for f32
-/// weights); the prefill attention (`prefill_attention_coop_d64`, `_d128`): one per 16-bit KV
-/// dtype — each of which validates only with the
-/// COOPERATIVE_MATRIX capability (so the extension is really used) and translates to SPIR-V
+/// The cooperative-matrix kernels — the GEMMs (`matmul_coop`, `matmul_coop_128`): one module per
+/// 16-bit and quantized weight dtype (none for f32 weights); the prefill attention
+/// (`prefill_attention_coop_d64`, `_d128`): one per 16-bit KV dtype — each of which validates
+/// only with the COOPERATIVE_MATRIX capability (so the extension is really used) and translates to SPIR-V
 /// declaring `CooperativeMatrixKHR` (capability 6022) and the SPV_KHR_cooperative_matrix
 /// extension, with the A/B fragments f16 and the accumulator f32. lavapipe has no cooperative
 /// matrices, so this is as far as CI can take them; the parity tests run them on GPUs that do.
@@ -74,7 +73,6 @@ fn coop_modules_translate_to_spirv() {
     for (op, dtypes) in [
         ("matmul_coop", &weights),
         ("matmul_coop_128", &weights),
-        ("matmul_coop_128_t256", &weights),
         ("prefill_attention_coop_d128", &kv16),
         ("prefill_attention_coop_d64", &kv16),
     ] {

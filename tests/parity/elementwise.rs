@@ -79,8 +79,7 @@ pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
     // cooperative matrices m <= 16 keeps the GEMVs, matmul_coop takes 17..=64 (64x64 tiles, k
     // steps of 32), and above matmul_coop_x16 + matmul_coop_128 (x to f16 rows of k rounded up
     // to 8; 128x128 tiles, double-buffered k steps of 32; tiles fully inside without bias stored
-    // straight from the accumulators: 256x256 and the first tile of 384x136;
-    // LSERVE_WGPU_COOP_GEMM=new256 the 8-subgroup variant, =old matmul_coop); k % 8 != 0 (33,
+    // straight from the accumulators: 256x256 and the first tile of 384x136); k % 8 != 0 (33,
     // 2052) takes their element-by-element weight staging. Odd n (rows not a multiple of any
     // workgroup's 4 or 16, or a tile's 64), k with and without k % 8 == 0, odd word counts, k
     // shorter than one k step, multi-tile m, and long k (4096: the f16 operands' rounding over a

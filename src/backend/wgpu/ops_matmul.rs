@@ -44,13 +44,11 @@
 //!   subgroup size 32, context.rs `coop_supported`), m >= [`COOP_FROM_M`] (17: decode batches
 //!   keep the GEMVs), 16-bit or quantized
 //!   weights: tensor cores through wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX:
-//!   `matmul_coop` (64x64 tiles) for 17..=64;
-//!   above, by default ([`coop_gemm`]),
-//!   `matmul_coop_x16` (x to f16 once, into the scratch buffer) then `matmul_coop_128_t256`
+//!   `matmul_coop` (64x64 tiles, x and weights converted to f16 per staged tile) for 17..=64;
+//!   above, `matmul_coop_x16` (x to f16 once, into the scratch buffer) then `matmul_coop_128`
 //!   (128x128 tiles, 8 subgroups of 64x32, double-buffered k steps, f16 weights staged as stored;
-//!   [`coop_128`]; `LSERVE_WGPU_COOP_GEMM=new`: `matmul_coop_128`, 4 subgroups of 64x64), or with
-//!   `LSERVE_WGPU_COOP_GEMM=old` (or without the variant's 48 / 44 KiB of workgroup memory) `matmul_coop`
-//!   (64x64 tiles, x and weights converted per staged tile). x and the weights are multiplied as
+//!   [`coop_128`]), or `matmul_coop` where the adapter lacks its 48 KiB of workgroup memory or a
+//!   binding that holds the f16 x ([`coop128_fits`]). x and the weights are multiplied as
 //!   f16 (x rounded to the weights' dtype first: `Caps::matmul_x16_from`), f32 accumulation; this
 //!   replaces every kernel above for those m (not the batch-1 GEMVs).
 //!
@@ -212,7 +210,7 @@ pub fn matmul(
         return gemv_x8(be, op, p, (x, w, bias), out);
     }
     if m >= COOP_FROM_M && be.has_coop() && w.dtype != DType::F32 {
-        if m > COOP_TILE && coop_gemm() != CoopGemm::Tiles64 && coop128_fits(be, m, k) {
+        if m > COOP_TILE && coop128_fits(be, m, k) {
             return coop_128(be, p, x, w, bias, out);
         }
         let tiles = m.div_ceil(COOP_TILE) * n.div_ceil(COOP_TILE);
@@ -226,45 +224,14 @@ pub fn matmul(
     pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups))
 }
 
-/// The cooperative-matrix GEMM for m > 64, from `LSERVE_WGPU_COOP_GEMM` (17..=64 rows always
-/// take `matmul_coop`: one 64-row tile holds them, where a 128-row tile would compute twice the
-/// padding rows in half as many workgroups, reading the weights once either way): `old` is
-/// `matmul_coop` (64x64 tiles, x and weights converted to f16 as each tile is staged); `new`
-/// `matmul_coop_x16` + `matmul_coop_128` (module header: 128x128 tiles, 4 subgroups of 64x64);
-/// `new256` (the default; any other value too) the same with `matmul_coop_128_t256` (8 subgroups
-/// of 64x32) — all kept so one GPU run can compare them. On the H200 (docs/benchmarks.md, 4K
-/// prefill of the Llama-3-8B shape) the GEMMs took 1,078 ms with `new256`, 1,953 with `new` and
-/// 1,904 with `old`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CoopGemm {
-    Tiles64,
-    Tiles128,
-    Tiles128T256,
-}
-
-pub fn coop_gemm() -> CoopGemm {
-    static PICK: std::sync::OnceLock<CoopGemm> = std::sync::OnceLock::new();
-    *PICK.get_or_init(|| match std::env::var("LSERVE_WGPU_COOP_GEMM").as_deref() {
-        Ok("old") => CoopGemm::Tiles64,
-        Ok("new") => CoopGemm::Tiles128,
-        _ => CoopGemm::Tiles128T256,
-    })
-}
-
 /// Output tile of `matmul_coop_128` (`BM`, `BN` there) and threads per workgroup of
 /// `matmul_coop_x16`.
 const COOP128_TILE: usize = 128;
 const X16_WG: usize = 64;
 
-/// The `matmul_coop_128` variant of `g` and the workgroup memory it declares: two stages of two
-/// 128 x 40-half tiles, and a 1 KiB epilogue patch per subgroup (4 or 8).
-fn coop128_variant(g: CoopGemm) -> (&'static str, u32) {
-    let stages = 2 * 2 * 128 * 40 * 2;
-    match g {
-        CoopGemm::Tiles128T256 => (pl::matmul_coop_128::T256, stages + 8 * 1024),
-        _ => (pl::matmul_coop_128::OP, stages + 4 * 1024),
-    }
-}
+/// Workgroup memory `matmul_coop_128` declares: two stages of two 128 x 40-half tiles, and a
+/// 1 KiB epilogue patch for each of its 8 subgroups (48 KiB).
+const COOP128_BYTES: u32 = 2 * 2 * 128 * 40 * 2 + 8 * 1024;
 
 /// Whether `matmul_coop_128` can serve m rows of k (else `matmul_coop` does): the adapter's
 /// workgroup memory holds it and one buffer binding holds the f16 x as the scratch buffer
@@ -272,7 +239,7 @@ fn coop128_variant(g: CoopGemm) -> (&'static str, u32) {
 fn coop128_fits(be: &WgpuBackend, m: usize, k: usize) -> bool {
     let limits = &be.gpu().limits;
     let xh_bytes = 4 * (m * x16_row(k)).div_ceil(2).max(1 << 16).next_power_of_two() as u64;
-    limits.max_compute_workgroup_storage_size >= coop128_variant(coop_gemm()).1
+    limits.max_compute_workgroup_storage_size >= COOP128_BYTES
         && xh_bytes <= limits.max_storage_buffer_binding_size.min(limits.max_buffer_size)
 }
 
@@ -284,7 +251,11 @@ pub fn x16_row(k: usize) -> usize {
 /// m > 64 rows on adapters with cooperative matrices (`matmul_coop_128`, module header): x to
 /// f16 rows in the backend's scratch buffer (pass 1: read once, where the GEMM's 128-column
 /// tiles would each convert it again), then the 128x128-tile GEMM on it (pass 2; wgpu orders
-/// the two dispatches).
+/// the two dispatches). 17..=64 rows take `matmul_coop`: one 64-row tile holds them, where a
+/// 128-row tile would compute twice the padding rows in half as many workgroups, reading the
+/// weights once either way. On the H200 (docs/benchmarks.md, 2026-12-02, 4K prefill of the
+/// Llama-3-8B shape) the GEMMs took 1,078 ms this way, against 1,904 with `matmul_coop` for
+/// every m > 16 and 1,953 with the 128x128 tiles split over 4 subgroups of 64x64 (both removed).
 fn coop_128(
     be: &WgpuBackend,
     p: &MatmulParams,
@@ -303,8 +274,7 @@ fn coop_128(
     }
     let tiles = m.div_ceil(COOP128_TILE) * n.div_ceil(COOP128_TILE);
     let binds = pl::matmul_coop_128::Binds { xh: &xh, w, bias, out };
-    let op = coop128_variant(coop_gemm()).0;
-    pl::matmul_coop_128::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, tiles))
+    pl::matmul_coop_128::dispatch(be.gpu(), Some(w.dtype), p, binds, rows_grid(be, tiles))
 }
 
 /// Words of the two-digit x of `matmul_gemv_x8_pack` for m rows of k (k % 32 == 0): per block of

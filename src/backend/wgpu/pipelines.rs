@@ -120,7 +120,7 @@ pipelines! {
     ]
     { x: read, w: read, bias: read, out: read_write }
     /// The 128x128-tile tensor-core GEMM (pass 2): x as f16 from `matmul_coop_x16` (ops_matmul.rs).
-    matmul_coop_128(MatmulParams) [T256 = matmul_coop_128_t256] { xh: read, w: read, bias: read, out: read_write }
+    matmul_coop_128(MatmulParams) { xh: read, w: read, bias: read, out: read_write }
     /// Pass 1 of `matmul_coop_128`: x to f16 (the `_bf16` variant rounds to bf16 first).
     matmul_coop_x16(MatmulParams) [X16_BF16 = matmul_coop_x16_bf16] { x: read, xh: read_write }
     /// The batch-1 GEMV on quantized weights with two-digit int8 x (pass 2; ops_matmul.rs), and

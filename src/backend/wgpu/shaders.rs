@@ -255,16 +255,10 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         Reads::Coop,
         true,
     ),
-    // One source, two workgroup shapes (ops_matmul.rs `coop_gemm`): 4 subgroups of 64x64, or 8
-    // of 64x32 (LSERVE_WGPU_COOP_GEMM=new256).
+    // 8 subgroups of 64x32 (the source also takes NSG = 4, 64x64 quadrants: measured slower on
+    // the H200 and removed, docs/backends.md).
     (
         "matmul_coop_128",
-        concat!("const NSG: u32 = 4u;\n", include_str!("../../../shaders/matmul_coop_128.wgsl")),
-        Reads::Coop,
-        true,
-    ),
-    (
-        "matmul_coop_128_t256",
         concat!("const NSG: u32 = 8u;\n", include_str!("../../../shaders/matmul_coop_128.wgsl")),
         Reads::Coop,
         true,
