@@ -32,8 +32,9 @@
 
 const MX: u32 = 8u; // x rows per pass over the weights
 const LG: u32 = 8u; // lanes per group (the shuffle folds stay inside one subgroup)
-// Prepended by shaders.rs per variant (ops_matmul.rs `gemv_batch` picks one): NR, the row groups
-// of 4 weight rows per workgroup; KS, the k slices per workgroup (KS * NR groups of LG lanes);
+// Prepended by shaders.rs per variant (ops_matmul.rs `gemv_batch` picks one; both built have NR
+// 4, KS 8: the plain kernel CLAMP false U 2, `_cu1` CLAMP true U 1): NR, the row groups of 4
+// weight rows per workgroup; KS, the k slices per workgroup (KS * NR groups of LG lanes);
 // CLAMP, whether every pass computes all MX x rows (rows past m re-read row m - 1 and are not
 // stored): a k loop without branches, for m >= 5; U, the words of each of its 4 rows a lane loads
 // before using them (1 or 2). Measured on an H200 (Llama-3-8B f16, batch 8, one step's GEMVs):

@@ -29,9 +29,9 @@
 //!     rows per 256-thread workgroup, lane groups of 8 each on 4 rows and one of 8 k slices,
 //!     up to 8 x rows per pass in registers (each x load feeds 4 weight rows, and the 4 groups of
 //!     a 32-lane subgroup load the same x), no reduction in the k loop: three shuffle folds per
-//!     group, one barrier, 8 slices summed per output. For m >= 5 its `_cu1` variant (the
-//!     default, [`gemv_batch`]): every pass computes all 8 x rows (clamped; no branch in the k
-//!     loop) and a lane loads one word per row at a time (fewer registers, more warps).
+//!     group, one barrier, 8 slices summed per output. For m >= 5 its `_cu1` variant
+//!     ([`gemv_batch`]): every pass computes all 8 x rows (clamped; no branch in the k loop) and
+//!     a lane loads one word per row at a time (fewer registers, more warps).
 //!   - `matmul_gemv` (everything else): 16 weight rows per 256-thread workgroup, each streamed
 //!     once by a group of 32 lanes and tree-reduced in workgroup memory; up to 16 x rows per pass.
 //!     Quantized weights reach it only on adapters without SUBGROUP (or int8/fp8 rows of k % 8 !=
@@ -98,38 +98,21 @@ const GEMV_ROWS: usize = 16;
 /// Weight rows per workgroup of `matmul_gemv_subgroup` (`ROWS` there).
 const GEMV_SUBGROUP_ROWS: usize = 8;
 
-/// The batched subgroup GEMV variant for m rows and its weight rows per workgroup (`ROWS` = 4 NR
-/// in shaders/matmul_gemv_subgroup_batch.wgsl). By default m >= 5 takes `_cu1` (16 rows, 4 row
-/// groups x 8 k slices, 256 threads; a branch-free k loop over all 8 x rows of a pass, clamped to
-/// row m - 1; one word per row in flight per lane: fewer registers, more warps) and 2..=4 the
-/// plain kernel (it computes only the x rows it has). `LSERVE_WGPU_GEMV_BATCH` picks one for
-/// every m >= 2, for measuring them in one GPU call: `b16` (the plain kernel, the previous
-/// default: two words per row in flight, a branch per x row), `c` (b16's loop, clamped), `c8`
-/// (as c with 2 row groups: 8 rows, 128 threads), `cu1`. H200, Llama-3-8B f16, batch 8, the
-/// GEMVs of one step: b16 11.5 ms, c 9.1, c8 9.0, cu1 8.5 (docs/benchmarks.md, 2026-12-02).
-/// Every workgroup reads all of x (m rows of k f32), so x costs 2 m / ROWS bytes per weight byte
-/// through L2 wherever L1 does not keep it between workgroups.
-pub fn gemv_batch(m: usize) -> (&'static str, usize) {
-    use pl::matmul::*;
-    static PICK: std::sync::OnceLock<Option<(&'static str, usize)>> = std::sync::OnceLock::new();
-    let pick = *PICK.get_or_init(|| match std::env::var("LSERVE_WGPU_GEMV_BATCH").as_deref() {
-        Ok("b16") => Some((GEMV_SUBGROUP_BATCH, 16)),
-        Ok("c") => Some((GEMV_SUBGROUP_BATCH_C, 16)),
-        Ok("c8") => Some((GEMV_SUBGROUP_BATCH_C8, 8)),
-        Ok("cu1") => Some((GEMV_SUBGROUP_BATCH_CU1, 16)),
-        _ => None,
-    });
-    match pick {
-        Some(v) => v,
-        None if m >= 5 => (GEMV_SUBGROUP_BATCH_CU1, 16),
-        None => (GEMV_SUBGROUP_BATCH, 16),
-    }
-}
-/// `LSERVE_WGPU_GEMV_BATCH_M1=1` sends m == 1 to the batched GEMV too (a measurement of its
-/// schedule against `matmul_gemv_subgroup`'s at equal work).
-fn m1_batched() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LSERVE_WGPU_GEMV_BATCH_M1").as_deref() == Ok("1"))
+/// Weight rows per workgroup of the batched subgroup GEMVs (`ROWS` = 4 NR in
+/// shaders/matmul_gemv_subgroup_batch.wgsl, NR = 4 in both variants).
+const GEMV_BATCH_ROWS: usize = 16;
+
+/// The batched subgroup GEMV variant for 2..=16 rows: m >= 5 takes `_cu1` (a branch-free k loop
+/// over all 8 x rows of a pass, clamped to row m - 1; one word per row in flight per lane: fewer
+/// registers, more warps) and 2..=4 the plain kernel (two words per row in flight, a branch per
+/// x row: it computes only the x rows it has). Both: 16 rows, 4 row groups x 8 k slices, 256
+/// threads. H200, Llama-3-8B f16, batch 8, the GEMVs of one step: plain 11.5 ms, `cu1` 8.5;
+/// the plain loop clamped with two words in flight 9.1, and that with 8 rows per 128-thread
+/// workgroup 9.0 (both removed; docs/benchmarks.md, 2026-12-02). Every workgroup reads all of x
+/// (m rows of k f32), so x costs 2 m / ROWS bytes per weight byte through L2 wherever L1 does not
+/// keep it between workgroups.
+pub fn gemv_batch(m: usize) -> &'static str {
+    if m >= 5 { pl::matmul::GEMV_SUBGROUP_BATCH_CU1 } else { pl::matmul::GEMV_SUBGROUP_BATCH }
 }
 /// The batch-1 kernel on quantized weights with an integer form, from `LSERVE_WGPU_GEMV_X8`, for
 /// measuring them on a GPU: `1`, `2` or `4` weight rows per subgroup of `matmul_gemv_x8` (module
@@ -157,11 +140,10 @@ const X8_PACK_BLOCKS: usize = 32;
 /// `pairs`: the weights are 16-bit or quantized with k % 8 == 0 and the adapter has SUBGROUP;
 /// `lanes8`: its subgroups have at least 8 lanes (the batch kernel's shuffle folds span 8).
 pub fn pick(m: usize, n: usize, pairs: bool, lanes8: bool) -> (&'static str, usize) {
-    if m == 1 && pairs && !(lanes8 && m1_batched()) {
+    if m == 1 && pairs {
         (pl::matmul::GEMV_SUBGROUP, n.div_ceil(GEMV_SUBGROUP_ROWS))
     } else if m <= GEMV_MAX_M && pairs && lanes8 {
-        let (op, rows) = gemv_batch(m);
-        (op, n.div_ceil(rows))
+        (gemv_batch(m), n.div_ceil(GEMV_BATCH_ROWS))
     } else if m <= GEMV_MAX_M {
         (pl::matmul::GEMV, n.div_ceil(GEMV_ROWS))
     } else if m <= M32_MAX_M {

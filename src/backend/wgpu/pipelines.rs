@@ -113,8 +113,6 @@ pipelines! {
         GEMV = matmul_gemv,
         GEMV_SUBGROUP = matmul_gemv_subgroup,
         GEMV_SUBGROUP_BATCH = matmul_gemv_subgroup_batch,
-        GEMV_SUBGROUP_BATCH_C = matmul_gemv_subgroup_batch_c,
-        GEMV_SUBGROUP_BATCH_C8 = matmul_gemv_subgroup_batch_c8,
         GEMV_SUBGROUP_BATCH_CU1 = matmul_gemv_subgroup_batch_cu1,
         COOP = matmul_coop,
     ]

@@ -210,30 +210,12 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ("matmul_m32", include_str!("../../../shaders/matmul_m32.wgsl"), Reads::Scalar, false),
     ("matmul_gemv", include_str!("../../../shaders/matmul_gemv.wgsl"), Reads::Scalar, false),
     ("matmul_gemv_subgroup", include_str!("../../../shaders/matmul_gemv_subgroup.wgsl"), Reads::Pairs, true),
-    // One source, four variants (ops_matmul.rs `gemv_batch`; the constants are described in the
-    // shader's header): the measured default for m >= 5 is `_cu1`.
+    // One source, two variants (ops_matmul.rs `gemv_batch`; the constants are described in the
+    // shader's header): `_cu1` for m >= 5, the plain kernel for 2..=4.
     (
         "matmul_gemv_subgroup_batch",
         concat!(
             "const NR: u32 = 4u;\nconst KS: u32 = 8u;\nconst CLAMP: bool = false;\nconst U: u32 = 2u;\n",
-            gemv_batch_src!()
-        ),
-        Reads::Pairs,
-        true,
-    ),
-    (
-        "matmul_gemv_subgroup_batch_c",
-        concat!(
-            "const NR: u32 = 4u;\nconst KS: u32 = 8u;\nconst CLAMP: bool = true;\nconst U: u32 = 2u;\n",
-            gemv_batch_src!()
-        ),
-        Reads::Pairs,
-        true,
-    ),
-    (
-        "matmul_gemv_subgroup_batch_c8",
-        concat!(
-            "const NR: u32 = 2u;\nconst KS: u32 = 8u;\nconst CLAMP: bool = true;\nconst U: u32 = 2u;\n",
             gemv_batch_src!()
         ),
         Reads::Pairs,
