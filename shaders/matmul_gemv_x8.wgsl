@@ -8,9 +8,8 @@
 // (reference/weight_quant.rs x8_blocks).
 //
 // One workgroup covers ROWS = 8 weight rows (workgroup id g = wg.x + wg.y * num_workgroups.x,
-// rows 8g..8g+7) with 256 / RPS threads; RPS (rows per subgroup: 1, or 2 / 4 in the `_r2` / `_r4`
-// modules, the constant put before this source by shaders.rs) is how many rows a subgroup
-// multiplies at once. Subgroup s (of num_subgroups, any subgroup size) owns rows 8g + RPS s ..
+// rows 8g..8g+7) with 256 / RPS threads; RPS (rows per subgroup, the constant put before this
+// source by shaders.rs: 1) is how many rows a subgroup multiplies at once. Subgroup s (of num_subgroups, any subgroup size) owns rows 8g + RPS s ..
 // + RPS - 1, then RPS num_subgroups further, ...; lane l takes the slices l, l + subgroup_size,
 // ... of its rows (WX8_SLICE weights each, two in flight per row), so the lanes of a subgroup
 // read consecutive slices of a row (the row's bytes in one sweep) and each slice's header once;
@@ -19,7 +18,7 @@
 // with one row per subgroup the x loads, not the weights, fill the load units; the RPS rows of a
 // slice load the same x words with no store between them (the compiler may load them once), and
 // the sum of each row is the same as with RPS = 1, bit for bit. On the H200 RPS = 1 was fastest
-// (ops_matmul.rs `gemv_x8_pick`), so 2 and 4 are there to be measured.
+// (ops_matmul.rs `gemv_x8`), so shaders.rs builds only that module.
 
 const ROWS: u32 = 8u;
 

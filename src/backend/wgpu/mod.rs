@@ -73,7 +73,7 @@ impl WgpuBackend {
             matmul_x16_from: gpu.use_coop.then_some(ops_matmul::COOP_FROM_M),
             act16_from: None,
             // The two-digit-x batch-1 GEMV (ops_matmul.rs) needs SUBGROUP.
-            matmul_x8_max_m: usize::from(gpu.use_subgroup && ops_matmul::gemv_x8_pick().is_some()),
+            matmul_x8_max_m: usize::from(gpu.use_subgroup),
         };
         Ok(WgpuBackend { gpu, caps, scratch: RefCell::new(None) })
     }

@@ -10,9 +10,8 @@
 //!   `matmul_gemv_x8_pack` quantizes x to two int8 digits per element in blocks of 32 (d = max|x|
 //!   / 127, x = d (hi + lo / 254), code sum; weight_quant::x8_blocks)
 //!   into the backend's scratch buffer (8 threads per block of 32, 32 blocks per workgroup), then
-//!   `matmul_gemv_x8` (8 rows per workgroup, one subgroup per row by default, or 2 / 4 sharing
-//!   the x digits of a slice: [`gemv_x8_pick`]; lanes on consecutive slices of 32..128 weights)
-//!   multiplies whole weight words with
+//!   `matmul_gemv_x8` (8 rows per workgroup, one subgroup per row, lanes on consecutive slices of
+//!   32..128 weights; [`gemv_x8`]) multiplies whole weight words with
 //!   both x digits by `dot4I8Packed`, reading each block header once per slice. A pre-pass rather
 //!   than a per-workgroup prologue: a prologue would quantize x once per 8 weight rows (512 times
 //!   for a 4096x4096 matmul, reading x's 16 KiB of f32 each time: 8 MiB through L2, as many
@@ -114,22 +113,6 @@ const GEMV_BATCH_ROWS: usize = 16;
 pub fn gemv_batch(m: usize) -> &'static str {
     if m >= 5 { pl::matmul::GEMV_SUBGROUP_BATCH_CU1 } else { pl::matmul::GEMV_SUBGROUP_BATCH }
 }
-/// The batch-1 kernel on quantized weights with an integer form, from `LSERVE_WGPU_GEMV_X8`, for
-/// measuring them on a GPU: `1`, `2` or `4` weight rows per subgroup of `matmul_gemv_x8` (module
-/// header; 1 by default), or `f32`: `matmul_gemv_subgroup` with f32 x (no pack pass); any
-/// other value is the default. None: the f32-x kernel. On the H200 (Llama-3-8B, 32K sparse,
-/// warm clocks; docs/data/wq-h200-2026-12-02) a q4_k step took 9.25-9.44 / 9.48 / 10.0 / 14.5
-/// ms with 1 / 2 / 4 / f32: sharing a slice's x loads between rows did not pay for the fewer
-/// warps, so one row per subgroup stays.
-pub fn gemv_x8_pick() -> Option<&'static str> {
-    static PICK: std::sync::OnceLock<Option<&'static str>> = std::sync::OnceLock::new();
-    *PICK.get_or_init(|| match std::env::var("LSERVE_WGPU_GEMV_X8").as_deref() {
-        Ok("f32") => None,
-        Ok("2") => Some(pl::matmul_gemv_x8::X8_R2),
-        Ok("4") => Some(pl::matmul_gemv_x8::X8_R4),
-        _ => Some(pl::matmul_gemv_x8::OP),
-    })
-}
 
 /// x blocks (of 32) per workgroup of `matmul_gemv_x8_pack` (256 threads, 8 per block); weight
 /// rows per workgroup of `matmul_gemv_x8` are `GEMV_SUBGROUP_ROWS` (`ROWS` there).
@@ -183,13 +166,8 @@ pub fn matmul(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    if m == 1
-        && k % 32 == 0
-        && be.has_subgroup()
-        && shaders::has_x8(w.dtype)
-        && let Some(op) = gemv_x8_pick()
-    {
-        return gemv_x8(be, op, p, (x, w, bias), out);
+    if m == 1 && k % 32 == 0 && be.has_subgroup() && shaders::has_x8(w.dtype) {
+        return gemv_x8(be, p, (x, w, bias), out);
     }
     if m >= COOP_FROM_M && be.has_coop() && w.dtype != DType::F32 {
         if m > COOP_TILE && coop128_fits(be, m, k) {
@@ -267,10 +245,13 @@ pub fn x8_words(m: usize, k: usize) -> usize {
 
 /// m == 1 on quantized weights with an integer form (module header): x to int8 blocks in the
 /// backend's scratch buffer (pass 1), then the integer-dot GEMV (pass 2; wgpu orders the two
-/// dispatches and puts a barrier between them).
+/// dispatches and puts a barrier between them). On the H200 (Llama-3-8B, 32K sparse, warm
+/// clocks; docs/data/wq-h200-2026-12-02) a q4_k step took 9.25-9.44 ms with one weight row per
+/// subgroup, 9.48 / 10.0 with 2 / 4 rows sharing a slice's x loads (removed: the shared loads did
+/// not pay for the fewer warps) and 14.5 with f32 x through `matmul_gemv_subgroup`, which serves
+/// the dtypes without an integer form.
 fn gemv_x8(
     be: &WgpuBackend,
-    op: &'static str,
     p: &MatmulParams,
     (x, w, bias): (&WgpuBuffer, &WgpuBuffer, &WgpuBuffer),
     out: &mut WgpuBuffer,
@@ -281,12 +262,5 @@ fn gemv_x8(
     let blocks = m * (k / 32);
     pl::matmul_gemv_x8_pack::dispatch(be.gpu(), None, p, pack, rows_grid(be, blocks.div_ceil(X8_PACK_BLOCKS)))?;
     let binds = pl::matmul_gemv_x8::Binds { xq: &xq, w, bias, out };
-    pl::matmul_gemv_x8::dispatch_variant(
-        be.gpu(),
-        op,
-        Some(w.dtype),
-        p,
-        binds,
-        rows_grid(be, n.div_ceil(GEMV_SUBGROUP_ROWS)),
-    )
+    pl::matmul_gemv_x8::dispatch(be.gpu(), Some(w.dtype), p, binds, rows_grid(be, n.div_ceil(GEMV_SUBGROUP_ROWS)))
 }

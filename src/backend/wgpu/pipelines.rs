@@ -121,13 +121,8 @@ pipelines! {
     matmul_coop_128(MatmulParams) { xh: read, w: read, bias: read, out: read_write }
     /// Pass 1 of `matmul_coop_128`: x to f16 (the `_bf16` variant rounds to bf16 first).
     matmul_coop_x16(MatmulParams) [X16_BF16 = matmul_coop_x16_bf16] { x: read, xh: read_write }
-    /// The batch-1 GEMV on quantized weights with two-digit int8 x (pass 2; ops_matmul.rs), and
-    /// its variants of 2 and 4 weight rows per subgroup.
-    matmul_gemv_x8(MatmulParams) [
-        X8_R2 = matmul_gemv_x8_r2,
-        X8_R4 = matmul_gemv_x8_r4,
-    ]
-    { xq: read, w: read, bias: read, out: read_write }
+    /// The batch-1 GEMV on quantized weights with two-digit int8 x (pass 2; ops_matmul.rs).
+    matmul_gemv_x8(MatmulParams) { xq: read, w: read, bias: read, out: read_write }
     /// Pass 1 of `matmul_gemv_x8`: x to int8 blocks of 32.
     matmul_gemv_x8_pack(MatmulParams) { x: read, xq: read_write }
     rmsnorm(RmsnormParams) { x: read, wn: read, out: read_write }

@@ -267,22 +267,11 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         Reads::Nothing,
         false,
     ),
-    // One source, 1, 2 or 4 weight rows per subgroup (ops_matmul.rs `gemv_x8_pick`).
+    // One weight row per subgroup (the source also takes 2 or 4: measured slower on the H200
+    // and removed, ops_matmul.rs `gemv_x8`).
     (
         "matmul_gemv_x8",
         concat!("const RPS: u32 = 1u;\n", include_str!("../../../shaders/matmul_gemv_x8.wgsl")),
-        Reads::X8,
-        true,
-    ),
-    (
-        "matmul_gemv_x8_r2",
-        concat!("const RPS: u32 = 2u;\n", include_str!("../../../shaders/matmul_gemv_x8.wgsl")),
-        Reads::X8,
-        true,
-    ),
-    (
-        "matmul_gemv_x8_r4",
-        concat!("const RPS: u32 = 4u;\n", include_str!("../../../shaders/matmul_gemv_x8.wgsl")),
         Reads::X8,
         true,
     ),
