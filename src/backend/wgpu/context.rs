@@ -131,7 +131,7 @@ impl WgpuOptions {
 }
 
 /// Workgroup memory an adapter needs for the cooperative-matrix GEMMs: 22 KiB (`matmul_coop`
-/// itself declares 14 KiB; 22 was the need of the removed `matmul_coop_m16`, kept so that the
+/// itself declares 14 KiB; 22 was the need of a since-removed decode kernel, kept so that the
 /// adapters which take these kernels stay the same). `matmul_coop_128` (48 KiB) runs only where
 /// the adapter has that much (`ops_matmul::coop128_fits`), else `matmul_coop` serves its rows.
 const COOP_WORKGROUP_BYTES: u32 = 22 * 1024;

@@ -41,9 +41,9 @@
 //! - larger m (prefill): `matmul`, 128x64 output tiles, k steps of 16, 8x4 per thread.
 //! - Adapters with cooperative matrices (`WgpuBackend::has_coop`: 16x16x16 f16 x f16 -> f32 at
 //!   subgroup size 32, context.rs `coop_supported`), m >= [`COOP_FROM_M`] (17: decode batches
-//!   keep the GEMVs), 16-bit or quantized
-//!   weights: tensor cores through wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX:
-//!   `matmul_coop` (64x64 tiles, x and weights converted to f16 per staged tile) for 17..=64;
+//!   keep the GEMVs), 16-bit or quantized weights: tensor cores through wgpu's
+//!   EXPERIMENTAL_COOPERATIVE_MATRIX: `matmul_coop` (64x64 tiles, x and weights converted to f16
+//!   per staged tile) for 17..=64;
 //!   above, `matmul_coop_x16` (x to f16 once, into the scratch buffer) then `matmul_coop_128`
 //!   (128x128 tiles, 8 subgroups of 64x32, double-buffered k steps, f16 weights staged as stored;
 //!   [`coop_128`]), or `matmul_coop` where the adapter lacks its 48 KiB of workgroup memory or a
@@ -81,8 +81,8 @@ use crate::error::Result;
 /// Rows of x from which the cooperative-matrix GEMMs serve 16-bit and quantized weights
 /// (`Caps::matmul_x16_from` on adapters that have them): above the GEMVs' range, since decode
 /// batches stream the weights once and the subgroup GEMVs do that best (on the H200 a
-/// tensor-core decode kernel, `matmul_coop_m16`, made a batch-8 step 2.5x slower and was removed;
-/// docs/benchmarks.md, 2026-12-02).
+/// tensor-core decode kernel for 2..=16 rows made a batch-8 step 2.5x slower and was removed;
+/// docs/backends.md).
 pub const COOP_FROM_M: usize = GEMV_MAX_M + 1;
 /// Output tile of `matmul_coop` (`BM`, `BN` there).
 const COOP_TILE: usize = 64;
@@ -99,7 +99,7 @@ const GEMV_SUBGROUP_ROWS: usize = 8;
 
 /// Weight rows per workgroup of the batched subgroup GEMVs (`ROWS` = 4 NR in
 /// shaders/matmul_gemv_subgroup_batch.wgsl, NR = 4 in both variants).
-const GEMV_BATCH_ROWS: usize = 16;
+const GEMV_SUBGROUP_BATCH_ROWS: usize = 16;
 
 /// The batched subgroup GEMV variant for 2..=16 rows: m >= 5 takes `_cu1` (a branch-free k loop
 /// over all 8 x rows of a pass, clamped to row m - 1; one word per row in flight per lane: fewer
@@ -126,7 +126,7 @@ pub fn pick(m: usize, n: usize, pairs: bool, lanes8: bool) -> (&'static str, usi
     if m == 1 && pairs {
         (pl::matmul::GEMV_SUBGROUP, n.div_ceil(GEMV_SUBGROUP_ROWS))
     } else if m <= GEMV_MAX_M && pairs && lanes8 {
-        (gemv_batch(m), n.div_ceil(GEMV_BATCH_ROWS))
+        (gemv_batch(m), n.div_ceil(GEMV_SUBGROUP_BATCH_ROWS))
     } else if m <= GEMV_MAX_M {
         (pl::matmul::GEMV, n.div_ceil(GEMV_ROWS))
     } else if m <= M32_MAX_M {
