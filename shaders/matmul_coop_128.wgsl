@@ -1,6 +1,7 @@
 // matmul_coop_128 (tensor-core GEMM for prefill-size m, pass 2 after matmul_coop_x16, on the
-// adapters of matmul_coop with 48 KiB of workgroup memory; ops_matmul.rs decides): out[m][n] = x[m][k] . w[n][k]^T (+ bias[n]), f16 operands (rounded as
-// shaders/coop_round.wgsl states), f32 accumulation.
+// adapters of matmul_coop with 48 KiB of workgroup memory; ops_matmul.rs decides):
+// out[m][n] = x[m][k] . w[n][k]^T (+ bias[n]), f16 operands (rounded as shaders/coop_round.wgsl
+// states), f32 accumulation.
 //
 // Layout: xh = x as matmul_coop_x16 leaves it (f16 rows of kp = k rounded up to 8, zero-padded,
 // as 16-byte words of 8), w [n][k] in any 16-bit or quantized weight dtype (the weight snippet's

@@ -9,7 +9,8 @@
 //
 // One workgroup covers ROWS = 8 weight rows (workgroup id g = wg.x + wg.y * num_workgroups.x,
 // rows 8g..8g+7) with 256 / RPS threads; RPS (rows per subgroup, the constant put before this
-// source by shaders.rs: 1) is how many rows a subgroup multiplies at once. Subgroup s (of num_subgroups, any subgroup size) owns rows 8g + RPS s ..
+// source by shaders.rs: 1) is how many rows a subgroup multiplies at once. Subgroup s (of
+// num_subgroups, any subgroup size) owns rows 8g + RPS s ..
 // + RPS - 1, then RPS num_subgroups further, ...; lane l takes the slices l, l + subgroup_size,
 // ... of its rows (WX8_SLICE weights each, two in flight per row), so the lanes of a subgroup
 // read consecutive slices of a row (the row's bytes in one sweep) and each slice's header once;
