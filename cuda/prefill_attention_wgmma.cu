@@ -16,10 +16,11 @@
 // must be positive; each thread owns two rows and reduces across its quad); P rounded to the KV
 // type stays in registers as the A operand of O += P V, eight wgmma m64n128k16 with V from shared
 // memory through an MN-major descriptor (the transposed-B mode, so V keeps its [key][dim] rows).
-// Two variants: P V waited at the end of its tile, or (`_ovl`) after the next tile's S is issued
-// (OVL below; the host's LSERVE_CUDA_PREFILL_WGMMA picks).
+// Two variants: every thread stages key tiles (the plain one), or (`_ws`, warp-specialized) a
+// producer warpgroup does while the two others only compute (WS below; the host's
+// LSERVE_CUDA_PREFILL_WGMMA picks).
 //
-// Shared memory, from a 1024-byte aligned base: Q, K[2], V[2], each a 128-row x 128-dim 16-bit tile
+// Shared memory, from a 1024-byte aligned base: Q, K[2], V[2] (V[3] for _pipe), each a 128-row x 128-dim 16-bit tile
 // (32 KiB) in the 128-byte swizzle wgmma reads: two 64-dim halves [128 rows][128 bytes], 16 KiB
 // apart, the 16-byte chunk c of row r stored at chunk c ^ (r % 8) of its 128-byte line (CUTLASS's
 // Swizzle<3,4,3>). Descriptors (PTX "matrix descriptor", cute GmmaDescriptor): start address,
@@ -32,7 +33,8 @@
 // g + 8 (e >> 1), column 8 j + 2 tq + (e & 1), and A fragments as mma.sync m16n8k16's, so S's
 // registers for keys 16 kk .. 16 kk + 15 repack as P's A operand without moving between lanes.
 
-#define PW_THREADS 256
+#define PW_THREADS 256  // the two computing warpgroups
+#define PW_WS_THREADS (PW_THREADS + 128)  // and _ws's producer warpgroup
 #define PW_TILE (128u * 128u * 2u)  // bytes of one 128-row, 128-dim 16-bit tile
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -55,6 +57,20 @@ template <int N> __device__ __forceinline__ void pw_wait() {
 }
 // Generic-proxy shared writes (cp.async, st.shared) made visible to wgmma's async proxy.
 __device__ __forceinline__ void pw_fence_proxy() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// Shared-memory mbarriers (CTA scope): init with an arrival count, arrive, wait for the phase of a
+// parity to complete.
+__device__ __forceinline__ void pw_mb_init(u32 a, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
+}
+__device__ __forceinline__ void pw_mb_arrive(u32 a) {
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(a) : "memory");
+}
+__device__ __forceinline__ void pw_mb_wait(u32 a, u32 parity) {
+    u32 done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(a), "r"(parity) : "memory");
+}
 // Pins accumulator registers at this point (no read or write moves across an async wgmma).
 __device__ __forceinline__ void pw_pin(float (&d)[64]) {
 #pragma unroll
@@ -101,14 +117,17 @@ template <int N> __device__ __forceinline__ void pw_pin(u32 (&a)[N][4]) {
 PW_MMA(bf16_t, "bf16")
 PW_MMA(f16_t, "f16")
 
-// Long (about 190 lines) on purpose, as prefill_mma_impl: the phases share registers and shared
-// memory and read in the order they run.
+// Long (about 200 lines) on purpose, as prefill_mma_impl: the phases share registers and shared
+// memory and read in the order they run (as lambdas, so the two schedules below read alike).
 //
-// OVL: O += P V is not waited for at the end of its tile but after the next tile's S = Q K^T is
-// issued, so the tensor cores go from one to the other without the tile boundary's wait and
-// barrier in between. Then a second barrier per tile (after that wait) guards the refill of the
-// stage P V read, and P's registers stay pinned until the wait.
-template <typename KT, bool OVL>
+// Without WS all 256 threads stage the next key tile (a warp's table lookups a tile ahead) while
+// the tensor cores run this tile's S, and one block barrier per tile guards the two stages. With WS
+// (as FlashAttention-3 splits producer and consumers) a third warpgroup stages every tile and the
+// two others only compute: per stage an mbarrier `full` (the producer's 128 threads arrive once the
+// tile's copies landed, after a proxy fence) and `empty` (each computing warp arrives once its
+// P V finished reading the stage), so no barrier couples the warpgroups and one may run its softmax
+// while the other's products occupy the tensor cores.
+template <typename KT, bool WS>
 __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v,
                                    const KT* sk, const KT* sv, const u32* head_map, const u32* page_indptr,
                                    const u32* page_table, const u32* kv_len, const u32* ring_table, float* out,
@@ -121,7 +140,8 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
     constexpr u32 NP = BK * CH / PW_THREADS;     // passes per tile
     static_assert(WR * NP <= 32, "a warp's rows of a tile must fit its lanes");
     extern __shared__ __align__(16) unsigned char pw_smem[];
-    // Q at 0, K stage st at (1 + st) PW_TILE, V stage st at (3 + st) PW_TILE from a 1024-aligned base.
+    // Q at 0, K of tile ti at (1 + ti % 2) PW_TILE, V of tile ti at (3 + ti % 2) PW_TILE, from a
+    // 1024-aligned base.
     const u32 raw_addr = smem_addr(pw_smem);
     const u32 base = (raw_addr + 1023u) & ~1023u;
     unsigned char* sm = pw_smem + (base - raw_addr);
@@ -139,15 +159,19 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
     const KT* kpool = t.streaming ? sk : k;
     const KT* vpool = t.streaming ? sv : v;
 
-    // Key tiles and their keys as prefill_mma_impl visits them (pm_key_tiles, pm_key_at).
+    // Key tiles as prefill_mma_impl visits them (pm_key_tiles); the keys of each as pm_key_at finds
+    // them, in two phases (key_page, key_off below) so that a tile's table loads are issued a
+    // whole tile before its copies need them.
     const PmKeyTiles tiles = pm_key_tiles(t, BK);
     const u32 n_tiles = tiles.n;
-    auto key_at = [&](u32 ti, u32 j) {
-        return pm_key_at(p, t, tiles, lst, ti, j, page_indptr, page_table, ring_table, page_table_len, ring_table_len);
-    };
+    __shared__ u32 pt[2];  // the sequence's page-table span [pt[0], pt[1])
+    if (tid == 0) {
+        pt[0] = page_indptr[t.s];
+        pt[1] = min(page_indptr[t.s + 1], page_table_len);
+    }
 
     // Q rows, rounded to KT, swizzled; rows past the tile are zero.
-    for (u32 i = tid; i < BQ * CH; i += PW_THREADS) {
+    for (u32 i = tid; i < BQ * CH && tid < PW_THREADS; i += PW_THREADS) {
         const u32 r = i / CH, c = i % CH;
         uint4 w = make_uint4(0, 0, 0, 0);
         if (r < t.nr) {
@@ -158,30 +182,105 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
         }
         *reinterpret_cast<uint4*>(sm + pw_swz(r, c)) = w;
     }
+    __syncthreads();  // pt
 
-    // Stage key tile ti into stage st: lane l < WR * NP of each warp looks up the pool offset of
-    // the warp's row l % WR + RP * (l / WR) (+ warp * WR); pass n's lanes take it by shuffle.
-    auto stage = [&](u32 st, u32 ti) {
-        unsigned char* kd = sm + (1 + st) * PW_TILE;
-        unsigned char* vd = sm + (3 + st) * PW_TILE;
-        u32 mine = NONE_U32;
-        if (lane < WR * NP) mine = key_at(ti, warp * WR + lane % WR + RP * (lane / WR));
-        const u32 c = lane % CH;
+    // Phase 1 of finding key j of tile ti: the table entry of its page (NONE_U32 outside the
+    // visible keys), loaded but not yet used, and its row in that page.
+    auto key_page = [&](u32 ti, u32 j, u32& row) -> u32 {
+        const u32 ps = p.page_size, kk = tiles.k0(ti) + j;
+        u32 kp = kk;
+        row = 0;
+        if (ti < tiles.nvt) {
+            if (kk >= t.nv) return NONE_U32;
+            kp = lst[kk / ps] * ps + kk % ps;  // a list page's key (retrieval heads only)
+        } else if (!((kk >= t.lo_a && kk < t.hi_a) || (kk >= t.lo_b && kk < t.hi_b))) {
+            return NONE_U32;
+        }
+        if (t.streaming) {
+            const u32 r = ring_index(kp, p.sink, p.ring_tokens), at = t.s * (p.ring_tokens / ps) + r / ps;
+            row = r % ps;
+            return at < ring_table_len ? ring_table[at] : NONE_U32;
+        }
+        const u32 at = pt[0] + kp / ps;
+        row = kp % ps;
+        return at < pt[1] ? page_table[at] : NONE_U32;
+    };
+    // Phase 2: the pool offset of that key's row (key_offset's), NONE_U32 for no page.
+    auto key_off = [&](u32 pg, u32 row) -> u32 {
+        const u32 n = t.streaming ? p.n_str : p.n_ret, np = t.streaming ? p.num_str_pages : p.num_pages;
+        return pg < np ? ((pg * n + t.hi) * p.page_size + row) * p.head_dim : NONE_U32;
+    };
+
+    // The copies: lane l < WR * NP of each warp finds the key of the warp's row l % WR + RP * (l /
+    // WR) (+ warp * WR); in pass n every lane copies chunk c of row r0 + RP n, its offset taken by
+    // shuffle. RP is a multiple of 8, so the swizzle's row phase is the same in every pass and pass
+    // n's chunk lies RP * 128 n bytes after pass 0's. Keys outside the visible ranges are zero-filled.
+    static_assert(RP % 8 == 0, "a pass must keep the swizzle's row phase");
+    const u32 c = lane % CH, o0 = pw_swz(warp * WR + lane / CH, c);
+    u32 npg = NONE_U32, nrow = 0;  // this lane's key of the next tile to stage (phase 1 done)
+    auto lookup = [&](u32 ti) {
+        npg = NONE_U32;
+        if (lane < WR * NP && ti < n_tiles) npg = key_page(ti, warp * WR + lane % WR + RP * (lane / WR), nrow);
+    };
+    auto stage = [&](u32 ti) {
+        const u32 kd = base + (1 + ti % 2) * PW_TILE + o0, vd = base + (3 + ti % 2) * PW_TILE + o0;
+        const u32 mine = key_off(npg, nrow);
 #pragma unroll
         for (u32 n = 0; n < NP; n++) {
             const u32 off = __shfl_sync(0xffffffffu, mine, lane / CH + WR * n);
-            const u32 o = pw_swz(warp * WR + lane / CH + RP * n, c);
-            if (off != NONE_U32) {
-                cp_async16(kd + o, kpool + off + 8 * c);
-                cp_async16(vd + o, vpool + off + 8 * c);
-            } else {
-                *reinterpret_cast<uint4*>(kd + o) = make_uint4(0, 0, 0, 0);
-                *reinterpret_cast<uint4*>(vd + o) = make_uint4(0, 0, 0, 0);
-            }
+            const bool ok = off != NONE_U32;
+            const u32 at = ok ? off + 8 * c : 0u;
+            cp_async16z(kd + n * RP * 128u, kpool + at, ok);
+            cp_async16z(vd + n * RP * 128u, vpool + at, ok);
         }
         cp_async_commit();
+        lookup(ti + 1);  // a tile before its copies
     };
-    if (n_tiles > 0) stage(0, 0);
+    // WS: the stages' mbarriers, full[0..1] then empty[0..1].
+    __shared__ __align__(8) u64 bars[4];
+    const u32 bar = smem_addr(bars);
+    if (WS && tid == 0) {
+        for (u32 i = 0; i < 2; i++) {
+            pw_mb_init(bar + 8 * i, 128);          // the producer's threads
+            pw_mb_init(bar + 8 * (2 + i), 8);      // the computing warps
+        }
+    }
+    if (!WS) {
+        lookup(0);
+        if (n_tiles > 0) stage(0);
+    }
+    pw_fence_proxy();  // Q's stores (and the WS barriers' init) before any wgmma and any wait
+    __syncthreads();
+    if (WS && warp >= PW_THREADS / 32) {
+        // The producer: tile ti into stage ti % 2 once the warps released tile ti - 2; tile ti - 1
+        // announced as soon as its copies land (before waiting to refill). Its warp pw copies rows
+        // 32 pw .. 32 pw + 31: lane l finds row 32 pw + l, pass i copies chunk c of row 32 pw + 2 i +
+        // lane / 16.
+        const u32 pw = warp - PW_THREADS / 32;
+        for (u32 ti = 0; ti <= n_tiles; ti++) {
+            if (ti > 0) {
+                cp_async_wait<0>();
+                pw_fence_proxy();
+                pw_mb_arrive(bar + 8 * ((ti - 1) % 2));
+            }
+            if (ti == n_tiles) break;
+            if (ti >= 2) pw_mb_wait(bar + 8 * (2 + ti % 2), (ti / 2 - 1) % 2);
+            u32 row;
+            const u32 pg = key_page(ti, 32 * pw + lane, row), mine = key_off(pg, row);
+            const u32 kd = base + (1 + ti % 2) * PW_TILE, vd = base + (3 + ti % 2) * PW_TILE;
+#pragma unroll
+            for (u32 i = 0; i < 16; i++) {
+                const u32 r = 32 * pw + 2 * i + lane / CH;
+                const u32 off = __shfl_sync(0xffffffffu, mine, 2 * i + lane / CH);
+                const bool ok = off != NONE_U32;
+                const u32 at = ok ? off + 8 * c : 0u, so = pw_swz(r, c);
+                cp_async16z(kd + so, kpool + at, ok);
+                cp_async16z(vd + so, vpool + at, ok);
+            }
+            cp_async_commit();
+        }
+        return;
+    }
 
     // This thread's rows of the block: r_lo and r_lo + 8 (warpgroup wg owns rows 64 wg ..).
     const u32 wg = warp / 4, r_lo = 64 * wg + 16 * (warp % 4) + g;
@@ -192,49 +291,38 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
 #pragma unroll
     for (int i = 0; i < 64; i++) acc[i] = sc[i] = 0.0f;
     float m[2] = {-LS_INF, -LS_INF}, l[2] = {0.0f, 0.0f};
-
-    u32 pa[BK / 16][4];  // P as A fragments (OVL: read by a P V still running into the next tile)
+    u32 pa[BK / 16][4];  // P as A fragments
 #pragma unroll
     for (u32 kk = 0; kk < BK / 16; kk++) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
 
-    for (u32 ti = 0; ti < n_tiles; ti++) {
-        const u32 st = ti & 1;
-        // Tile ti landed (every thread's copies), visible to the async proxy, for every warp;
-        // and (without OVL) every warpgroup finished tile ti - 1, so its stage may be refilled below.
-        cp_async_wait<0>();
-        pw_fence_proxy();
-        __syncthreads();
-        const u32 kb = base + (1 + st) * PW_TILE, vb = base + (3 + st) * PW_TILE;
-
-        // S = Q K^T: k16 step kk reads dims 16 kk.. (32 bytes into a 64-dim half, halves 16 KiB apart).
-        pw_pin(sc);
-        pw_fence();
+    // S = Q K(ti)^T into sc, issued and committed: k16 step kk reads dims 16 kk.. (32 bytes into a
+    // 64-dim half, halves 16 KiB apart).
+    auto issue_s = [&](u32 ti) {
+        const u32 kb = base + (1 + ti % 2) * PW_TILE;
 #pragma unroll
         for (u32 kk = 0; kk < D / 16; kk++) {
             const u32 off = (kk / 4) * (128u * 128u) + (kk % 4) * 32u;
             pw_mma_ss(KT{}, sc, pw_desc(q_addr + off, 16, 1024), pw_desc(kb + off, 16, 1024), kk > 0 ? 1 : 0);
         }
         pw_commit();
-        if constexpr (OVL) {
-            // The previous tile's P V is done (this warpgroup's), and after the barrier every
-            // warpgroup's: its stage may be refilled and P's registers rewritten.
-            pw_wait<1>();
-            pw_pin(pa);
-            __syncthreads();
-        }
-        // The next tile's copies go out while the tensor cores work.
-        if (ti + 1 < n_tiles) stage(st ^ 1, ti + 1);
-        pw_wait<0>();
-        pw_pin(sc);
-        if constexpr (OVL) pw_pin(acc);
-
-        // Mask (boundary tiles only), online softmax on raw scores (qscale > 0).
+    };
+    // O += P V(ti), issued and committed: P's registers for keys 16 kk.. are the A fragment of k16
+    // step kk; V's step starts 16 rows (2048 bytes) further.
+    auto issue_pv = [&](u32 ti) {
+        const u32 vb = base + (3 + ti % 2) * PW_TILE;
+#pragma unroll
+        for (u32 kk = 0; kk < BK / 16; kk++) pw_mma_rs(KT{}, acc, pa[kk], pw_desc(vb + kk * 2048u, 128u * 128u, 1024));
+        pw_commit();
+    };
+    // Tile ti's mask (boundary tiles only) and online softmax on raw scores (qscale > 0): sc becomes
+    // P (f32), m and l move on, corr is the factor the output must be rescaled by.
+    auto softmax = [&](u32 ti, float (&corr)[2]) {
         const u32 k0 = tiles.k0(ti);
         const bool virt = ti < tiles.nvt;
         const bool full = virt ? k0 + BK <= t.nv
                                : k0 + BK - 1 <= t.p_lo && k0 >= wlo_hi &&
                                      (!t.streaming || k0 + BK <= p.sink || t.p_hi - k0 < p.local);
-        float mx[2] = {-LS_INF, -LS_INF}, corr[2];
+        float mx[2] = {-LS_INF, -LS_INF};
 #pragma unroll
         for (u32 j = 0; j < BK / 8; j++) {
 #pragma unroll
@@ -267,7 +355,10 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
                 l[r] += sc[4 * j + 2 * r] + sc[4 * j + 2 * r + 1];
             }
         }
-        // The output rescale, skipped when no row of the warp saw a new maximum.
+    };
+    // The output rescale (skipped when no row of the warp saw a new maximum), then P rounded to KT
+    // into its A fragments.
+    auto rescale_pack = [&](const float (&corr)[2]) {
         if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
 #pragma unroll
             for (u32 n = 0; n < D / 8; n++) {
@@ -277,24 +368,42 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
                 acc[4 * n + 3] *= corr[1];
             }
         }
-
-        // O += P V: P's registers for keys 16 kk.. are the A fragment of k16 step kk; V's step
-        // starts 16 rows (2048 bytes) further.
 #pragma unroll
         for (u32 kk = 0; kk < BK / 16; kk++) {
 #pragma unroll
             for (u32 i = 0; i < 4; i++) pa[kk][i] = mma_pack<KT>(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
         }
+    };
+
+    for (u32 ti = 0; ti < n_tiles; ti++) {
+        if constexpr (WS) {
+            // Tile ti landed and is visible to the async proxy (the producer fenced).
+            pw_mb_wait(bar + 8 * (ti % 2), (ti / 2) % 2);
+        } else {
+            // Tile ti landed (every thread's copies), visible to the async proxy, for every warp;
+            // and every warpgroup is done with tile ti - 1, whose stages tile ti + 1 refills.
+            cp_async_wait<0>();
+            pw_fence_proxy();
+            __syncthreads();
+        }
+        pw_pin(sc);
+        pw_fence();
+        issue_s(ti);
+        // The next tile's copies go out while the tensor cores work.
+        if (!WS && ti + 1 < n_tiles) stage(ti + 1);
+        pw_wait<0>();
+        pw_pin(sc);
+        float corr[2];
+        softmax(ti, corr);
+        rescale_pack(corr);
         pw_pin(acc);
         pw_fence();
-#pragma unroll
-        for (u32 kk = 0; kk < BK / 16; kk++) pw_mma_rs(KT{}, acc, pa[kk], pw_desc(vb + kk * 2048u, 128u * 128u, 1024));
-        pw_commit();
-        // Without OVL every tile waits here; with it only the last (inside the loop, so no copy of
-        // the accumulators at the loop's exit reads them while the last P V runs).
-        if (!OVL || ti + 1 == n_tiles) {
-            pw_wait<0>();
-            pw_pin(acc);
+        issue_pv(ti);
+        pw_wait<0>();
+        pw_pin(acc);
+        if constexpr (WS) {
+            __syncwarp();
+            if (lane == 0) pw_mb_arrive(bar + 8 * (2 + ti % 2));  // this warp is done with the stage
         }
     }
 
@@ -316,21 +425,21 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define PW_BODY(KT, OVL) \
-    prefill_wgmma_impl<KT, OVL>(p, q, q_indptr, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, out, \
+#define PW_BODY(KT, WS) \
+    prefill_wgmma_impl<KT, WS>(p, q, q_indptr, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, out, \
                            ptl, rtl, blk_sel, blk_cnt, bsl, bcl);
 #else
-#define PW_BODY(KT, OVL)
+#define PW_BODY(KT, WS)
 #endif
-#define PW(name, KT, OVL) \
-    extern "C" __global__ void __launch_bounds__(PW_THREADS, 1) name( \
+#define PW(name, KT, WS) \
+    extern "C" __global__ void __launch_bounds__(WS ? PW_WS_THREADS : PW_THREADS, 1) name( \
         AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v, const KT* sk, const KT* sv, \
         const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, \
         float* out, const u32* blk_sel, const u32* blk_cnt, u32 ptl, u32 rtl, u32 bsl, u32 bcl) { \
-        PW_BODY(KT, OVL) \
+        PW_BODY(KT, WS) \
     }
-// _ovl: P V waited in the next tile (OVL above).
+// _ws: a producer warpgroup stages the key tiles (WS above).
 PW(prefill_attention_wgmma_f16_d128, f16_t, false)
-PW(prefill_attention_wgmma_f16_d128_ovl, f16_t, true)
+PW(prefill_attention_wgmma_f16_d128_ws, f16_t, true)
 PW(prefill_attention_wgmma_bf16_d128, bf16_t, false)
-PW(prefill_attention_wgmma_bf16_d128_ovl, bf16_t, true)
+PW(prefill_attention_wgmma_bf16_d128_ws, bf16_t, true)

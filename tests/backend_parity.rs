@@ -288,12 +288,6 @@ pub fn attn_params<B: Backend>(kv: &KvPair<B>, n_tokens: usize, nh: usize, windo
     }
 }
 
-/// A new f32 buffer holding the first `na` elements of `a`, then the first `nb` of `b`.
-pub fn concat_f32<B: Backend>(be: &B, a: &B::Buffer, na: usize, b: &B::Buffer, nb: usize) -> B::Buffer {
-    let v = [be.download_f32(a, 0, na).unwrap(), be.download_f32(b, 0, nb).unwrap()].concat();
-    be.upload_f32(DType::F32, v).unwrap()
-}
-
 // The CPU against itself checks the harness (poisoning, comparisons) on every machine.
 parity_tests!(cpu, Some(lserve::backend::cpu::CpuBackend::new()));
 

@@ -342,11 +342,11 @@ kernels! {
         blk_sel: In U32, blk_cnt: In U32, ptl: U32 Scalar, rtl: U32 Scalar, bsl: U32 Scalar, bcl: U32 Scalar,
     }
 
-    /// The Hopper (sm_90a, wgmma) prefill `[f16 | bf16 KV][P V waited in its tile | in the next]`
-    /// at head_dim 128 (same arguments).
+    /// The Hopper (sm_90a, wgmma) prefill `[f16 | bf16 KV][all threads stage | a producer
+    /// warpgroup stages]` at head_dim 128 (same arguments).
     prefill_attention_wgmma: "prefill_attention" (AttentionParams) [
-        "prefill_attention_wgmma_f16_d128", "prefill_attention_wgmma_f16_d128_ovl",
-        "prefill_attention_wgmma_bf16_d128", "prefill_attention_wgmma_bf16_d128_ovl",
+        "prefill_attention_wgmma_f16_d128", "prefill_attention_wgmma_f16_d128_ws",
+        "prefill_attention_wgmma_bf16_d128", "prefill_attention_wgmma_bf16_d128_ws",
     ]
     {
         q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,

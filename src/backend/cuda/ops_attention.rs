@@ -28,7 +28,7 @@
 //! 32 a warp (64 and 16 at D = 256); grid (heads, tiles)) — on sm_90 at head_dim 128 the Hopper
 //! kernel instead (`prefill_attention_wgmma_<kv>_d128`: wgmma, two warpgroups of 64 rows, 128-key
 //! tiles; every head kind and block-sparse list as the mma.sync one; `LSERVE_CUDA_PREFILL_WGMMA=0`
-//! turns it off, `=2` picks its `_ovl` variant); an f32 KV cache keeps the scalar f32 kernel, the exact reference
+//! turns it off, `=2` picks its warp-specialized `_ws` variant); an f32 KV cache keeps the scalar f32 kernel, the exact reference
 //! (TF32 tensor cores would miss its tolerance); 8-bit KV at head_dim 64 / 128 / 256 runs the
 //! tensor-core kernel too (`prefill_attention_mma_<int8|fp8>_d<D>`: codes multiplied as exact f16
 //! values, K scales applied to the scores and V scales to P in f32), other head dims the scalar
@@ -136,11 +136,15 @@ const PREFILL_WGMMA_ROWS: usize = 128;
 /// Its dynamic shared memory: Q, two stages of K and V, each a 128 x 128 tile of 16-bit elements,
 /// and 1 KiB to align them to the 1024 bytes of the 128-byte swizzle's pattern.
 const PREFILL_WGMMA_SMEM: usize = 5 * 128 * 128 * 2 + 1024;
+/// Its threads: two warpgroups, and for `_ws` (variant 1) a producer warpgroup.
+fn prefill_wgmma_threads(variant: usize) -> u32 {
+    if variant == 1 { 384 } else { 256 }
+}
 
 /// Which Hopper kernel (wgmma, cuda/prefill_attention_wgmma.cu) takes a 16-bit KV prefill, if
 /// any: on sm_90 (its modules are compiled for compute_90a) at head_dim 128, the entry variant
-/// (0: P V waited in its tile, 1: `_ovl`, waited after the next tile's S is issued), chosen by
-/// `LSERVE_CUDA_PREFILL_WGMMA` — `0` sends it to the mma.sync kernel, `2` picks `_ovl`, anything
+/// (0: every thread stages key tiles, 1: `_ws`, a producer warpgroup stages them), chosen by
+/// `LSERVE_CUDA_PREFILL_WGMMA` — `0` sends it to the mma.sync kernel, `2` picks `_ws`, anything
 /// else (or unset) the plain one; read per launch, so one process can compare them.
 fn prefill_wgmma(be: &CudaBackend, hd: usize) -> Option<usize> {
     if hd != 128 || be.gpu().arch != "compute_90a" {
@@ -227,7 +231,7 @@ pub fn prefill_attention(
     if let Some(variant) = prefill_wgmma(be, hd).filter(|_| mma16) {
         let name = entry_in(kern::prefill_attention_wgmma::ENTRIES, &PREFILL_MMA_DTYPES, kv.k.dtype, variant, 2)?;
         let tiles = n / PREFILL_WGMMA_ROWS + ns;
-        let l = Launch::new((nh as u32, tiles as u32, 1), 256).smem(PREFILL_WGMMA_SMEM);
+        let l = Launch::new((nh as u32, tiles as u32, 1), prefill_wgmma_threads(variant)).smem(PREFILL_WGMMA_SMEM);
         return kern::prefill_attention_wgmma::launch_variant(be.gpu(), name, l, p, args!(prefill_attention_wgmma));
     }
     if mma16 {
