@@ -20,7 +20,7 @@
 // producer warpgroup does while the two others only compute (WS below; the host's
 // LSERVE_CUDA_PREFILL_WGMMA picks).
 //
-// Shared memory, from a 1024-byte aligned base: Q, K[2], V[2] (V[3] for _pipe), each a 128-row x 128-dim 16-bit tile
+// Shared memory, from a 1024-byte aligned base: Q, K[2], V[2], each a 128-row x 128-dim 16-bit tile
 // (32 KiB) in the 128-byte swizzle wgmma reads: two 64-dim halves [128 rows][128 bytes], 16 KiB
 // apart, the 16-byte chunk c of row r stored at chunk c ^ (r % 8) of its 128-byte line (CUTLASS's
 // Swizzle<3,4,3>). Descriptors (PTX "matrix descriptor", cute GmmaDescriptor): start address,

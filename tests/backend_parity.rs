@@ -113,11 +113,7 @@ impl<B: Backend> Pair<'_, B> {
     }
     /// The same f32 data on both backends (weights rounded to `dtype` first).
     pub fn up(&self, dtype: DType, data: &[f32]) -> (B::Buffer, <CpuBackend as Backend>::Buffer) {
-        let rounded: Vec<f32> = match dtype {
-            DType::F16 => data.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
-            DType::BF16 => data.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
-            _ => data.to_vec(),
-        };
+        let rounded = round_to(dtype, data);
         (self.gpu.upload_f32(dtype, data.to_vec()).unwrap(), self.cpu.upload_f32(DType::F32, rounded).unwrap())
     }
     pub fn up_u32(&self, data: &[u32]) -> (B::Buffer, <CpuBackend as Backend>::Buffer) {
@@ -285,6 +281,15 @@ pub fn attn_params<B: Backend>(kv: &KvPair<B>, n_tokens: usize, nh: usize, windo
         n_str: s.layout.n_str(0) as u32,
         num_str_pages: kv.gpu.num_str_pages() as u32,
         sel_stride: s.sel_stride as u32,
+    }
+}
+
+/// `data` rounded to a 16-bit `dtype` (nearest even) and back; other dtypes leave it as it is.
+pub fn round_to(dtype: DType, data: &[f32]) -> Vec<f32> {
+    match dtype {
+        DType::F16 => data.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
+        DType::BF16 => data.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
+        _ => data.to_vec(),
     }
 }
 

@@ -7,7 +7,7 @@
 
 use super::{
     TOL_ATTENTION, TOL_ATTENTION_KV_F16, append, append_data, attn_params, download_pool, download_u32_all, has_kv,
-    kv_pair, kv_pair_shape, kv_tols, paged, pair,
+    kv_pair, kv_pair_shape, kv_tols, paged, pair, round_to,
 };
 use lserve::backend::*;
 use lserve::kv::{CacheShape, HeadLayout};
@@ -117,10 +117,7 @@ fn prefill_attention_long_group<B: Backend>(gpu: &B, kvd: DType, hd: usize, nh: 
         let q_ref =
             [t.cpu.download_f32(&qa.1, 0, 140 * row).unwrap(), t.cpu.download_f32(&qb.1, 0, 100 * row).unwrap()]
                 .concat();
-        let q_dtype = if matches!(kvd, DType::F16 | DType::BF16) { kvd } else { DType::F32 };
-        let q_round = t.up(q_dtype, &q_ref).1;
-        let q_round = t.cpu.download_f32(&q_round, 0, 240 * row).unwrap();
-        let q = t.up(DType::F32, &q_round);
+        let q = t.up(DType::F32, &round_to(kvd, &q_ref));
         let pages: Vec<u32> = seqs.iter().flat_map(|s| s.pages.iter().copied()).collect();
         let ring: Vec<u32> = seqs.iter().flat_map(|s| s.ring.iter().copied()).collect();
         let m = [
