@@ -18,23 +18,34 @@
 #define PF_TQ 32
 #define PF_THREADS 128
 
+// Finding the pool row of the key at position kp, in two phases so that a kernel can issue the
+// table loads well before it needs the rows. key_page: the table entry of kp's page (NONE_U32
+// past the sequence's page-table span [pt0, pt1) or the ring table; a streaming head's keys live
+// in its ring) and kp's row in that page. key_row_offset: that row's element offset in the pool,
+// NONE_U32 for no page. key_offset: both, for key kp of sequence s.
+__device__ __forceinline__ u32 key_page(const AttentionParams& p, bool streaming, u32 s, u32 kp, u32 pt0, u32 pt1,
+                                        const u32* page_table, const u32* ring_table, u32 ring_table_len, u32& row) {
+    const u32 ps = p.page_size;
+    if (streaming) {
+        const u32 r = ring_index(kp, p.sink, p.ring_tokens), at = s * (p.ring_tokens / ps) + r / ps;
+        row = r % ps;
+        return at < ring_table_len ? ring_table[at] : NONE_U32;
+    }
+    const u32 at = pt0 + kp / ps;
+    row = kp % ps;
+    return at < pt1 ? page_table[at] : NONE_U32;
+}
+__device__ __forceinline__ u32 key_row_offset(const AttentionParams& p, bool streaming, u32 hi, u32 pg, u32 row) {
+    const u32 n = streaming ? p.n_str : p.n_ret, np = streaming ? p.num_str_pages : p.num_pages;
+    return pg < np ? ((pg * n + hi) * p.page_size + row) * p.head_dim : NONE_U32;
+}
 __device__ __forceinline__ u32 key_offset(const AttentionParams& p, bool streaming, u32 hi, u32 s, u32 kp,
                                           const u32* page_indptr, const u32* page_table, const u32* ring_table,
                                           u32 page_table_len, u32 ring_table_len) {
-    u32 ps = p.page_size;
-    if (streaming) {
-        u32 r = ring_index(kp, p.sink, p.ring_tokens);
-        u32 at = s * (p.ring_tokens / ps) + r / ps;
-        if (at >= ring_table_len) return NONE_U32;
-        u32 page = ring_table[at];
-        if (page >= p.num_str_pages) return NONE_U32;
-        return ((page * p.n_str + hi) * ps + r % ps) * p.head_dim;
-    }
-    u32 at = page_indptr[s] + kp / ps;
-    if (at >= page_indptr[s + 1] || at >= page_table_len) return NONE_U32;
-    u32 page = page_table[at];
-    if (page >= p.num_pages) return NONE_U32;
-    return ((page * p.n_ret + hi) * ps + kp % ps) * p.head_dim;
+    const u32 pt0 = streaming ? 0u : page_indptr[s], pt1 = streaming ? 0u : min(page_indptr[s + 1], page_table_len);
+    u32 row;
+    const u32 pg = key_page(p, streaming, s, kp, pt0, pt1, page_table, ring_table, ring_table_len, row);
+    return key_row_offset(p, streaming, hi, pg, row);
 }
 
 // Most list pages of a sparse block (page 0 + sel_stride entries; the host bounds sel_stride).
@@ -404,22 +415,62 @@ __device__ __forceinline__ PmKeyTiles pm_key_tiles(const PmTile& t, u32 bk) {
     return PmKeyTiles{nvt, ta0, ta1 - ta0, tb0, nvt + (ta1 - ta0) + (tb1 - tb0), bk};
 }
 
-// Pool element offset of key j of tile ti, NONE_U32 outside the tile's visible ranges (a list
-// tile's key: its list page's, lst as pm_block_list wrote it).
-__device__ __forceinline__ u32 pm_key_at(const AttentionParams& p, const PmTile& t, const PmKeyTiles& kt,
-                                         const u32* lst, u32 ti, u32 j, const u32* page_indptr,
-                                         const u32* page_table, const u32* ring_table, u32 page_table_len,
-                                         u32 ring_table_len) {
-    const u32 kk = kt.k0(ti) + j;
+// key_page for key j of tile ti: NONE_U32 outside the tile's visible ranges; a list tile's key
+// (retrieval heads only) is its list page's, lst as pm_block_list wrote it. pt0, pt1: the
+// sequence's page-table span. pm_key_at: the key's pool element offset (key_row_offset).
+__device__ __forceinline__ u32 pm_key_page(const AttentionParams& p, const PmTile& t, const PmKeyTiles& kt,
+                                           const u32* lst, u32 ti, u32 j, u32 pt0, u32 pt1, const u32* page_table,
+                                           const u32* ring_table, u32 ring_table_len, u32& row) {
+    const u32 ps = p.page_size, kk = kt.k0(ti) + j;
+    u32 kp = kk;
+    row = 0;
     if (ti < kt.nvt) {
         if (kk >= t.nv) return NONE_U32;
-        const u32 kp = lst[kk / p.page_size] * p.page_size + kk % p.page_size;
-        return key_offset(p, false, t.hi, t.s, kp, page_indptr, page_table, ring_table, page_table_len, ring_table_len);
+        kp = lst[kk / ps] * ps + kk % ps;
+    } else if (!((kk >= t.lo_a && kk < t.hi_a) || (kk >= t.lo_b && kk < t.hi_b))) {
+        return NONE_U32;
     }
-    const bool in = (kk >= t.lo_a && kk < t.hi_a) || (kk >= t.lo_b && kk < t.hi_b);
-    return in ? key_offset(p, t.streaming, t.hi, t.s, kk, page_indptr, page_table, ring_table, page_table_len,
-                           ring_table_len)
-              : NONE_U32;
+    return key_page(p, t.streaming, t.s, kp, pt0, pt1, page_table, ring_table, ring_table_len, row);
+}
+// The mask of a boundary key tile on one thread's accumulator fragment (mma m16n8 layout: rows
+// ps0 and ps0 + 8, element 4 j + 2 r + b at key k0 + 2 tq + 8 j + b, j < NT): keys outside the
+// row's visible range, or in a streaming head's gap [sink, ps - local], become -inf. Selects,
+// not branches: the caller branches once per tile (a conditional store per element compiles to a
+// branch per element, on every tile). List tiles (virt): keys before nv are visible (nv > 0).
+template <u32 NT>
+__device__ __forceinline__ void pm_mask(const AttentionParams& p, const PmTile& t, bool virt, u32 k0, u32 tq, u32 ps0,
+                                        float* s) {
+#pragma unroll
+    for (u32 r = 0; r < 2; r++) {
+        // As columns c = 8 j + b of this thread's elements: visible [lo, hi], less the gap [g0, g1].
+        const u32 ps = ps0 + 8 * r, c0 = k0 + 2 * tq;
+        const int lo = (int)(virt ? 0u : max(window_lo(ps, p.window), t.klo)) - (int)c0;
+        const int hi = (int)(virt ? t.nv - 1 : ps) - (int)c0;
+        const bool gap = !virt && t.streaming && ps >= p.local;
+        const int g0 = gap ? (int)p.sink - (int)c0 : 1 << 30, g1 = (int)(ps - p.local) - (int)c0;
+#pragma unroll
+        for (int j = 0; j < (int)NT; j++) {
+#pragma unroll
+            for (int b = 0; b < 2; b++) {
+                const int c = 8 * j + b;
+                const bool vis = c >= lo && c <= hi && !(c >= g0 && c <= g1);
+                s[4 * j + 2 * r + b] = vis ? s[4 * j + 2 * r + b] : -LS_INF;
+            }
+        }
+    }
+}
+
+// The page-table span of tile t's sequence, for pm_key_page.
+__device__ __forceinline__ void pm_table_span(const u32* page_indptr, const PmTile& t, u32 page_table_len, u32* pt) {
+    pt[0] = page_indptr[t.s];
+    pt[1] = min(page_indptr[t.s + 1], page_table_len);
+}
+__device__ __forceinline__ u32 pm_key_at(const AttentionParams& p, const PmTile& t, const PmKeyTiles& kt,
+                                         const u32* lst, u32 ti, u32 j, u32 pt0, u32 pt1, const u32* page_table,
+                                         const u32* ring_table, u32 ring_table_len) {
+    u32 row;
+    const u32 pg = pm_key_page(p, t, kt, lst, ti, j, pt0, pt1, page_table, ring_table, ring_table_len, row);
+    return key_row_offset(p, t.streaming, t.hi, pg, row);
 }
 
 // Long (about 220 lines) on purpose: the kernel's phases (Q fragments, cp.async K/V stages, mma
@@ -463,7 +514,9 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
     if (threadIdx.x == 0) live = pm_tile<BQ>(p, q_indptr, kv_len, head_map, blk_cnt, bsl, bcl, t);
     __syncthreads();
     if (!live) return;
+    __shared__ u32 pt[2];  // the sequence's page-table span [pt[0], pt[1])
     if (t.sparse && threadIdx.x < 32) pm_block_list(p, blk_sel, t, lst);
+    if (threadIdx.x == 0) pm_table_span(page_indptr, t, page_table_len, pt);
     __syncthreads();
     const u32 hd = FULL ? D : p.head_dim, nh = p.n_heads, h = blockIdx.x;
     const u32 tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
@@ -482,7 +535,7 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
     }
 
     auto key_at = [&](u32 ti, u32 j) {
-        return pm_key_at(p, t, tiles, lst, ti, j, page_indptr, page_table, ring_table, page_table_len, ring_table_len);
+        return pm_key_at(p, t, tiles, lst, ti, j, pt[0], pt[1], page_table, ring_table, ring_table_len);
     };
 
     // 8-bit KV: stage the codes (16-byte cp.async) and the row scales (4-byte cp.async) of key
@@ -669,23 +722,17 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
         const bool full = virt ? k0 + BK <= t.nv
                                : k0 + BK - 1 <= t.p_lo && k0 >= wlo_hi &&
                                      (!t.streaming || k0 + BK <= p.sink || t.p_hi - k0 < p.local);
+        if (!full) {
+#pragma unroll
+            for (u32 mt = 0; mt < MT; mt++) pm_mask<NT>(p, t, virt, k0, tq, t.p_lo + w0 + 16 * mt + g, &sc[mt][0][0]);
+        }
 #pragma unroll
         for (u32 mt = 0; mt < MT; mt++) {
             float mx[2] = {-LS_INF, -LS_INF};
 #pragma unroll
             for (u32 j = 0; j < NT; j++) {
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    if (!full) {
-                        const u32 kp = k0 + j * 8 + 2 * tq + (e & 1);
-                        const u32 ps_ = t.p_lo + w0 + 16 * mt + g + 8 * (e >> 1);
-                        const bool vis = virt ? kp < t.nv
-                                              : kp <= ps_ && kp >= max(window_lo(ps_, p.window), t.klo) &&
-                                                    (!t.streaming || kp < p.sink || ps_ - kp < p.local);
-                        if (!vis) sc[mt][j][e] = -LS_INF;
-                    }
-                    mx[e >> 1] = fmaxf(mx[e >> 1], sc[mt][j][e]);
-                }
+                for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], sc[mt][j][e]);
             }
 #pragma unroll
             for (int r = 0; r < 2; r++) {

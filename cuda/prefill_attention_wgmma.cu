@@ -12,13 +12,15 @@
 // into two shared-memory stages; the next tile's copies are issued while this tile's S = Q K^T
 // runs on the tensor cores. Per warpgroup and key tile: S (64 x 128, f32 in registers) by eight
 // wgmma m64n128k16 with Q and K from shared memory (K-major descriptors); the mask on boundary
-// tiles only and the online softmax in registers (exp2 domain, raw-score row max, so the scale
-// must be positive; each thread owns two rows and reduces across its quad); P rounded to the KV
+// tiles only (one branch per tile, selects inside) and the online softmax in registers (exp2
+// domain, raw-score row max, so the scale must be positive; each thread owns two rows and reduces
+// across its quad); P rounded to the KV
 // type stays in registers as the A operand of O += P V, eight wgmma m64n128k16 with V from shared
 // memory through an MN-major descriptor (the transposed-B mode, so V keeps its [key][dim] rows).
-// Two variants: every thread stages key tiles (the plain one), or (`_ws`, warp-specialized) a
-// producer warpgroup does while the two others only compute (WS below; the host's
-// LSERVE_CUDA_PREFILL_WGMMA picks).
+// Two variants: every thread stages key tiles (the plain one, the default), or (`_ws`,
+// warp-specialized, FlashAttention-3's schedule) a producer warpgroup does while the two others
+// only compute (WS below; the host's LSERVE_CUDA_PREFILL_WGMMA picks). `_ws` is correct and
+// measured 1.7x slower (docs/backends.md); it stays opt-in as the base for TMA page loads.
 //
 // Shared memory, from a 1024-byte aligned base: Q, K[2], V[2], each a 128-row x 128-dim 16-bit tile
 // (32 KiB) in the 128-byte swizzle wgmma reads: two 64-dim halves [128 rows][128 bytes], 16 KiB
@@ -35,6 +37,9 @@
 
 #define PW_THREADS 256  // the two computing warpgroups
 #define PW_WS_THREADS (PW_THREADS + 128)  // and _ws's producer warpgroup
+// _ws's registers per thread after setmaxnreg: 128 x 56 + 256 x 224 <= 65,536.
+#define PW_WS_PRODUCER_REGS 56
+#define PW_WS_CONSUMER_REGS 224
 #define PW_TILE (128u * 128u * 2u)  // bytes of one 128-row, 128-dim 16-bit tile
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -71,10 +76,26 @@ __device__ __forceinline__ void pw_mb_wait(u32 a, u32 parity) {
         asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                      : "=r"(done) : "r"(a), "r"(parity) : "memory");
 }
+// An arrive-on the mbarrier once every cp.async this thread issued so far has landed (.noinc: the
+// arrival counts against the barrier's expected count).
+__device__ __forceinline__ void pw_mb_arrive_cp_async(u32 a) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(a) : "memory");
+}
+// Named barriers 1.. among the two computing warpgroups (256 threads): wait for the other's
+// arrival, or arrive without waiting.
+__device__ __forceinline__ void pw_bar_sync(u32 id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void pw_bar_arrive(u32 id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
+// The warpgroup's register budget moved down (producer) or up (computing warpgroups).
+template <u32 N> __device__ __forceinline__ void pw_setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <u32 N> __device__ __forceinline__ void pw_setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
 // Pins accumulator registers at this point (no read or write moves across an async wgmma).
-__device__ __forceinline__ void pw_pin(float (&d)[64]) {
+template <int N> __device__ __forceinline__ void pw_pin(float (&d)[N]) {
 #pragma unroll
-    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 // The same for A fragments an async wgmma may still read.
 template <int N> __device__ __forceinline__ void pw_pin(u32 (&a)[N][4]) {
@@ -122,11 +143,12 @@ PW_MMA(f16_t, "f16")
 //
 // Without WS all 256 threads stage the next key tile (a warp's table lookups a tile ahead) while
 // the tensor cores run this tile's S, and one block barrier per tile guards the two stages. With WS
-// (as FlashAttention-3 splits producer and consumers) a third warpgroup stages every tile and the
-// two others only compute: per stage an mbarrier `full` (the producer's 128 threads arrive once the
-// tile's copies landed, after a proxy fence) and `empty` (each computing warp arrives once its
-// P V finished reading the stage), so no barrier couples the warpgroups and one may run its softmax
-// while the other's products occupy the tensor cores.
+// (as FlashAttention-3 splits producer and consumers) a third warpgroup stages every tile with few
+// registers (setmaxnreg: 56 for it, 224 for the two computing warpgroups) and the others only
+// compute: K and V stages each have an mbarrier `full` (the producer's threads arrive as their
+// copies land, cp.async.mbarrier.arrive) and `empty` (each computing warp arrives once S, or P V,
+// finished reading it); a burst issues S(ti) and P V(ti - 1) together, the two warpgroups take
+// turns at the tensor cores (named barriers), and the softmax of ti overlaps P V(ti - 1).
 template <typename KT, bool WS>
 __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v,
                                    const KT* sk, const KT* sv, const u32* head_map, const u32* page_indptr,
@@ -160,15 +182,12 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
     const KT* vpool = t.streaming ? sv : v;
 
     // Key tiles as prefill_mma_impl visits them (pm_key_tiles); the keys of each as pm_key_at finds
-    // them, in two phases (key_page, key_off below) so that a tile's table loads are issued a
-    // whole tile before its copies need them.
+    // them, in its two phases (pm_key_page, key_row_offset) so that a tile's table loads are
+    // issued a whole tile before its copies need them.
     const PmKeyTiles tiles = pm_key_tiles(t, BK);
     const u32 n_tiles = tiles.n;
     __shared__ u32 pt[2];  // the sequence's page-table span [pt[0], pt[1])
-    if (tid == 0) {
-        pt[0] = page_indptr[t.s];
-        pt[1] = min(page_indptr[t.s + 1], page_table_len);
-    }
+    if (tid == 0) pm_table_span(page_indptr, t, page_table_len, pt);
 
     // Q rows, rounded to KT, swizzled; rows past the tile are zero.
     for (u32 i = tid; i < BQ * CH && tid < PW_THREADS; i += PW_THREADS) {
@@ -184,32 +203,10 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
     }
     __syncthreads();  // pt
 
-    // Phase 1 of finding key j of tile ti: the table entry of its page (NONE_U32 outside the
-    // visible keys), loaded but not yet used, and its row in that page.
-    auto key_page = [&](u32 ti, u32 j, u32& row) -> u32 {
-        const u32 ps = p.page_size, kk = tiles.k0(ti) + j;
-        u32 kp = kk;
-        row = 0;
-        if (ti < tiles.nvt) {
-            if (kk >= t.nv) return NONE_U32;
-            kp = lst[kk / ps] * ps + kk % ps;  // a list page's key (retrieval heads only)
-        } else if (!((kk >= t.lo_a && kk < t.hi_a) || (kk >= t.lo_b && kk < t.hi_b))) {
-            return NONE_U32;
-        }
-        if (t.streaming) {
-            const u32 r = ring_index(kp, p.sink, p.ring_tokens), at = t.s * (p.ring_tokens / ps) + r / ps;
-            row = r % ps;
-            return at < ring_table_len ? ring_table[at] : NONE_U32;
-        }
-        const u32 at = pt[0] + kp / ps;
-        row = kp % ps;
-        return at < pt[1] ? page_table[at] : NONE_U32;
+    auto key_page = [&](u32 ti, u32 j, u32& row) {
+        return pm_key_page(p, t, tiles, lst, ti, j, pt[0], pt[1], page_table, ring_table, ring_table_len, row);
     };
-    // Phase 2: the pool offset of that key's row (key_offset's), NONE_U32 for no page.
-    auto key_off = [&](u32 pg, u32 row) -> u32 {
-        const u32 n = t.streaming ? p.n_str : p.n_ret, np = t.streaming ? p.num_str_pages : p.num_pages;
-        return pg < np ? ((pg * n + t.hi) * p.page_size + row) * p.head_dim : NONE_U32;
-    };
+    auto key_off = [&](u32 pg, u32 row) { return key_row_offset(p, t.streaming, t.hi, pg, row); };
 
     // The copies: lane l < WR * NP of each warp finds the key of the warp's row l % WR + RP * (l /
     // WR) (+ warp * WR); in pass n every lane copies chunk c of row r0 + RP n, its offset taken by
@@ -236,13 +233,17 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
         cp_async_commit();
         lookup(ti + 1);  // a tile before its copies
     };
-    // WS: the stages' mbarriers, full[0..1] then empty[0..1].
-    __shared__ __align__(8) u64 bars[4];
+    // WS: the stages' mbarriers, K and V apart (K's stage is free once S read it, V's once P V
+    // did): fullK[0..1], fullV[0..1], emptyK[0..1], emptyV[0..1].
+    __shared__ __align__(8) u64 bars[8];
     const u32 bar = smem_addr(bars);
+    const u32 full_k = bar, full_v = bar + 16, empty_k = bar + 32, empty_v = bar + 48;
     if (WS && tid == 0) {
         for (u32 i = 0; i < 2; i++) {
-            pw_mb_init(bar + 8 * i, 128);          // the producer's threads
-            pw_mb_init(bar + 8 * (2 + i), 8);      // the computing warps
+            pw_mb_init(full_k + 8 * i, 128);  // the producer's threads, as their copies land
+            pw_mb_init(full_v + 8 * i, 128);
+            pw_mb_init(empty_k + 8 * i, 8);  // the computing warps
+            pw_mb_init(empty_v + 8 * i, 8);
         }
     }
     if (!WS) {
@@ -252,36 +253,37 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
     pw_fence_proxy();  // Q's stores (and the WS barriers' init) before any wgmma and any wait
     __syncthreads();
     if (WS && warp >= PW_THREADS / 32) {
-        // The producer: tile ti into stage ti % 2 once the warps released tile ti - 2; tile ti - 1
-        // announced as soon as its copies land (before waiting to refill). Its warp pw copies rows
-        // 32 pw .. 32 pw + 31: lane l finds row 32 pw + l, pass i copies chunk c of row 32 pw + 2 i +
-        // lane / 16.
+        // The producer, with few registers (the computing warpgroups take the rest): K(ti) into
+        // K stage ti % 2 once S(ti - 2) released it, V(ti) likewise after P V(ti - 2); each
+        // thread's copies arrive on the stage's full barrier as they land (cp.async.mbarrier), so
+        // the producer never waits on its own copies. Its warp pw copies rows 32 pw .. 32 pw + 31:
+        // lane l finds row 32 pw + l, pass i copies chunk c of row 32 pw + 2 i + lane / 16.
+        pw_setmaxnreg_dec<PW_WS_PRODUCER_REGS>();
         const u32 pw = warp - PW_THREADS / 32;
-        for (u32 ti = 0; ti <= n_tiles; ti++) {
-            if (ti > 0) {
-                cp_async_wait<0>();
-                pw_fence_proxy();
-                pw_mb_arrive(bar + 8 * ((ti - 1) % 2));
-            }
-            if (ti == n_tiles) break;
-            if (ti >= 2) pw_mb_wait(bar + 8 * (2 + ti % 2), (ti / 2 - 1) % 2);
+        for (u32 ti = 0; ti < n_tiles; ti++) {
             u32 row;
             const u32 pg = key_page(ti, 32 * pw + lane, row), mine = key_off(pg, row);
-            const u32 kd = base + (1 + ti % 2) * PW_TILE, vd = base + (3 + ti % 2) * PW_TILE;
+            const u32 s = ti % 2, ph = (ti / 2 + 1) % 2;  // the phase tile ti - 2 completed
 #pragma unroll
-            for (u32 i = 0; i < 16; i++) {
-                const u32 r = 32 * pw + 2 * i + lane / CH;
-                const u32 off = __shfl_sync(0xffffffffu, mine, 2 * i + lane / CH);
-                const bool ok = off != NONE_U32;
-                const u32 at = ok ? off + 8 * c : 0u, so = pw_swz(r, c);
-                cp_async16z(kd + so, kpool + at, ok);
-                cp_async16z(vd + so, vpool + at, ok);
+            for (u32 kv = 0; kv < 2; kv++) {
+                if (ti >= 2) pw_mb_wait((kv ? empty_v : empty_k) + 8 * s, ph);
+                const u32 dst = base + ((kv ? 3 : 1) + s) * PW_TILE;
+                const KT* pool = kv ? vpool : kpool;
+#pragma unroll
+                for (u32 i = 0; i < 16; i++) {
+                    const u32 r = 32 * pw + 2 * i + lane / CH;
+                    const u32 off = __shfl_sync(0xffffffffu, mine, 2 * i + lane / CH);
+                    const bool ok = off != NONE_U32;
+                    cp_async16z(dst + pw_swz(r, c), pool + (ok ? off + 8 * c : 0u), ok);
+                }
+                pw_mb_arrive_cp_async((kv ? full_v : full_k) + 8 * s);
             }
-            cp_async_commit();
         }
+        cp_async_wait<0>();  // no copy outlives the block
         return;
     }
 
+    if constexpr (WS) pw_setmaxnreg_inc<PW_WS_CONSUMER_REGS>();
     // This thread's rows of the block: r_lo and r_lo + 8 (warpgroup wg owns rows 64 wg ..).
     const u32 wg = warp / 4, r_lo = 64 * wg + 16 * (warp % 4) + g;
     const u32 q_addr = base + 64u * 128u * wg;
@@ -322,17 +324,19 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
         const bool full = virt ? k0 + BK <= t.nv
                                : k0 + BK - 1 <= t.p_lo && k0 >= wlo_hi &&
                                      (!t.streaming || k0 + BK <= p.sink || t.p_hi - k0 < p.local);
+        // The mask: one branch per tile, selects inside (pm_mask).
+        if (!WS && !full) pm_mask<BK / 8>(p, t, virt, k0, tq, t.p_lo + r_lo, sc);
         float mx[2] = {-LS_INF, -LS_INF};
 #pragma unroll
         for (u32 j = 0; j < BK / 8; j++) {
 #pragma unroll
             for (u32 e = 0; e < 4; e++) {
-                if (!full) {
+                if (WS && !full) {  // _ws: the per-element form, which keeps its registers in budget
                     const u32 kp = k0 + j * 8 + 2 * tq + (e & 1);
-                    const u32 ps_ = t.p_lo + r_lo + 8 * (e >> 1);
+                    const u32 ps = t.p_lo + r_lo + 8 * (e >> 1);
                     const bool vis = virt ? kp < t.nv
-                                          : kp <= ps_ && kp >= max(window_lo(ps_, p.window), t.klo) &&
-                                                (!t.streaming || kp < p.sink || ps_ - kp < p.local);
+                                          : kp <= ps && kp >= max(window_lo(ps, p.window), t.klo) &&
+                                                (!t.streaming || kp < p.sink || ps - kp < p.local);
                     if (!vis) sc[4 * j + e] = -LS_INF;
                 }
                 mx[e >> 1] = fmaxf(mx[e >> 1], sc[4 * j + e]);
@@ -375,35 +379,89 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
         }
     };
 
-    for (u32 ti = 0; ti < n_tiles; ti++) {
-        if constexpr (WS) {
-            // Tile ti landed and is visible to the async proxy (the producer fenced).
-            pw_mb_wait(bar + 8 * (ti % 2), (ti / 2) % 2);
-        } else {
+    if constexpr (WS) {
+        // FlashAttention-3's schedule: a burst issues S(ti) and O += P V(ti - 1) together, and the
+        // two warpgroups take turns at the tensor cores (named barriers 1 and 2: a warpgroup's
+        // burst waits for the other's previous one to be issued), so one's softmax runs while the
+        // other's products do. The output's rescale by tile ti's max waits for P V(ti - 1).
+        const u32 other = 1 - wg;
+        if (wg == 1) pw_bar_arrive(1);  // warpgroup 0 goes first
+        auto release = [&](u32 e) {
+            __syncwarp();
+            if (lane == 0) pw_mb_arrive(e);
+        };
+        // A burst: wait for K(ti) if `ks` and V(ti - 1) if `vs`, then take the turn (the products
+        // are issued unconditionally by the callers: a wgmma under a branch is serialized).
+        auto burst_begin = [&](u32 ti, bool ks, bool vs) {
+            if (ks) pw_mb_wait(full_k + 8 * (ti % 2), (ti / 2) % 2);
+            if (vs) pw_mb_wait(full_v + 8 * ((ti - 1) % 2), ((ti - 1) / 2) % 2);
+            pw_fence_proxy();  // the producer's copies (generic proxy) before wgmma reads them
+            pw_bar_sync(1 + wg);
+            pw_pin(sc);
+            pw_pin(acc);
+            pw_pin(pa);
+            pw_fence();
+        };
+        if (n_tiles > 0) {
+            float corr[2];
+            burst_begin(0, true, false);
+            issue_s(0);
+            pw_bar_arrive(1 + other);
+            pw_wait<0>();
+            pw_pin(sc);
+            release(empty_k);
+            softmax(0, corr);
+            rescale_pack(corr);
+            for (u32 ti = 1; ti < n_tiles; ti++) {
+                burst_begin(ti, true, true);
+                issue_s(ti);
+                issue_pv(ti - 1);
+                pw_bar_arrive(1 + other);
+                pw_wait<1>();
+                pw_pin(sc);
+                release(empty_k + 8 * (ti % 2));
+                softmax(ti, corr);
+                // The softmax done here, not sunk past the wait below (it is what overlaps P V):
+                // ptxas hoists a wgmma wait to the top of its basic block, so a branch on the
+                // softmax's sums (never taken: they are not negative) ends the block here.
+                pw_pin(sc);
+                pw_pin(corr);
+                pw_pin(l);
+                if (l[0] + l[1] < 0.0f) __trap();
+                pw_wait<0>();
+                pw_pin(acc);
+                pw_pin(pa);  // P V(ti - 1) no longer reads them
+                release(empty_v + 8 * ((ti - 1) % 2));
+                rescale_pack(corr);
+            }
+            burst_begin(n_tiles, false, true);
+            issue_pv(n_tiles - 1);
+            if (wg == 0) pw_bar_arrive(2);  // warpgroup 1's last burst has no successor
+            pw_wait<0>();
+            pw_pin(acc);
+        }
+    } else {
+        for (u32 ti = 0; ti < n_tiles; ti++) {
             // Tile ti landed (every thread's copies), visible to the async proxy, for every warp;
             // and every warpgroup is done with tile ti - 1, whose stages tile ti + 1 refills.
             cp_async_wait<0>();
             pw_fence_proxy();
             __syncthreads();
-        }
-        pw_pin(sc);
-        pw_fence();
-        issue_s(ti);
-        // The next tile's copies go out while the tensor cores work.
-        if (!WS && ti + 1 < n_tiles) stage(ti + 1);
-        pw_wait<0>();
-        pw_pin(sc);
-        float corr[2];
-        softmax(ti, corr);
-        rescale_pack(corr);
-        pw_pin(acc);
-        pw_fence();
-        issue_pv(ti);
-        pw_wait<0>();
-        pw_pin(acc);
-        if constexpr (WS) {
-            __syncwarp();
-            if (lane == 0) pw_mb_arrive(bar + 8 * (2 + ti % 2));  // this warp is done with the stage
+            pw_pin(sc);
+            pw_fence();
+            issue_s(ti);
+            // The next tile's copies go out while the tensor cores work.
+            if (ti + 1 < n_tiles) stage(ti + 1);
+            pw_wait<0>();
+            pw_pin(sc);
+            float corr[2];
+            softmax(ti, corr);
+            rescale_pack(corr);
+            pw_pin(acc);
+            pw_fence();
+            issue_pv(ti);
+            pw_wait<0>();
+            pw_pin(acc);
         }
     }
 
