@@ -2,8 +2,9 @@
 // or f16/bf16 (rounded to nearest even: the x of the down projection's 16-bit GEMM,
 // Caps::act16_from). Grid: x covers a row's columns, 4 a thread (float4 loads when dim % 4 == 0,
 // rows then 16-byte aligned), y strides the rows — no per-element 64-bit division.
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 template <typename O>
-__device__ __forceinline__ void silu_store(O* o, float g, float u) { *o = from_f32<O>(g / (1.0f + expf(-g)) * u); }
+__device__ __forceinline__ void silu_store(O* o, float g, float u) { *o = from_f32<O>(silu(g) * u); }
 
 template <typename O>
 __device__ void silu_mul_impl(SiluMulParams p, const float* __restrict__ gu, O* __restrict__ out) {
@@ -17,10 +18,7 @@ __device__ void silu_mul_impl(SiluMulParams p, const float* __restrict__ gu, O* 
         if (vec) {
             float4 a = *reinterpret_cast<const float4*>(g + c);
             float4 b = *reinterpret_cast<const float4*>(up + c);
-            silu_store(o + c, a.x, b.x);
-            silu_store(o + c + 1, a.y, b.y);
-            silu_store(o + c + 2, a.z, b.z);
-            silu_store(o + c + 3, a.w, b.w);
+            store4(o + c, make_float4(silu(a.x) * b.x, silu(a.y) * b.y, silu(a.z) * b.z, silu(a.w) * b.w));
         } else {
             for (u32 j = c; j < c + 4 && j < p.dim; j++) silu_store(o + j, g[j], up[j]);
         }

@@ -53,7 +53,9 @@ pub fn rmsnorm(
     need(x, DType::F32, n, "rmsnorm x")?;
     need(w, DType::F32, u(p.dim), "rmsnorm w")?;
     need_float(out, n, "rmsnorm out")?; // f32, or 16-bit (Caps::act16_from)
-    let l = Launch::new((p.rows, 1, 1), 1024);
+    // One block a row: 1024 threads while rows are few (a decode step), 256 for long launches
+    // (a prefill), whose rows then overlap four times as many blocks a multiprocessor.
+    let l = Launch::new((p.rows, 1, 1), if p.rows >= 1024 { 256 } else { 1024 });
     match residual {
         None => {
             let name = entry(k::rmsnorm::ENTRIES, out.dtype, 0, 1)?;
