@@ -235,7 +235,9 @@ impl Common {
         let sampling = SamplingParams {
             temperature: temperature as f32,
             top_k,
-            top_p: top_p as f32,
+            // A positive top_p below f32's range (1e-87 is valid JSON and above 0) keeps the
+            // smallest positive f32 rather than rounding to 0, which the sampler refuses.
+            top_p: (top_p as f32).max(f32::MIN_POSITIVE),
             seed: self.seed.map_or(fresh_seed, |s| s as u64),
         };
         Ok(Validated {
@@ -409,6 +411,7 @@ mod tests {
         assert!(common(serde_json::json!({"logprobs": false})).is_ok());
         assert!(common(serde_json::json!({"temperature": -1})).is_err());
         assert!(common(serde_json::json!({"top_p": 0})).is_err());
+        assert!(common(serde_json::json!({"top_p": 1.2e-87})).unwrap().sampling.top_p > 0.0);
         assert!(common(serde_json::json!({"presence_penalty": 0.5})).is_err());
         let c: Common = serde_json::from_value(serde_json::json!({})).unwrap();
         assert!(c.validate(Some(-5), 0, 10).is_err());
