@@ -14,7 +14,6 @@ __device__ void add_rmsnorm4(RmsnormParams p, float* __restrict__ res, const flo
     const u64 base = (u64)blockIdx.x * p.dim;
     float4* r4 = reinterpret_cast<float4*>(res + base);
     const float4* x4 = reinterpret_cast<const float4*>(x + base);
-    const float4* w4 = reinterpret_cast<const float4*>(w);
     float4 v[RN_CACHE4];
     float ss = 0.0f;
 #pragma unroll
@@ -26,26 +25,15 @@ __device__ void add_rmsnorm4(RmsnormParams p, float* __restrict__ res, const flo
             v[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
             r4[c] = v[i];
         }
-        ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+        ss += sq4(v[i]);
     }
     for (u32 c = threadIdx.x + RN_CACHE4 * blockDim.x; c < n4; c += blockDim.x) {
         const float4 a = r4[c], b = x4[c];
         const float4 t = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
         r4[c] = t;
-        ss += t.x * t.x + t.y * t.y + t.z * t.z + t.w * t.w;
+        ss += sq4(t);
     }
-    ss = block_sum(ss, red);
-    const float inv = rsqrtf(ss / (float)p.dim + p.eps);
-    auto put = [&](u32 c, float4 t) {
-        const float4 g = w4[c];
-        store4(out + base + 4 * c, make_float4(t.x * inv * g.x, t.y * inv * g.y, t.z * inv * g.z, t.w * inv * g.w));
-    };
-#pragma unroll
-    for (int i = 0; i < RN_CACHE4; i++) {
-        const u32 c = threadIdx.x + i * blockDim.x;
-        if (c < n4) put(c, v[i]);
-    }
-    for (u32 c = threadIdx.x + RN_CACHE4 * blockDim.x; c < n4; c += blockDim.x) put(c, r4[c]);
+    rn4_out(p.dim, p.eps, red, ss, v, r4, w, out + base);
 }
 template <typename O>
 __device__ void add_rmsnorm_impl(RmsnormParams p, float* __restrict__ res, const float* __restrict__ x,

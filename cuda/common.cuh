@@ -283,6 +283,31 @@ template <> __device__ __forceinline__ void store4<f16_t>(f16_t* o, float4 v) {
                                               (u32)f32_to_f16(v.z) | ((u32)f32_to_f16(v.w) << 16));
 }
 
+// The sum of squares of a float4 (rmsnorm4 / add_rmsnorm4).
+__device__ __forceinline__ float sq4(float4 t) { return t.x * t.x + t.y * t.y + t.z * t.z + t.w * t.w; }
+// The second half of rmsnorm4 / add_rmsnorm4 (one block a row of dim floats, dim % 4 == 0): this
+// thread's part `ss` of the row's sum of squares reduced over the block, then out = row / rms *
+// w, from the N float4 this thread holds (column i of v is float4 tid + i * blockDim) and `src`
+// (the row as stored) for the rest.
+template <int N, typename O>
+__device__ __forceinline__ void rn4_out(u32 dim, float eps, float* red, float ss, const float4 (&v)[N],
+                                        const float4* src, const float* w, O* out) {
+    const u32 n4 = dim / 4;
+    ss = block_sum(ss, red);
+    const float inv = rsqrtf(ss / (float)dim + eps);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    auto put = [&](u32 c, float4 t) {
+        const float4 g = w4[c];
+        store4(out + 4 * c, make_float4(t.x * inv * g.x, t.y * inv * g.y, t.z * inv * g.z, t.w * inv * g.w));
+    };
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const u32 c = threadIdx.x + i * blockDim.x;
+        if (c < n4) put(c, v[i]);
+    }
+    for (u32 c = threadIdx.x + N * blockDim.x; c < n4; c += blockDim.x) put(c, src[c]);
+}
+
 // ---- tensor-core fragments (mma.sync m16n8k16, f32 accumulation; sm_80+) --------------------------
 
 // Two f32 as one register of two 16-bit values (lo in the low half, as mma fragments expect).

@@ -279,6 +279,7 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
                 pw_mb_arrive_cp_async((kv ? full_v : full_k) + 8 * s);
             }
         }
+        cp_async_commit();
         cp_async_wait<0>();  // no copy outlives the block
         return;
     }
@@ -385,7 +386,6 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
         // burst waits for the other's previous one to be issued), so one's softmax runs while the
         // other's products do. The output's rescale by tile ti's max waits for P V(ti - 1).
         const u32 other = 1 - wg;
-        if (wg == 1) pw_bar_arrive(1);  // warpgroup 0 goes first
         auto release = [&](u32 e) {
             __syncwarp();
             if (lane == 0) pw_mb_arrive(e);
@@ -404,6 +404,7 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
         };
         if (n_tiles > 0) {
             float corr[2];
+            if (wg == 1) pw_bar_arrive(1);  // warpgroup 0 goes first
             burst_begin(0, true, false);
             issue_s(0);
             pw_bar_arrive(1 + other);

@@ -11,31 +11,19 @@ __device__ void rmsnorm4(RmsnormParams p, const float* __restrict__ x, const flo
     const u32 n4 = p.dim / 4;
     const u64 base = (u64)blockIdx.x * p.dim;
     const float4* x4 = reinterpret_cast<const float4*>(x + base);
-    const float4* w4 = reinterpret_cast<const float4*>(w);
     float4 v[RN_CACHE4];
     float ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < RN_CACHE4; i++) {
         const u32 c = threadIdx.x + i * blockDim.x;
         v[i] = c < n4 ? x4[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+        ss += sq4(v[i]);
     }
     for (u32 c = threadIdx.x + RN_CACHE4 * blockDim.x; c < n4; c += blockDim.x) {
         const float4 t = x4[c];
-        ss += t.x * t.x + t.y * t.y + t.z * t.z + t.w * t.w;
+        ss += sq4(t);
     }
-    ss = block_sum(ss, red);
-    const float inv = rsqrtf(ss / (float)p.dim + p.eps);
-    auto put = [&](u32 c, float4 t) {
-        const float4 g = w4[c];
-        store4(out + base + 4 * c, make_float4(t.x * inv * g.x, t.y * inv * g.y, t.z * inv * g.z, t.w * inv * g.w));
-    };
-#pragma unroll
-    for (int i = 0; i < RN_CACHE4; i++) {
-        const u32 c = threadIdx.x + i * blockDim.x;
-        if (c < n4) put(c, v[i]);
-    }
-    for (u32 c = threadIdx.x + RN_CACHE4 * blockDim.x; c < n4; c += blockDim.x) put(c, x4[c]);
+    rn4_out(p.dim, p.eps, red, ss, v, x4, w, out + base);
 }
 template <typename O>
 __device__ void rmsnorm_impl(RmsnormParams p, const float* __restrict__ x, const float* __restrict__ w,

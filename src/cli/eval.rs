@@ -212,7 +212,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         head: a.head,
     };
     println!(
-        "{:>8} {:>7} {:>8} {:>5} {:>5} {:>8} {:>10} {:>9} {:>10} {:>9} {:>7} {:>11}",
+        "{:>8} {:>7} {:>8} {:>5} {:>5} {:>8} {:>10} {:>9} {:>10} {:>9} {:>7} {:>11} {:>10}",
         "backend",
         "mode",
         "context",
@@ -224,12 +224,13 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         "floor ms",
         "of floor",
         "kv read",
-        "prefill ms"
+        "prefill ms",
+        "prefill t/s"
     );
     let log = |r: &BenchRow| {
         let pct = if r.decode_ms > 0.0 { 100.0 * r.floor_ms / r.decode_ms } else { 0.0 };
         println!(
-            "{:>8} {:>7} {:>8} {:>5} {:>5} {:>8} {:>10.3} {:>9.3} {:>10.3} {:>8.1}% {:>6.1}% {:>11}",
+            "{:>8} {:>7} {:>8} {:>5} {:>5} {:>8} {:>10.3} {:>9.3} {:>10.3} {:>8.1}% {:>6.1}% {:>11} {:>10}",
             r.backend,
             r.mode,
             r.context,
@@ -241,7 +242,11 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             r.floor_ms,
             pct,
             100.0 * r.kv_read_fraction,
-            r.prefill_ms.map_or(String::new(), |m| format!("{m:.1}"))
+            r.prefill_ms.map_or(String::new(), |m| format!("{m:.1}")),
+            // Prefill tokens per second (the prompt's tokens over its wall time).
+            r.prefill_ms
+                .filter(|&m| m > 0.0)
+                .map_or(String::new(), |m| format!("{:.0}", r.prefill_tokens as f64 * 1e3 / m))
         );
         // The hot kernels, and the tensor-parallel collectives wherever they rank.
         let shown = r.kernels.iter().enumerate().filter(|(i, k)| *i < 8 || k.0.starts_with("all_"));

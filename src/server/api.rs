@@ -236,7 +236,7 @@ impl Common {
             temperature: temperature as f32,
             top_k,
             // A positive top_p below f32's range (1e-87 is valid JSON and above 0) keeps the
-            // smallest positive f32 rather than rounding to 0, which the sampler refuses.
+            // smallest positive normal f32 rather than rounding to 0, which the sampler refuses.
             top_p: (top_p as f32).max(f32::MIN_POSITIVE),
             seed: self.seed.map_or(fresh_seed, |s| s as u64),
         };
