@@ -270,18 +270,14 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-// Four consecutive f32 values stored as O (f32, or f16/bf16 rounded to nearest even, as
-// from_f32) at a 4-element aligned address: one 16- or 8-byte store.
-template <typename O> __device__ __forceinline__ void store4(O* o, float4 v);
+// Four consecutive f32 values stored as O (f32, or f16/bf16 rounded as from_f32) at a 4-element
+// aligned address: one 16- or 8-byte store.
+template <typename O> __device__ __forceinline__ void store4(O* o, float4 v) {
+    const u32 lo = (u32)from_f32<O>(v.x).bits | ((u32)from_f32<O>(v.y).bits << 16);
+    const u32 hi = (u32)from_f32<O>(v.z).bits | ((u32)from_f32<O>(v.w).bits << 16);
+    *reinterpret_cast<uint2*>(o) = make_uint2(lo, hi);
+}
 template <> __device__ __forceinline__ void store4<float>(float* o, float4 v) { *reinterpret_cast<float4*>(o) = v; }
-template <> __device__ __forceinline__ void store4<bf16_t>(bf16_t* o, float4 v) {
-    *reinterpret_cast<uint2*>(o) = make_uint2((u32)f32_to_bf16(v.x) | ((u32)f32_to_bf16(v.y) << 16),
-                                              (u32)f32_to_bf16(v.z) | ((u32)f32_to_bf16(v.w) << 16));
-}
-template <> __device__ __forceinline__ void store4<f16_t>(f16_t* o, float4 v) {
-    *reinterpret_cast<uint2*>(o) = make_uint2((u32)f32_to_f16(v.x) | ((u32)f32_to_f16(v.y) << 16),
-                                              (u32)f32_to_f16(v.z) | ((u32)f32_to_f16(v.w) << 16));
-}
 
 // The sum of squares of a float4 (rmsnorm4 / add_rmsnorm4).
 __device__ __forceinline__ float sq4(float4 t) { return t.x * t.x + t.y * t.y + t.z * t.z + t.w * t.w; }

@@ -39,12 +39,17 @@ __device__ __forceinline__ u32 key_row_offset(const AttentionParams& p, bool str
     const u32 n = streaming ? p.n_str : p.n_ret, np = streaming ? p.num_str_pages : p.num_pages;
     return pg < np ? ((pg * n + hi) * p.page_size + row) * p.head_dim : NONE_U32;
 }
+// The page-table span [pt[0], pt[1]) of sequence s, for key_page.
+__device__ __forceinline__ void table_span(const u32* page_indptr, u32 s, u32 page_table_len, u32* pt) {
+    pt[0] = page_indptr[s];
+    pt[1] = min(page_indptr[s + 1], page_table_len);
+}
 __device__ __forceinline__ u32 key_offset(const AttentionParams& p, bool streaming, u32 hi, u32 s, u32 kp,
                                           const u32* page_indptr, const u32* page_table, const u32* ring_table,
                                           u32 page_table_len, u32 ring_table_len) {
-    const u32 pt0 = streaming ? 0u : page_indptr[s], pt1 = streaming ? 0u : min(page_indptr[s + 1], page_table_len);
-    u32 row;
-    const u32 pg = key_page(p, streaming, s, kp, pt0, pt1, page_table, ring_table, ring_table_len, row);
+    u32 pt[2] = {0u, 0u}, row;
+    if (!streaming) table_span(page_indptr, s, page_table_len, pt);
+    const u32 pg = key_page(p, streaming, s, kp, pt[0], pt[1], page_table, ring_table, ring_table_len, row);
     return key_row_offset(p, streaming, hi, pg, row);
 }
 
@@ -460,11 +465,6 @@ __device__ __forceinline__ void pm_mask(const AttentionParams& p, const PmTile& 
     }
 }
 
-// The page-table span of tile t's sequence, for pm_key_page.
-__device__ __forceinline__ void pm_table_span(const u32* page_indptr, const PmTile& t, u32 page_table_len, u32* pt) {
-    pt[0] = page_indptr[t.s];
-    pt[1] = min(page_indptr[t.s + 1], page_table_len);
-}
 __device__ __forceinline__ u32 pm_key_at(const AttentionParams& p, const PmTile& t, const PmKeyTiles& kt,
                                          const u32* lst, u32 ti, u32 j, u32 pt0, u32 pt1, const u32* page_table,
                                          const u32* ring_table, u32 ring_table_len) {
@@ -516,7 +516,7 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
     if (!live) return;
     __shared__ u32 pt[2];  // the sequence's page-table span [pt[0], pt[1])
     if (t.sparse && threadIdx.x < 32) pm_block_list(p, blk_sel, t, lst);
-    if (threadIdx.x == 0) pm_table_span(page_indptr, t, page_table_len, pt);
+    if (threadIdx.x == 0) table_span(page_indptr, t.s, page_table_len, pt);
     __syncthreads();
     const u32 hd = FULL ? D : p.head_dim, nh = p.n_heads, h = blockIdx.x;
     const u32 tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;

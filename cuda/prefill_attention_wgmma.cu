@@ -14,9 +14,9 @@
 // wgmma m64n128k16 with Q and K from shared memory (K-major descriptors); the mask on boundary
 // tiles only (one branch per tile, selects inside) and the online softmax in registers (exp2
 // domain, raw-score row max, so the scale must be positive; each thread owns two rows and reduces
-// across its quad); P rounded to the KV
-// type stays in registers as the A operand of O += P V, eight wgmma m64n128k16 with V from shared
-// memory through an MN-major descriptor (the transposed-B mode, so V keeps its [key][dim] rows).
+// across its quad); P rounded to the KV type stays in registers as the A operand of O += P V,
+// eight wgmma m64n128k16 with V from shared memory through an MN-major descriptor (the
+// transposed-B mode, so V keeps its [key][dim] rows).
 // Two variants: every thread stages key tiles (the plain one, the default), or (`_ws`,
 // warp-specialized, FlashAttention-3's schedule) a producer warpgroup does while the two others
 // only compute (WS below; the host's LSERVE_CUDA_PREFILL_WGMMA picks). `_ws` is correct and
@@ -187,7 +187,7 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
     const PmKeyTiles tiles = pm_key_tiles(t, BK);
     const u32 n_tiles = tiles.n;
     __shared__ u32 pt[2];  // the sequence's page-table span [pt[0], pt[1])
-    if (tid == 0) pm_table_span(page_indptr, t, page_table_len, pt);
+    if (tid == 0) table_span(page_indptr, t.s, page_table_len, pt);
 
     // Q rows, rounded to KT, swizzled; rows past the tile are zero.
     for (u32 i = tid; i < BQ * CH && tid < PW_THREADS; i += PW_THREADS) {
