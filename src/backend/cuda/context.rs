@@ -232,7 +232,9 @@ impl Gpu {
             gemm: None,
             nccl: None,
         };
-        self.submit(stem, rec)
+        // Profiled per entry, not per module: a module's kernels (matmul_quant's x quantization
+        // and its GEMVs, the prefill attention variants) are timed apart.
+        self.submit(name, rec)
     }
 
     /// Record `rec` into the current list while recording, else run it now (timed as `op`).
@@ -411,7 +413,8 @@ impl Gpu {
         self.ctx.bind_to_thread().map_err(drv("binding the CUDA context to this thread"))
     }
 
-    /// Run `f` (which enqueues work), timed as op `op` when profiling.
+    /// Run `f` (which enqueues work), timed as op `op` when profiling (a kernel entry's name, or
+    /// `matmul_cublas` / a collective's name).
     pub fn timed<T>(&self, op: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
         self.flush()?;
         if self.profile.borrow().is_none() {
