@@ -6,8 +6,10 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    /// The io error is part of the message, not a `source`: a chain-printing caller (the CLI's
+    /// `{:#}`) would print it twice.
+    #[error("{path}: {err}")]
+    Io { path: PathBuf, err: std::io::Error },
     #[error("{path}: not a valid GGUF file: {msg}")]
     Gguf { path: PathBuf, msg: String },
     #[error("model format: {0}")]
@@ -38,6 +40,6 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Io { path: path.into(), err: source }
     }
 }

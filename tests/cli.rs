@@ -314,6 +314,13 @@ fn sparse_flags_config_and_errors() {
         &lserve(&[&args[..], &[pat.to_str().unwrap()]].concat()),
         "1x2 (layers x KV heads) but the model has 30x3",
     );
+    // A named pattern is checked even where it would go unused (dense; streaming ratio 0).
+    let dense = ["generate", "--model", &m, "-p", "hi", "--max-tokens", "1", "--head-pattern", pat.to_str().unwrap()];
+    assert_fails(&lserve(&dense), "1x2 (layers x KV heads) but the model has 30x3");
+    let junk = dir.path().join("junk.toml");
+    std::fs::write(&junk, "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    let ratio0 = ["generate", "--model", &m, "-p", "hi", "--sparse", "on", "--streaming-ratio", "0", "--head-pattern"];
+    assert_fails(&lserve(&[&ratio0[..], &[junk.to_str().unwrap()]].concat()), "junk.toml");
     // With a config file that turns sparse on and a budget covering the context, greedy output is
     // the dense output (page selection runs and keeps every page).
     std::fs::write(&cfg, "[sparse]\nenabled = true\nstreaming_ratio = 0.0\ndense_below = 0\nselector_interval = 1\ntoken_budget = 8192\n[cache]\nphysical_page = 16\nlogical_page = 8\n").unwrap();

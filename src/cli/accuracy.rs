@@ -61,7 +61,7 @@ pub fn accuracy(a: AccuracyArgs) -> Result<()> {
     let device = parse_device(&a.model.device)?;
     let dtype = load_options(&a.model)?;
     let m = open_model(&a.model)?;
-    let lengths = parse_lengths(&a.lengths)?;
+    let lengths = parse_lengths("--lengths", &a.lengths)?;
     if let Some(&l) = lengths.iter().find(|&&l| l + 64 > m.config.context_len()) {
         bail!("--lengths: {l} tokens do not fit the model's {}-token context", m.config.context_len());
     }
@@ -142,7 +142,7 @@ pub fn recall(a: RecallArgs) -> Result<()> {
     let device = parse_device(&a.model.device)?;
     let dtype = load_options(&a.model)?;
     let m = open_model(&a.model)?;
-    let lengths = parse_lengths(&a.lengths)?;
+    let lengths = parse_lengths("--lengths", &a.lengths)?;
     let pages = parse_pages(&a.pages)?;
     let budgets = Budget::parse_list(&a.budgets)?;
     let corpus = corpus_ids(&m, &a.text)?;

@@ -60,7 +60,7 @@ pub fn niah(a: NiahArgs) -> Result<()> {
     let dtype = load_options(&a.model)?;
     let m = open_model(&a.model)?;
     let ctx = m.config.context_len();
-    let mut lengths = parse_lengths(&a.lengths)?;
+    let mut lengths = parse_lengths("--lengths", &a.lengths)?;
     lengths.iter_mut().for_each(|l| *l = (*l).min(ctx - ANSWER_TOKENS));
     lengths.dedup();
     let depths = parse_depths(&a.depths)?;
@@ -190,8 +190,8 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         bail!("--prefill-chunk must be at least 1");
     }
     let o = lserve::bench::BenchOptions {
-        contexts: parse_lengths(&a.contexts)?,
-        batches: parse_lengths(&a.batch)?,
+        contexts: parse_lengths("--contexts", &a.contexts)?,
+        batches: parse_lengths("--batch", &a.batch)?,
         sparse: match a.sparse {
             NiahMode::On => vec![true],
             NiahMode::Off => vec![false],

@@ -31,17 +31,23 @@ impl EngineOptions {
 }
 
 /// The head layout the configuration asks for: all retrieval unless sparse attention is on with a
-/// streaming ratio above 0 (which needs a head pattern).
+/// streaming ratio above 0 (which needs a head pattern). A head-pattern file that is named is
+/// read and checked even where it goes unused (dense, or ratio 0), so a bad file is an error
+/// rather than silently ignored.
 pub fn head_layout(cfg: &ModelConfig, c: &Config) -> Result<HeadLayout> {
     let s = &c.sparse;
     if let Some(&l) = s.dense_layers.iter().find(|&&l| l >= cfg.num_layers) {
         return Err(Error::Config(format!("dense_layers names layer {l}, the model has {}", cfg.num_layers)));
     }
+    let named = s.head_pattern.as_deref().map(HeadPattern::load).transpose()?;
+    if let Some(p) = &named {
+        p.layout(cfg.num_layers, cfg.num_kv_heads, 0.0, &[])?; // its shape, whatever the ratio
+    }
     if !s.enabled || s.streaming_ratio == 0.0 {
         return Ok(HeadLayout::all_retrieval(cfg.num_layers, cfg.num_kv_heads));
     }
-    let pattern = match (&s.head_pattern, &s.pattern) {
-        (Some(path), _) => HeadPattern::load(path)?,
+    let pattern = match (named, &s.pattern) {
+        (Some(p), _) => p,
         (None, Some(p)) => p.clone(),
         (None, None) => {
             return Err(Error::Config(

@@ -32,8 +32,8 @@ pub struct NiahCell {
     pub kv_read_fraction: f64,
 }
 
-/// "1k,2k,4k,8k" (k = 1024) or plain token counts.
-pub fn parse_lengths(s: &str) -> Result<Vec<usize>> {
+/// "1k,2k,4k,8k" (k = 1024) or plain positive counts; errors name `flag`.
+pub fn parse_lengths(flag: &str, s: &str) -> Result<Vec<usize>> {
     s.split(',')
         .map(|t| {
             let t = t.trim().to_ascii_lowercase();
@@ -42,7 +42,7 @@ pub fn parse_lengths(s: &str) -> Result<Vec<usize>> {
                 .ok()
                 .filter(|&n| n > 0)
                 .map(|n| n * mult)
-                .ok_or_else(|| Error::InvalidArgument(format!("--lengths: `{t}` is not a length like 4k or 4096")))
+                .ok_or_else(|| Error::InvalidArgument(format!("{flag}: `{t}` is not a positive count like 4k or 4096")))
         })
         .collect()
 }
@@ -130,8 +130,10 @@ mod tests {
 
     #[test]
     fn parses_grids() {
-        assert_eq!(parse_lengths("1k, 2K,4096").unwrap(), vec![1024, 2048, 4096]);
-        assert!(parse_lengths("1k,x").is_err() && parse_lengths("0").is_err());
+        assert_eq!(parse_lengths("--lengths", "1k, 2K,4096").unwrap(), vec![1024, 2048, 4096]);
+        assert!(parse_lengths("--lengths", "1k,x").is_err() && parse_lengths("--lengths", "0").is_err());
+        let e = parse_lengths("--batch", "0").unwrap_err().to_string();
+        assert!(e.contains("--batch") && e.contains("`0`"), "{e}");
         assert_eq!(parse_depths("0,25,100%").unwrap(), vec![0, 25, 100]);
         assert!(parse_depths("101").is_err());
     }
