@@ -273,6 +273,20 @@ fn bad_flags_are_refused() {
     let out = lserve(&["generate", "--model", &m, "-p", "hi", "--max-tokens", "-3"]);
     assert_eq!(out.status.code(), Some(2));
     assert_fails(&lserve(&["score", "--model", &m, "--file", "/nonexistent.txt"]), "reading --file");
+    // Counts of zero are refused, each naming its flag (not clamped to 1, nor run as an empty sweep).
+    assert_fails(&lserve(&["bench", "--device", "cpu", "--shape", "smollm2-135m", "--batch", "1,0"]), "--batch: `0`");
+    assert_fails(
+        &lserve(&["bench", "--device", "cpu", "--shape", "smollm2-135m", "--contexts", "0"]),
+        "--contexts: `0`",
+    );
+    let acc = ["accuracy", "--model", &m, "--lengths", "1k", "--ratios", "0", "--out-dir", "/tmp/never"];
+    assert_fails(&lserve(&[&acc[..], &["--samples", "0"]].concat()), "--samples must be at least 1");
+    assert_fails(&lserve(&["recall", "--model", &m, "--lengths", "1k", "--steps", "0"]), "--steps must be at least 1");
+    assert_fails(&lserve(&["recall", "--model", &m, "--lengths", "1k", "--every", "0"]), "--every must be at least 1");
+    // An io error names its cause once.
+    let out = lserve(&["bench", "--device", "cpu", "--shape", "/nonexistent.json"]);
+    assert_fails(&out, "/nonexistent.json");
+    assert_eq!(String::from_utf8_lossy(&out.stderr).matches("os error 2").count(), 1);
 }
 
 #[test]

@@ -65,6 +65,7 @@ pub fn accuracy(a: AccuracyArgs) -> Result<()> {
     if let Some(&l) = lengths.iter().find(|&&l| l + 64 > m.config.context_len()) {
         bail!("--lengths: {l} tokens do not fit the model's {}-token context", m.config.context_len());
     }
+    at_least_one(&[("--samples", a.samples), ("--score-tokens", a.score_tokens)])?;
     let tasks = Task::parse_list(&a.tasks)?;
     let ratios: Vec<f32> = a
         .ratios
@@ -82,10 +83,10 @@ pub fn accuracy(a: AccuracyArgs) -> Result<()> {
     let o = SuiteOptions {
         tasks,
         lengths,
-        samples: a.samples.max(1),
+        samples: a.samples,
         variants,
         base,
-        score_tokens: a.score_tokens.max(1),
+        score_tokens: a.score_tokens,
         seed: a.seed,
         prefill_chunk: a.prefill_chunk.max(16),
     };
@@ -143,6 +144,7 @@ pub fn recall(a: RecallArgs) -> Result<()> {
     let dtype = load_options(&a.model)?;
     let m = open_model(&a.model)?;
     let lengths = parse_lengths("--lengths", &a.lengths)?;
+    at_least_one(&[("--steps", a.steps), ("--every", a.every)])?;
     let pages = parse_pages(&a.pages)?;
     let budgets = Budget::parse_list(&a.budgets)?;
     let corpus = corpus_ids(&m, &a.text)?;
@@ -151,21 +153,21 @@ pub fn recall(a: RecallArgs) -> Result<()> {
     let names: Vec<&str> = Rank::ALL.iter().map(|r| r.name()).collect();
     writeln!(
         out,
-        "{:>6} {:>6} {:>7} {:>5} {:>7} {} {:>7}",
+        "{:>6} {:>6} {:>7} {:>5} {:>7}{} {:>7}",
         "length",
         "budget",
         "pages",
         "layer",
         "samples",
-        names.iter().map(|n| format!("{n:>9}")).collect::<String>(),
+        names.iter().map(|n| format!(" {n:>10}")).collect::<String>(),
         "oracle"
     )?;
     for (len, budget, (p, l), layers) in &rows {
         for r in layers {
-            let cells: String = r.recall.iter().map(|x| format!("{x:>9.4}")).collect();
+            let cells: String = r.recall.iter().map(|x| format!(" {x:>10.4}")).collect();
             writeln!(
                 out,
-                "{len:>6} {budget:>6} {:>7} {:>5} {:>7} {cells} {:>7.4}",
+                "{len:>6} {budget:>6} {:>7} {:>5} {:>7}{cells} {:>7.4}",
                 format!("{p}/{l}"),
                 r.layer,
                 r.samples,
@@ -225,4 +227,12 @@ fn recall_on<B: Backend>(
         }
     }
     Ok(rows)
+}
+
+/// Each (flag, value) must be at least 1 (a count of samples, tokens or steps).
+fn at_least_one(flags: &[(&str, usize)]) -> Result<()> {
+    match flags.iter().find(|(_, v)| *v == 0) {
+        Some((flag, _)) => bail!("{flag} must be at least 1"),
+        None => Ok(()),
+    }
 }
