@@ -12,7 +12,7 @@ heads, 8 KV heads, head_dim 128, FFN 14336, vocab 128256; bf16, batch 1), at eac
 
   gemv       (once) only the step's weight products — per layer qkv, o, gate_up and down, then
              the LM head — as bf16 x @ W^T with one row of x (cuBLAS's decode GEMV), graph-captured:
-             the reference for lserve's own GEMV kernels (`lserve bench --profile`, op matmul)
+             the reference for lserve's own GEMV kernels (`lserve bench --profile`, the matmul_gemv_* rows)
 
 plus the bandwidth floor of the step: (weight bytes + KV bytes) / --bandwidth (4.2 TB/s on the
 H200). Weights and caches are random (synthetic), as in lserve's bench. Output: one line per

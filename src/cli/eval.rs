@@ -185,7 +185,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     let device = parse_device(&a.device)?;
     let dtype = parse_weight_dtype(&a.dtype)?;
     let mut config = resolve_config(None, &a.tuning)?;
-    config.sparse.streaming_ratio = 0.0; // the bench uses its own synthetic head layout
+    // The bench uses its own synthetic head layout: a named pattern (a real model's) is not read.
+    config.sparse.streaming_ratio = 0.0;
+    config.sparse.head_pattern = None;
     if a.prefill_chunk == 0 {
         bail!("--prefill-chunk must be at least 1");
     }
@@ -251,7 +253,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         // The hot kernels, and the tensor-parallel collectives wherever they rank.
         let shown = r.kernels.iter().enumerate().filter(|(i, k)| *i < 8 || k.0.starts_with("all_"));
         for (_, (op, calls, us)) in shown {
-            println!("{:>18} {:>24} {:>6.0} calls {:>10.1} us/step", "", op, calls, us);
+            println!("{:>18} {:>42} {:>6.0} calls {:>10.1} us/step", "", op, calls, us);
         }
     };
     let rows = super::tp::on_ranks!(device, &a.tp, ranks => lserve::bench::run_tp(ranks.backends, ranks.comms, &a.shape, &o, log))?;

@@ -12,9 +12,11 @@ use super::{
 use lserve::backend::*;
 use lserve::kv::{CacheShape, HeadLayout};
 
-/// Prefill's attention tolerance for a KV dtype: as decode's, except 8-bit KV, which a backend may
-/// multiply on 16-bit tensor cores (CUDA at head_dim 64 / 128 / 256: the codes exactly, but Q and
-/// P rounded to f16, as the 16-bit KV path rounds them to its type).
+/// Prefill's attention tolerance for a KV dtype: the KV dtype's (`kv_tols`), looser than decode's
+/// TOL_ATTENTION for 16-bit KV even though the reference attends over the same stored values
+/// ([`mirror_pools`]), because the tensor-core kernels round P (and Q) to the KV type; 8-bit KV,
+/// which a backend may multiply on 16-bit tensor cores (CUDA at head_dim 64 / 128 / 256: the
+/// codes exactly, but Q and P rounded to f16), takes f16's.
 fn prefill_tol(kvd: DType) -> f32 {
     if kvd.is_kv8() { TOL_ATTENTION_KV_F16 } else { kv_tols(kvd).1 }
 }
@@ -58,8 +60,10 @@ pub fn test_prefill_attention<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
 /// also 4 (Llama 3's, and the CUDA Hopper kernel's shape); with 16-bit KV at head_dim 64 / 128
 /// (wgpu's cooperative-matrix kernel) 2, 4 and 3 (64-row tiles cut a token's heads apart), for
 /// f16 with the chunk's keys at 2.5x the norm of the prefix's (so a later key tile's max exceeds
-/// a row's running max by more than that kernel's lazy-rescale threshold, and O is rescaled).
-/// 16-bit KV: the reference attends over the backend's stored keys and values ([`mirror_pools`]).
+/// a row's running max by more than that kernel's lazy-rescale threshold, and O is rescaled;
+/// f16 only: with such peaked rows, P rounded to bf16's 8 bits by the tensor-core kernels is
+/// what bf16's tolerance would then measure). 16-bit KV: the reference attends over the
+/// backend's stored keys and values ([`mirror_pools`]).
 fn prefill_attention_long<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
     let coop = matches!(kvd, DType::F16 | DType::BF16) && (hd == 64 || hd == 128);
     // GQA 2; at head_dim 128 (Llama's, and the CUDA Hopper kernel's) also GQA 4.
