@@ -285,21 +285,10 @@ fn bad_flags_are_refused() {
     assert_fails(&lserve(&["recall", "--model", &m, "--lengths", "1k", "--every", "0"]), "--every must be at least 1");
     // The bench builds its own head layout: a named pattern of a real model does not stop it.
     let pat = concat!(env!("CARGO_MANIFEST_DIR"), "/patterns/gemma3-270m.toml");
-    let out = lserve(&[
-        "bench",
-        "--device",
-        "cpu",
-        "--shape",
-        "smollm2-135m",
-        "--contexts",
-        "1k",
-        "--repeats",
-        "1",
-        "--sparse",
-        "both",
-        "--head-pattern",
-        pat,
-    ]);
+    let mut args: Vec<&str> =
+        "bench --device cpu --shape smollm2-135m --contexts 1k --repeats 1 --sparse both".split(' ').collect();
+    args.extend(["--head-pattern", pat]);
+    let out = lserve(&args);
     assert!(out.status.success(), "bench with --head-pattern: {}", String::from_utf8_lossy(&out.stderr));
     // An io error names its cause once.
     let out = lserve(&["bench", "--device", "cpu", "--shape", "/nonexistent.json"]);
