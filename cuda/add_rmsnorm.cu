@@ -15,24 +15,15 @@ __device__ void add_rmsnorm4(RmsnormParams p, float* __restrict__ res, const flo
     float4* r4 = reinterpret_cast<float4*>(res + base);
     const float4* x4 = reinterpret_cast<const float4*>(x + base);
     float4 v[RN_CACHE4];
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < RN_CACHE4; i++) {
-        const u32 c = threadIdx.x + i * blockDim.x;
-        v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (c < n4) {
+    const float ss = rn4_in(
+        n4,
+        [&](u32 c) {
             const float4 a = r4[c], b = x4[c];
-            v[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-            r4[c] = v[i];
-        }
-        ss += sq4(v[i]);
-    }
-    for (u32 c = threadIdx.x + RN_CACHE4 * blockDim.x; c < n4; c += blockDim.x) {
-        const float4 a = r4[c], b = x4[c];
-        const float4 t = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-        r4[c] = t;
-        ss += sq4(t);
-    }
+            const float4 t = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+            r4[c] = t;
+            return t;
+        },
+        v);
     rn4_out(p.dim, p.eps, red, ss, v, r4, w, out + base);
 }
 template <typename O>

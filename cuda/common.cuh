@@ -281,6 +281,21 @@ template <> __device__ __forceinline__ void store4<float>(float* o, float4 v) { 
 
 // The sum of squares of a float4 (rmsnorm4 / add_rmsnorm4).
 __device__ __forceinline__ float sq4(float4 t) { return t.x * t.x + t.y * t.y + t.z * t.z + t.w * t.w; }
+// The first half of rmsnorm4 / add_rmsnorm4 (one block a row, n4 float4): this thread's part of
+// the row's sum of squares, float4 c = tid + i * blockDim taken from load(c) (add_rmsnorm's also
+// stores the new residual), the first N of them kept in v (zero past the row) for rn4_out.
+template <int N, typename L>
+__device__ __forceinline__ float rn4_in(u32 n4, L load, float4 (&v)[N]) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const u32 c = threadIdx.x + i * blockDim.x;
+        v[i] = c < n4 ? load(c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        ss += sq4(v[i]);
+    }
+    for (u32 c = threadIdx.x + N * blockDim.x; c < n4; c += blockDim.x) ss += sq4(load(c));
+    return ss;
+}
 // The second half of rmsnorm4 / add_rmsnorm4 (one block a row of dim floats, dim % 4 == 0): this
 // thread's part `ss` of the row's sum of squares reduced over the block, then out = row / rms *
 // w, from the N float4 this thread holds (column i of v is float4 tid + i * blockDim) and `src`

@@ -12,17 +12,7 @@ __device__ void rmsnorm4(RmsnormParams p, const float* __restrict__ x, const flo
     const u64 base = (u64)blockIdx.x * p.dim;
     const float4* x4 = reinterpret_cast<const float4*>(x + base);
     float4 v[RN_CACHE4];
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < RN_CACHE4; i++) {
-        const u32 c = threadIdx.x + i * blockDim.x;
-        v[i] = c < n4 ? x4[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        ss += sq4(v[i]);
-    }
-    for (u32 c = threadIdx.x + RN_CACHE4 * blockDim.x; c < n4; c += blockDim.x) {
-        const float4 t = x4[c];
-        ss += sq4(t);
-    }
+    const float ss = rn4_in(n4, [&](u32 c) { return x4[c]; }, v);
     rn4_out(p.dim, p.eps, red, ss, v, x4, w, out + base);
 }
 template <typename O>
