@@ -41,7 +41,7 @@ pub fn head_layout(cfg: &ModelConfig, c: &Config) -> Result<HeadLayout> {
     }
     let named = s.head_pattern.as_deref().map(HeadPattern::load).transpose()?;
     if let Some(p) = &named {
-        p.layout(cfg.num_layers, cfg.num_kv_heads, 0.0, &[])?; // its shape, whatever the ratio
+        p.check_shape(cfg.num_layers, cfg.num_kv_heads)?;
     }
     if !s.enabled || s.streaming_ratio == 0.0 {
         return Ok(HeadLayout::all_retrieval(cfg.num_layers, cfg.num_kv_heads));

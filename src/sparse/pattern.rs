@@ -63,8 +63,8 @@ impl HeadPattern {
         s
     }
 
-    /// Streaming heads: the lowest `ratio` of the heads outside `dense_layers`.
-    pub fn layout(&self, num_layers: usize, n_kv: usize, ratio: f32, dense_layers: &[usize]) -> Result<HeadLayout> {
+    /// Whether the pattern has one score per (layer, KV head) of a model of this shape.
+    pub fn check_shape(&self, num_layers: usize, n_kv: usize) -> Result<()> {
         if self.scores.len() != num_layers || self.scores[0].len() != n_kv {
             return Err(Error::Config(format!(
                 "head pattern is {}x{} (layers x KV heads) but the model has {num_layers}x{n_kv}",
@@ -72,6 +72,12 @@ impl HeadPattern {
                 self.scores[0].len()
             )));
         }
+        Ok(())
+    }
+
+    /// Streaming heads: the lowest `ratio` of the heads outside `dense_layers`.
+    pub fn layout(&self, num_layers: usize, n_kv: usize, ratio: f32, dense_layers: &[usize]) -> Result<HeadLayout> {
+        self.check_shape(num_layers, n_kv)?;
         let mut heads: Vec<(f64, usize, usize)> = (0..num_layers)
             .filter(|l| !dense_layers.contains(l))
             .flat_map(|l| (0..n_kv).map(move |h| (l, h)))
