@@ -16,6 +16,8 @@
 //   measured): matmul_quantize_x_m1 quantizes x once per call into a scratch in the same layout and
 //   matmul_gemv_<fmt>_m1_pre copy it into shared memory instead of quantizing it per block (the
 //   section "x quantized once per call" below); same digits, same dot code, so the same results.
+//   For Q4_K, Q5_K and int8 rows, matmul_gemv_<fmt>_m1_reg[f] hold x in registers instead (the
+//   section "x in registers" below; LSERVE_CUDA_MMV=reg|regf, the default for these three).
 // - 2 <= m <= 64, every format but fp8: the tensor-core MMQ GEMM of matmul_mmq.cu.
 // - fp8 at m <= 16 (and m == 1 where x does not fit the _m1 kernels' shared memory):
 //   matmul_gemv_<fmt>_m16 — one warp per weight row, all m rows
@@ -566,6 +568,236 @@ __device__ void mmv_int8_pre_impl(MatmulParams p, const u32* xg, const u8* w, co
     mmv_wait_x();
     for (u32 n0 = gw * R; n0 < p.n; n0 += warps * R) mmv_int8_rows(p, xq, xds, w, bias, out, n0, min(R, p.n - n0));
 }
+
+// ---- m == 1, x in registers (LSERVE_CUDA_MMV=reg|regf: ops_matmul.rs MmvMode::Reg; Q4_K, Q5_K, int8 rows) ----
+//
+// Nsight Compute on the _m1_pre Q4_K kernels (docs/benchmarks.md, session 17) found the L1/TEX
+// unit 93% busy at 41% of the DRAM bandwidth: x's digits read from shared memory (32 4-byte LDS
+// per lane per 64 weights, 2-way bank conflicts) and weight loads whose 16-byte lanes used half
+// of each 32-byte sector per instruction (a lane's two uint4 of one slice are 16 bytes apart).
+// Here a lane owns the same 32 elements of every row, so x lives in its registers, and the
+// lanes of a warp read 512 contiguous code bytes per instruction:
+// - Block: 32 ceil(nb / 4) threads for nb = k / 256 super-blocks (at most 1024: ops_matmul.rs
+//   mmv_reg_launch, MMV_REG_MAX_THREADS); thread
+//   t takes super-block t / 8, part i = t % 8 (threads past 8 nb take nothing but join the
+//   reductions): code bytes 16i .. 16i + 16 of the super-block, i.e. group g = i / 2, positions
+//   l = 16e + 0..16 (e = i % 2) of its 32: elements 64g + l (low nibbles, sub-block 2g) and 64g +
+//   32 + l (high nibbles, sub-block 2g + 1); Q5_K's fifth bits are bytes 16e .. 16e + 16 of qh.
+// - x: the lane's 4 + 4 words of both digit planes of x blocks 2g and 2g + 1 and their d, loaded
+//   once from the matmul_quantize_x_m1 scratch (_reg) or quantized by the lanes from f32 x (_regf,
+//   mmv_quantize_x16: the lane pair sharing each x block exchanges max|x| and its sum); the min
+//   terms use the blocks' f32 x sums, taken by the e == 0 lane of each pair (the pair shares the
+//   sub-blocks' mins). Measured (session 17): the L1 unit went from 93% to 29% busy, and the
+//   kernels are then latency-bound (about 1.1 eligible warps per scheduler); with unpredicated
+//   row loads the 8B step is 11-13% faster than _pre for Q4_K, and faster for int8 rows (regf)
+//   and Q5_K (reg): the default for all three (MmvMode::for_dtype).
+// - Rows: block b takes rows b R .. b R + R (R = 4 ceil(ceil(n / grid) / 4), the same R the host
+//   sized the shared memory with), four at a time: each warp issues the four rows' header and
+//   code loads, multiplies, and sums the four rows over its lanes in 6 shuffles (a butterfly
+//   that halves the values per step: lanes 8r hold row r); the warps' sums meet in shared memory
+//   (red[warp][R]) and one barrier at the end lets R threads add them up.
+__device__ __forceinline__ u32 mmv_reg_rows(u32 n) {
+    u32 per = (n + gridDim.x - 1) / gridDim.x;
+    return (per + 3u) & ~3u;
+}
+
+// The four rows' partial sums v[0..4] of a warp -> lane 8r + j (j < 8) holds row r's total.
+__device__ __forceinline__ float mmv_reduce4(const float* v) {
+    const u32 lane = threadIdx.x & 31;
+    const bool b4 = (lane & 16u) != 0u, b3 = (lane & 8u) != 0u;
+    float a0 = b4 ? v[2] : v[0], a1 = b4 ? v[3] : v[1];
+    float s0 = b4 ? v[0] : v[2], s1 = b4 ? v[1] : v[3];
+    a0 += __shfl_xor_sync(0xffffffffu, s0, 16);
+    a1 += __shfl_xor_sync(0xffffffffu, s1, 16);
+    float c = (b3 ? a1 : a0) + __shfl_xor_sync(0xffffffffu, b3 ? a0 : a1, 8);
+    c += __shfl_xor_sync(0xffffffffu, c, 4);
+    c += __shfl_xor_sync(0xffffffffu, c, 2);
+    c += __shfl_xor_sync(0xffffffffu, c, 1);
+    return c;
+}
+
+// A lane's 16 elements of x (f32 x + e0 .. + 16, 16-byte aligned) as half of the x block of 32
+// whose other half lane ^ 1 holds (every lane calling; `on` false: zeros): both digits of its 4
+// words (x8_quantize4's formula, so the digits of matmul_quantize_x_m1), the block's d and its
+// f32 sum.
+__device__ __forceinline__ void mmv_quantize_x16(const float* x, bool on, int* h, int* l, float& d, float& sum) {
+    float v[16];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float4 a = on ? __ldg(reinterpret_cast<const float4*>(x) + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
+    }
+    float amax = 0.0f, s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        amax = fmaxf(amax, fabsf(v[i]));
+        s += v[i];
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    sum = s + __shfl_xor_sync(0xffffffffu, s, 1);
+    d = amax / 127.0f;
+    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        u32 hi = 0, lo = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float hv = rintf(v[4 * j + i] * id);
+            float lv = fminf(fmaxf(rintf((v[4 * j + i] - hv * d) * id * 254.0f), -127.0f), 127.0f);
+            hi |= ((u32)(int)hv & 0xffu) << (8 * i);
+            lo |= ((u32)(int)lv & 0xffu) << (8 * i);
+        }
+        h[j] = (int)hi;
+        l[j] = (int)lo;
+    }
+}
+
+// The lane's x for the _m1_reg GEMVs: elements e0 .. e0 + 16 of x, from the matmul_quantize_x_m1
+// scratch (XF false: words at e0 / 4 of both planes, the block's (d, sum)) or quantized here from
+// f32 x (XF true, every lane calling). Sets h, l, d and the block's sum.
+template <bool XF>
+__device__ __forceinline__ void mmv_reg_x(const void* src, u32 k, u32 e0, bool on, int* h, int* l, float& d, float& sum) {
+    if (XF) return mmv_quantize_x16(reinterpret_cast<const float*>(src) + e0, on, h, l, d, sum);
+    const u32 nxb = (k + 31) / 32, b = e0 / 32, w0 = 9 * b + (e0 % 32) / 4;
+    const int* hp = reinterpret_cast<const int*>(src);
+    float2 ds = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        h[j] = on ? __ldg(hp + w0 + j) : 0;
+        l[j] = on ? __ldg(hp + 9 * nxb + w0 + j) : 0;
+    }
+    if (on) ds = __ldg(reinterpret_cast<const float2*>(hp + 18 * nxb) + b);
+    d = ds.x;
+    sum = ds.y;
+}
+
+template <bool Q5, bool XF>
+__device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out) {
+    extern __shared__ __align__(16) unsigned char mmv_smem[];
+    float* red = reinterpret_cast<float*>(mmv_smem);
+    const u32 BYTES = Q5 ? 176u : 144u, QS = Q5 ? 48u : 16u;
+    const u32 t = threadIdx.x, lane = t & 31, warp = t >> 5, nwarps = blockDim.x >> 5;
+    const u32 nb = p.k / 256, sb = t >> 3, i = t & 7, g = i >> 1, e = i & 1;
+    const bool on = sb < nb;
+    const u32 R = mmv_reg_rows(p.n), r0 = blockIdx.x * R, r1 = min(p.n, r0 + R);
+    // x: elements 64g + 16e .. + 16 (low nibbles, x block 8 sb + 2g) and 32 further (high nibbles,
+    // the next x block) of super-block sb.
+    int xh0[4], xl0[4], xh1[4], xl1[4];
+    float dx0, dx1, sx0, sx1;
+    const u32 e0 = 256 * sb + 64 * g + 16 * e;
+    mmv_reg_x<XF>(xs, p.k, e0, on, xh0, xl0, dx0, sx0);
+    mmv_reg_x<XF>(xs, p.k, e0 + 32, on, xh1, xl1, dx1, sx1);
+    if (e != 0) sx0 = sx1 = 0.0f; // the pair's e == 0 lane takes the blocks' min terms
+    const u64 rb = (u64)nb * BYTES;
+    const u8* base = w + (u64)min(sb, nb - 1) * BYTES;
+    for (u32 n0 = r0; n0 < r1; n0 += 4) {
+        // Unpredicated loads of valid addresses (rows past r1 re-read row r1 - 1, discarded; lanes
+        // past the row read its last super-block against zero x).
+        uint4 hd[4], q[4], qh[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const u8* b = base + (u64)min(n0 + r, r1 - 1) * rb;
+            hd[r] = __ldg(reinterpret_cast<const uint4*>(b));
+            q[r] = __ldg(reinterpret_cast<const uint4*>(b + QS + 16 * i));
+            qh[r] = Q5 ? __ldg(reinterpret_cast<const uint4*>(b + 16 + 16 * e)) : make_uint4(0, 0, 0, 0);
+        }
+        // Word-major in the source; ptxas reorders the dots by row and issues the loads in three
+        // waves (rows 0, 1, then 2 and 3) either way. What the unpredicated loads changed, with
+        // this order: 368 SASS instructions per 4-row group instead of 391, each row's loads no
+        // longer waiting on a predicate, and the Q4_K step 9% faster (docs/benchmarks.md,
+        // session 17 call 4). A dependency forcing all eight loads ahead of the first dp4a was
+        // tried and compiled to a predicated store that ptxas sank as well.
+        int h0[4], l0[4], h1[4], l1[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) h0[r] = l0[r] = h1[r] = l1[r] = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                u32 qw = j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w;
+                u32 lo = qw & LO4, hi4 = (qw >> 4) & LO4;
+                if (Q5) {
+                    u32 hw = j == 0 ? qh[r].x : j == 1 ? qh[r].y : j == 2 ? qh[r].z : qh[r].w;
+                    lo |= ((hw >> (2 * g)) & 0x01010101u) << 4;
+                    hi4 |= ((hw >> (2 * g + 1)) & 0x01010101u) << 4;
+                }
+                dp4a2(lo, make_int2(xh0[j], xl0[j]), h0[r], l0[r]);
+                dp4a2(hi4, make_int2(xh1[j], xl1[j]), h1[r], l1[r]);
+            }
+        }
+        float v[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const uint4 h = hd[r];
+            // The 6-bit scales and mins of sub-blocks 2g, 2g + 1 (mq_k's branch-free decode).
+            u32 sh = 16u * (g & 1), w0 = (h.y >> sh) & 0xffffu, w1 = (h.z >> sh) & 0xffffu, w2 = (h.w >> sh) & 0xffffu;
+            bool hi = g >= 2;
+            u32 scs = hi ? (w2 & 0x0f0fu) | ((w0 & 0xc0c0u) >> 2) : w0 & 0x3f3fu;
+            u32 mns = hi ? ((w2 >> 4) & 0x0f0fu) | ((w1 & 0xc0c0u) >> 2) : w1 & 0x3f3fu;
+            float d = f16_to_f32((u16)(h.x & 0xffffu)), dmin = f16_to_f32((u16)(h.x >> 16));
+            float dot = qf(scs & 0xffu) * dx0 * xsum(h0[r], l0[r]) + qf(scs >> 8) * dx1 * xsum(h1[r], l1[r]);
+            float mins = qf(mns & 0xffu) * sx0 + qf(mns >> 8) * sx1;
+            v[r] = d * dot - dmin * mins;
+        }
+        float s = mmv_reduce4(v);
+        if ((lane & 7u) == 0u) red[warp * R + (n0 - r0) + (lane >> 3)] = s;
+    }
+    __syncthreads();
+    for (u32 r = t; r0 + r < r1; r += blockDim.x) {
+        float s = 0.0f;
+        for (u32 wi = 0; wi < nwarps; wi++) s += red[wi * R + r];
+        out[p.out_off + r0 + r] = s + (p.has_bias ? bias[r0 + r] : 0.0f);
+    }
+}
+// int8 rows the same way: thread t owns elements 16t .. 16t + 16 (one uint4 of every row; k % 16
+// == 0, k / 16 <= 1024 threads), x words 4 (t % 2) .. + 4 of x block t / 2; the row's f32 scale
+// (after the n k codes) applied once to the warps' total.
+template <bool XF>
+__device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out) {
+    extern __shared__ __align__(16) unsigned char mmv_smem[];
+    float* red = reinterpret_cast<float*>(mmv_smem);
+    const u32 t = threadIdx.x, lane = t & 31, warp = t >> 5, nwarps = blockDim.x >> 5;
+    const bool on = 16 * t < p.k;
+    const u32 R = mmv_reg_rows(p.n), r0 = blockIdx.x * R, r1 = min(p.n, r0 + R);
+    int xh[4], xl[4];
+    float dx, sx;
+    mmv_reg_x<XF>(xs, p.k, 16 * t, on, xh, xl, dx, sx);
+    const u8* base = w + 16ull * min(t, p.k / 16 - 1); // lanes past k: the row's last 16 codes, zero x
+    for (u32 n0 = r0; n0 < r1; n0 += 4) {
+        uint4 q[4]; // unpredicated, as in mmv_reg_k_impl
+#pragma unroll
+        for (int r = 0; r < 4; r++) q[r] = __ldg(reinterpret_cast<const uint4*>(base + (u64)min(n0 + r, r1 - 1) * p.k));
+        int h[4] = {0, 0, 0, 0}, l[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int r = 0; r < 4; r++) dp4a2(q[r].x, make_int2(xh[0], xl[0]), h[r], l[r]);
+#pragma unroll
+        for (int r = 0; r < 4; r++) dp4a2(q[r].y, make_int2(xh[1], xl[1]), h[r], l[r]);
+#pragma unroll
+        for (int r = 0; r < 4; r++) dp4a2(q[r].z, make_int2(xh[2], xl[2]), h[r], l[r]);
+#pragma unroll
+        for (int r = 0; r < 4; r++) dp4a2(q[r].w, make_int2(xh[3], xl[3]), h[r], l[r]);
+        float v[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) v[r] = dx * xsum(h[r], l[r]);
+        float s = mmv_reduce4(v);
+        if ((lane & 7u) == 0u) red[warp * R + (n0 - r0) + (lane >> 3)] = s;
+    }
+    __syncthreads();
+    for (u32 r = t; r0 + r < r1; r += blockDim.x) {
+        float s = 0.0f;
+        for (u32 wi = 0; wi < nwarps; wi++) s += red[wi * R + r];
+        const u32 n = r0 + r;
+        s *= __uint_as_float(ld_u32_a1(w + (u64)p.n * p.k + 4ull * n));
+        out[p.out_off + n] = s + (p.has_bias ? bias[n] : 0.0f);
+    }
+}
+extern "C" __global__ void matmul_gemv_q4_k_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_k_impl<false, false>(p, xq, w, b, o); }
+extern "C" __global__ void matmul_gemv_q5_k_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_k_impl<true, false>(p, xq, w, b, o); }
+extern "C" __global__ void matmul_gemv_int8_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<false>(p, xq, w, b, o); }
+// The same with x quantized by the lanes themselves from f32 x (no matmul_quantize_x_m1 launch).
+extern "C" __global__ void matmul_gemv_q4_k_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_k_impl<false, true>(p, x, w, b, o); }
+extern "C" __global__ void matmul_gemv_q5_k_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_k_impl<true, true>(p, x, w, b, o); }
+extern "C" __global__ void matmul_gemv_int8_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<true>(p, x, w, b, o); }
 
 // x [k] -> the _m1 layout in global memory (xq: mmv_smem_bytes(k) bytes, 256-byte aligned); one
 // thread per x word, grid-stride (ops_matmul launches 8 nxb threads).

@@ -325,3 +325,19 @@ matmul_quant_tests!(cuda_mmv_inblock, crate::cuda_mmv(lserve::backend::cuda::Mmv
 matmul_quant_tests!(cuda_mmv_pre, crate::cuda_mmv(lserve::backend::cuda::MmvMode::Pre { max_grid: 0 }));
 #[cfg(feature = "cuda")]
 matmul_quant_tests!(cuda_mmv_pre_loop, crate::cuda_mmv(lserve::backend::cuda::MmvMode::Pre { max_grid: 2 }));
+// x in registers (`MmvMode::Reg`: Q4_K, Q5_K and int8 rows where k allows, the other formats as
+// `Pre`), x from the scratch or quantized by the lanes: on the default grid (one row group of 4
+// per block at the tests' n), and on a grid of 2 blocks, whose warps loop over up to 38 row
+// groups with a partial last one.
+#[cfg(feature = "cuda")]
+fn cuda_mmv_reg(max_grid: u32, lanes_quantize: bool) -> Option<lserve::backend::cuda::CudaBackend> {
+    crate::cuda_mmv(lserve::backend::cuda::MmvMode::Reg { max_grid, lanes_quantize })
+}
+#[cfg(feature = "cuda")]
+matmul_quant_tests!(cuda_mmv_reg, crate::cuda_mmv_reg(0, false));
+#[cfg(feature = "cuda")]
+matmul_quant_tests!(cuda_mmv_reg_loop, crate::cuda_mmv_reg(2, false));
+#[cfg(feature = "cuda")]
+matmul_quant_tests!(cuda_mmv_regf, crate::cuda_mmv_reg(0, true));
+#[cfg(feature = "cuda")]
+matmul_quant_tests!(cuda_mmv_regf_loop, crate::cuda_mmv_reg(2, true));

@@ -349,6 +349,14 @@ fn quant_entry_tables_follow_quant_dtypes() {
             assert_eq!(bindings::matmul_mmq::ENTRIES[4 * i + v], format!("matmul_mmq_{}_n{nt}", d.weight_name()));
         }
     }
+    // The batch-1 GEMV with x in registers (MmvMode::Reg): [REG_DTYPES], x from the scratch
+    // (_reg) or quantized by the lanes (_regf).
+    assert_eq!(bindings::REG_DTYPES.len(), bindings::matmul_gemv_quant_reg::ENTRIES.len());
+    assert_eq!(bindings::REG_DTYPES.len(), bindings::matmul_gemv_quant_regf::ENTRIES.len());
+    for (i, d) in bindings::REG_DTYPES.iter().enumerate() {
+        assert_eq!(bindings::matmul_gemv_quant_reg::ENTRIES[i], format!("matmul_gemv_{}_m1_reg", d.weight_name()));
+        assert_eq!(bindings::matmul_gemv_quant_regf::ENTRIES[i], format!("matmul_gemv_{}_m1_regf", d.weight_name()));
+    }
     let e = bindings::embed_dtypes();
     assert_eq!(e.len(), bindings::embed::ENTRIES.len());
     for (d, name) in e.iter().zip(bindings::embed::ENTRIES) {
@@ -367,16 +375,36 @@ fn mmv_mode_parses_its_values() {
     assert_eq!(MmvMode::parse("inblock", 132), Ok(MmvMode::InBlock));
     assert_eq!(MmvMode::parse("pre", 132), Ok(MmvMode::Pre { max_grid: 0 }));
     assert_eq!(MmvMode::parse("pre:8", 132), Ok(MmvMode::Pre { max_grid: 1056 }));
-    for bad in ["pre:0", "pre:", "pre:x", "global", "PRE"] {
+    assert_eq!(MmvMode::parse("reg", 132), Ok(MmvMode::Reg { max_grid: 0, lanes_quantize: false }));
+    assert_eq!(MmvMode::parse("reg:2", 132), Ok(MmvMode::Reg { max_grid: 264, lanes_quantize: false }));
+    assert_eq!(MmvMode::parse("regf", 132), Ok(MmvMode::Reg { max_grid: 0, lanes_quantize: true }));
+    assert_eq!(MmvMode::parse("regf:3", 132), Ok(MmvMode::Reg { max_grid: 396, lanes_quantize: true }));
+    for bad in ["pre:0", "pre:", "pre:x", "global", "PRE", "reg:0", "reg:", "reg:pre:1", "regf:0", "regx"] {
         assert!(MmvMode::parse(bad, 132).is_err(), "{bad}");
     }
-    // Auto: x quantized once for the formats where that measured faster, in-block for the rest.
+    // Auto: x quantized once (or in registers, below) for the formats where that measured faster,
+    // in-block for the rest; shapes the register kernels decline take x quantized once.
     use lserve::backend::DType;
     use lserve::backend::reference::ggml_quant::GgmlType;
     assert_eq!(MmvMode::Auto.pre_grid(DType::Ggml(GgmlType::Q4_K)), Some(0));
     assert_eq!(MmvMode::Auto.pre_grid(DType::I8Row), Some(0));
+    // Auto: int8 rows, Q4_K and Q5_K take x in registers (int8 quantized by the lanes), Q6_K x once.
+    assert_eq!(MmvMode::Auto.for_dtype(DType::I8Row), MmvMode::Reg { max_grid: 0, lanes_quantize: true });
+    assert_eq!(
+        MmvMode::Auto.for_dtype(DType::Ggml(GgmlType::Q5_K)),
+        MmvMode::Reg { max_grid: 0, lanes_quantize: false }
+    );
+    assert_eq!(
+        MmvMode::Auto.for_dtype(DType::Ggml(GgmlType::Q4_K)),
+        MmvMode::Reg { max_grid: 0, lanes_quantize: false }
+    );
+    assert_eq!(MmvMode::Auto.for_dtype(DType::Ggml(GgmlType::Q6_K)), MmvMode::Pre { max_grid: 0 });
+    assert_eq!(MmvMode::Auto.for_dtype(DType::Ggml(GgmlType::Q8_0)), MmvMode::InBlock);
+    assert_eq!(MmvMode::InBlock.for_dtype(DType::I8Row), MmvMode::InBlock);
     assert_eq!(MmvMode::Auto.pre_grid(DType::Ggml(GgmlType::Q8_0)), None);
     assert_eq!(MmvMode::Auto.pre_grid(DType::Ggml(GgmlType::Q4_1)), None);
     assert_eq!(MmvMode::InBlock.pre_grid(DType::Ggml(GgmlType::Q4_K)), None);
     assert_eq!(MmvMode::Pre { max_grid: 7 }.pre_grid(DType::Ggml(GgmlType::Q8_0)), Some(7));
+    // Reg: the formats without a register kernel take x quantized once.
+    assert_eq!(MmvMode::Reg { max_grid: 5, lanes_quantize: true }.pre_grid(DType::Ggml(GgmlType::Q6_K)), Some(0));
 }

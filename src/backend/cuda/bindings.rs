@@ -219,6 +219,16 @@ kernels! {
     ]
     { xq: ScratchIn U32, w: In Store, b: OptIn F32, o: Out F32 }
 
+    /// The batch-1 K-quant GEMV holding x's digits (from `matmul_quantize_x_m1`'s scratch) in
+    /// registers (`MmvMode::Reg`) `[Q4_K | Q5_K | int8 rows]` ([`REG_DTYPES`]).
+    matmul_gemv_quant_reg: "matmul_quant" (MatmulParams) ["matmul_gemv_q4_k_m1_reg", "matmul_gemv_q5_k_m1_reg", "matmul_gemv_int8_m1_reg"]
+    { xq: ScratchIn U32, w: In Store, b: OptIn F32, o: Out F32 }
+
+    /// The same with x quantized by the lanes from f32 (`MmvMode::Reg` with `lanes_quantize`)
+    /// `[REG_DTYPES]`.
+    matmul_gemv_quant_regf: "matmul_quant" (MatmulParams) ["matmul_gemv_q4_k_m1_regf", "matmul_gemv_q5_k_m1_regf", "matmul_gemv_int8_m1_regf"]
+    { x: In F32, w: In Store, b: OptIn F32, o: Out F32 }
+
     /// x (one row) as the batch-1 GEMV's two int8 digit planes and (d, sum), in the layout of its
     /// shared memory, into a scratch (`MmvMode::Pre`).
     matmul_quantize_x_m1: "matmul_quant" (MatmulParams) ["matmul_quantize_x_m1"]
@@ -436,6 +446,13 @@ pub const MMQ_DTYPES: [DType; 9] = {
     }
     out
 };
+
+/// The weight dtypes of `matmul_gemv_quant_reg`'s entries.
+pub const REG_DTYPES: [DType; 3] = [
+    DType::Ggml(crate::backend::reference::ggml_quant::GgmlType::Q4_K),
+    DType::Ggml(crate::backend::reference::ggml_quant::GgmlType::Q5_K),
+    DType::I8Row,
+];
 
 /// The table dtypes of `embed`'s entries: f32, f16, bf16, then [`QUANT_DTYPES`].
 pub fn embed_dtypes() -> Vec<DType> {

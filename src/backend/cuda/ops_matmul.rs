@@ -18,8 +18,11 @@
 //!   `matmul_quantize_x_m1` writes those digits once per call into the `mmv_xq` scratch (the
 //!   shared-memory layout, [`mmv_smem_bytes`]) and `matmul_gemv_<fmt>_m1_pre` copies them into
 //!   shared memory with cp.async (no arithmetic), prefetching its first weight lines meanwhile;
-//!   same digits, same dot code. The default, [`MmvMode::Auto`], takes whichever of the two was
-//!   faster on the H200 for the weight format ([`mmv_pre_wins`], docs/benchmarks.md).
+//!   same digits, same dot code. [`MmvMode::Reg`] (`LSERVE_CUDA_MMV=reg|regf`; Q4_K, Q5_K,
+//!   int8 rows): lanes own the same elements of every row and hold x's digits in registers
+//!   (`matmul_gemv_<fmt>_m1_reg[f]`, [`mmv_reg_launch`]). The default, [`MmvMode::Auto`], takes
+//!   whichever was fastest on the H200 for the weight format ([`MmvMode::for_dtype`],
+//!   docs/benchmarks.md).
 //! - Quantized weights but fp8, 2 <= m <= [`MMQ_MAX_M`]: the tensor-core MMQ GEMM
 //!   (cuda/matmul_mmq.cu): `matmul_quantize_x` writes x as the same two int8 digits per element
 //!   (blocks of 32) into two scratches, then `matmul_mmq_<fmt>_n<NT>` (NT = ceil(m / 8) rounded up
@@ -43,7 +46,7 @@
 
 use cudarc::cublas::sys as blas;
 
-use super::bindings::{self as kern, MMQ_DTYPES, QUANT_DTYPES, Scratch, entry, entry_in};
+use super::bindings::{self as kern, MMQ_DTYPES, QUANT_DTYPES, REG_DTYPES, Scratch, entry, entry_in};
 use super::context::{Launch, err};
 use super::graph::GemmRec;
 use super::{CudaBackend, CudaBuffer, need, need_float, need_weights};
@@ -166,6 +169,12 @@ fn matmul_quant(
         let m1 = mmv || (m == 1 && w.dtype == DType::F8Row);
         let name = entry_in(kern::matmul_gemv_quant::ENTRIES, &QUANT_DTYPES, w.dtype, usize::from(!m1), 2)?;
         let l = if mmv {
+            if let MmvMode::Reg { max_grid, lanes_quantize } = be.mmv().for_dtype(w.dtype)
+                && REG_DTYPES.contains(&w.dtype)
+                && let Some(l) = mmv_reg_launch(w.dtype, n, k, g.sm_count as usize, max_grid)
+            {
+                return mmv_reg(be, p, x, w, bias, out, l, lanes_quantize);
+            }
             let (block, rows) = mmv_shape(w.dtype, n, g.sm_count as usize);
             let grid = n.div_ceil(block / 32 * rows);
             if let Some(max_grid) = be.mmv().pre_grid(w.dtype) {
@@ -211,7 +220,7 @@ fn matmul_quant(
 }
 
 /// The batch-1 integer-dot GEMV with x quantized once ([`MmvMode::Pre`]): x's digits into the
-/// `mmv_xq` scratch (one thread per x word), then `matmul_gemv_<fmt>_m1_pre` with launch `l`.
+/// `mmv_xq` scratch, then `matmul_gemv_<fmt>_m1_pre` with launch `l`.
 fn mmv_pre(
     be: &CudaBackend,
     p: &MatmulParams,
@@ -221,14 +230,73 @@ fn mmv_pre(
     out: &mut CudaBuffer,
     l: Launch,
 ) -> Result<()> {
+    let xq = mmv_quantize_x(be, p, x)?;
+    let name = entry_in(kern::matmul_gemv_quant_pre::ENTRIES, &MMQ_DTYPES, w.dtype, 0, 1)?;
+    let args = kern::matmul_gemv_quant_pre::Args { xq, w, b: bias, o: out };
+    kern::matmul_gemv_quant_pre::launch_variant(be.gpu(), name, l, p, args)
+}
+
+/// x's two int8 digits per element into the `mmv_xq` scratch ([`mmv_smem_bytes`]; one thread
+/// per x word), for the `_m1_pre` and `_m1_reg` GEMVs.
+fn mmv_quantize_x(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer) -> Result<Scratch> {
     let g = be.gpu();
     let k = u(p.k);
     let xq = Scratch(g.scratch("mmv_xq", mmv_smem_bytes(k))?);
     let qargs = kern::matmul_quantize_x_m1::Args { x, xq };
     kern::matmul_quantize_x_m1::launch(g, Launch::elems(8 * k.div_ceil(32)), p, qargs)?;
-    let name = entry_in(kern::matmul_gemv_quant_pre::ENTRIES, &MMQ_DTYPES, w.dtype, 0, 1)?;
-    let args = kern::matmul_gemv_quant_pre::Args { xq, w, b: bias, o: out };
-    kern::matmul_gemv_quant_pre::launch_variant(g, name, l, p, args)
+    Ok(xq)
+}
+
+/// The batch-1 GEMV with x in registers ([`MmvMode::Reg`]) with launch `l`: x's digits from
+/// the `mmv_xq` scratch (`matmul_gemv_<fmt>_m1_reg`), or quantized by the lanes from f32 x
+/// (`lanes_quantize`: `matmul_gemv_<fmt>_m1_regf`, no `matmul_quantize_x_m1` launch).
+#[allow(clippy::too_many_arguments)]
+fn mmv_reg(
+    be: &CudaBackend,
+    p: &MatmulParams,
+    x: &CudaBuffer,
+    w: &CudaBuffer,
+    bias: Option<&CudaBuffer>,
+    out: &mut CudaBuffer,
+    l: Launch,
+    lanes_quantize: bool,
+) -> Result<()> {
+    let g = be.gpu();
+    if lanes_quantize {
+        let name = entry_in(kern::matmul_gemv_quant_regf::ENTRIES, &REG_DTYPES, w.dtype, 0, 1)?;
+        let args = kern::matmul_gemv_quant_regf::Args { x, w, b: bias, o: out };
+        return kern::matmul_gemv_quant_regf::launch_variant(g, name, l, p, args);
+    }
+    let name = entry_in(kern::matmul_gemv_quant_reg::ENTRIES, &REG_DTYPES, w.dtype, 0, 1)?;
+    let xq = mmv_quantize_x(be, p, x)?;
+    let args = kern::matmul_gemv_quant_reg::Args { xq, w, b: bias, o: out };
+    kern::matmul_gemv_quant_reg::launch_variant(g, name, l, p, args)
+}
+
+/// Threads a block of the GEMVs with x in registers (`matmul_gemv_<fmt>_m1_reg`) may have: one
+/// per 32 elements of k for Q4_K / Q5_K (k / 256 <= 128 super-blocks), per 16 for int8 rows.
+pub const MMV_REG_MAX_THREADS: usize = 1024;
+
+/// The launch of `matmul_gemv_<fmt>_m1_reg` for n rows of k of dtype `d` ([`MmvMode::Reg`]), or
+/// `None` where it does not run (k not a whole number of super-blocks for the K-quants, not a
+/// multiple of 16 for int8 rows, or more than [`MMV_REG_MAX_THREADS`] threads). Threads: one per
+/// 32 (K-quants) or 16 (int8) elements of k, whole warps; grid: blocks of R rows (R a multiple
+/// of 4), as many as `max_grid` (0: one 1024-thread SM's worth of blocks per SM, `sms` SMs);
+/// shared memory: one f32 per warp and row of the block (cuda/matmul_quant.cu, whose kernels
+/// derive their R from the grid: never more than the host's).
+pub fn mmv_reg_launch(d: DType, n: usize, k: usize, sms: usize, max_grid: u32) -> Option<Launch> {
+    let (unit, per) = if d == DType::I8Row { (16, 16) } else { (256, 32) };
+    if !k.is_multiple_of(unit) || k == 0 || n == 0 {
+        return None;
+    }
+    let threads = 32 * (k / per).div_ceil(32);
+    if threads > MMV_REG_MAX_THREADS {
+        return None;
+    }
+    let target = if max_grid > 0 { max_grid as usize } else { sms.max(1) * (1024 / threads).max(1) };
+    let rows = n.div_ceil(target).next_multiple_of(4);
+    let grid = n.div_ceil(rows);
+    Some(Launch::new((grid as u32, 1, 1), threads as u32).smem(threads / 32 * rows * 4))
 }
 
 /// The MMQ GEMM (2 <= m <= MMQ_MAX_M, integer-coded weights): x into the digit scratches, then one
@@ -290,8 +358,7 @@ pub fn mmv_shape(d: DType, n: usize, sms: usize) -> (usize, usize) {
 /// the same dot code, so the same results; only the speed differs (docs/benchmarks.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum MmvMode {
-    /// Per weight format, whichever was faster on the H200: [`MmvMode::Pre`] where
-    /// [`mmv_pre_wins`], else [`MmvMode::InBlock`].
+    /// Per weight format, whichever was fastest on the H200 ([`MmvMode::for_dtype`]).
     #[default]
     Auto,
     /// Each block quantizes x into its shared memory before its first weight load.
@@ -301,6 +368,12 @@ pub enum MmvMode {
     /// this many blocks (0: the in-block grid of [`mmv_shape`]); below that grid the warps loop
     /// over row groups of the format's most rows per warp.
     Pre { max_grid: u32 },
+    /// Q4_K, Q5_K and int8 rows (where k allows, [`mmv_reg_launch`]): x quantized once per call as in
+    /// `Pre`, held in registers by lanes that own the same 32 elements of every row
+    /// (`matmul_gemv_<fmt>_m1_reg`); `max_grid`: at most this many blocks (0: [`mmv_reg_launch`]'s
+    /// default). `lanes_quantize`: no separate quantization of x; the lanes quantize their own
+    /// elements of x (`matmul_gemv_<fmt>_m1_regf`). Other formats as `Pre` on the in-block grid.
+    Reg { max_grid: u32, lanes_quantize: bool },
 }
 
 /// Weight formats whose batch-1 GEMV is faster with x quantized once per call ([`MmvMode::Pre`])
@@ -313,6 +386,28 @@ pub enum MmvMode {
 pub fn mmv_pre_wins(d: DType) -> bool {
     use crate::backend::reference::ggml_quant::GgmlType;
     matches!(d, DType::I8Row | DType::Ggml(GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q5_1))
+}
+
+impl MmvMode {
+    /// The mode that runs for weights of dtype `d`: itself, or for [`MmvMode::Auto`] the fastest
+    /// measured on the H200 (Llama-3-8B 32K sparse batch-1 step, ms, docs/benchmarks.md session
+    /// 17 call 4, two runs, against `Pre` in the same call): Q4_K x in registers from the scratch
+    /// (3.04 / 3.03 vs 3.41 / 3.47); Q5_K the same (3.58 / 3.39; `Pre` 3.65 / 3.62 in call 3);
+    /// int8 rows x in registers quantized by the lanes (3.41 / 3.58; `Pre` 4.10 / 4.12 in call
+    /// 3); the others by [`mmv_pre_wins`]. Shapes the register kernels decline
+    /// ([`mmv_reg_launch`]) run `Pre`.
+    pub fn for_dtype(self, d: DType) -> MmvMode {
+        use crate::backend::reference::ggml_quant::GgmlType;
+        match (self, d) {
+            (MmvMode::Auto, DType::I8Row) => MmvMode::Reg { max_grid: 0, lanes_quantize: true },
+            (MmvMode::Auto, DType::Ggml(GgmlType::Q4_K | GgmlType::Q5_K)) => {
+                MmvMode::Reg { max_grid: 0, lanes_quantize: false }
+            }
+            (MmvMode::Auto, d) if mmv_pre_wins(d) => MmvMode::Pre { max_grid: 0 },
+            (MmvMode::Auto, _) => MmvMode::InBlock,
+            (m, _) => m,
+        }
+    }
 }
 
 impl MmvMode {
@@ -331,20 +426,30 @@ impl MmvMode {
             "" | "auto" => Ok(MmvMode::Auto),
             "inblock" => Ok(MmvMode::InBlock),
             "pre" => Ok(MmvMode::Pre { max_grid: 0 }),
-            v => match v.strip_prefix("pre:").and_then(|n| n.parse::<u32>().ok()).filter(|&n| n > 0) {
-                Some(n) => Ok(MmvMode::Pre { max_grid: n.saturating_mul(sms.max(1)) }),
-                None => Err(format!("`{v}` is not auto, inblock, pre or pre:N (N >= 1 blocks per SM)")),
-            },
+            "reg" => Ok(MmvMode::Reg { max_grid: 0, lanes_quantize: false }),
+            "regf" => Ok(MmvMode::Reg { max_grid: 0, lanes_quantize: true }),
+            v => {
+                let per_sm = |pre: &str| v.strip_prefix(pre).and_then(|n| n.parse::<u32>().ok()).filter(|&n| n > 0);
+                let grid = |n: u32| n.saturating_mul(sms.max(1));
+                match (per_sm("pre:"), per_sm("reg:"), per_sm("regf:")) {
+                    (Some(n), _, _) => Ok(MmvMode::Pre { max_grid: grid(n) }),
+                    (_, Some(n), _) => Ok(MmvMode::Reg { max_grid: grid(n), lanes_quantize: false }),
+                    (_, _, Some(n)) => Ok(MmvMode::Reg { max_grid: grid(n), lanes_quantize: true }),
+                    _ => Err(format!(
+                        "`{v}` is not auto, inblock, pre, pre:N, reg, reg:N, regf or regf:N (N >= 1 blocks per SM)"
+                    )),
+                }
+            }
         }
     }
 
     /// For weights of dtype `d`: `Some(max_grid)` where x is quantized once per call (see
     /// [`MmvMode::Pre`]), `None` where each block quantizes it.
     pub fn pre_grid(self, d: DType) -> Option<u32> {
-        match self {
-            MmvMode::Auto => mmv_pre_wins(d).then_some(0),
-            MmvMode::InBlock => None,
+        match self.for_dtype(d) {
+            MmvMode::Auto | MmvMode::InBlock => None,
             MmvMode::Pre { max_grid } => Some(max_grid),
+            MmvMode::Reg { .. } => Some(0),
         }
     }
 }
@@ -381,4 +486,36 @@ fn sgemm(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer, w: &CudaBuffer, out
         )
     }
     .map_err(|e| err(format!("cuBLAS SGEMM {m}x{n}x{k}: {e:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::reference::ggml_quant::GgmlType;
+
+    /// The launch of the GEMV with x in registers: threads per 32 (K-quants) or 16 (int8)
+    /// elements of k in whole warps, up to 1024; rows per block a multiple of 4 covering n;
+    /// shared memory one f32 per warp and row; shapes it cannot take are declined.
+    #[test]
+    fn mmv_reg_launch_shapes() {
+        let q4k = DType::Ggml(GgmlType::Q4_K);
+        for (d, n, k, grid, threads, rows) in [
+            (q4k, 28672, 4096, 1024, 128, 28), // gate|up of the 8B shape: 132 SMs x 8 blocks -> 28 rows
+            (q4k, 4096, 14336, 256, 448, 16),  // down: 448 threads, 2 blocks an SM -> 16 rows
+            (q4k, 3, 256, 1, 32, 4),           // one super-block: one warp
+            (DType::I8Row, 4096, 4096, 512, 256, 8),
+            (DType::I8Row, 300, 48, 75, 32, 4),
+        ] {
+            let l = mmv_reg_launch(d, n, k, 132, 0).unwrap_or_else(|| panic!("{d:?} {n}x{k} declined"));
+            assert_eq!((l.grid.0, l.block), (grid, threads), "{d:?} {n}x{k}");
+            assert_eq!(l.smem as usize, threads as usize / 32 * rows * 4, "{d:?} {n}x{k}");
+            assert!(l.grid.0 as usize * rows >= n);
+        }
+        // A capped grid: 2 blocks of 152 rows for 300.
+        let l = mmv_reg_launch(q4k, 300, 512, 132, 2).unwrap();
+        assert_eq!((l.grid.0, l.smem), (2, 152 * 4));
+        for (d, k) in [(q4k, 300), (q4k, 256 * 129), (DType::I8Row, 40), (DType::I8Row, 16 * 1025), (q4k, 0)] {
+            assert!(mmv_reg_launch(d, 10, k, 132, 0).is_none(), "{d:?} k {k}");
+        }
+    }
 }
