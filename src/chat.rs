@@ -90,7 +90,7 @@ impl ChatTemplate {
             .map_err(|e| TemplateError(e.to_string()))?;
         env.set_syntax(syntax);
         env.set_undefined_behavior(UndefinedBehavior::Lenient);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_unknown_method_callback(bounded_pycompat);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
@@ -189,7 +189,9 @@ pub fn load_hf_chat_template(dir: &Path) -> Result<Option<String>, TemplateError
         if !path.is_file() {
             return Ok(None);
         }
-        std::fs::read_to_string(&path).map(Some).map_err(|e| TemplateError(format!("{}: {e}", path.display())))
+        crate::error::read_text_file(&path, crate::error::MAX_SIDE_FILE)
+            .map(Some)
+            .map_err(|e| TemplateError(format!("{}: {e}", path.display())))
     };
     if let Some(src) = read("chat_template.jinja")? {
         return Ok(Some(src));
@@ -313,10 +315,59 @@ fn month_len(y: i64, m: u32) -> i64 {
     }
 }
 
+/// Widest `indent` of `tojson` and width or precision inside a `str.format` field that a
+/// template may ask for (a hostile template's `indent=10**12` or `'{:>999999999999}'` would
+/// otherwise allocate without bound, outside minijinja's fuel).
+pub const MAX_TEMPLATE_WIDTH: usize = 1024;
+
+/// minijinja-contrib's Python-compatible methods, with `str.format`'s field widths bounded by
+/// [`MAX_TEMPLATE_WIDTH`].
+fn bounded_pycompat(state: &mut minijinja::State, value: &Value, method: &str, args: &[Value]) -> Result<Value, Error> {
+    if method == "format"
+        && let Some(f) = value.as_str()
+        && let Some(w) = widest_format_number(f)
+        && w > MAX_TEMPLATE_WIDTH
+    {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("str.format width {w} is above {MAX_TEMPLATE_WIDTH}"),
+        ));
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+/// The largest number written inside the `{...}` fields of a format string (saturating), if any.
+fn widest_format_number(f: &str) -> Option<usize> {
+    let (mut depth, mut cur, mut best): (usize, Option<usize>, Option<usize>) = (0, None, None);
+    for c in f.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        match c.to_digit(10) {
+            Some(d) if depth > 0 => cur = Some(cur.unwrap_or(0).saturating_mul(10).saturating_add(d as usize)),
+            _ => {
+                best = best.max(cur);
+                cur = None;
+            }
+        }
+    }
+    best.max(cur)
+}
+
 /// `tojson(indent=None, sort_keys=False, ensure_ascii=False)` like HF's override (other
 /// keyword arguments such as `separators` are accepted and ignored).
 fn tojson(value: &Value, indent: Option<usize>, kwargs: Kwargs) -> Result<Value, Error> {
     let indent: Option<usize> = indent.or(kwargs.get("indent")?);
+    if let Some(n) = indent
+        && n > MAX_TEMPLATE_WIDTH
+    {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("tojson indent {n} is above {MAX_TEMPLATE_WIDTH}"),
+        ));
+    }
     let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
     let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
     let opts = JsonOpts { indent, sort_keys: sort_keys.unwrap_or(false), ensure_ascii: ensure_ascii.unwrap_or(false) };
@@ -503,6 +554,14 @@ mod tests {
         assert_eq!(out.unwrap(), "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": null\n}");
         let out = render("{{ ['é', {}] | tojson(ensure_ascii=true, separators=none) }}", &[], false);
         assert_eq!(out.unwrap(), r#"["\u00e9", {}]"#);
+        // A hostile indent or format width is an error, not an allocation without bound.
+        let e = render("{{ messages | tojson(indent=1000000000000) }}", &[msg("user", "x")], false).unwrap_err();
+        assert!(e.to_string().contains("tojson indent 1000000000000 is above 1024"), "{e}");
+        let e = render("{{ '{:>999999999999}'.format('x') }}", &[], false).unwrap_err();
+        assert!(e.to_string().contains("str.format width 999999999999 is above 1024"), "{e}");
+        assert_eq!(render("{{ '{:>5}|{:<3}|'.format('ab', 'c') }}", &[], false).unwrap(), "   ab|c  |");
+        assert_eq!(widest_format_number("a {:>12.3f} {0} 99999"), Some(12));
+        assert_eq!(widest_format_number("no fields 12345"), None);
     }
 
     #[test]

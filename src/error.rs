@@ -43,3 +43,51 @@ impl Error {
         Error::Io { path: path.into(), err: source }
     }
 }
+
+/// Most bytes of a JSON / template side file of a model folder that lserve reads
+/// ([`read_text_file`]): config.json, tokenizer_config.json, generation_config.json,
+/// chat_template.jinja, model.safetensors.index.json.
+pub const MAX_SIDE_FILE: u64 = 64 << 20;
+
+/// The text of a regular file of at most `limit` bytes. A device, FIFO or a symlink to one (whose
+/// size says nothing about what a read returns) and a longer file are errors, not a read without
+/// end.
+pub fn read_text_file(path: &std::path::Path, limit: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut text = String::new();
+    f.take(limit + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > limit {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("larger than {limit} bytes")));
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A short regular file reads; a longer one, a directory, and a device (whose size says
+    /// nothing about what reads return) are errors, never an endless read.
+    #[test]
+    fn read_text_file_is_bounded() {
+        let dir = std::env::temp_dir().join(format!("lserve-read-text-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("a.json");
+        std::fs::write(&f, "{\"x\": 1}").unwrap();
+        assert_eq!(read_text_file(&f, 8).unwrap(), "{\"x\": 1}");
+        assert!(read_text_file(&f, 7).unwrap_err().to_string().contains("larger than 7 bytes"));
+        assert!(read_text_file(&dir, 100).is_err());
+        #[cfg(unix)]
+        {
+            let link = dir.join("zero.json");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+            assert!(read_text_file(&link, 100).unwrap_err().to_string().contains("not a regular file"));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

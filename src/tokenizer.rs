@@ -233,6 +233,13 @@ impl TextTokenizer {
         if v.tokens.is_empty() {
             return Err(TokenizerError("GGUF vocabulary has no tokens".into()));
         }
+        let max = crate::model::config::MAX_VOCAB;
+        if v.tokens.len() > max {
+            return Err(TokenizerError(format!(
+                "GGUF vocabulary of {} tokens is larger than lserve accepts ({max})",
+                v.tokens.len()
+            )));
+        }
         if let Some((i, t)) = v.tokens.iter().enumerate().find(|(_, t)| t.len() > MAX_TOKEN_BYTES) {
             return Err(TokenizerError(format!("GGUF token {i} is {} bytes long: a corrupt vocabulary?", t.len())));
         }
@@ -414,7 +421,7 @@ fn dedup(ids: impl IntoIterator<Item = u32>) -> Vec<u32> {
 
 fn read_json(path: &Path) -> Result<Option<Json>, TokenizerError> {
     let err = |e: &dyn fmt::Display| terr(&path.display().to_string(), e);
-    match std::fs::read_to_string(path) {
+    match crate::error::read_text_file(path, crate::error::MAX_SIDE_FILE) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(err(&e)),
         Ok(text) => serde_json::from_str(&text).map(Some).map_err(|e| err(&e)),
@@ -458,7 +465,11 @@ impl TextTokenizer {
     /// string or `{content}`), plus `generation_config.json` `eos_token_id` (int or list).
     pub fn from_hf_dir(dir: &Path) -> Result<Self, TokenizerError> {
         let tj = dir.join("tokenizer.json");
-        let size = std::fs::metadata(&tj).map_err(|e| terr(&tj.display().to_string(), e))?.len();
+        let meta = std::fs::metadata(&tj).map_err(|e| terr(&tj.display().to_string(), e))?;
+        if !meta.is_file() {
+            return Err(TokenizerError(format!("{}: not a regular file", tj.display())));
+        }
+        let size = meta.len();
         if size > MAX_TOKENIZER_JSON {
             return Err(TokenizerError(format!("{}: {size} bytes is larger than lserve reads", tj.display())));
         }

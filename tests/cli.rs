@@ -283,6 +283,29 @@ fn bad_flags_are_refused() {
     assert_fails(&lserve(&[&acc[..], &["--samples", "0"]].concat()), "--samples must be at least 1");
     assert_fails(&lserve(&["recall", "--model", &m, "--lengths", "1k", "--steps", "0"]), "--steps must be at least 1");
     assert_fails(&lserve(&["recall", "--model", &m, "--lengths", "1k", "--every", "0"]), "--every must be at least 1");
+    // Sizes without an upper bound used to allocate without end, overflow or panic inside tokio
+    // or hyper; each is now refused naming its flag (or the config key) before the model loads.
+    let serve = ["serve", "--model", &m, "--port", "0"];
+    for (flag, v, needle) in [
+        ("--max-connections", "2305843009213693952", "--max-connections 2305843009213693952: must be at most"),
+        ("--header-timeout", "9223372036854775807", "--header-timeout 9223372036854775807: must be at most"),
+        ("--body-timeout", "86401", "--body-timeout 86401: must be at most 86400"),
+        ("--max-num-seqs", "4294967296", "--max-num-seqs 4294967296: must be at most"),
+        ("--prefill-chunk", "1125899906842624", "--prefill-chunk 1125899906842624: must be at most"),
+    ] {
+        assert_fails(&lserve(&[&serve[..], &[flag, v]].concat()), needle);
+    }
+    assert_fails(
+        &lserve(&["generate", "--model", &m, "-p", "hi", "--token-budget", "1000000000000000"]),
+        "token_budget 1000000000000000 must not exceed",
+    );
+    let huge_ring = std::env::temp_dir().join(format!("lserve-huge-ring-{}.toml", std::process::id()));
+    std::fs::write(&huge_ring, "[sparse]\nsink_tokens = 1000000000000\n").unwrap();
+    assert_fails(
+        &lserve(&["generate", "--model", &m, "-p", "hi", "--config", huge_ring.to_str().unwrap()]),
+        "sink_tokens 1000000000000 + local_tokens",
+    );
+    let _ = std::fs::remove_file(&huge_ring);
     // The bench builds its own head layout: a named pattern of a real model does not stop it.
     let pat = concat!(env!("CARGO_MANIFEST_DIR"), "/patterns/gemma3-270m.toml");
     let mut args: Vec<&str> =

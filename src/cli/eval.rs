@@ -61,7 +61,7 @@ pub fn niah(a: NiahArgs) -> Result<()> {
     let m = open_model(&a.model)?;
     let ctx = m.config.context_len();
     let mut lengths = parse_lengths("--lengths", &a.lengths)?;
-    lengths.iter_mut().for_each(|l| *l = (*l).min(ctx - ANSWER_TOKENS));
+    lengths.iter_mut().for_each(|l| *l = (*l).min(ctx.saturating_sub(ANSWER_TOKENS)));
     lengths.dedup();
     let depths = parse_depths(&a.depths)?;
     let modes: Vec<OnOff> = match a.sparse {

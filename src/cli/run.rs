@@ -292,7 +292,7 @@ fn generate_on<B: Backend>(ranks: Ranks<B>, a: &GenerateArgs, m: &LoadedModel, r
     let ctx = m.config.context_len();
     let (device, tp_comm) = (ranks.describe(), ranks.comm_kind());
     let shards = load_ranks(ranks, m, dtype)?;
-    let cap = (prompt.len() + a.max_tokens).min(ctx);
+    let cap = prompt.len().saturating_add(a.max_tokens).min(ctx);
     let mut engine = build_engine_tp(shards, &EngineOptions::new(config, cap))?;
     if a.output == Output::Text {
         eprintln!("{}", engine.kv_report());

@@ -32,6 +32,13 @@ fn bytes(flag: &str, s: &str) -> Result<usize> {
     usize::try_from(b).map_err(|_| anyhow!("--{flag} {s}: too large"))
 }
 
+/// Most sequence slots `serve` takes (`--max-num-seqs`): the KV cache's per-slot tables.
+pub const MAX_NUM_SEQS: usize = 1 << 16;
+/// Most open connections (`--max-connections`).
+pub const MAX_CONNECTIONS: usize = 1 << 20;
+/// Longest header / body timeout, seconds (one day).
+pub const MAX_TIMEOUT_S: usize = 86_400;
+
 /// `lserve serve`. Long (about 90 lines): the flags are checked and turned into the engine,
 /// scheduler and server options one after another, each with its own error, then the model is
 /// loaded and served; the steps share most of the values, so the sequence stays in one place.
@@ -53,6 +60,21 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     ] {
         if v == 0 {
             bail!("--{flag} 0: must be at least 1");
+        }
+    }
+    // Upper bounds: what sizes memory (sequence slots, chunks), tokio's semaphore, and deadlines
+    // added to the clock (hyper panics in every connection on an Instant overflow).
+    let positions = lserve::model::config::MAX_POSITIONS;
+    for (flag, v, max) in [
+        ("max-num-seqs", a.max_num_seqs, MAX_NUM_SEQS),
+        ("max-num-batched-tokens", a.max_num_batched_tokens, positions),
+        ("prefill-chunk", a.prefill_chunk, positions),
+        ("max-connections", a.max_connections, MAX_CONNECTIONS),
+        ("header-timeout", a.header_timeout as usize, MAX_TIMEOUT_S),
+        ("body-timeout", a.body_timeout as usize, MAX_TIMEOUT_S),
+    ] {
+        if v > max {
+            bail!("--{flag} {v}: must be at most {max}");
         }
     }
     let swap_bytes = bytes("swap-space", &a.swap_space)?;

@@ -37,7 +37,7 @@ pub fn passkey_document(tok: &TextTokenizer, length: usize, rng: &mut TextRng) -
     let mut n = 0;
     while n + fixed < length {
         let s = format!(" {}", sentence(rng));
-        n += enc(&s)?.len();
+        n += super::niah::nonempty(enc(&s)?.len())?;
         sentences.push(s);
     }
     sentences.pop();
@@ -60,7 +60,7 @@ pub fn calibrate<B: Backend>(e: &mut Engine<B>, tok: &TextTokenizer, o: &Calibra
     }
     let measured: Vec<bool> = (0..c.num_layers).map(|l| dense.n_ret(l) > 0).collect();
     let scale = c.gemma.as_ref().map_or(c.head_dim as f32, |g| g.query_pre_attn_scalar).sqrt().recip();
-    if o.length <= o.sink + o.local || o.docs == 0 {
+    if o.length <= o.sink.saturating_add(o.local) || o.docs == 0 {
         return Err(Error::InvalidArgument(format!(
             "calibration needs documents longer than sink {} + local {} tokens (got {} docs of {})",
             o.sink, o.local, o.docs, o.length

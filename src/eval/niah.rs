@@ -41,10 +41,19 @@ pub fn parse_lengths(flag: &str, s: &str) -> Result<Vec<usize>> {
             num.parse::<usize>()
                 .ok()
                 .filter(|&n| n > 0)
-                .map(|n| n * mult)
+                .and_then(|n| n.checked_mul(mult))
                 .ok_or_else(|| Error::InvalidArgument(format!("{flag}: `{t}` is not a positive count like 4k or 4096")))
         })
         .collect()
+}
+
+/// `n` tokens of a filler sentence, an error when 0: a tokenizer that encodes plain English to
+/// nothing would leave the document builders looping forever.
+pub fn nonempty(n: usize) -> Result<usize> {
+    if n == 0 {
+        return Err(Error::Tokenizer("the tokenizer encodes filler text to no tokens".into()));
+    }
+    Ok(n)
 }
 
 /// "0,25,50,75,100" (percent).
@@ -87,7 +96,7 @@ pub fn cell_prompt(
     let mut n = 0;
     while n + overhead < length {
         let s = format!(" {}", sentence(&mut rng));
-        n += tok.encode(&s).map_err(|e| Error::Tokenizer(e.0))?.len();
+        n += nonempty(tok.encode(&s).map_err(|e| Error::Tokenizer(e.0))?.len())?;
         sentences.push(s);
     }
     // Sentence lengths add up to a little more than the joined text; trim to fit.
@@ -132,6 +141,9 @@ mod tests {
     fn parses_grids() {
         assert_eq!(parse_lengths("--lengths", "1k, 2K,4096").unwrap(), vec![1024, 2048, 4096]);
         assert!(parse_lengths("--lengths", "1k,x").is_err() && parse_lengths("--lengths", "0").is_err());
+        // A count whose k-multiple overflows is an error, not a wrapped length.
+        assert!(parse_lengths("--contexts", "18014398509481984k").is_err());
+        assert!(nonempty(0).is_err() && nonempty(3).unwrap() == 3);
         let e = parse_lengths("--batch", "0").unwrap_err().to_string();
         assert!(e.contains("--batch") && e.contains("`0`"), "{e}");
         assert_eq!(parse_depths("0,25,100%").unwrap(), vec![0, 25, 100]);

@@ -87,7 +87,7 @@ fn filler(tok: &TextTokenizer, rng: &mut TextRng, tokens: usize) -> Result<Vec<S
     let mut n = 0;
     while n < tokens {
         let s = format!(" {}", sentence(rng));
-        n += tok.encode_with(&s, false).map_err(|e| Error::Tokenizer(e.0))?.len();
+        n += super::niah::nonempty(tok.encode_with(&s, false).map_err(|e| Error::Tokenizer(e.0))?.len())?;
         out.push(s);
     }
     Ok(out)

@@ -131,7 +131,7 @@ impl CacheShape {
         if self.num_pages == 0 || self.max_seqs == 0 {
             return bad("the KV cache needs at least one page and one sequence".into());
         }
-        if (self.num_pages * self.page_size) as u64 > u32::MAX as u64 {
+        if self.num_pages.checked_mul(self.page_size).is_none_or(|t| t as u64 > u32::MAX as u64) {
             return bad(format!("{} pages of {} tokens overflow 32-bit slots", self.num_pages, self.page_size));
         }
         if self.kv_dtype.is_kv8() && (!self.head_dim.is_multiple_of(16) || !self.page_size.is_multiple_of(4)) {

@@ -120,7 +120,8 @@ fn open_gguf(path: &Path) -> Result<LoadedModel> {
 
 fn open_hf_dir(dir: &Path) -> Result<LoadedModel> {
     let cfg_path = dir.join("config.json");
-    let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
+    let text =
+        crate::error::read_text_file(&cfg_path, crate::error::MAX_SIDE_FILE).map_err(|e| Error::io(&cfg_path, e))?;
     let json: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| Error::Config(format!("{}: {e}", cfg_path.display())))?;
     let config = ModelConfig::from_hf_json(&json)?;

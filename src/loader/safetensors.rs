@@ -23,7 +23,8 @@ impl SafetensorsWeights {
     pub fn open(dir: &Path) -> Result<Self> {
         let index = dir.join("model.safetensors.index.json");
         let names: Vec<String> = if index.exists() {
-            let text = std::fs::read_to_string(&index).map_err(|e| Error::io(&index, e))?;
+            let text =
+                crate::error::read_text_file(&index, crate::error::MAX_SIDE_FILE).map_err(|e| Error::io(&index, e))?;
             let v: serde_json::Value =
                 serde_json::from_str(&text).map_err(|e| Error::Format(format!("{}: {e}", index.display())))?;
             let map = v["weight_map"]

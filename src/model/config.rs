@@ -54,6 +54,29 @@ pub struct GemmaParams {
 }
 
 impl GemmaParams {
+    /// The window within 1 ..= the model's positions (it sizes each local layer's KV ring), the
+    /// layer pattern at least 1, the local RoPE base and the attention scalar finite and above 0.
+    pub fn validate(&self, max_positions: usize) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        if !(1..=max_positions).contains(&self.sliding_window) {
+            return bad(format!(
+                "sliding_window {} must be between 1 and max_position_embeddings ({max_positions})",
+                self.sliding_window
+            ));
+        }
+        if self.global_every == 0 {
+            return bad("sliding_window_pattern is zero".into());
+        }
+        for (name, v) in
+            [("rope_local_base_freq", self.local_rope_theta), ("query_pre_attn_scalar", self.query_pre_attn_scalar)]
+        {
+            if !(v.is_finite() && v > 0.0) {
+                return bad(format!("{name} must be a finite number above 0, got {v}"));
+            }
+        }
+        Ok(())
+    }
+
     pub fn is_local(&self, layer: usize) -> bool {
         !(layer + 1).is_multiple_of(self.global_every)
     }
@@ -132,6 +155,9 @@ impl ModelConfig {
             && w == 0
         {
             return bad("sliding_window is zero".into());
+        }
+        if let Some(g) = &self.gemma {
+            g.validate(self.max_position_embeddings)?;
         }
         self.rope().validate().map_err(Error::Config)
     }
@@ -392,5 +418,16 @@ mod gemma_tests {
         let capped = gemma_json(json!({"final_logit_softcapping": 30.0}));
         assert!(ModelConfig::from_hf_json(&capped).is_err(), "soft-capping is refused, not ignored");
         assert!(ModelConfig::from_hf_json(&gemma_json(json!({"hidden_activation": "relu"}))).is_err());
+        // Gemma's own parameters are bounded: the window sizes each local layer's KV ring.
+        for (extra, needle) in [
+            (json!({"sliding_window": 1_000_000_000_000u64}), "sliding_window 1000000000000 must be between 1 and"),
+            (json!({"sliding_window": 40000}), "sliding_window 40000 must be between 1 and"),
+            (json!({"rope_local_base_freq": 0.0}), "rope_local_base_freq must be a finite number above 0"),
+            (json!({"rope_local_base_freq": 1e300}), "rope_local_base_freq must be a finite number above 0"),
+            (json!({"query_pre_attn_scalar": -1.0}), "query_pre_attn_scalar must be a finite number above 0"),
+        ] {
+            let e = ModelConfig::from_hf_json(&gemma_json(extra.clone())).unwrap_err().to_string();
+            assert!(e.contains(needle), "{extra}: {e}");
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! rather than silently ignored (`n` > 1, `logprobs`, penalties, `logit_bias`, `echo`, `suffix`,
 //! `best_of` > 1, tools, non-text response formats). Ranges follow OpenAI's API reference:
 //! `temperature` 0..=2, `top_p` in (0, 1], `max_tokens` >= 1, penalties -2..=2, at most 4 `stop`
-//! strings; `top_k` (vLLM's extension) is -1, 0 (both: off) or 1..=vocabulary size. A field of the
+//! strings of at most 1 KiB; `top_k` (vLLM's extension) is -1, 0 (both: off) or 1..=vocabulary size. A field of the
 //! wrong type is a 400 whose `param` names it.
 
 use serde::Deserialize;
@@ -35,6 +35,9 @@ pub enum StopInput {
 pub struct StreamOptions {
     pub include_usage: Option<bool>,
 }
+
+/// Longest stop string accepted, bytes.
+pub const MAX_STOP_BYTES: usize = 1024;
 
 /// Sampling and stopping fields shared by both endpoints.
 #[derive(Deserialize, Debug, Default)]
@@ -225,6 +228,13 @@ impl Common {
         if stop.len() > 4 {
             return Err(ApiError::invalid(format!("at most 4 stop strings, got {}", stop.len()), Some("stop")));
         }
+        // Each generated token rescans the text for every stop string, on the engine's thread.
+        if let Some(s) = stop.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+            return Err(ApiError::invalid(
+                format!("a stop string is at most {MAX_STOP_BYTES} bytes, got {}", s.len()),
+                Some("stop"),
+            ));
+        }
         let mut stop_token_ids = Vec::new();
         for &t in self.stop_token_ids.iter().flatten() {
             stop_token_ids.push(
@@ -371,6 +381,7 @@ mod tests {
             (serde_json::json!({"top_k": -2}), "top_k"),
             (serde_json::json!({"presence_penalty": 3}), "presence_penalty"),
             (serde_json::json!({"stop": ["a", "b", "c", "d", "e"]}), "stop"),
+            (serde_json::json!({"stop": ["x".repeat(MAX_STOP_BYTES + 1)]}), "stop"),
         ] {
             let e = common(body.clone()).unwrap_err();
             assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);

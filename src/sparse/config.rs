@@ -168,6 +168,17 @@ impl Config {
         if s.local_tokens == 0 {
             return bad("local_tokens must be at least 1".into());
         }
+        // Streaming rings and selection lists are sized from these: no more than a context holds.
+        let max = crate::model::config::MAX_POSITIONS;
+        if s.sink_tokens.checked_add(s.local_tokens).is_none_or(|t| t > max) {
+            return bad(format!(
+                "sink_tokens {} + local_tokens {} must not exceed {max} positions",
+                s.sink_tokens, s.local_tokens
+            ));
+        }
+        if s.token_budget > max {
+            return bad(format!("token_budget {} must not exceed {max} positions", s.token_budget));
+        }
         let c = &self.cache;
         if !(16..=1024).contains(&c.physical_page) {
             return bad(format!("physical_page {} must be between 16 and 1024", c.physical_page));
