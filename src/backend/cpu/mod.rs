@@ -100,6 +100,30 @@ fn u(x: u32) -> usize {
     x as usize
 }
 
+/// Plain number types whose all-zero bit pattern is the value 0.
+trait ZeroBits: Copy {}
+impl ZeroBits for f32 {}
+impl ZeroBits for u32 {}
+impl ZeroBits for u8 {}
+
+/// `len` zeros, lazily committed like `vec![0; len]` (calloc), but an allocation the system
+/// refuses is an error rather than an abort of the process (a buffer sized from a hostile
+/// config or flag).
+fn zeroed<T: ZeroBits>(len: usize) -> Result<Vec<T>> {
+    let layout = std::alloc::Layout::array::<T>(len)
+        .map_err(|_| err(format!("a buffer of {len} elements overflows the address space")))?;
+    if layout.size() == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the layout has a non-zero size; `T: ZeroBits` makes zeroed memory valid values.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if p.is_null() {
+        return Err(err(format!("cannot allocate a {} byte buffer", layout.size())));
+    }
+    // SAFETY: p was allocated by the global allocator with the layout of `len` T's, all initialized.
+    Ok(unsafe { Vec::from_raw_parts(p, len, len) })
+}
+
 impl Backend for CpuBackend {
     type Buffer = CpuBuffer;
 
@@ -109,9 +133,9 @@ impl Backend for CpuBackend {
 
     fn alloc(&self, dtype: DType, len: usize) -> Result<CpuBuffer> {
         match dtype {
-            DType::F32 => Ok(CpuBuffer::F32(vec![0.0; len])),
-            DType::U32 => Ok(CpuBuffer::U32(vec![0; len])),
-            d if d.is_kv8() || d.is_weight_quant() => Ok(CpuBuffer::Bytes(d, vec![0; len])),
+            DType::F32 => Ok(CpuBuffer::F32(zeroed(len)?)),
+            DType::U32 => Ok(CpuBuffer::U32(zeroed(len)?)),
+            d if d.is_kv8() || d.is_weight_quant() => Ok(CpuBuffer::Bytes(d, zeroed(len)?)),
             d => Err(err(format!("{d:?} buffers are not supported on the CPU backend"))),
         }
     }
@@ -475,5 +499,19 @@ impl Backend for CpuBackend {
             *o = sample_row_with(&mut scratch, &x[i * n..(i + 1) * n], &s, u);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod alloc_tests {
+    use super::*;
+
+    /// An allocation the system refuses is an error, not an abort; small ones are zeros.
+    #[test]
+    fn alloc_refusal_is_an_error() {
+        assert!(zeroed::<f32>(1 << 60).is_err());
+        assert!(zeroed::<u8>(usize::MAX).is_err());
+        assert_eq!(zeroed::<u32>(3).unwrap(), vec![0, 0, 0]);
+        assert!(zeroed::<f32>(0).unwrap().is_empty());
     }
 }
