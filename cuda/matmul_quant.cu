@@ -576,7 +576,11 @@ __device__ void mmv_int8_pre_impl(MatmulParams p, const u32* xg, const u8* w, co
 // per lane per 64 weights, 2-way bank conflicts) and weight loads whose 16-byte lanes used half
 // of each 32-byte sector per instruction (a lane's two uint4 of one slice are 16 bytes apart).
 // Here a lane owns the same 32 elements of every row, so x lives in its registers, and the
-// lanes of a warp read 512 contiguous code bytes per instruction:
+// lanes of a warp read four runs of 128 contiguous code bytes per instruction (int8: 512). The
+// host launches up to 1024 threads a block (ops_matmul.rs mmv_reg_launch), which needs at most 64
+// registers a thread: ptxas gives these kernels 32-64 (sm_90a, session 17). No __launch_bounds__:
+// it changed the measured kernels' code (48 -> 52 registers for Q4_K), and any kernel growing past
+// 64 would make large-k launches fail with an error rather than run wrong.
 // - Block: 32 ceil(nb / 4) threads for nb = k / 256 super-blocks (at most 1024: ops_matmul.rs
 //   mmv_reg_launch, MMV_REG_MAX_THREADS); thread
 //   t takes super-block t / 8, part i = t % 8 (threads past 8 nb take nothing but join the

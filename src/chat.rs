@@ -339,7 +339,9 @@ fn bounded_pycompat(state: &mut minijinja::State, value: &Value, method: &str, a
 /// The largest number written inside the `{...}` fields of a format string (saturating), if any.
 fn widest_format_number(f: &str) -> Option<usize> {
     let (mut depth, mut cur, mut best): (usize, Option<usize>, Option<usize>) = (0, None, None);
-    for c in f.chars() {
+    // `{{` and `}}` outside a field are literal braces, not fields.
+    let text = f.replace("{{", "").replace("}}", "");
+    for c in text.chars() {
         match c {
             '{' => depth += 1,
             '}' => depth = depth.saturating_sub(1),
@@ -562,6 +564,7 @@ mod tests {
         assert_eq!(render("{{ '{:>5}|{:<3}|'.format('ab', 'c') }}", &[], false).unwrap(), "   ab|c  |");
         assert_eq!(widest_format_number("a {:>12.3f} {0} 99999"), Some(12));
         assert_eq!(widest_format_number("no fields 12345"), None);
+        assert_eq!(widest_format_number("{{\"max\": 2048}} {:>3}"), Some(3));
     }
 
     #[test]

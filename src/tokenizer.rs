@@ -129,6 +129,9 @@ const MAX_SPLIT_PIECE: usize = 256;
 
 /// Largest tokenizer.json read (the biggest real ones are near 35 MB).
 pub const MAX_TOKENIZER_JSON: u64 = 512 << 20;
+/// Most tokens of a GGUF vocabulary (the model config's `MAX_VOCAB`, which the tokenizer layer
+/// does not import; tests/hf_folder.rs checks they agree).
+pub const MAX_GGUF_VOCAB: usize = 1 << 22;
 
 fn longest_token(t: &Tokenizer) -> usize {
     t.get_vocab(true).keys().map(String::len).max().unwrap_or(1).max(1)
@@ -233,7 +236,7 @@ impl TextTokenizer {
         if v.tokens.is_empty() {
             return Err(TokenizerError("GGUF vocabulary has no tokens".into()));
         }
-        let max = crate::model::config::MAX_VOCAB;
+        let max = MAX_GGUF_VOCAB;
         if v.tokens.len() > max {
             return Err(TokenizerError(format!(
                 "GGUF vocabulary of {} tokens is larger than lserve accepts ({max})",

@@ -152,3 +152,9 @@ fn hf_folder_loads_like_memory_weights() {
     let e = loader::open(d).err().expect("missing shard must fail").to_string();
     assert!(e.contains("model-00002-of-00002.safetensors"), "{e}");
 }
+
+/// The tokenizer layer's bound on a GGUF vocabulary is the model config's (it cannot import it).
+#[test]
+fn tokenizer_vocab_bound_is_the_models() {
+    assert_eq!(lserve::tokenizer::MAX_GGUF_VOCAB, lserve::model::config::MAX_VOCAB);
+}

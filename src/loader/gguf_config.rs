@@ -48,7 +48,7 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<ModelConfig> {
             })
         })
         .transpose()?;
-    let cfg = ModelConfig {
+    let mut cfg = ModelConfig {
         vocab_size: vocab,
         hidden_size: hidden,
         intermediate_size: m.req_usize("feed_forward_length")?,
@@ -68,6 +68,7 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<ModelConfig> {
         gemma,
         arch,
     };
+    cfg.clamp_window();
     cfg.validate()?;
     Ok(cfg)
 }

@@ -113,6 +113,15 @@ impl ModelConfig {
         (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
     }
 
+    /// A Gemma 3 window wider than the model's positions means full attention (as in HF): it
+    /// becomes the positions, so that it never sizes a KV ring beyond the context.
+    pub fn clamp_window(&mut self) {
+        let max = self.max_position_embeddings;
+        if let Some(g) = &mut self.gemma {
+            g.sliding_window = g.sliding_window.min(max);
+        }
+    }
+
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::Config(m));
         let dims = [
@@ -227,7 +236,7 @@ impl ModelConfig {
         let sliding = j.usize("sliding_window")?;
         let use_sliding = j.bool("use_sliding_window")?.unwrap_or(arch == "mistral");
         let gemma = (arch == "gemma3").then(|| gemma_from_hf(v)).transpose()?;
-        let cfg = ModelConfig {
+        let mut cfg = ModelConfig {
             vocab_size: j.req_usize("vocab_size")?,
             hidden_size: hidden,
             intermediate_size: j.req_usize("intermediate_size")?,
@@ -247,6 +256,7 @@ impl ModelConfig {
             gemma,
             arch,
         };
+        cfg.clamp_window();
         cfg.validate()?;
         Ok(cfg)
     }
@@ -418,10 +428,16 @@ mod gemma_tests {
         let capped = gemma_json(json!({"final_logit_softcapping": 30.0}));
         assert!(ModelConfig::from_hf_json(&capped).is_err(), "soft-capping is refused, not ignored");
         assert!(ModelConfig::from_hf_json(&gemma_json(json!({"hidden_activation": "relu"}))).is_err());
-        // Gemma's own parameters are bounded: the window sizes each local layer's KV ring.
+        // The sparse config's bound on its token counts is the positions bound.
+        assert_eq!(crate::sparse::config::MAX_TOKENS, MAX_POSITIONS);
+        // Gemma's own parameters are bounded: the window sizes each local layer's KV ring, so one
+        // wider than the context is the context (full attention, as in HF).
+        for w in [40_000u64, 1_000_000_000_000] {
+            let c = ModelConfig::from_hf_json(&gemma_json(json!({"sliding_window": w}))).unwrap();
+            assert_eq!(c.gemma.unwrap().sliding_window, 32768);
+        }
         for (extra, needle) in [
-            (json!({"sliding_window": 1_000_000_000_000u64}), "sliding_window 1000000000000 must be between 1 and"),
-            (json!({"sliding_window": 40000}), "sliding_window 40000 must be between 1 and"),
+            (json!({"sliding_window": 0}), "sliding_window 0 must be between 1 and"),
             (json!({"rope_local_base_freq": 0.0}), "rope_local_base_freq must be a finite number above 0"),
             (json!({"rope_local_base_freq": 1e300}), "rope_local_base_freq must be a finite number above 0"),
             (json!({"query_pre_attn_scalar": -1.0}), "query_pre_attn_scalar must be a finite number above 0"),

@@ -30,6 +30,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::backend::DType;
+
+/// Most tokens `sink_tokens + local_tokens` and `token_budget` may name: the model config's
+/// `MAX_POSITIONS` (which this layer does not import; model::config's tests check they agree).
+pub const MAX_TOKENS: usize = 1 << 24;
 use crate::error::{Error, Result};
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -169,7 +173,7 @@ impl Config {
             return bad("local_tokens must be at least 1".into());
         }
         // Streaming rings and selection lists are sized from these: no more than a context holds.
-        let max = crate::model::config::MAX_POSITIONS;
+        let max = MAX_TOKENS;
         if s.sink_tokens.checked_add(s.local_tokens).is_none_or(|t| t > max) {
             return bad(format!(
                 "sink_tokens {} + local_tokens {} must not exceed {max} positions",

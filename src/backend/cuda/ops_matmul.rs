@@ -171,7 +171,7 @@ fn matmul_quant(
         let l = if mmv {
             if let MmvMode::Reg { max_grid, lanes_quantize } = be.mmv().for_dtype(w.dtype)
                 && REG_DTYPES.contains(&w.dtype)
-                && let Some(l) = mmv_reg_launch(w.dtype, n, k, g.sm_count as usize, max_grid)
+                && let Some(l) = mmv_reg_launch(w.dtype, n, k, g.sm_count as usize, max_grid, g.smem_optin as usize)
             {
                 return mmv_reg(be, p, x, w, bias, out, l, lanes_quantize);
             }
@@ -283,8 +283,9 @@ pub const MMV_REG_MAX_THREADS: usize = 1024;
 /// 32 (K-quants) or 16 (int8) elements of k, whole warps; grid: blocks of R rows (R a multiple
 /// of 4), as many as `max_grid` (0: one 1024-thread SM's worth of blocks per SM, `sms` SMs);
 /// shared memory: one f32 per warp and row of the block (cuda/matmul_quant.cu, whose kernels
-/// derive their R from the grid: never more than the host's).
-pub fn mmv_reg_launch(d: DType, n: usize, k: usize, sms: usize, max_grid: u32) -> Option<Launch> {
+/// derive their R from the grid: never more than the host's), declined above `smem_max` (the
+/// device's opt-in limit: a long n on a GPU with few SMs).
+pub fn mmv_reg_launch(d: DType, n: usize, k: usize, sms: usize, max_grid: u32, smem_max: usize) -> Option<Launch> {
     let (unit, per) = if d == DType::I8Row { (16, 16) } else { (256, 32) };
     if !k.is_multiple_of(unit) || k == 0 || n == 0 {
         return None;
@@ -296,7 +297,8 @@ pub fn mmv_reg_launch(d: DType, n: usize, k: usize, sms: usize, max_grid: u32) -
     let target = if max_grid > 0 { max_grid as usize } else { sms.max(1) * (1024 / threads).max(1) };
     let rows = n.div_ceil(target).next_multiple_of(4);
     let grid = n.div_ceil(rows);
-    Some(Launch::new((grid as u32, 1, 1), threads as u32).smem(threads / 32 * rows * 4))
+    let smem = threads / 32 * rows * 4;
+    (smem <= smem_max).then(|| Launch::new((grid as u32, 1, 1), threads as u32).smem(smem))
 }
 
 /// The MMQ GEMM (2 <= m <= MMQ_MAX_M, integer-coded weights): x into the digit scratches, then one
@@ -506,16 +508,18 @@ mod tests {
             (DType::I8Row, 4096, 4096, 512, 256, 8),
             (DType::I8Row, 300, 48, 75, 32, 4),
         ] {
-            let l = mmv_reg_launch(d, n, k, 132, 0).unwrap_or_else(|| panic!("{d:?} {n}x{k} declined"));
+            let l = mmv_reg_launch(d, n, k, 132, 0, 227 << 10).unwrap_or_else(|| panic!("{d:?} {n}x{k} declined"));
             assert_eq!((l.grid.0, l.block), (grid, threads), "{d:?} {n}x{k}");
             assert_eq!(l.smem as usize, threads as usize / 32 * rows * 4, "{d:?} {n}x{k}");
             assert!(l.grid.0 as usize * rows >= n);
         }
         // A capped grid: 2 blocks of 152 rows for 300.
-        let l = mmv_reg_launch(q4k, 300, 512, 132, 2).unwrap();
+        let l = mmv_reg_launch(q4k, 300, 512, 132, 2, 227 << 10).unwrap();
+        // The same with a tiny shared-memory limit: declined (x quantized once instead).
+        assert!(mmv_reg_launch(q4k, 300, 512, 132, 2, 600).is_none());
         assert_eq!((l.grid.0, l.smem), (2, 152 * 4));
         for (d, k) in [(q4k, 300), (q4k, 256 * 129), (DType::I8Row, 40), (DType::I8Row, 16 * 1025), (q4k, 0)] {
-            assert!(mmv_reg_launch(d, 10, k, 132, 0).is_none(), "{d:?} k {k}");
+            assert!(mmv_reg_launch(d, 10, k, 132, 0, 227 << 10).is_none(), "{d:?} k {k}");
         }
     }
 }
