@@ -54,19 +54,20 @@ pub const MAX_SIDE_FILE: u64 = 64 << 20;
 /// end.
 pub fn read_text_file(path: &std::path::Path, limit: u64) -> std::io::Result<String> {
     use std::io::Read;
+    let too_long = || std::io::Error::new(std::io::ErrorKind::InvalidData, format!("larger than {limit} bytes"));
     // Checked before opening: opening a FIFO blocks until a writer comes.
     let meta = std::fs::metadata(path)?;
     if !meta.is_file() {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
     }
     if meta.len() > limit {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("larger than {limit} bytes")));
+        return Err(too_long());
     }
-    let f = std::fs::File::open(path)?;
+    // Read at most one byte past the limit: the file may have grown since.
     let mut text = String::new();
-    f.take(limit + 1).read_to_string(&mut text)?;
+    std::fs::File::open(path)?.take(limit + 1).read_to_string(&mut text)?;
     if text.len() as u64 > limit {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("larger than {limit} bytes")));
+        return Err(too_long());
     }
     Ok(text)
 }

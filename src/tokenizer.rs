@@ -236,10 +236,9 @@ impl TextTokenizer {
         if v.tokens.is_empty() {
             return Err(TokenizerError("GGUF vocabulary has no tokens".into()));
         }
-        let max = MAX_GGUF_VOCAB;
-        if v.tokens.len() > max {
+        if v.tokens.len() > MAX_GGUF_VOCAB {
             return Err(TokenizerError(format!(
-                "GGUF vocabulary of {} tokens is larger than lserve accepts ({max})",
+                "GGUF vocabulary of {} tokens is larger than lserve accepts ({MAX_GGUF_VOCAB})",
                 v.tokens.len()
             )));
         }
@@ -468,17 +467,11 @@ impl TextTokenizer {
     /// string or `{content}`), plus `generation_config.json` `eos_token_id` (int or list).
     pub fn from_hf_dir(dir: &Path) -> Result<Self, TokenizerError> {
         let tj = dir.join("tokenizer.json");
-        let meta = std::fs::metadata(&tj).map_err(|e| terr(&tj.display().to_string(), e))?;
-        if !meta.is_file() {
-            return Err(TokenizerError(format!("{}: not a regular file", tj.display())));
-        }
-        let size = meta.len();
-        if size > MAX_TOKENIZER_JSON {
-            return Err(TokenizerError(format!("{}: {size} bytes is larger than lserve reads", tj.display())));
-        }
+        let text =
+            crate::error::read_text_file(&tj, MAX_TOKENIZER_JSON).map_err(|e| terr(&tj.display().to_string(), e))?;
         // The tokenizers crate is not ours to audit: a panic inside it on a malformed file becomes
         // an error here instead of ending the process.
-        let parsed = std::panic::catch_unwind(|| Tokenizer::from_file(&tj))
+        let parsed = std::panic::catch_unwind(|| text.parse::<Tokenizer>())
             .map_err(|_| TokenizerError(format!("{}: the tokenizers crate failed on this file", tj.display())))?;
         let inner = parsed.map_err(|e| terr(&tj.display().to_string(), e))?;
         let cfg = read_json(&dir.join("tokenizer_config.json"))?.unwrap_or(Json::Null);

@@ -30,11 +30,11 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::backend::DType;
+use crate::error::{Error, Result};
 
 /// Most tokens `sink_tokens + local_tokens` and `token_budget` may name: the model config's
 /// `MAX_POSITIONS` (which this layer does not import; model::config's tests check they agree).
 pub const MAX_TOKENS: usize = 1 << 24;
-use crate::error::{Error, Result};
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -173,15 +173,14 @@ impl Config {
             return bad("local_tokens must be at least 1".into());
         }
         // Streaming rings and selection lists are sized from these: no more than a context holds.
-        let max = MAX_TOKENS;
-        if s.sink_tokens.checked_add(s.local_tokens).is_none_or(|t| t > max) {
+        if s.sink_tokens.checked_add(s.local_tokens).is_none_or(|t| t > MAX_TOKENS) {
             return bad(format!(
-                "sink_tokens {} + local_tokens {} must not exceed {max} positions",
+                "sink_tokens {} + local_tokens {} must not exceed {MAX_TOKENS} positions",
                 s.sink_tokens, s.local_tokens
             ));
         }
-        if s.token_budget > max {
-            return bad(format!("token_budget {} must not exceed {max} positions", s.token_budget));
+        if s.token_budget > MAX_TOKENS {
+            return bad(format!("token_budget {} must not exceed {MAX_TOKENS} positions", s.token_budget));
         }
         let c = &self.cache;
         if !(16..=1024).contains(&c.physical_page) {
