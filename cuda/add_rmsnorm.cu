@@ -2,7 +2,8 @@
 // fused so the residual is read and written once). [rows][dim] f32, one block per row (1024
 // threads); each thread keeps its (up to RN_CACHE) sums in registers (no re-read of what it
 // wrote; longer rows re-read the rest, which only this thread wrote). `out` is f32, or f16/bf16
-// (the f32 result rounded to nearest even: the x of a 16-bit GEMM, Caps::act16_from). Rows of a
+// (the f32 result rounded to nearest even: the x of a 16-bit GEMM, Caps::act16_from), or
+// add_rmsnorm_x8's one row of x8 digits (DType::X8, Caps::act_x8_dtypes; dim % 4 == 0). Rows of a
 // multiple of 4 take add_rmsnorm4 (16-byte loads; the host gives long launches 256 threads).
 #define RN_CACHE 8
 #define RN_CACHE4 4
@@ -69,3 +70,5 @@ __device__ void add_rmsnorm_impl(RmsnormParams p, float* __restrict__ res, const
 ADD_RMSNORM(add_rmsnorm_f32, float)
 ADD_RMSNORM(add_rmsnorm_f16, f16_t)
 ADD_RMSNORM(add_rmsnorm_bf16, bf16_t)
+extern "C" __global__ void add_rmsnorm_x8(RmsnormParams p, float* __restrict__ res, const float* __restrict__ x,
+                                          const float* __restrict__ w, x8_t* __restrict__ out) { add_rmsnorm4(p, res, x, w, out); }

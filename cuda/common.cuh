@@ -319,6 +319,129 @@ __device__ __forceinline__ void rn4_out(u32 dim, float eps, float* red, float ss
     for (u32 c = threadIdx.x + N * blockDim.x; c < n4; c += blockDim.x) put(c, src[c]);
 }
 
+// ---- x as two int8 digits per element (DType::X8; the batch-1 integer-dot matmul's x) ----------
+
+// x as two int8 digits per element, blocks of 32 (weight_quant::x8_blocks on the CPU): d = max|x| /
+// 127, hi = round(x / d), lo = round((x - d hi) / (d / 254)) clamped to |lo| <= 127, so x = d (hi +
+// lo / 254) within max|x| / 64516 (about 16 bits). Elements v[0..4] of one block, 8 lanes (an
+// aligned group of 8 lanes of the warp, every lane of the warp calling) per block: the packed
+// digits of the four elements (element i in byte i), the block's d and the f32 sum of its x.
+__device__ __forceinline__ void x8_quantize4(const float* v, u32& hi, u32& lo, float& d, float& sum) {
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    sum = (v[0] + v[1]) + (v[2] + v[3]);
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    }
+    d = amax / 127.0f;
+    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    hi = 0;
+    lo = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float h = rintf(v[i] * id);
+        float l = fminf(fmaxf(rintf((v[i] - h * d) * id * 254.0f), -127.0f), 127.0f);
+        hi |= ((u32)(int)h & 0xffu) << (8 * i);
+        lo |= ((u32)(int)l & 0xffu) << (8 * i);
+    }
+}
+
+// Position of x word w (elements 4w .. 4w + 3, packed one a byte) in a digit plane: 9 words per
+// block of 32 elements, the ninth a pad (matmul_quant.cu's shared layout spreads banks with it).
+__device__ __forceinline__ u32 xq_pos(u32 w) { return 9 * (w >> 3) + (w & 7); }
+// Word e4 of an x of nxb blocks into the digit planes (hi at planes, lo at planes + lo_off) and
+// xds (the block's (d, sum)), v = its four elements (0 past k): x8_quantize4, so every lane of the
+// warp calls; stores only for e4 < 8 nxb. PAD: the block's first lane also zeroes its pad words
+// (a DType::X8 buffer, which the _m1_pre kernels copy whole).
+template <bool PAD>
+__device__ __forceinline__ void x8_put(int* planes, u32 lo_off, float2* xds, u32 nxb, u32 e4, const float* v) {
+    u32 hi, lo;
+    float d, sum;
+    x8_quantize4(v, hi, lo, d, sum);
+    if (e4 < 8 * nxb) {
+        planes[xq_pos(e4)] = (int)hi;
+        planes[xq_pos(e4) + lo_off] = (int)lo;
+        if ((e4 & 7u) == 0u) {
+            xds[e4 >> 3] = make_float2(d, sum);
+            if (PAD) planes[xq_pos(e4) + 8] = planes[xq_pos(e4) + 8 + lo_off] = 0;
+        }
+    }
+}
+// A DType::X8 row of k elements (host: x8_bytes): x8_put into its planes, lo at 9 nxb, xds at 18 nxb words.
+struct x8_t {
+    int w;
+};
+template <typename T> struct is_x8 { static const bool value = false; };
+template <> struct is_x8<x8_t> { static const bool value = true; };
+__device__ __forceinline__ void x8_row_put(x8_t* row, u32 k, u32 e4, const float* v) {
+    const u32 nxb = (k + 31) / 32;
+    int* planes = reinterpret_cast<int*>(row);
+    x8_put<true>(planes, 9 * nxb, reinterpret_cast<float2*>(planes + 18 * nxb), nxb, e4, v);
+}
+
+// Elements e0 .. e0 + 32 of a DType::X8 row of k elements (e0 a multiple of 32: one x block) held
+// one a lane, v = element e0 + lane (0 past k), every lane of the warp calling: the digits and
+// (d, sum) of x8_quantize4 bit for bit (the same amax, the block sum in its order: each 4-lane
+// group's (v0 + v1) + (v2 + v3), then the tree over the groups), four lanes' bytes a word.
+__device__ __forceinline__ void x8_row_put32(x8_t* row, u32 k, u32 e0, float v) {
+    const u32 nxb = (k + 31) / 32, lane = threadIdx.x & 31, b = e0 / 32;
+    float amax = fabsf(v), sum = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    }
+    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const float h = rintf(v * id);
+    const float l = fminf(fmaxf(rintf((v - h * d) * id * 254.0f), -127.0f), 127.0f);
+    u32 hw = ((u32)(int)h & 0xffu) << (8 * (lane & 3)), lw = ((u32)(int)l & 0xffu) << (8 * (lane & 3));
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+        hw |= __shfl_xor_sync(0xffffffffu, hw, o);
+        lw |= __shfl_xor_sync(0xffffffffu, lw, o);
+    }
+    int* planes = reinterpret_cast<int*>(row);
+    if ((lane & 3) == 0 && b < nxb) {
+        planes[9 * b + lane / 4] = (int)hw;
+        planes[9 * nxb + 9 * b + lane / 4] = (int)lw;
+    }
+    if (lane == 0 && b < nxb) {
+        planes[9 * b + 8] = planes[9 * nxb + 9 * b + 8] = 0;
+        reinterpret_cast<float2*>(planes + 18 * nxb)[b] = make_float2(d, sum);
+    }
+}
+
+// rn4_out for a DType::X8 out (one row): the same f32 values (t * inv * g, as rn4_out stores
+// them) as their digits (x8_row_put). A warp takes part in a loop step while its first word is
+// below the row's 8 nxb words (whole warps: x8_quantize4's shuffles); words past dim / 4 are 0.
+template <int N>
+__device__ __forceinline__ void rn4_out(u32 dim, float eps, float* red, float ss, const float4 (&v)[N],
+                                        const float4* src, const float* w, x8_t* out) {
+    const u32 n4 = dim / 4, words = 8 * ((dim + 31) / 32), lane = threadIdx.x & 31;
+    ss = block_sum(ss, red);
+    const float inv = rsqrtf(ss / (float)dim + eps);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    auto put = [&](u32 c, float4 t) {
+        float y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (c < n4) {
+            const float4 g = w4[c];
+            y[0] = t.x * inv * g.x;
+            y[1] = t.y * inv * g.y;
+            y[2] = t.z * inv * g.z;
+            y[3] = t.w * inv * g.w;
+        }
+        x8_row_put(out, dim, c, y);
+    };
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const u32 c = threadIdx.x + i * blockDim.x;
+        if (c - lane < words) put(c, v[i]);
+    }
+    for (u32 c = threadIdx.x + N * blockDim.x; c - lane < words; c += blockDim.x)
+        put(c, c < n4 ? src[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+}
+
 // ---- tensor-core fragments (mma.sync m16n8k16, f32 accumulation; sm_80+) --------------------------
 
 // Two f32 as one register of two 16-bit values (lo in the low half, as mma fragments expect).

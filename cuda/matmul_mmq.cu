@@ -6,7 +6,7 @@
 // Two kernels per call (src/backend/cuda/ops_matmul.rs `matmul_mmq`):
 //
 // 1. matmul_quantize_x: x [m][k] f32 -> two int8 digits per element, blocks of 32 (x8_quantize4 in
-//    quant.cuh: x = d (hi + lo / 254), ~16 bits, exactly the m == 1 GEMV's digits, so a batch
+//    common.cuh: x = d (hi + lo / 254), ~16 bits, exactly the m == 1 GEMV's digits, so a batch
 //    multiplies x as precisely as a single row does and the parity tests compare against the CPU
 //    with x snapped to that grid at TOL_REDUCTION, not a 16-bit-activation tolerance) into two
 //    scratches laid out for the mma B fragments:

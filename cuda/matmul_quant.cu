@@ -189,15 +189,14 @@ struct XQ {
     __device__ __forceinline__ int2 operator[](u32 i) const { return make_int2(p[i], p[i + lo]); }
     __device__ __forceinline__ XQ operator+(u32 o) const { return XQ{p + o, lo}; }
 };
-// Position of x word w (4 elements from 4w) in a digit plane.
-__device__ __forceinline__ u32 xq_pos(u32 w) { return 9 * (w >> 3) + (w & 7); }
 
 // x[0 .. k] into xq / xds, 8 lanes per x block: thread t of `threads` (whole warps, every one
 // taking part) quantizes x words t, t + threads, ... — the block's threads in the in-block
 // prologue, the grid's in matmul_quantize_x_m1, so both write the same digits (same lanes, same
-// x8_quantize4).
+// x8_quantize4; PAD as x8_put).
+template <bool PAD>
 __device__ __forceinline__ void mmv_quantize_x(const float* x, u32 k, int* xq, u32 lo_off, float2* xds, u32 t, u32 threads) {
-    u32 words = 8 * ((k + 31) / 32), lane = threadIdx.x & 31;
+    u32 nxb = (k + 31) / 32, words = 8 * nxb, lane = threadIdx.x & 31;
     for (u32 base = t & ~31u; base < words; base += threads) {
         u32 e4 = base + lane, e = 4 * e4;
         float v[4];
@@ -208,14 +207,7 @@ __device__ __forceinline__ void mmv_quantize_x(const float* x, u32 k, int* xq, u
 #pragma unroll
             for (int i = 0; i < 4; i++) v[i] = e + i < k ? __ldg(x + e + i) : 0.0f;
         }
-        u32 hi, lo;
-        float d, sum;
-        x8_quantize4(v, hi, lo, d, sum);
-        if (e4 < words) {
-            xq[xq_pos(e4)] = (int)hi;
-            xq[xq_pos(e4) + lo_off] = (int)lo;
-            if ((lane & 7u) == 0u) xds[e4 >> 3] = make_float2(d, sum);
-        }
+        x8_put<PAD>(xq, lo_off, xds, nxb, e4, v);
     }
 }
 
@@ -394,7 +386,7 @@ __device__ __forceinline__ int* mmv_layout(u32 k, XQ& xq, float2*& xds) {
 // Shared prologue of the in-block _m1 kernels: x into shared memory; the warp's first row and row count.
 __device__ __forceinline__ void mmv_begin(const MatmulParams& p, const float* x, XQ& xq, float2*& xds, u32& n0, u32& rows) {
     int* planes = mmv_layout(p.k, xq, xds);
-    mmv_quantize_x(x, p.k, planes, xq.lo, xds, threadIdx.x, blockDim.x);
+    mmv_quantize_x<false>(x, p.k, planes, xq.lo, xds, threadIdx.x, blockDim.x);
     __syncthreads();
     u32 gw, warps, r;
     mmv_groups(p.n, 4u, gw, warps, r);
@@ -808,11 +800,7 @@ extern "C" __global__ void matmul_gemv_int8_m1_regf(MatmulParams p, const float*
 extern "C" __global__ void matmul_quantize_x_m1(MatmulParams p, const float* x, u32* xq) {
     const u32 nxb = (p.k + 31) / 32, t = blockIdx.x * blockDim.x + threadIdx.x, threads = gridDim.x * blockDim.x;
     int* planes = reinterpret_cast<int*>(xq);
-    mmv_quantize_x(x, p.k, planes, 9 * nxb, reinterpret_cast<float2*>(xq + 18 * nxb), t, threads);
-    for (u32 b = t; b < nxb; b += threads) {
-        planes[9 * b + 8] = 0;
-        planes[9 * nxb + 9 * b + 8] = 0;
-    }
+    mmv_quantize_x<true>(x, p.k, planes, 9 * nxb, reinterpret_cast<float2*>(xq + 18 * nxb), t, threads);
 }
 
 #define QGEMV(fmt, Q, M) \

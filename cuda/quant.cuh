@@ -256,28 +256,3 @@ __device__ __forceinline__ float qf_s(int s) { return __int_as_float(0x4b400000 
 // The digit sums of a dot as one float in units of d: h + l / 254.
 __device__ __forceinline__ float xsum(int h, int l) { return fmaf(qf_s(l), 1.0f / 254.0f, qf_s(h)); }
 
-// x as two int8 digits per element, blocks of 32 (weight_quant::x8_blocks on the CPU): d = max|x| /
-// 127, hi = round(x / d), lo = round((x - d hi) / (d / 254)) clamped to |lo| <= 127, so x = d (hi +
-// lo / 254) within max|x| / 64516 (about 16 bits). Elements v[0..4] of one block, 8 lanes (an
-// aligned group of 8 lanes of the warp, every lane of the warp calling) per block: the packed
-// digits of the four elements (element i in byte i), the block's d and the f32 sum of its x.
-__device__ __forceinline__ void x8_quantize4(const float* v, u32& hi, u32& lo, float& d, float& sum) {
-    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-    sum = (v[0] + v[1]) + (v[2] + v[3]);
-#pragma unroll
-    for (int o = 1; o < 8; o <<= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    }
-    d = amax / 127.0f;
-    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    hi = 0;
-    lo = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float h = rintf(v[i] * id);
-        float l = fminf(fmaxf(rintf((v[i] - h * d) * id * 254.0f), -127.0f), 127.0f);
-        hi |= ((u32)(int)h & 0xffu) << (8 * i);
-        lo |= ((u32)(int)l & 0xffu) << (8 * i);
-    }
-}

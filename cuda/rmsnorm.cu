@@ -1,7 +1,8 @@
 // rmsnorm: out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, [rows][dim] f32 in, one block per row
 // (1024 threads). Each thread keeps its (up to RN_CACHE) elements in registers between the sum of
 // squares and the scaling, so a row is read once; longer rows re-read the rest. `out` is f32, or
-// f16/bf16 (the f32 result rounded to nearest even: the x of a 16-bit GEMM, Caps::act16_from).
+// f16/bf16 (the f32 result rounded to nearest even: the x of a 16-bit GEMM, Caps::act16_from),
+// or rmsnorm_x8's one row of x8 digits (DType::X8, Caps::act_x8_dtypes; dim % 4 == 0).
 // Rows of a multiple of 4 take rmsnorm4 (16-byte loads; the host gives long launches 256 threads).
 #define RN_CACHE 8
 #define RN_CACHE4 4
@@ -49,3 +50,5 @@ extern "C" __global__ void rmsnorm_f16(RmsnormParams p, const float* __restrict_
                                        f16_t* __restrict__ out) { rmsnorm_impl(p, x, w, out); }
 extern "C" __global__ void rmsnorm_bf16(RmsnormParams p, const float* __restrict__ x, const float* __restrict__ w,
                                         bf16_t* __restrict__ out) { rmsnorm_impl(p, x, w, out); }
+extern "C" __global__ void rmsnorm_x8(RmsnormParams p, const float* __restrict__ x, const float* __restrict__ w,
+                                      x8_t* __restrict__ out) { rmsnorm4(p, x, w, out); }

@@ -2,6 +2,9 @@
 // or f16/bf16 (rounded to nearest even: the x of the down projection's 16-bit GEMM,
 // Caps::act16_from). Grid: x covers a row's columns, 4 a thread (float4 loads when dim % 4 == 0,
 // rows then 16-byte aligned), y strides the rows — no per-element 64-bit division.
+// silu_mul_x8: one row (dim % 4 == 0) as x8 digits (DType::X8, Caps::act_x8_dtypes): thread c
+// of the grid takes word c (the same f32 values as silu_mul_f32), whole warps while their first
+// word is below the row's 8 nxb words (x8_quantize4's shuffles), words past dim / 4 zero.
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 template <typename O>
 __device__ __forceinline__ void silu_store(O* o, float g, float u) { *o = from_f32<O>(silu(g) * u); }
@@ -27,3 +30,17 @@ __device__ void silu_mul_impl(SiluMulParams p, const float* __restrict__ gu, O* 
 extern "C" __global__ void silu_mul_f32(SiluMulParams p, const float* gu, float* out) { silu_mul_impl(p, gu, out); }
 extern "C" __global__ void silu_mul_f16(SiluMulParams p, const float* gu, f16_t* out) { silu_mul_impl(p, gu, out); }
 extern "C" __global__ void silu_mul_bf16(SiluMulParams p, const float* gu, bf16_t* out) { silu_mul_impl(p, gu, out); }
+extern "C" __global__ void silu_mul_x8(SiluMulParams p, const float* __restrict__ gu, x8_t* __restrict__ out) {
+    const u32 c = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x & 31;
+    if (c - lane >= 8 * ((p.dim + 31) / 32)) return;
+    float y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (c < p.dim / 4) {
+        const float4 a = reinterpret_cast<const float4*>(gu)[c];
+        const float4 b = reinterpret_cast<const float4*>(gu + p.dim)[c];
+        y[0] = silu(a.x) * b.x;
+        y[1] = silu(a.y) * b.y;
+        y[2] = silu(a.z) * b.z;
+        y[3] = silu(a.w) * b.w;
+    }
+    x8_row_put(out, p.dim, c, y);
+}

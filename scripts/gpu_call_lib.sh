@@ -9,6 +9,7 @@
 #   P name timeout args...  $B/backend_parity args (test filters), summary lines into $OUT/log.txt
 #   C name args...          $B/lserve bench --device cuda --shape llama3-8b --head argmax args
 #   W name args...          $B/lserve bench --device wgpu --shape llama3-8b --head argmax args
+#   E name timeout cmd...   any command (a test binary), summary lines into $OUT/log.txt
 # Each step writes $OUT/<name>.txt, logs "== name rc N Ts" and the lines that matter, then packs.
 set -uo pipefail
 T0=$(date +%s); LIMIT=${LIMIT:-540}
@@ -31,3 +32,7 @@ bench() { local dev=$1 name=$2; shift 2; left || { echo "skip $name" | tee -a "$
   step_end "$name" $? "$t0"; grep -vE "^\s*$" "$OUT/$name.txt" | grep -v "backend    mode" | head -12 | tee -a "$L"; pack; }
 C() { bench cuda "$@"; }
 W() { bench wgpu "$@"; }
+E() { local name=$1 to=$2; shift 2; left || { echo "skip $name" | tee -a "$L"; return; }; local t0; t0=$(date +%s)
+  timeout "$to" "$@" > "$OUT/$name.txt" 2>&1; step_end "$name" $? "$t0"
+  grep -E "test result|FAILED|panicked" "$OUT/$name.txt" | head -6 | tee -a "$L"
+  grep -A5 panicked "$OUT/$name.txt" | head -20 | tee -a "$L"; pack; }

@@ -10,7 +10,7 @@
 mod common;
 
 use lserve::backend::cpu::CpuBackend;
-use lserve::backend::{Backend, DType};
+use lserve::backend::{Backend, DType, GgmlType};
 use lserve::bench::{shape, synthetic_layout};
 use lserve::engine::{Engine, EngineOptions, StepHead, StepRow, build_engine};
 use lserve::model::config::ModelConfig;
@@ -39,8 +39,18 @@ fn config(sparse: bool, kv: &str) -> Config {
 }
 
 fn engine<B: Backend>(be: B, sparse: bool, kv: &str) -> Engine<B> {
-    let cfg = model_cfg();
-    let model = Llama::synthetic(&be, &cfg, Some(DType::F32), 7).unwrap();
+    engine_w(be, sparse, kv, DType::F32)
+}
+
+/// `engine` with synthetic weights of `w` (quantized ones are the same host-made blocks on every
+/// backend, `weight_quant::random_weights`).
+fn engine_w<B: Backend>(be: B, sparse: bool, kv: &str, w: DType) -> Engine<B> {
+    // Quantized: rows of whole K-quant super-blocks (256), 8 query heads over 2 KV heads.
+    let cfg = match w {
+        DType::F32 => model_cfg(),
+        _ => ModelConfig { hidden_size: 512, num_heads: 8, num_kv_heads: 2, intermediate_size: 1536, ..model_cfg() },
+    };
+    let model = Llama::synthetic(&be, &cfg, Some(w), 7).unwrap();
     let layout = sparse.then(|| synthetic_layout(&cfg, 0.5));
     let opts = EngineOptions { config: config(sparse, kv), max_tokens: 512, max_seqs: 1, prefill_chunk: 64, layout };
     build_engine(be, model, &opts).unwrap()
@@ -59,15 +69,19 @@ fn margin(e: &mut Engine<CpuBackend>, prefix: &[u32]) -> f32 {
 }
 
 fn compare(sparse: bool, kv: &str, max_margin: f32) {
+    compare_w(sparse, kv, DType::F32, max_margin)
+}
+
+fn compare_w(sparse: bool, kv: &str, w: DType, max_margin: f32) {
     let Some(gpu) = common::cuda_backend() else { return };
-    let mut cpu = engine(CpuBackend::new(), sparse, "f32");
-    let mut cu = engine(gpu, sparse, kv);
+    let mut cpu = engine_w(CpuBackend::new(), sparse, "f32", w);
+    let mut cu = engine_w(gpu, sparse, kv, w);
     let seed = common::seed();
     let mut rng = common::naive::Rng(seed | 1);
     for len in [9, 150, 300] {
         let prompt: Vec<u32> = (0..len).map(|_| (rng.next() * 2048.0) as u32 % 2048).collect();
         let (a, b) = (greedy(&mut cpu, &prompt), greedy(&mut cu, &prompt));
-        eprintln!("sparse={sparse} kv={kv} prompt {len}: cpu {a:?}\n  cuda {b:?}");
+        eprintln!("sparse={sparse} kv={kv} w={w:?} prompt {len}: cpu {a:?}\n  cuda {b:?}");
         if a == b {
             continue;
         }
@@ -75,7 +89,10 @@ fn compare(sparse: bool, kv: &str, max_margin: f32) {
         let prefix: Vec<u32> = prompt.iter().chain(&a[..i]).copied().collect();
         let gap = margin(&mut cpu, &prefix);
         eprintln!("  diverge at {i} ({} vs {}), CPU top-2 margin {gap:.5}", a[i], b[i]);
-        assert!(gap < max_margin, "sparse={sparse} kv={kv}: divergence at {i} is not a near tie (margin {gap})");
+        assert!(
+            gap < max_margin,
+            "sparse={sparse} kv={kv} w={w:?}: divergence at {i} is not a near tie (margin {gap})"
+        );
     }
 }
 
@@ -97,6 +114,21 @@ fn dense_bf16_kv_matches_cpu_up_to_near_ties() {
 #[test]
 fn sparse_bf16_kv_matches_cpu_up_to_near_ties() {
     compare(true, "bf16", 0.05);
+}
+
+/// Quantized weights whose batch-1 GEMV takes x8 digits (`Caps::act_x8_dtypes`, checked here:
+/// Q4_K and Q6_K, Q5_1, int8 rows): the decode steps' norms, attention and FFN activation hand
+/// them the digits; the CPU multiplies f32 x by the dequantized blocks. x's ~16-bit digits are
+/// the only difference beside summation order, so a divergence must be a near tie (margin < 0.01).
+#[test]
+fn quantized_weights_with_x8_activations_match_cpu() {
+    let Some(gpu) = common::cuda_backend() else { return };
+    let ggml = |t| DType::Ggml(t);
+    for w in [ggml(GgmlType::Q4_K), ggml(GgmlType::Q6_K), ggml(GgmlType::Q5_1), DType::I8Row] {
+        assert!(gpu.caps().act_x8_dtypes.contains(&w), "{w:?}: no x8 activations (LSERVE_CUDA_ACT_X8=0?)");
+        compare_w(false, "f32", w, 0.01);
+        compare_w(true, "f32", w, 0.01);
+    }
 }
 
 /// A ragged batch on CUDA equals the same batch on the CPU: three sequences of different lengths

@@ -50,6 +50,19 @@ pub enum DType {
     /// fp8 e4m3 weights with one f32 scale per output row (`--quantize fp8`), the layout of
     /// [`DType::I8Row`] with e4m3 codes.
     F8Row,
+    /// One row x `[k]` of a batch-1 matmul with integer-coded weights, as the two int8 digits per
+    /// element that matmul multiplies (`Caps::act_x8_dtypes`; the values of
+    /// [`reference::weight_quant::x8_blocks`]). Blocks of 32 elements, `nb = ceil(k / 32)`: the hi
+    /// digits as `[9 nb]` i32 words (word `e` of block `b`, elements `32 b + 4 e .. + 4` one a byte,
+    /// at `9 b + e`; word 8 of each block is a zero pad; elements past k are 0), the lo digits
+    /// likewise, then `[nb]` pairs (d, f32 sum of the block's x) as f32: x = d (hi + lo / 254).
+    /// len in bytes, [`x8_bytes`]`(k)` ([`reference::weight_quant::x8_encode`] writes it).
+    X8,
+}
+
+/// Bytes of a [`DType::X8`] row of `k` elements: 80 per block of 32.
+pub fn x8_bytes(k: usize) -> usize {
+    80 * k.div_ceil(32)
 }
 
 impl DType {
@@ -60,7 +73,7 @@ impl DType {
             DType::F32 | DType::U32 => 4,
             DType::F16 | DType::BF16 => 2,
             DType::U8 | DType::I8 | DType::F8E4M3 => 1,
-            DType::Ggml(_) | DType::I8Row | DType::F8Row => 1,
+            DType::Ggml(_) | DType::I8Row | DType::F8Row | DType::X8 => 1,
         }
     }
     /// A quantized weight type (buffer len in bytes; `matmul` and `embed` dequantize it).
@@ -100,6 +113,7 @@ impl DType {
             DType::F8E4M3 => "fp8",
             DType::U32 => "u32",
             DType::U8 => "u8",
+            DType::X8 => "x8",
             DType::Ggml(_) | DType::I8Row | DType::F8Row => "weights",
         }
     }
@@ -144,6 +158,15 @@ pub struct Caps {
     /// (CUDA: 64 — the batch-1 integer GEMV, then the MMQ tensor-core GEMM; wgpu with SUBGROUP: 1,
     /// the batch-1 decode GEMV.)
     pub matmul_x8_max_m: usize,
+    /// Weight dtypes whose `matmul` at one row takes x as [`DType::X8`] (the digits it would
+    /// otherwise make from an f32 x, so the same result without that pass), for k a multiple of 4
+    /// up to `act_x8_max_k`; for such a row `rmsnorm`, `add_rmsnorm`, `silu_mul` and
+    /// `sparse_decode_attention` (one sequence, head_dim a multiple of 32) may write an X8 `out`
+    /// (the digits of their f32 result). Empty: never. (CUDA: the formats whose batch-1 GEMV reads
+    /// x's digits rather than quantizing x in each block, `ops_matmul::x8_dtypes`: the batch-1
+    /// decode step's norms, attention and FFN activation; `LSERVE_CUDA_ACT_X8=0` turns it off.)
+    pub act_x8_dtypes: Vec<DType>,
+    pub act_x8_max_k: usize,
 }
 
 /// One layer's KV storage (docs/kv-cache.md).
@@ -395,7 +418,8 @@ pub trait Backend: Send {
     ) -> Result<()>;
     /// One query per sequence (at position kv_len-1): retrieval heads read only the pages
     /// [`HeadPages`] lists, streaming heads the Lambda mask over their ring. q/out
-    /// `[num_seqs][n_heads][head_dim]`.
+    /// `[num_seqs][n_heads][head_dim]` f32; out may be one sequence's row as [`DType::X8`] where
+    /// `Caps::act_x8_dtypes` allows (head_dim a multiple of 32).
     fn sparse_decode_attention(
         &self,
         p: &AttentionParams,

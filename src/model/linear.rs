@@ -62,6 +62,15 @@ impl<B: Backend> Linear<B> {
         (one && matches!(d, DType::F16 | DType::BF16)).then_some(d)
     }
 
+    /// Its matmul takes x as one row of x8 digits (`Caps::act_x8_dtypes`, `DType::X8`): every
+    /// part's dtype is listed and k is a multiple of 4 up to `act_x8_max_k`.
+    pub fn takes_x8(&self, be: &B) -> bool {
+        let c = be.caps();
+        self.k.is_multiple_of(4)
+            && self.k <= c.act_x8_max_k
+            && self.parts.iter().all(|p| c.act_x8_dtypes.contains(&be.dtype(&p.w)))
+    }
+
     /// The single buffer of a one-part matrix (an embedding table), or None.
     pub fn buffer(&self) -> Option<&B::Buffer> {
         match self.parts.as_slice() {

@@ -427,12 +427,14 @@ impl<B: Backend> Llama<B> {
         let (n, h, hd) = (m.n_tokens, c.hidden_size, c.head_dim);
         let (nq, ffn) = (c.num_heads * hd, c.intermediate_size);
         let a = |len: usize| pool.take(be, DType::F32, len);
-        // The norms and silu_mul write their matmuls' x in 16 bits where the backend takes it.
-        let (xn_dt, act_dt) = self.act_dtypes(be, n);
+        // The norms and silu_mul write their matmuls' x in 16 bits or as x8 digits where the
+        // backend takes it.
+        let (xn_dt, attn_dt, act_dt) = self.act_dtypes(be, n, m.decode);
         let (mut x, mut xn, mut qkv, mut q) =
-            (a(n * h)?, pool.take(be, xn_dt, n * h)?, a(n * c.qkv_dim())?, a(n * nq)?);
-        let (mut attn_out, mut o, mut gu) = (a(n * nq)?, a(n * h)?, a(n * 2 * ffn)?);
-        let mut act = pool.take(be, act_dt, n * ffn)?;
+            (a(n * h)?, pool.take(be, xn_dt, act_len(xn_dt, n, h))?, a(n * c.qkv_dim())?, a(n * nq)?);
+        let (mut attn_out, mut o, mut gu) =
+            (pool.take(be, attn_dt, act_len(attn_dt, n, nq))?, a(n * h)?, a(n * 2 * ffn)?);
+        let mut act = pool.take(be, act_dt, act_len(act_dt, n, ffn))?;
         let norm = RmsnormParams { rows: n as u32, dim: h as u32, eps: c.rms_norm_eps, _pad: 0 };
         let first = (rank * c.vocab_size) as u32;
         let ep = EmbedParams { n_tokens: n as u32, dim: h as u32, vocab: c.vocab_size as u32, first };
@@ -540,16 +542,28 @@ impl<B: Backend> Llama<B> {
         Ok((out, ids))
     }
 
-    /// The dtypes of a step's norm output (the x of q|k|v and gate|up) and of silu_mul's output
-    /// (the x of down) at `n` rows: the weights' 16-bit dtype where every layer's matrices take it
-    /// (`Linear::x16_dtype`), else f32. Bit-identical to f32 activations rounded by the matmul.
-    /// Below `act16_from` rows (a batch-1 decode step) nothing is looked at.
-    fn act_dtypes(&self, be: &B, n: usize) -> (DType, DType) {
-        if be.caps().act16_from.is_none_or(|from| n < from) {
-            return (DType::F32, DType::F32);
+    /// The dtypes of a step's norm output (the x of q|k|v and gate|up), attention output (the x
+    /// of o) and silu_mul's output (the x of down) at `n` rows: the weights' 16-bit dtype where
+    /// every layer's matrices take it (`Linear::x16_dtype`; attention writes f32), at one row x8
+    /// digits where they all take those (`Linear::takes_x8`; attention only in a decode step, with
+    /// head_dim a multiple of 32), else f32. Either is what the matmul would have made of the f32
+    /// activations, so the results are bit-identical to theirs.
+    fn act_dtypes(&self, be: &B, n: usize, decode: bool) -> (DType, DType, DType) {
+        let ls = &self.layers;
+        if n == 1 {
+            let x8 = |ok: bool| if ok { DType::X8 } else { DType::F32 };
+            let attn = decode && self.shard_cfg().head_dim.is_multiple_of(32) && ls.iter().all(|l| l.w_o.takes_x8(be));
+            return (
+                x8(ls.iter().all(|l| l.w_qkv.takes_x8(be) && l.w_gate_up.takes_x8(be))),
+                x8(attn),
+                x8(ls.iter().all(|l| l.w_down.takes_x8(be))),
+            );
         }
-        let xn = common_x16(be, self.layers.iter().flat_map(|l| [&l.w_qkv, &l.w_gate_up]));
-        (xn, common_x16(be, self.layers.iter().map(|l| &l.w_down)))
+        if be.caps().act16_from.is_none_or(|from| n < from) {
+            return (DType::F32, DType::F32, DType::F32);
+        }
+        let xn = common_x16(be, ls.iter().flat_map(|l| [&l.w_qkv, &l.w_gate_up]));
+        (xn, DType::F32, common_x16(be, ls.iter().map(|l| &l.w_down)))
     }
 
     /// The logits `[nl][vocab]` of the `nl` normed rows `sel`. Under tensor parallelism each rank
@@ -613,6 +627,11 @@ impl<B: Backend> Llama<B> {
 }
 
 /// The one 16-bit dtype every matrix of `ls` takes its x in (`Linear::x16_dtype`), else f32.
+/// Length of an activation buffer of `n` rows of `k` in dtype `d`: elements, or an X8 row's bytes.
+fn act_len(d: DType, n: usize, k: usize) -> usize {
+    if d == DType::X8 { x8_bytes(k) } else { n * k }
+}
+
 fn common_x16<'a, B: Backend + 'a>(be: &B, mut ls: impl Iterator<Item = &'a Linear<B>>) -> DType {
     match ls.next().and_then(|l| l.x16_dtype(be)) {
         Some(d) if ls.all(|l| l.x16_dtype(be) == Some(d)) => d,

@@ -296,7 +296,15 @@ fn decode_and_select<B: Backend>(gpu: &B, kvd: DType, hd: usize, nh: usize, chec
         let mut out = t.out(nh * hd);
         t.gpu.sparse_decode_attention(&ap, &q.0, g.view(), &mg, &hg, &mut out.0).unwrap();
         t.cpu.sparse_decode_attention(&ap, &q.1, c.view(), &mc, &hc, &mut out.1).unwrap();
-        t.check(&format!("sparse_decode_attention tail {tail} kv {kvd:?} hd {hd} nh {nh}"), &out, nh * hd, tol);
+        let name = format!("sparse_decode_attention tail {tail} kv {kvd:?} hd {hd} nh {nh}");
+        t.check(&name, &out, nh * hd, tol);
+        // The same row as x8 digits where the backend writes them (one sequence, head_dim a
+        // multiple of 32): against the reference's result snapped to the grid.
+        if let Some(mut out8) = super::x8_out(&t, nh * hd).filter(|_| hd.is_multiple_of(32)) {
+            t.gpu.sparse_decode_attention(&ap, &q.0, g.view(), &mg, &hg, &mut out8.0).unwrap();
+            t.cpu.sparse_decode_attention(&ap, &q.1, c.view(), &mc, &hc, &mut out8.1).unwrap();
+            super::check_x8(&t, &format!("{name} out X8"), &out8, nh * hd, tol);
+        }
     }
 }
 

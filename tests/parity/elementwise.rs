@@ -273,6 +273,20 @@ fn quant_case<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, p: &MatmulPa
     let x8 = dtype != DType::F8Row && m <= t.gpu.caps().matmul_x8_max_m;
     let x16 = t.gpu.caps().matmul_x16_from.is_some_and(|r| m >= r) && !x8;
     t.check(&name, &out, len, if x16 { TOL_QUANT } else { TOL_REDUCTION });
+    // The same x as its digits (DType::X8, `weight_quant::x8_encode`) where the backend takes
+    // them: the same product as the reference's.
+    let c = t.gpu.caps();
+    if m == 1 && c.act_x8_dtypes.contains(&dtype) && k.is_multiple_of(4) && k <= c.act_x8_max_k {
+        let xv = t.cpu.download_f32(&x.1, 0, k).unwrap();
+        let xq = t.gpu.upload_raw(DType::X8, &weight_quant::x8_encode(&xv)).unwrap();
+        let mut out8 = t.out(len);
+        t.gpu.matmul(p, &xq, &w.0, bias.map(|b| &b.0), &mut out8.0).unwrap();
+        let want = t.cpu.download_f32(&out.1, 0, len).unwrap();
+        close(&format!("{name} x X8"), &t.gpu.download_f32(&out8.0, 0, len).unwrap(), &want, TOL_REDUCTION);
+        // An X8 x is one row: two rows of it are refused, not read past the row.
+        let p2 = MatmulParams { m: 2, ..*p };
+        assert!(t.gpu.matmul(&p2, &xq, &w.0, bias.map(|b| &b.0), &mut out8.0).is_err(), "{name}: X8 x at m = 2");
+    }
 }
 
 /// Row shapes of the norm tests. wgpu (shaders/row_norm.wgsl) holds rows up to 8192 floats in
@@ -310,6 +324,15 @@ pub fn test_rmsnorm<B: Backend>(gpu: &B) {
             check_act(&t, &format!("rmsnorm {rows}x{dim} out {dt:?}"), &out, rows * dim, dt, TOL_REDUCTION);
         }
     }
+    for dim in X8_DIMS {
+        let x = t.rand(DType::F32, dim, 2.0);
+        let w = t.rand(DType::F32, dim, 1.0);
+        let p = RmsnormParams { rows: 1, dim: dim as u32, eps: 1e-5, _pad: 0 };
+        let Some(mut out) = x8_out(&t, dim) else { return };
+        t.gpu.rmsnorm(&p, &x.0, &w.0, &mut out.0).unwrap();
+        t.cpu.rmsnorm(&p, &x.1, &w.1, &mut out.1).unwrap();
+        check_x8(&t, &format!("rmsnorm 1x{dim} out X8"), &out, dim, TOL_REDUCTION);
+    }
 }
 
 pub fn test_add_rmsnorm<B: Backend>(gpu: &B) {
@@ -325,6 +348,63 @@ pub fn test_add_rmsnorm<B: Backend>(gpu: &B) {
             t.cpu.add_rmsnorm(&p, &mut res.1, &x.1, &w.1, &mut out.1).unwrap();
             check_act(&t, &format!("add_rmsnorm {rows}x{dim} out {dt:?}"), &out, rows * dim, dt, TOL_REDUCTION);
             t.check(&format!("add_rmsnorm {rows}x{dim} residual"), &res, rows * dim, TOL_ELEMENTWISE);
+        }
+    }
+    for dim in X8_DIMS {
+        let x = t.rand(DType::F32, dim, 2.0);
+        let w = t.rand(DType::F32, dim, 1.0);
+        let p = RmsnormParams { rows: 1, dim: dim as u32, eps: 1e-5, _pad: 0 };
+        let mut res = t.rand(DType::F32, dim, 1.0);
+        let Some(mut out) = x8_out(&t, dim) else { return };
+        t.gpu.add_rmsnorm(&p, &mut res.0, &x.0, &w.0, &mut out.0).unwrap();
+        t.cpu.add_rmsnorm(&p, &mut res.1, &x.1, &w.1, &mut out.1).unwrap();
+        check_x8(&t, &format!("add_rmsnorm 1x{dim} out X8"), &out, dim, TOL_REDUCTION);
+        t.check(&format!("add_rmsnorm 1x{dim} residual (X8 out)"), &res, dim, TOL_ELEMENTWISE);
+    }
+}
+
+/// Row lengths of the one-row X8 outs (`Caps::act_x8_dtypes`): a block and a partial one (36),
+/// SmolLM2's and Gemma 3's rows, Llama's, a partial last block (5000), and 20000 (CUDA: past
+/// the 4 float4 a thread holds, the loop for wider rows).
+const X8_DIMS: [usize; 6] = [36, 576, 640, 4096, 5000, 20000];
+
+/// A poisoned one-row X8 out (0xff bytes: digits -1, d and sums NaN) on the backend and an f32
+/// one on the reference, where the backend writes X8 activations of `dim`; else None.
+pub fn x8_out<B: Backend>(t: &super::Pair<'_, B>, dim: usize) -> Option<(B::Buffer, lserve::backend::cpu::CpuBuffer)> {
+    let c = t.gpu.caps();
+    if c.act_x8_dtypes.is_empty() || dim > c.act_x8_max_k {
+        return None;
+    }
+    let gpu = t.gpu.upload_raw(DType::X8, &vec![0xff; x8_bytes(dim)]).unwrap();
+    Some((gpu, t.cpu.upload_f32(DType::F32, vec![f32::NAN; dim]).unwrap()))
+}
+
+/// A backend's X8 row, decoded as `DType::X8` lays it out (`weight_quant::x8_decode`), against
+/// the reference's f32 result snapped to the same grid (`x8_blocks`): within `tol` of the f32
+/// values plus two digit steps of the block (max|x| / 64516 each: the two f32 results may sit on
+/// either side of a rounding edge). The pad words must be zero.
+pub fn check_x8<B: Backend>(
+    t: &super::Pair<'_, B>,
+    name: &str,
+    out: &(B::Buffer, lserve::backend::cpu::CpuBuffer),
+    dim: usize,
+    tol: f32,
+) {
+    let raw = t.gpu.download_raw(&out.0, 0, x8_bytes(dim)).unwrap();
+    let got = weight_quant::x8_decode(&raw, dim).unwrap();
+    let want_f32 = t.cpu.download_f32(&out.1, 0, dim).unwrap();
+    let want = weight_quant::x8_blocks(&want_f32, dim);
+    let nb = dim.div_ceil(32);
+    for b in 0..nb {
+        let blk = 32 * b..(32 * b + 32).min(dim);
+        let amax = want_f32[blk.clone()].iter().fold(0f32, |a, v| a.max(v.abs()));
+        for e in blk {
+            let lim = tol * want_f32[e].abs().max(1.0) + 2.02 * amax / 64516.0;
+            assert!((got[e] - want[e]).abs() <= lim, "{name}[{e}]: got {}, want {} (tol {lim})", got[e], want[e]);
+        }
+        for plane in [0, 36 * nb] {
+            let at = plane + 4 * (9 * b + 8);
+            assert_eq!(raw[at..at + 4], [0; 4], "{name}: pad word of block {b} at byte {at}");
         }
     }
 }
@@ -389,6 +469,14 @@ pub fn test_silu_mul<B: Backend>(gpu: &B) {
             t.cpu.silu_mul(&p, &gu.1, &mut out.1).unwrap();
             check_act(&t, &format!("silu_mul {rows}x{dim} {dt:?}"), &out, rows * dim, dt, TOL_ELEMENTWISE);
         }
+    }
+    for dim in X8_DIMS {
+        let gu = t.rand(DType::F32, 2 * dim, 3.0);
+        let p = SiluMulParams { rows: 1, dim: dim as u32, ..Default::default() };
+        let Some(mut out) = x8_out(&t, dim) else { return };
+        t.gpu.silu_mul(&p, &gu.0, &mut out.0).unwrap();
+        t.cpu.silu_mul(&p, &gu.1, &mut out.1).unwrap();
+        check_x8(&t, &format!("silu_mul 1x{dim} X8"), &out, dim, TOL_ELEMENTWISE);
     }
 }
 

@@ -53,6 +53,8 @@ impl CpuBackend {
                 matmul_x16_from: None,
                 act16_from: None,
                 matmul_x8_max_m: 0,
+                act_x8_dtypes: vec![],
+                act_x8_max_k: 0,
             },
         }
     }

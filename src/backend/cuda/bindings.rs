@@ -153,19 +153,19 @@ kernels! {
     ]
     { t: In Store, ids: In U32, out: Out F32 }
 
-    /// `[out dtype: f32, f16, bf16]` (the head of STORE_DTYPES).
-    rmsnorm: "rmsnorm" (RmsnormParams) ["rmsnorm_f32", "rmsnorm_f16", "rmsnorm_bf16"]
+    /// `[out dtype: ACT_DTYPES]`.
+    rmsnorm: "rmsnorm" (RmsnormParams) ["rmsnorm_f32", "rmsnorm_f16", "rmsnorm_bf16", "rmsnorm_x8"]
     { x: In F32, w: In F32, out: Out Store }
 
-    /// `[out dtype: f32, f16, bf16]` (the head of STORE_DTYPES).
-    add_rmsnorm: "add_rmsnorm" (RmsnormParams) ["add_rmsnorm_f32", "add_rmsnorm_f16", "add_rmsnorm_bf16"]
+    /// `[out dtype: ACT_DTYPES]`.
+    add_rmsnorm: "add_rmsnorm" (RmsnormParams) ["add_rmsnorm_f32", "add_rmsnorm_f16", "add_rmsnorm_bf16", "add_rmsnorm_x8"]
     { res: Out F32, x: In F32, w: In F32, out: Out Store }
 
     add: "add" (AddParams) ["add"]
     { a: Out F32, b: In F32 }
 
-    /// `[out dtype: f32, f16, bf16]` (the head of STORE_DTYPES).
-    silu_mul: "silu_mul" (SiluMulParams) ["silu_mul_f32", "silu_mul_f16", "silu_mul_bf16"]
+    /// `[out dtype: ACT_DTYPES]`.
+    silu_mul: "silu_mul" (SiluMulParams) ["silu_mul_f32", "silu_mul_f16", "silu_mul_bf16", "silu_mul_x8"]
     { gu: In F32, out: Out Store }
 
     gelu_tanh_mul: "gelu_tanh_mul" (GeluTanhMulParams) ["gelu_tanh_mul"]
@@ -414,9 +414,10 @@ kernels! {
         ptl: U32 Scalar, rtl: U32 Scalar, sl: U32 Scalar, cl: U32 Scalar,
     }
 
+    /// `[out: f32 | one row of x8 digits (DType::X8)]`.
     sparse_decode_attention_merge: "sparse_decode_attention_merge" (AttentionParams)
-        ["sparse_decode_attention_merge"]
-    { part: ScratchIn F32, out: Out F32, n_splits: U32 Scalar }
+        ["sparse_decode_attention_merge", "sparse_decode_attention_merge_x8"]
+    { part: ScratchIn F32, out: Out Store, n_splits: U32 Scalar }
 
     lambda_mass: "lambda_mass" (LambdaMassParams) [
         "lambda_mass_f32", "lambda_mass_f16", "lambda_mass_bf16", "lambda_mass_int8", "lambda_mass_fp8",
@@ -463,6 +464,10 @@ pub fn embed_dtypes() -> Vec<DType> {
 
 /// The entry of a kernel whose entries are `[dtype][variant]` in [`STORE_DTYPES`] order with
 /// `per` variants per dtype.
+/// The out dtypes of the activation ops (rmsnorm, add_rmsnorm, silu_mul), in entry order: f32,
+/// the 16-bit types (`Caps::act16_from`), one row of x8 digits (`Caps::act_x8_dtypes`).
+pub const ACT_DTYPES: [DType; 4] = [DType::F32, DType::F16, DType::BF16, DType::X8];
+
 pub fn entry(entries: &'static [&'static str], d: DType, variant: usize, per: usize) -> Result<&'static str> {
     entry_in(entries, &STORE_DTYPES, d, variant, per)
 }

@@ -25,7 +25,7 @@ mod ops_matmul;
 use cudarc::driver::DeviceRepr;
 
 use crate::backend::*;
-use crate::error::Result;
+use crate::error::{Error, Result};
 pub use context::driver_present;
 use context::{Gpu, Mem, bytes_for, drv, err};
 pub use graph::GraphStats;
@@ -108,7 +108,7 @@ impl CudaBackend {
     /// Open CUDA device `ordinal` and load the kernels.
     pub fn with_options(ordinal: usize, opts: CudaOptions) -> Result<Self> {
         let gpu = Gpu::open(ordinal, &opts)?;
-        let caps = Caps {
+        let mut caps = Caps {
             name: "cuda",
             device: format!(
                 "{} (sm_{}{}, {} SMs, {} MiB, kernels {})",
@@ -128,11 +128,17 @@ impl CudaBackend {
             matmul_x16_from: Some(ops_matmul::X16_FROM_M),
             act16_from: Some(ops_matmul::X16_FROM_M),
             matmul_x8_max_m: ops_matmul::MMQ_MAX_M,
+            act_x8_dtypes: vec![],
+            // x's digits fit the batch-1 GEMV's shared memory (ops_matmul::mmv_smem_bytes).
+            act_x8_max_k: gpu.smem_optin as usize / 80 * 32,
         };
         let mmv = match opts.mmv {
             Some(m) => m,
             None => MmvMode::from_env(gpu.sm_count)?,
         };
+        if act_x8_from_env()? {
+            caps.act_x8_dtypes = ops_matmul::x8_dtypes(mmv);
+        }
         Ok(CudaBackend { gpu, caps, mmv: std::cell::Cell::new(mmv) })
     }
 
@@ -195,6 +201,17 @@ impl CudaBackend {
 }
 
 /// `b` holds at least `n` elements of `dtype`.
+/// `LSERVE_CUDA_ACT_X8`: `0` / `off` keep batch-1 activations in f32 (each integer GEMV then
+/// quantizes its x itself); unset, `1` or `on`: the norms and silu_mul write the digits
+/// (`Caps::act_x8_dtypes`).
+fn act_x8_from_env() -> Result<bool> {
+    match std::env::var("LSERVE_CUDA_ACT_X8").as_deref().map(str::trim) {
+        Err(_) | Ok("" | "1" | "on") => Ok(true),
+        Ok("0" | "off") => Ok(false),
+        Ok(v) => Err(Error::InvalidArgument(format!("LSERVE_CUDA_ACT_X8: `{v}` is not 0, 1, on or off"))),
+    }
+}
+
 pub(crate) fn need(b: &CudaBuffer, dtype: DType, n: usize, what: &str) -> Result<()> {
     if b.dtype != dtype {
         return Err(err(format!("{what}: expected a {dtype:?} buffer, got {:?}", b.dtype)));

@@ -328,7 +328,21 @@ pub fn sparse_decode_attention(
     check_common(p, &kv, meta, "sparse_decode_attention")?;
     let (ns, nh, hd, nkv) = (u(p.num_seqs), u(p.n_heads), u(p.head_dim), u(p.n_kv_heads));
     need(q, DType::F32, ns * nh * hd, "sparse_decode_attention q")?;
-    need(out, DType::F32, ns * nh * hd, "sparse_decode_attention out")?;
+    // An X8 out (one sequence's row as x8 digits, Caps::act_x8_dtypes) is written by the merge,
+    // which then always runs (at least 2 splits; the kernels never write `out` when split).
+    let x8 = out.dtype == DType::X8;
+    if x8 {
+        let k = nh * hd;
+        if ns != 1 || !hd.is_multiple_of(32) || k > be.caps().act_x8_max_k {
+            return Err(err(format!(
+                "sparse_decode_attention: an X8 out is one sequence with head_dim a multiple of 32 and n_heads * head_dim up to {}, not {ns} x {nh} x {hd}",
+                be.caps().act_x8_max_k
+            )));
+        }
+        need(out, DType::X8, x8_bytes(k), "sparse_decode_attention out")?;
+    } else {
+        need(out, DType::F32, ns * nh * hd, "sparse_decode_attention out")?;
+    }
     need(pages.seq_slot, DType::U32, ns, "decode seq_slot")?;
     need(pages.tail_start, DType::U32, ns, "decode tail_start")?;
     need(pages.selected, DType::U32, 0, "decode selected")?;
@@ -349,7 +363,7 @@ pub fn sparse_decode_attention(
     let gpu = be.gpu();
     let stem = kern::sparse_decode_attention::STEM;
     let wave = (gpu.sm_count * gpu.blocks_per_sm(stem, name, 128, smem as u32)?) as usize;
-    let splits = decode_splits(p, meta.page_table.len, head_chunks, wave);
+    let splits = decode_splits(p, meta.page_table.len, head_chunks, wave).max(1 + usize::from(x8));
     let part =
         if splits > 1 { Scratch(gpu.scratch("decode_part", ns * nh * splits * (hd + 2) * 4)?) } else { Scratch::NONE };
     let l = Launch::new((splits as u32, (nkv * head_chunks) as u32, ns as u32), 128).smem(smem);
@@ -388,7 +402,8 @@ pub fn sparse_decode_attention(
     if splits > 1 {
         let l = Launch::new(((ns * nh) as u32, hd.div_ceil(32) as u32, 1), 256);
         let args = kern::sparse_decode_attention_merge::Args { part, out, n_splits: splits as u32 };
-        kern::sparse_decode_attention_merge::launch(gpu, l, p, args)?;
+        let name = kern::sparse_decode_attention_merge::ENTRIES[usize::from(x8)];
+        kern::sparse_decode_attention_merge::launch_variant(gpu, name, l, p, args)?;
     }
     Ok(())
 }

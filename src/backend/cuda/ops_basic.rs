@@ -2,7 +2,7 @@
 //! gelu_tanh_mul, head_rmsnorm, scale,
 //! gather_rows, mean_rows, argmax, sample, fill_random (cuda/<op>.cu). Each checks its buffers first.
 
-use super::bindings::{self as k, entry, entry_in};
+use super::bindings::{self as k, entry_in};
 use super::context::{Launch, err};
 use super::{CudaBackend, CudaBuffer, need, need_float, need_weights};
 use crate::backend::*;
@@ -52,21 +52,35 @@ pub fn rmsnorm(
     let n = u(p.rows) * u(p.dim);
     need(x, DType::F32, n, "rmsnorm x")?;
     need(w, DType::F32, u(p.dim), "rmsnorm w")?;
-    need_float(out, n, "rmsnorm out")?; // f32, or 16-bit (Caps::act16_from)
+    need_act(be, out, u(p.rows), u(p.dim), "rmsnorm out")?;
     // One block a row: 1024 threads while rows are few (a decode step), 256 for long launches
     // (a prefill), whose rows then overlap four times as many blocks a multiprocessor.
     let l = Launch::new((p.rows, 1, 1), if p.rows >= 1024 { 256 } else { 1024 });
     match residual {
         None => {
-            let name = entry(k::rmsnorm::ENTRIES, out.dtype, 0, 1)?;
+            let name = entry_in(k::rmsnorm::ENTRIES, &k::ACT_DTYPES, out.dtype, 0, 1)?;
             k::rmsnorm::launch_variant(be.gpu(), name, l, p, k::rmsnorm::Args { x, w, out })
         }
         Some(res) => {
             need(res, DType::F32, n, "add_rmsnorm residual")?;
-            let name = entry(k::add_rmsnorm::ENTRIES, out.dtype, 0, 1)?;
+            let name = entry_in(k::add_rmsnorm::ENTRIES, &k::ACT_DTYPES, out.dtype, 0, 1)?;
             k::add_rmsnorm::launch_variant(be.gpu(), name, l, p, k::add_rmsnorm::Args { res, x, w, out })
         }
     }
+}
+
+/// The out of an activation op (rmsnorm, add_rmsnorm, silu_mul) of `rows` x `dim`: f32, 16-bit
+/// (Caps::act16_from), or one row of x8 digits (DType::X8, Caps::act_x8_dtypes: dim a multiple of
+/// 4 up to act_x8_max_k, x8_bytes(dim) bytes).
+fn need_act(be: &CudaBackend, out: &CudaBuffer, rows: usize, dim: usize, what: &str) -> Result<()> {
+    if out.dtype != DType::X8 {
+        return need_float(out, rows * dim, what);
+    }
+    if rows != 1 || !dim.is_multiple_of(4) || dim > be.caps().act_x8_max_k {
+        let max = be.caps().act_x8_max_k;
+        return Err(err(format!("{what}: an X8 out is one row of a multiple of 4 up to {max}, not {rows} x {dim}")));
+    }
+    need(out, DType::X8, x8_bytes(dim), what)
 }
 
 pub fn add(be: &CudaBackend, p: &AddParams, a: &mut CudaBuffer, b: &CudaBuffer) -> Result<()> {
@@ -78,13 +92,15 @@ pub fn add(be: &CudaBackend, p: &AddParams, a: &mut CudaBuffer, b: &CudaBuffer) 
 pub fn silu_mul(be: &CudaBackend, p: &SiluMulParams, gate_up: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
     let n = u(p.rows) * u(p.dim);
     need(gate_up, DType::F32, 2 * n, "silu_mul gate_up")?;
-    need_float(out, n, "silu_mul out")?; // f32, or 16-bit (Caps::act16_from)
+    need_act(be, out, u(p.rows), u(p.dim), "silu_mul out")?;
     if n == 0 {
         return Ok(());
     }
-    let name = entry(k::silu_mul::ENTRIES, out.dtype, 0, 1)?;
-    // 4 columns a thread, 256 threads a block along the row; rows over y (strided past 65535).
-    let l = Launch::new((u(p.dim).div_ceil(1024) as u32, p.rows.min(65535), 1), 256);
+    let name = entry_in(k::silu_mul::ENTRIES, &k::ACT_DTYPES, out.dtype, 0, 1)?;
+    // 4 columns a thread (an X8 row: a word of 4 elements, whole blocks of 32), 256 threads a
+    // block along the row; rows over y (strided past 65535).
+    let cols = if out.dtype == DType::X8 { 32 * u(p.dim).div_ceil(32) } else { u(p.dim) };
+    let l = Launch::new((cols.div_ceil(1024) as u32, p.rows.min(65535), 1), 256);
     k::silu_mul::launch_variant(be.gpu(), name, l, p, k::silu_mul::Args { gu: gate_up, out })
 }
 

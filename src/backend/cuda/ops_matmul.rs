@@ -78,7 +78,11 @@ pub fn matmul(
     let (m, n, k) = (u(p.m), u(p.n), u(p.k));
     // x in the weights' own 16-bit dtype (Caps::act16_from) goes to the GEMM as it is.
     let x_act16 = m >= X16_FROM_M && matches!(w.dtype, DType::F16 | DType::BF16) && x.dtype == w.dtype;
-    need(x, if x_act16 { w.dtype } else { DType::F32 }, m * k, "matmul x")?;
+    if x.dtype == DType::X8 {
+        need_x8(be, p, x, w)?;
+    } else {
+        need(x, if x_act16 { w.dtype } else { DType::F32 }, m * k, "matmul x")?;
+    }
     if w.dtype.is_weight_quant() {
         need_weights(w, n, k, "matmul w")?;
     } else {
@@ -161,31 +165,16 @@ fn matmul_quant(
     if (2..=MMQ_MAX_M).contains(&m) && w.dtype != DType::F8Row {
         return matmul_mmq(be, p, x, w, bias, out);
     }
+    if m == 1 && (x.dtype == DType::X8 || mmv_fits(be, w.dtype, k)) {
+        return mmv(be, p, x, w, bias, out);
+    }
     if m <= QUANT_GEMV_MAX_M {
-        // The integer-dot GEMV at m == 1 (x quantized into shared memory), unless fp8 or k too long.
-        let smem = mmv_smem_bytes(k);
-        let mmv = m == 1 && w.dtype != DType::F8Row && smem <= g.smem_optin as usize;
-        // Entries [QUANT_DTYPES][m1 | m16]; fp8's m1 is the f32 GEMV.
-        let m1 = mmv || (m == 1 && w.dtype == DType::F8Row);
+        // fp8 rows (m == 1: the f32 GEMV), or an integer-coded format at 2..=16 rows where the MMQ
+        // GEMM does not run, or at m == 1 with k too long for the integer GEMV's shared memory.
+        // Entries [QUANT_DTYPES][m1 | m16].
+        let m1 = m == 1 && w.dtype == DType::F8Row;
         let name = entry_in(kern::matmul_gemv_quant::ENTRIES, &QUANT_DTYPES, w.dtype, usize::from(!m1), 2)?;
-        let l = if mmv {
-            if let MmvMode::Reg { max_grid, lanes_quantize } = be.mmv().for_dtype(w.dtype)
-                && REG_DTYPES.contains(&w.dtype)
-                && let Some(l) = mmv_reg_launch(w.dtype, n, k, g.sm_count as usize, max_grid, g.smem_optin as usize)
-            {
-                return mmv_reg(be, p, x, w, bias, out, l, lanes_quantize);
-            }
-            let (block, rows) = mmv_shape(w.dtype, n, g.sm_count as usize);
-            let grid = n.div_ceil(block / 32 * rows);
-            if let Some(max_grid) = be.mmv().pre_grid(w.dtype) {
-                let grid = if max_grid > 0 { grid.min(max_grid as usize) } else { grid };
-                let l = Launch::new((grid as u32, 1, 1), block as u32).smem(smem);
-                return mmv_pre(be, p, x, w, bias, out, l);
-            }
-            Launch::new((grid as u32, 1, 1), block as u32).smem(smem)
-        } else {
-            Launch::new((n.div_ceil(8) as u32, 1, 1), 256)
-        };
+        let l = Launch::new((n.div_ceil(8) as u32, 1, 1), 256);
         return kern::matmul_gemv_quant::launch_variant(
             g,
             name,
@@ -219,58 +208,105 @@ fn matmul_quant(
     add_bias(be, p, bias, out)
 }
 
-/// The batch-1 integer-dot GEMV with x quantized once ([`MmvMode::Pre`]): x's digits into the
-/// `mmv_xq` scratch, then `matmul_gemv_<fmt>_m1_pre` with launch `l`.
-fn mmv_pre(
+/// The weight formats whose batch-1 GEMV reads x's digits from memory in mode `mode` (`Reg` or
+/// `Pre`, not `InBlock`): `Caps::act_x8_dtypes`, so an X8 x saves them the
+/// `matmul_quantize_x_m1` launch. For the formats whose own blocks quantize x (`InBlock`: in
+/// `Auto` Q4_0, Q4_1, Q5_0, Q8_0) an X8 x would run `Pre` instead, measured slower for Q8_0 (H200,
+/// 8B 32K sparse batch 1: 5.16 / 5.17 ms vs 5.05 / 5.07, docs/benchmarks.md session 18).
+pub fn x8_dtypes(mode: MmvMode) -> Vec<DType> {
+    MMQ_DTYPES.into_iter().filter(|&d| mode.pre_grid(d).is_some()).collect()
+}
+
+/// The batch-1 integer-dot GEMV runs for weights of dtype `d` (every integer-coded format, not
+/// fp8) with rows of k: x's digits fit the `_m1` kernels' shared memory.
+fn mmv_fits(be: &CudaBackend, d: DType, k: usize) -> bool {
+    d != DType::F8Row && mmv_smem_bytes(k) <= be.gpu().smem_optin as usize
+}
+
+/// An X8 x (one row of digits, `Caps::act_x8_dtypes`) for weights `w`: m == 1, a dtype the
+/// batch-1 integer GEMV reads, k a multiple of 4 up to `act_x8_max_k`, x8_bytes(k) bytes.
+fn need_x8(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer, w: &CudaBuffer) -> Result<()> {
+    let (c, k) = (be.caps(), u(p.k));
+    if p.m != 1 || !c.act_x8_dtypes.contains(&w.dtype) || !k.is_multiple_of(4) || k > c.act_x8_max_k {
+        return Err(err(format!(
+            "matmul: an X8 x is one row of k a multiple of 4 up to {} for weights of {:?}, not {} x {k} for {:?}",
+            c.act_x8_max_k, c.act_x8_dtypes, p.m, w.dtype
+        )));
+    }
+    need(x, DType::X8, x8_bytes(k), "matmul x")
+}
+
+/// The batch-1 integer-dot GEMV in the mode [`MmvMode::for_dtype`] gives: x in registers where the
+/// format and shape allow it ([`mmv_reg_launch`]), else x's digits copied into each block's shared
+/// memory (`Pre`) or quantized by each block (`InBlock`). x is f32, or already its digits
+/// ([`DType::X8`]: no `matmul_quantize_x_m1`, and the modes that would quantize in the lanes or
+/// in each block read the digits as `Reg` / `Pre` do).
+fn mmv(
     be: &CudaBackend,
     p: &MatmulParams,
     x: &CudaBuffer,
     w: &CudaBuffer,
     bias: Option<&CudaBuffer>,
     out: &mut CudaBuffer,
-    l: Launch,
 ) -> Result<()> {
-    let xq = mmv_quantize_x(be, p, x)?;
-    let name = entry_in(kern::matmul_gemv_quant_pre::ENTRIES, &MMQ_DTYPES, w.dtype, 0, 1)?;
-    let args = kern::matmul_gemv_quant_pre::Args { xq, w, b: bias, o: out };
-    kern::matmul_gemv_quant_pre::launch_variant(be.gpu(), name, l, p, args)
+    let (g, n, k) = (be.gpu(), u(p.n), u(p.k));
+    let (digits, mode) = (x.dtype == DType::X8, be.mmv().for_dtype(w.dtype));
+    if let MmvMode::Reg { max_grid, lanes_quantize } = mode
+        && REG_DTYPES.contains(&w.dtype)
+        && let Some(l) = mmv_reg_launch(w.dtype, n, k, g.sm_count as usize, max_grid, g.smem_optin as usize)
+    {
+        if lanes_quantize && !digits {
+            let name = entry_in(kern::matmul_gemv_quant_regf::ENTRIES, &REG_DTYPES, w.dtype, 0, 1)?;
+            let args = kern::matmul_gemv_quant_regf::Args { x, w, b: bias, o: out };
+            return kern::matmul_gemv_quant_regf::launch_variant(g, name, l, p, args);
+        }
+        let name = entry_in(kern::matmul_gemv_quant_reg::ENTRIES, &REG_DTYPES, w.dtype, 0, 1)?;
+        let xq = mmv_digits(be, p, x)?;
+        let args = kern::matmul_gemv_quant_reg::Args { xq, w, b: bias, o: out };
+        return kern::matmul_gemv_quant_reg::launch_variant(g, name, l, p, args);
+    }
+    let (block, rows) = mmv_shape(w.dtype, n, g.sm_count as usize);
+    let grid = n.div_ceil(block / 32 * rows);
+    let smem = mmv_smem_bytes(k);
+    match (be.mmv().pre_grid(w.dtype), digits) {
+        (None, false) => {
+            let name = entry_in(kern::matmul_gemv_quant::ENTRIES, &QUANT_DTYPES, w.dtype, 0, 2)?;
+            let l = Launch::new((grid as u32, 1, 1), block as u32).smem(smem);
+            kern::matmul_gemv_quant::launch_variant(
+                g,
+                name,
+                l,
+                p,
+                kern::matmul_gemv_quant::Args { x, w, b: bias, o: out },
+            )
+        }
+        (max_grid, _) => {
+            let grid = match max_grid {
+                Some(mg) if mg > 0 => grid.min(mg as usize),
+                _ => grid,
+            };
+            let l = Launch::new((grid as u32, 1, 1), block as u32).smem(smem);
+            let name = entry_in(kern::matmul_gemv_quant_pre::ENTRIES, &MMQ_DTYPES, w.dtype, 0, 1)?;
+            let xq = mmv_digits(be, p, x)?;
+            let args = kern::matmul_gemv_quant_pre::Args { xq, w, b: bias, o: out };
+            kern::matmul_gemv_quant_pre::launch_variant(g, name, l, p, args)
+        }
+    }
 }
 
-/// x's two int8 digits per element into the `mmv_xq` scratch ([`mmv_smem_bytes`]; one thread
-/// per x word), for the `_m1_pre` and `_m1_reg` GEMVs.
-fn mmv_quantize_x(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer) -> Result<Scratch> {
+/// x's two int8 digits per element in the `_m1` layout ([`mmv_smem_bytes`]): an X8 x as it is,
+/// or an f32 x quantized into the `mmv_xq` scratch (`matmul_quantize_x_m1`, one thread per x
+/// word), for the `_m1_pre` and `_m1_reg` GEMVs.
+fn mmv_digits(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer) -> Result<Scratch> {
+    if x.dtype == DType::X8 {
+        return Ok(Scratch(x.ptr()));
+    }
     let g = be.gpu();
     let k = u(p.k);
     let xq = Scratch(g.scratch("mmv_xq", mmv_smem_bytes(k))?);
     let qargs = kern::matmul_quantize_x_m1::Args { x, xq };
     kern::matmul_quantize_x_m1::launch(g, Launch::elems(8 * k.div_ceil(32)), p, qargs)?;
     Ok(xq)
-}
-
-/// The batch-1 GEMV with x in registers ([`MmvMode::Reg`]) with launch `l`: x's digits from
-/// the `mmv_xq` scratch (`matmul_gemv_<fmt>_m1_reg`), or quantized by the lanes from f32 x
-/// (`lanes_quantize`: `matmul_gemv_<fmt>_m1_regf`, no `matmul_quantize_x_m1` launch).
-#[allow(clippy::too_many_arguments)]
-fn mmv_reg(
-    be: &CudaBackend,
-    p: &MatmulParams,
-    x: &CudaBuffer,
-    w: &CudaBuffer,
-    bias: Option<&CudaBuffer>,
-    out: &mut CudaBuffer,
-    l: Launch,
-    lanes_quantize: bool,
-) -> Result<()> {
-    let g = be.gpu();
-    if lanes_quantize {
-        let name = entry_in(kern::matmul_gemv_quant_regf::ENTRIES, &REG_DTYPES, w.dtype, 0, 1)?;
-        let args = kern::matmul_gemv_quant_regf::Args { x, w, b: bias, o: out };
-        return kern::matmul_gemv_quant_regf::launch_variant(g, name, l, p, args);
-    }
-    let name = entry_in(kern::matmul_gemv_quant_reg::ENTRIES, &REG_DTYPES, w.dtype, 0, 1)?;
-    let xq = mmv_quantize_x(be, p, x)?;
-    let args = kern::matmul_gemv_quant_reg::Args { xq, w, b: bias, o: out };
-    kern::matmul_gemv_quant_reg::launch_variant(g, name, l, p, args)
 }
 
 /// Threads a block of the GEMVs with x in registers (`matmul_gemv_<fmt>_m1_reg`) may have: one
@@ -459,7 +495,7 @@ impl MmvMode {
 /// Shared memory of the integer-dot GEMV: x as two int8 digits (2 x 36 bytes, padded) and (d, sum) (8 bytes)
 /// per block of 32 elements of k (cuda/matmul_quant.cu).
 pub fn mmv_smem_bytes(k: usize) -> usize {
-    80 * k.div_ceil(32)
+    x8_bytes(k)
 }
 
 fn sgemm(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer, w: &CudaBuffer, out0: u64) -> Result<()> {
@@ -498,6 +534,17 @@ mod tests {
     /// The launch of the GEMV with x in registers: threads per 32 (K-quants) or 16 (int8)
     /// elements of k in whole warps, up to 1024; rows per block a multiple of 4 covering n;
     /// shared memory one f32 per warp and row; shapes it cannot take are declined.
+    #[test]
+    fn x8_dtypes_are_the_formats_that_read_digits() {
+        use crate::backend::reference::ggml_quant::GgmlType::*;
+        let g = DType::Ggml;
+        assert_eq!(x8_dtypes(MmvMode::Auto), [g(Q5_1), g(Q4_K), g(Q5_K), g(Q6_K), DType::I8Row]);
+        assert!(x8_dtypes(MmvMode::InBlock).is_empty());
+        assert_eq!(x8_dtypes(MmvMode::Pre { max_grid: 0 }), MMQ_DTYPES);
+        let reg = x8_dtypes(MmvMode::Reg { max_grid: 0, lanes_quantize: true });
+        assert_eq!(reg, MMQ_DTYPES, "Reg: the register formats read digits, the others run Pre");
+    }
+
     #[test]
     fn mmv_reg_launch_shapes() {
         let q4k = DType::Ggml(GgmlType::Q4_K);

@@ -210,9 +210,84 @@ pub fn x8_blocks(x: &[f32], k: usize) -> Vec<f32> {
     out
 }
 
+/// One row x `[k]` as a [`DType::X8`] buffer's bytes (crate::backend::x8_bytes(k)): the digits
+/// of [`x8_blocks`] with the kernels' rounding (half to even, CUDA's `rintf`) and the block sums
+/// in their order (each 8-lane group's tree, cuda/common.cuh `x8_quantize4`).
+pub fn x8_encode(x: &[f32]) -> Vec<u8> {
+    let nb = x.len().div_ceil(32);
+    let mut out = vec![0u8; crate::backend::x8_bytes(x.len())];
+    for (b, blk) in x.chunks(32).enumerate() {
+        let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let (d, id) = if amax > 0.0 { (amax / 127.0, 127.0 / amax) } else { (0.0, 0.0) };
+        for (i, &v) in blk.iter().enumerate() {
+            let hi = (v * id).round_ties_even();
+            let lo = ((v - hi * d) * id * 254.0).round_ties_even().clamp(-127.0, 127.0);
+            let at = 4 * (9 * b) + i;
+            out[at] = hi as i8 as u8;
+            out[at + 36 * nb] = lo as i8 as u8;
+        }
+        // Each lane's four (pairs, then the pair sums), then a tree over the block's 8 lanes.
+        let mut lanes = [0f32; 8];
+        for (l, w) in blk.chunks(4).enumerate() {
+            let v = |i: usize| w.get(i).copied().unwrap_or(0.0);
+            lanes[l] = (v(0) + v(1)) + (v(2) + v(3));
+        }
+        let quad = |o: usize| (lanes[o] + lanes[o + 1]) + (lanes[o + 2] + lanes[o + 3]);
+        let sum = quad(0) + quad(4);
+        let at = 72 * nb + 8 * b;
+        out[at..at + 4].copy_from_slice(&d.to_le_bytes());
+        out[at + 4..at + 8].copy_from_slice(&sum.to_le_bytes());
+    }
+    out
+}
+
+/// The values of a [`DType::X8`] row of `k` elements: d (hi + lo / 254) per element (what
+/// [`x8_blocks`] gives for the x it was made from). None if `bytes` is shorter than the layout.
+pub fn x8_decode(bytes: &[u8], k: usize) -> Option<Vec<f32>> {
+    let nb = k.div_ceil(32);
+    if bytes.len() < crate::backend::x8_bytes(k) {
+        return None;
+    }
+    let f = |at: usize| f32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    Some(
+        (0..k)
+            .map(|e| {
+                let (b, i) = (e / 32, e % 32);
+                let at = 4 * (9 * b) + i;
+                let (hi, lo) = (bytes[at] as i8 as f32, bytes[at + 36 * nb] as i8 as f32);
+                f(72 * nb + 8 * b) * (lo / 254.0 + hi)
+            })
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn x8_encode_decodes_to_x8_blocks() {
+        // k = 70: two whole blocks and a short one; a zero block; element 0 of block 1 an outlier.
+        let k = 70;
+        let mut x: Vec<f32> = (0..k).map(|i| ((i * 37 % 41) as f32 - 20.0) / 7.0).collect();
+        x[32] = -55.0;
+        x[64..].iter_mut().for_each(|v| *v = 0.0);
+        let bytes = x8_encode(&x);
+        assert_eq!(bytes.len(), crate::backend::x8_bytes(k));
+        let got = x8_decode(&bytes, k).unwrap();
+        for (i, (g, w)) in got.iter().zip(x8_blocks(&x, k)).enumerate() {
+            assert!((g - w).abs() <= w.abs() * 1e-6 + 1e-7, "element {i}: {g} vs {w}");
+        }
+        // The pad words are zero, the sums are the blocks' sums.
+        let nb = 3;
+        for b in 0..nb {
+            assert_eq!(&bytes[4 * (9 * b + 8)..4 * (9 * b + 9)], &[0; 4]);
+            let sum = f32::from_le_bytes(bytes[72 * nb + 8 * b + 4..72 * nb + 8 * b + 8].try_into().unwrap());
+            let want: f32 = x[32 * b..(32 * b + 32).min(k)].iter().sum();
+            assert!((sum - want).abs() <= 1e-4 * want.abs().max(1.0), "block {b}: {sum} vs {want}");
+        }
+        assert!(x8_decode(&bytes[1..], k).is_none());
+    }
 
     #[test]
     fn x8_blocks_is_within_a_two_digit_step_and_a_fixed_point() {

@@ -74,6 +74,8 @@ impl WgpuBackend {
             act16_from: None,
             // The two-digit-x batch-1 GEMV (ops_matmul.rs) needs SUBGROUP.
             matmul_x8_max_m: usize::from(gpu.use_subgroup),
+            act_x8_dtypes: vec![],
+            act_x8_max_k: 0,
         };
         Ok(WgpuBackend { gpu, caps, scratch: RefCell::new(None) })
     }
