@@ -315,9 +315,7 @@ parity_tests!(cuda, crate::common::cuda_backend());
 /// groups: the multi-row path the test's small n never reach on the in-block grid of a large GPU.
 #[cfg(feature = "cuda")]
 fn cuda_mmv(mode: lserve::backend::cuda::MmvMode) -> Option<lserve::backend::cuda::CudaBackend> {
-    let b = crate::common::cuda_backend()?;
-    b.set_mmv(mode);
-    Some(b)
+    crate::common::cuda_backend_mmv(Some(mode))
 }
 #[cfg(feature = "cuda")]
 matmul_quant_tests!(cuda_mmv_inblock, crate::cuda_mmv(lserve::backend::cuda::MmvMode::InBlock));

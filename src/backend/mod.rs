@@ -52,7 +52,7 @@ pub enum DType {
     F8Row,
     /// One row x `[k]` of a batch-1 matmul with integer-coded weights, as the two int8 digits per
     /// element that matmul multiplies (`Caps::act_x8_dtypes`; the values of
-    /// [`reference::weight_quant::x8_blocks`]). Blocks of 32 elements, `nb = ceil(k / 32)`: the hi
+    /// [`reference::weight_quant::x8_blocks`], within a lo digit where rounding differs). Blocks of 32 elements, `nb = ceil(k / 32)`: the hi
     /// digits as `[9 nb]` i32 words (word `e` of block `b`, elements `32 b + 4 e .. + 4` one a byte,
     /// at `9 b + e`; word 8 of each block is a zero pad; elements past k are 0), the lo digits
     /// likewise, then `[nb]` pairs (d, f32 sum of the block's x) as f32: x = d (hi + lo / 254).
@@ -166,6 +166,7 @@ pub struct Caps {
     /// x's digits rather than quantizing x in each block, `ops_matmul::x8_dtypes`: the batch-1
     /// decode step's norms, attention and FFN activation; `LSERVE_CUDA_ACT_X8=0` turns it off.)
     pub act_x8_dtypes: Vec<DType>,
+    /// The longest such row (0 where `act_x8_dtypes` is empty).
     pub act_x8_max_k: usize,
 }
 

@@ -547,7 +547,9 @@ impl<B: Backend> Llama<B> {
     /// every layer's matrices take it (`Linear::x16_dtype`; attention writes f32), at one row x8
     /// digits where they all take those (`Linear::takes_x8`; attention only in a decode step, with
     /// head_dim a multiple of 32), else f32. Either is what the matmul would have made of the f32
-    /// activations, so the results are bit-identical to theirs.
+    /// activations (the attention's at short contexts within an f32 rounding: its X8 row always
+    /// comes from the split merge, which normalizes as acc * (1 / l) where one split's kernel
+    /// divides).
     fn act_dtypes(&self, be: &B, n: usize, decode: bool) -> (DType, DType, DType) {
         let ls = &self.layers;
         if n == 1 {
@@ -626,12 +628,12 @@ impl<B: Backend> Llama<B> {
     }
 }
 
-/// The one 16-bit dtype every matrix of `ls` takes its x in (`Linear::x16_dtype`), else f32.
 /// Length of an activation buffer of `n` rows of `k` in dtype `d`: elements, or an X8 row's bytes.
 fn act_len(d: DType, n: usize, k: usize) -> usize {
     if d == DType::X8 { x8_bytes(k) } else { n * k }
 }
 
+/// The one 16-bit dtype every matrix of `ls` takes its x in (`Linear::x16_dtype`), else f32.
 fn common_x16<'a, B: Backend + 'a>(be: &B, mut ls: impl Iterator<Item = &'a Linear<B>>) -> DType {
     match ls.next().and_then(|l| l.x16_dtype(be)) {
         Some(d) if ls.all(|l| l.x16_dtype(be) == Some(d)) => d,

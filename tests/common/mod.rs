@@ -106,8 +106,15 @@ pub fn wgpu_backend_with(opts: lserve::backend::wgpu::WgpuOptions) -> Option<lse
 /// LSERVE_REQUIRE_CUDA=1, which turns a missing device into a failure (the GPU run sets it).
 #[cfg(feature = "cuda")]
 pub fn cuda_backend() -> Option<lserve::backend::cuda::CudaBackend> {
+    cuda_backend_mmv(None)
+}
+
+/// [`cuda_backend`] opened with the batch-1 GEMV mode `mmv` (None: `LSERVE_CUDA_MMV`, default
+/// `auto`); its `Caps::act_x8_dtypes` follow that mode.
+pub fn cuda_backend_mmv(mmv: Option<lserve::backend::cuda::MmvMode>) -> Option<lserve::backend::cuda::CudaBackend> {
     let opts = lserve::backend::cuda::CudaOptions {
         kernel_cache: Some(lserve::fetch::cache_dir().join("cuda")),
+        mmv,
         ..Default::default()
     };
     match lserve::backend::cuda::CudaBackend::with_options(0, opts) {

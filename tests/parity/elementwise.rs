@@ -381,8 +381,9 @@ pub fn x8_out<B: Backend>(t: &super::Pair<'_, B>, dim: usize) -> Option<(B::Buff
 
 /// A backend's X8 row, decoded as `DType::X8` lays it out (`weight_quant::x8_decode`), against
 /// the reference's f32 result snapped to the same grid (`x8_blocks`): within `tol` of the f32
-/// values plus two digit steps of the block (max|x| / 64516 each: the two f32 results may sit on
-/// either side of a rounding edge). The pad words must be zero.
+/// values plus about one lo digit of the block (max|x| / 32258: the two f32 results may sit on
+/// either side of a rounding edge). Each block's sum (the min terms of Q4_K / Q5_K / Q5_1 read
+/// it) within `tol` of the reference's f32 sum per element; the pad words zero.
 pub fn check_x8<B: Backend>(
     t: &super::Pair<'_, B>,
     name: &str,
@@ -398,10 +399,15 @@ pub fn check_x8<B: Backend>(
     for b in 0..nb {
         let blk = 32 * b..(32 * b + 32).min(dim);
         let amax = want_f32[blk.clone()].iter().fold(0f32, |a, v| a.max(v.abs()));
-        for e in blk {
+        for e in blk.clone() {
             let lim = tol * want_f32[e].abs().max(1.0) + 2.02 * amax / 64516.0;
             assert!((got[e] - want[e]).abs() <= lim, "{name}[{e}]: got {}, want {} (tol {lim})", got[e], want[e]);
         }
+        let at = 72 * nb + 8 * b + 4;
+        let sum = f32::from_le_bytes(raw[at..at + 4].try_into().unwrap());
+        let want_sum: f32 = want_f32[blk.clone()].iter().sum();
+        let lim = tol * want_f32[blk.clone()].iter().map(|v| v.abs().max(1.0)).sum::<f32>();
+        assert!((sum - want_sum).abs() <= lim, "{name}: block {b} sum {sum}, want {want_sum} (tol {lim})");
         for plane in [0, 36 * nb] {
             let at = plane + 4 * (9 * b + 8);
             assert_eq!(raw[at..at + 4], [0; 4], "{name}: pad word of block {b} at byte {at}");

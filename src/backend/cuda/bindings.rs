@@ -462,12 +462,12 @@ pub fn embed_dtypes() -> Vec<DType> {
     v
 }
 
-/// The entry of a kernel whose entries are `[dtype][variant]` in [`STORE_DTYPES`] order with
-/// `per` variants per dtype.
 /// The out dtypes of the activation ops (rmsnorm, add_rmsnorm, silu_mul), in entry order: f32,
 /// the 16-bit types (`Caps::act16_from`), one row of x8 digits (`Caps::act_x8_dtypes`).
 pub const ACT_DTYPES: [DType; 4] = [DType::F32, DType::F16, DType::BF16, DType::X8];
 
+/// The entry of a kernel whose entries are `[dtype][variant]` in [`STORE_DTYPES`] order with
+/// `per` variants per dtype.
 pub fn entry(entries: &'static [&'static str], d: DType, variant: usize, per: usize) -> Result<&'static str> {
     entry_in(entries, &STORE_DTYPES, d, variant, per)
 }

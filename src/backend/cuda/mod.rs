@@ -73,7 +73,7 @@ impl std::fmt::Debug for CudaBuffer {
 pub struct CudaBackend {
     gpu: Gpu,
     caps: Caps,
-    mmv: std::cell::Cell<MmvMode>,
+    mmv: MmvMode,
 }
 
 /// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md, CUDA).
@@ -129,8 +129,7 @@ impl CudaBackend {
             act16_from: Some(ops_matmul::X16_FROM_M),
             matmul_x8_max_m: ops_matmul::MMQ_MAX_M,
             act_x8_dtypes: vec![],
-            // x's digits fit the batch-1 GEMV's shared memory (ops_matmul::mmv_smem_bytes).
-            act_x8_max_k: gpu.smem_optin as usize / 80 * 32,
+            act_x8_max_k: 0,
         };
         let mmv = match opts.mmv {
             Some(m) => m,
@@ -138,8 +137,10 @@ impl CudaBackend {
         };
         if act_x8_from_env()? {
             caps.act_x8_dtypes = ops_matmul::x8_dtypes(mmv);
+            // x's digits fit the batch-1 GEMV's shared memory (ops_matmul::mmv_smem_bytes).
+            caps.act_x8_max_k = gpu.smem_optin as usize / 80 * 32;
         }
-        Ok(CudaBackend { gpu, caps, mmv: std::cell::Cell::new(mmv) })
+        Ok(CudaBackend { gpu, caps, mmv })
     }
 
     pub(crate) fn gpu(&self) -> &Gpu {
@@ -151,14 +152,9 @@ impl CudaBackend {
         self.gpu.set_graph_replay(on)
     }
 
-    /// Where the batch-1 quantized GEMV gets x's digits from now on (initially
-    /// `CudaOptions::mmv`; the parity tests force each mode).
-    pub fn set_mmv(&self, mode: MmvMode) {
-        self.mmv.set(mode)
-    }
-
+    /// The batch-1 quantized GEMV's mode (`CudaOptions::mmv`, else `LSERVE_CUDA_MMV` at open).
     pub fn mmv(&self) -> MmvMode {
-        self.mmv.get()
+        self.mmv
     }
 
     /// What CUDA-graph replay of recorded steps did so far (graph.rs).
@@ -200,10 +196,9 @@ impl CudaBackend {
     }
 }
 
-/// `b` holds at least `n` elements of `dtype`.
 /// `LSERVE_CUDA_ACT_X8`: `0` / `off` keep batch-1 activations in f32 (each integer GEMV then
-/// quantizes its x itself); unset, `1` or `on`: the norms and silu_mul write the digits
-/// (`Caps::act_x8_dtypes`).
+/// quantizes its x itself, and the ops refuse X8 buffers); unset, `1` or `on`: the norms,
+/// silu_mul and the decode attention write the digits (`Caps::act_x8_dtypes`).
 fn act_x8_from_env() -> Result<bool> {
     match std::env::var("LSERVE_CUDA_ACT_X8").as_deref().map(str::trim) {
         Err(_) | Ok("" | "1" | "on") => Ok(true),
@@ -212,6 +207,7 @@ fn act_x8_from_env() -> Result<bool> {
     }
 }
 
+/// `b` holds at least `n` elements of `dtype`.
 pub(crate) fn need(b: &CudaBuffer, dtype: DType, n: usize, what: &str) -> Result<()> {
     if b.dtype != dtype {
         return Err(err(format!("{what}: expected a {dtype:?} buffer, got {:?}", b.dtype)));

@@ -531,9 +531,6 @@ mod tests {
     use super::*;
     use crate::backend::reference::ggml_quant::GgmlType;
 
-    /// The launch of the GEMV with x in registers: threads per 32 (K-quants) or 16 (int8)
-    /// elements of k in whole warps, up to 1024; rows per block a multiple of 4 covering n;
-    /// shared memory one f32 per warp and row; shapes it cannot take are declined.
     #[test]
     fn x8_dtypes_are_the_formats_that_read_digits() {
         use crate::backend::reference::ggml_quant::GgmlType::*;
@@ -545,6 +542,9 @@ mod tests {
         assert_eq!(reg, MMQ_DTYPES, "Reg: the register formats read digits, the others run Pre");
     }
 
+    /// The launch of the GEMV with x in registers: threads per 32 (K-quants) or 16 (int8)
+    /// elements of k in whole warps, up to 1024; rows per block a multiple of 4 covering n;
+    /// shared memory one f32 per warp and row; shapes it cannot take are declined.
     #[test]
     fn mmv_reg_launch_shapes() {
         let q4k = DType::Ggml(GgmlType::Q4_K);

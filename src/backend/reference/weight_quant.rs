@@ -211,8 +211,9 @@ pub fn x8_blocks(x: &[f32], k: usize) -> Vec<f32> {
 }
 
 /// One row x `[k]` as a [`DType::X8`] buffer's bytes (crate::backend::x8_bytes(k)): the digits
-/// of [`x8_blocks`] with the kernels' rounding (half to even, CUDA's `rintf`) and the block sums
-/// in their order (each 8-lane group's tree, cuda/common.cuh `x8_quantize4`).
+/// of [`x8_blocks`] rounded half to even (CUDA's `rintf`; a GPU that fuses `x - hi d` into one
+/// FMA may round a lo digit the other way) and the block sums in the kernels' order (each 8-lane
+/// group's tree, cuda/common.cuh `x8_quantize4`).
 pub fn x8_encode(x: &[f32]) -> Vec<u8> {
     let nb = x.len().div_ceil(32);
     let mut out = vec![0u8; crate::backend::x8_bytes(x.len())];
