@@ -321,6 +321,18 @@ __device__ __forceinline__ void rn4_out(u32 dim, float eps, float* red, float ss
 
 // ---- x as two int8 digits per element (DType::X8; the batch-1 integer-dot matmul's x) ----------
 
+// A block's scale from its max|x|: d = max|x| / 127, id = 127 / max|x| (0 for an all-zero block).
+__device__ __forceinline__ void x8_scale(float amax, float& d, float& id) {
+    d = amax / 127.0f;
+    id = amax > 0.0f ? 127.0f / amax : 0.0f;
+}
+// Element v's two digits in a block of scale d (d and id from x8_scale), each as its low 8 bits:
+// hi = round(v id), lo = round((v - d hi) id 254) clamped to |lo| <= 127.
+__device__ __forceinline__ void x8_digits(float v, float d, float id, u32& h, u32& l) {
+    const float fh = rintf(v * id);
+    h = (u32)(int)fh & 0xffu;
+    l = (u32)(int)fminf(fmaxf(rintf((v - fh * d) * id * 254.0f), -127.0f), 127.0f) & 0xffu;
+}
 // x as two int8 digits per element, blocks of 32 (weight_quant::x8_blocks on the CPU): d = max|x| /
 // 127, hi = round(x / d), lo = round((x - d hi) / (d / 254)) clamped to |lo| <= 127, so x = d (hi +
 // lo / 254) within max|x| / 64516 (about 16 bits). Elements v[0..4] of one block, 8 lanes (an
@@ -334,16 +346,16 @@ __device__ __forceinline__ void x8_quantize4(const float* v, u32& hi, u32& lo, f
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         sum += __shfl_xor_sync(0xffffffffu, sum, o);
     }
-    d = amax / 127.0f;
-    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    float id;
+    x8_scale(amax, d, id);
     hi = 0;
     lo = 0;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        float h = rintf(v[i] * id);
-        float l = fminf(fmaxf(rintf((v[i] - h * d) * id * 254.0f), -127.0f), 127.0f);
-        hi |= ((u32)(int)h & 0xffu) << (8 * i);
-        lo |= ((u32)(int)l & 0xffu) << (8 * i);
+        u32 h, l;
+        x8_digits(v[i], d, id, h, l);
+        hi |= h << (8 * i);
+        lo |= l << (8 * i);
     }
 }
 
@@ -392,10 +404,12 @@ __device__ __forceinline__ void x8_row_put32(x8_t* row, u32 k, u32 e0, float v) 
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         sum += __shfl_xor_sync(0xffffffffu, sum, o);
     }
-    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    const float h = rintf(v * id);
-    const float l = fminf(fmaxf(rintf((v - h * d) * id * 254.0f), -127.0f), 127.0f);
-    u32 hw = ((u32)(int)h & 0xffu) << (8 * (lane & 3)), lw = ((u32)(int)l & 0xffu) << (8 * (lane & 3));
+    float d, id;
+    x8_scale(amax, d, id);
+    u32 hw, lw;
+    x8_digits(v, d, id, hw, lw);
+    hw <<= 8 * (lane & 3);
+    lw <<= 8 * (lane & 3);
 #pragma unroll
     for (int o = 1; o < 4; o <<= 1) {
         hw |= __shfl_xor_sync(0xffffffffu, hw, o);

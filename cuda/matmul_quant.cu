@@ -631,17 +631,17 @@ __device__ __forceinline__ void mmv_quantize_x16(const float* x, bool on, int* h
     }
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
     sum = s + __shfl_xor_sync(0xffffffffu, s, 1);
-    d = amax / 127.0f;
-    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    float id;
+    x8_scale(amax, d, id);
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         u32 hi = 0, lo = 0;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            float hv = rintf(v[4 * j + i] * id);
-            float lv = fminf(fmaxf(rintf((v[4 * j + i] - hv * d) * id * 254.0f), -127.0f), 127.0f);
-            hi |= ((u32)(int)hv & 0xffu) << (8 * i);
-            lo |= ((u32)(int)lv & 0xffu) << (8 * i);
+            u32 hv, lv;
+            x8_digits(v[4 * j + i], d, id, hv, lv);
+            hi |= hv << (8 * i);
+            lo |= lv << (8 * i);
         }
         h[j] = (int)hi;
         l[j] = (int)lo;

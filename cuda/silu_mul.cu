@@ -6,6 +6,10 @@
 // of the grid takes word c (the same f32 values as silu_mul_f32), whole warps while their first
 // word is below the row's 8 nxb words (x8_quantize4's shuffles), words past dim / 4 zero.
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+// silu(g) * u of four columns.
+__device__ __forceinline__ float4 silu_mul4(float4 g, float4 u) {
+    return make_float4(silu(g.x) * u.x, silu(g.y) * u.y, silu(g.z) * u.z, silu(g.w) * u.w);
+}
 template <typename O>
 __device__ __forceinline__ void silu_store(O* o, float g, float u) { *o = from_f32<O>(silu(g) * u); }
 
@@ -21,7 +25,7 @@ __device__ void silu_mul_impl(SiluMulParams p, const float* __restrict__ gu, O* 
         if (vec) {
             float4 a = *reinterpret_cast<const float4*>(g + c);
             float4 b = *reinterpret_cast<const float4*>(up + c);
-            store4(o + c, make_float4(silu(a.x) * b.x, silu(a.y) * b.y, silu(a.z) * b.z, silu(a.w) * b.w));
+            store4(o + c, silu_mul4(a, b));
         } else {
             for (u32 j = c; j < c + 4 && j < p.dim; j++) silu_store(o + j, g[j], up[j]);
         }
@@ -33,14 +37,8 @@ extern "C" __global__ void silu_mul_bf16(SiluMulParams p, const float* gu, bf16_
 extern "C" __global__ void silu_mul_x8(SiluMulParams p, const float* __restrict__ gu, x8_t* __restrict__ out) {
     const u32 c = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x & 31;
     if (c - lane >= 8 * ((p.dim + 31) / 32)) return;
-    float y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (c < p.dim / 4) {
-        const float4 a = reinterpret_cast<const float4*>(gu)[c];
-        const float4 b = reinterpret_cast<const float4*>(gu + p.dim)[c];
-        y[0] = silu(a.x) * b.x;
-        y[1] = silu(a.y) * b.y;
-        y[2] = silu(a.z) * b.z;
-        y[3] = silu(a.w) * b.w;
-    }
-    x8_row_put(out, p.dim, c, y);
+    float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (c < p.dim / 4) y = silu_mul4(reinterpret_cast<const float4*>(gu)[c], reinterpret_cast<const float4*>(gu + p.dim)[c]);
+    const float v[4] = {y.x, y.y, y.z, y.w};
+    x8_row_put(out, p.dim, c, v);
 }

@@ -170,6 +170,14 @@ pub struct Caps {
     pub act_x8_max_k: usize,
 }
 
+impl Caps {
+    /// A row of `k` elements may be a [`DType::X8`] activation: the backend writes and reads
+    /// them (`act_x8_dtypes` not empty) and k is a multiple of 4 up to `act_x8_max_k`.
+    pub fn x8_row_fits(&self, k: usize) -> bool {
+        !self.act_x8_dtypes.is_empty() && k.is_multiple_of(4) && k <= self.act_x8_max_k
+    }
+}
+
 /// One layer's KV storage (docs/kv-cache.md).
 /// - `k`, `v`: the retrieval pool, `[page][n_ret][page_size][head_dim]` (HND).
 /// - `summary`: per logical page of the retrieval pool, channel-wise min and max of the rotated

@@ -66,9 +66,7 @@ impl<B: Backend> Linear<B> {
     /// part's dtype is listed and k is a multiple of 4 up to `act_x8_max_k`.
     pub fn takes_x8(&self, be: &B) -> bool {
         let c = be.caps();
-        self.k.is_multiple_of(4)
-            && self.k <= c.act_x8_max_k
-            && self.parts.iter().all(|p| c.act_x8_dtypes.contains(&be.dtype(&p.w)))
+        c.x8_row_fits(self.k) && self.parts.iter().all(|p| c.act_x8_dtypes.contains(&be.dtype(&p.w)))
     }
 
     /// The single buffer of a one-part matrix (an embedding table), or None.

@@ -276,7 +276,7 @@ fn quant_case<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, p: &MatmulPa
     // The same x as its digits (DType::X8, `weight_quant::x8_encode`) where the backend takes
     // them: the same product as the reference's.
     let c = t.gpu.caps();
-    if m == 1 && c.act_x8_dtypes.contains(&dtype) && k.is_multiple_of(4) && k <= c.act_x8_max_k {
+    if m == 1 && c.act_x8_dtypes.contains(&dtype) && c.x8_row_fits(k) {
         let xv = t.cpu.download_f32(&x.1, 0, k).unwrap();
         let xq = t.gpu.upload_raw(DType::X8, &weight_quant::x8_encode(&xv)).unwrap();
         let mut out8 = t.out(len);
@@ -372,7 +372,7 @@ const X8_DIMS: [usize; 6] = [36, 576, 640, 4096, 5000, 20000];
 /// one on the reference, where the backend writes X8 activations of `dim`; else None.
 pub fn x8_out<B: Backend>(t: &super::Pair<'_, B>, dim: usize) -> Option<(B::Buffer, lserve::backend::cpu::CpuBuffer)> {
     let c = t.gpu.caps();
-    if c.act_x8_dtypes.is_empty() || dim > c.act_x8_max_k {
+    if !c.x8_row_fits(dim) {
         return None;
     }
     let gpu = t.gpu.upload_raw(DType::X8, &vec![0xff; x8_bytes(dim)]).unwrap();

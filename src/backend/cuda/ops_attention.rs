@@ -333,7 +333,7 @@ pub fn sparse_decode_attention(
     let x8 = out.dtype == DType::X8;
     if x8 {
         let k = nh * hd;
-        if be.caps().act_x8_dtypes.is_empty() || ns != 1 || !hd.is_multiple_of(32) || k > be.caps().act_x8_max_k {
+        if ns != 1 || !hd.is_multiple_of(32) || !be.caps().x8_row_fits(k) {
             return Err(err(format!(
                 "sparse_decode_attention: an X8 out is one sequence with head_dim a multiple of 32 and n_heads * head_dim up to {}, not {ns} x {nh} x {hd}",
                 be.caps().act_x8_max_k

@@ -76,7 +76,7 @@ fn need_act(be: &CudaBackend, out: &CudaBuffer, rows: usize, dim: usize, what: &
     if out.dtype != DType::X8 {
         return need_float(out, rows * dim, what);
     }
-    if be.caps().act_x8_dtypes.is_empty() || rows != 1 || !dim.is_multiple_of(4) || dim > be.caps().act_x8_max_k {
+    if rows != 1 || !be.caps().x8_row_fits(dim) {
         let max = be.caps().act_x8_max_k;
         return Err(err(format!("{what}: an X8 out is one row of a multiple of 4 up to {max}, not {rows} x {dim}")));
     }

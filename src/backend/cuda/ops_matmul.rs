@@ -227,7 +227,7 @@ fn mmv_fits(be: &CudaBackend, d: DType, k: usize) -> bool {
 /// batch-1 integer GEMV reads, k a multiple of 4 up to `act_x8_max_k`, x8_bytes(k) bytes.
 fn need_x8(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer, w: &CudaBuffer) -> Result<()> {
     let (c, k) = (be.caps(), u(p.k));
-    if p.m != 1 || !c.act_x8_dtypes.contains(&w.dtype) || !k.is_multiple_of(4) || k > c.act_x8_max_k {
+    if p.m != 1 || !c.act_x8_dtypes.contains(&w.dtype) || !c.x8_row_fits(k) {
         return Err(err(format!(
             "matmul: an X8 x is one row of k a multiple of 4 up to {} for weights of {:?}, not {} x {k} for {:?}",
             c.act_x8_max_k, c.act_x8_dtypes, p.m, w.dtype

@@ -198,16 +198,27 @@ pub fn x8_blocks(x: &[f32], k: usize) -> Vec<f32> {
     let mut out = Vec::with_capacity(x.len());
     for row in x.chunks(k.max(1)) {
         for b in row.chunks(32) {
-            let amax = b.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let (d, id) = if amax > 0.0 { (amax / 127.0, 127.0 / amax) } else { (0.0, 0.0) };
+            let (d, id) = x8_scale(b);
             out.extend(b.iter().map(|&v| {
-                let hi = (v * id).round();
-                let lo = ((v - hi * d) * id * 254.0).round().clamp(-127.0, 127.0);
+                let (hi, lo) = x8_digits(v, d, id, f32::round);
                 d * (lo / 254.0 + hi)
             }));
         }
     }
     out
+}
+
+/// A block's scale d = max|x| / 127 and id = 127 / max|x| (both 0 for an all-zero block).
+fn x8_scale(block: &[f32]) -> (f32, f32) {
+    let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
+    if amax > 0.0 { (amax / 127.0, 127.0 / amax) } else { (0.0, 0.0) }
+}
+
+/// Element v's two digits (hi, lo) in a block of scale d, id ([`x8_scale`]), rounded by `round`:
+/// hi = round(v id), lo = round((v - hi d) id 254) clamped to +-127.
+fn x8_digits(v: f32, d: f32, id: f32, round: fn(f32) -> f32) -> (f32, f32) {
+    let hi = round(v * id);
+    (hi, round((v - hi * d) * id * 254.0).clamp(-127.0, 127.0))
 }
 
 /// One row x `[k]` as a [`DType::X8`] buffer's bytes (crate::backend::x8_bytes(k)): the digits
@@ -218,11 +229,9 @@ pub fn x8_encode(x: &[f32]) -> Vec<u8> {
     let nb = x.len().div_ceil(32);
     let mut out = vec![0u8; crate::backend::x8_bytes(x.len())];
     for (b, blk) in x.chunks(32).enumerate() {
-        let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let (d, id) = if amax > 0.0 { (amax / 127.0, 127.0 / amax) } else { (0.0, 0.0) };
+        let (d, id) = x8_scale(blk);
         for (i, &v) in blk.iter().enumerate() {
-            let hi = (v * id).round_ties_even();
-            let lo = ((v - hi * d) * id * 254.0).round_ties_even().clamp(-127.0, 127.0);
+            let (hi, lo) = x8_digits(v, d, id, f32::round_ties_even);
             let at = 4 * (9 * b) + i;
             out[at] = hi as i8 as u8;
             out[at + 36 * nb] = lo as i8 as u8;
