@@ -153,6 +153,35 @@ struct MMQ8_0 {
     static __device__ __forceinline__ MFrag frag(const Raw& r, int) { return MFrag{r.lo, r.hi, r.d, r.d, 0.0f}; }
 };
 
+// Q8_0 in 272-byte super-blocks (quant.cuh QQ8_0P): a unit is half a super-block (GGML blocks 4h ..
+// 4h + 3 of super-block u / 2, h = u % 2: k-steps s = 0..3), its four f16 scales one 8-byte load
+// and each k-step's codes two aligned words, as MMQ8_0's (4-byte loads instead of 2-byte pairs).
+struct MMQ8_0P {
+    static const int U = 1, S = 4;
+    static const bool MIN = false, K16 = false;
+    struct Raw { uint2 d; u32 q[8]; };
+    static __device__ __forceinline__ u32 units(u32 k) { return k / 128; }
+    static __device__ __forceinline__ const u8* row(const u8* w, u32 r, u32 k) { return w + (u64)r * (k / 256) * 272; }
+    static __device__ __forceinline__ Raw load(const u8* row, u32 u, u32 t, u32) {
+        const u8* b = row + (u64)(u / 2) * 272;
+        const u32 h = u % 2;
+        Raw r;
+        r.d = __ldg(reinterpret_cast<const uint2*>(b + 8 * h));
+        const u32* q = reinterpret_cast<const u32*>(b + 16 + 128 * h);
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            r.q[2 * s] = __ldg(q + 8 * s + t);
+            r.q[2 * s + 1] = __ldg(q + 8 * s + 4 + t);
+        }
+        return r;
+    }
+    static __device__ __forceinline__ MFrag frag(const Raw& r, int s) {
+        u32 dw = s < 2 ? r.d.x : r.d.y;
+        float d = f16_to_f32((u16)((dw >> (16 * (s & 1))) & 0xffffu));
+        return MFrag{r.q[2 * s], r.q[2 * s + 1], d, d, 0.0f};
+    }
+};
+
 // Q4_K / Q5_K: k-step s (0..7) of a super-block is sub-block s, elements 32 s .. 32 s + 31: the low
 // (s even) or high (s odd) nibbles of code bytes 32 (s / 2) .. + 32, Q5_K's fifth bits bit s of
 // qh[0 .. 32]; scale d * sc_s, min -dmin * m_s (ggml's get_scale_min_k4). Lane quad t keeps the
@@ -452,3 +481,4 @@ MMQ(q4_k, MMQ4_K)
 MMQ(q5_k, MMQ5_K)
 MMQ(q6_k, MMQ6_K)
 MMQ(int8, MMQI8)
+MMQ(q8_0p, MMQ8_0P)

@@ -279,6 +279,21 @@ struct MQ8_0 {
         return ld_f16_a2(b) * xds[0].x * xsum(h, l);
     }
 };
+// Q8_0 in 272-byte super-blocks (quant.cuh QQ8_0P) slice sl: GGML block sl of the super-block, its
+// 32 codes as two 16-byte loads (x block 8 sb + sl).
+struct MQ8_0P {
+    static const int QK = 256, BYTES = 272, SL = 8, RM = 2;
+    static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
+        const uint4* qp = reinterpret_cast<const uint4*>(b + 16 + 32 * sl);
+        uint4 qa = __ldg(qp), qb = __ldg(qp + 1);
+        u32 q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+        XQ xa = xq + 9 * sl;
+        int h = 0, l = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) dp4a2(q[i], xa[i], h, l);
+        return ld_f16_a2(b + 2 * sl) * xds[sl].x * xsum(h, l);
+    }
+};
 // Q4_K / Q5_K slice g (0..3): the 64 weights of chunk g, sub-blocks 2g (low nibbles of code
 // bytes 32g .. 32g + 32) and 2g + 1 (high nibbles); Q5_K's fifth bits are bits 2g / 2g + 1 of
 // qh[0 .. 32]. The 6-bit scales and mins of both sub-blocks without a branch (lanes of one warp
@@ -747,8 +762,10 @@ __device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, cons
 }
 // int8 rows the same way: thread t owns elements 16t .. 16t + 16 (one uint4 of every row; k % 16
 // == 0, k / 16 <= 1024 threads), x words 4 (t % 2) .. + 4 of x block t / 2; the row's f32 scale
-// (after the n k codes) applied once to the warps' total.
-template <bool XF>
+// (after the n k codes) applied once to the warps' total. P: Q8_0 in 272-byte super-blocks
+// (QQ8_0P; k % 256 == 0) the same way, the codes of element 16t at byte 16 + 16 (t % 16) of
+// super-block t / 16, each row's product scaled by its block's f16 scale (bytes 2 (t % 16 / 2)).
+template <bool XF, bool P>
 __device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out) {
     extern __shared__ __align__(16) unsigned char mmv_smem[];
     float* red = reinterpret_cast<float*>(mmv_smem);
@@ -758,11 +775,19 @@ __device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, con
     int xh[4], xl[4];
     float dx, sx;
     mmv_reg_x<XF>(xs, p.k, 16 * t, on, xh, xl, dx, sx);
-    const u8* base = w + 16ull * min(t, p.k / 16 - 1); // lanes past k: the row's last 16 codes, zero x
+    const u32 tc = min(t, p.k / 16 - 1); // lanes past k: the row's last 16 codes, zero x
+    const u8* base = P ? w + 272ull * (tc / 16) + 16 * (tc % 16 + 1) : w + 16ull * tc;
+    const u8* sbase = w + 272ull * (tc / 16) + 2 * (tc % 16 / 2); // P: the block's scale
+    const u64 rb = P ? (u64)(p.k / 256) * 272 : p.k;
     for (u32 n0 = r0; n0 < r1; n0 += 4) {
         uint4 q[4]; // unpredicated, as in mmv_reg_k_impl
+        float ws[4] = {1.0f, 1.0f, 1.0f, 1.0f};
 #pragma unroll
-        for (int r = 0; r < 4; r++) q[r] = __ldg(reinterpret_cast<const uint4*>(base + (u64)min(n0 + r, r1 - 1) * p.k));
+        for (int r = 0; r < 4; r++) {
+            const u64 ro = (u64)min(n0 + r, r1 - 1) * rb;
+            q[r] = __ldg(reinterpret_cast<const uint4*>(base + ro));
+            if (P) ws[r] = ld_f16_a2(sbase + ro);
+        }
         int h[4] = {0, 0, 0, 0}, l[4] = {0, 0, 0, 0};
 #pragma unroll
         for (int r = 0; r < 4; r++) dp4a2(q[r].x, make_int2(xh[0], xl[0]), h[r], l[r]);
@@ -774,7 +799,7 @@ __device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, con
         for (int r = 0; r < 4; r++) dp4a2(q[r].w, make_int2(xh[3], xl[3]), h[r], l[r]);
         float v[4];
 #pragma unroll
-        for (int r = 0; r < 4; r++) v[r] = dx * xsum(h[r], l[r]);
+        for (int r = 0; r < 4; r++) v[r] = (P ? ws[r] * dx : dx) * xsum(h[r], l[r]);
         float s = mmv_reduce4(v);
         if ((lane & 7u) == 0u) red[warp * R + (n0 - r0) + (lane >> 3)] = s;
     }
@@ -783,17 +808,19 @@ __device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, con
         float s = 0.0f;
         for (u32 wi = 0; wi < nwarps; wi++) s += red[wi * R + r];
         const u32 n = r0 + r;
-        s *= __uint_as_float(ld_u32_a1(w + (u64)p.n * p.k + 4ull * n));
+        if (!P) s *= __uint_as_float(ld_u32_a1(w + (u64)p.n * p.k + 4ull * n));
         out[p.out_off + n] = s + (p.has_bias ? bias[n] : 0.0f);
     }
 }
 extern "C" __global__ void matmul_gemv_q4_k_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_k_impl<false, false>(p, xq, w, b, o); }
 extern "C" __global__ void matmul_gemv_q5_k_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_k_impl<true, false>(p, xq, w, b, o); }
-extern "C" __global__ void matmul_gemv_int8_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<false>(p, xq, w, b, o); }
+extern "C" __global__ void matmul_gemv_int8_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<false, false>(p, xq, w, b, o); }
+extern "C" __global__ void matmul_gemv_q8_0p_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<false, true>(p, xq, w, b, o); }
 // The same with x quantized by the lanes themselves from f32 x (no matmul_quantize_x_m1 launch).
 extern "C" __global__ void matmul_gemv_q4_k_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_k_impl<false, true>(p, x, w, b, o); }
 extern "C" __global__ void matmul_gemv_q5_k_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_k_impl<true, true>(p, x, w, b, o); }
-extern "C" __global__ void matmul_gemv_int8_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<true>(p, x, w, b, o); }
+extern "C" __global__ void matmul_gemv_int8_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<true, false>(p, x, w, b, o); }
+extern "C" __global__ void matmul_gemv_q8_0p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<true, true>(p, x, w, b, o); }
 
 // x [k] -> the _m1 layout in global memory (xq: mmv_smem_bytes(k) bytes, 256-byte aligned); one
 // thread per x word, grid-stride (ops_matmul launches 8 nxb threads).
@@ -816,6 +843,7 @@ QGEMV(q8_0, QQ8_0, MQ8_0)
 QGEMV(q4_k, QQ4_K, MQ4_K)
 QGEMV(q5_k, QQ5_K, MQ5_K)
 QGEMV(q6_k, QQ6_K, MQ6_K)
+QGEMV(q8_0p, QQ8_0P, MQ8_0P)
 
 #define RGEMV(fmt, FP8) \
     extern "C" __global__ void matmul_gemv_##fmt##_m16(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { rgemv_impl<FP8, 16>(p, x, w, b, o); } \

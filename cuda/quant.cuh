@@ -141,6 +141,23 @@ struct QQ8_0 {
     }
 };
 
+// Q8_0 as the CUDA backend stores matrices whose rows are whole 256-element super-blocks
+// (src/backend/cuda/packed.rs, `q8_0p`): 8 consecutive GGML blocks of a row as one 272-byte
+// super-block, their 8 f16 scales (16 bytes) then their 8 x 32 codes, so every run of codes is
+// 16-byte aligned (the GGML block's 34 bytes allow only 2-byte loads). Same bytes in total, same
+// values: chunk c is GGML block 8 sb + c.
+struct QQ8_0P {
+    static const int QK = 256, BYTES = 272, LANES = 8, RUNS = 1;
+    static __device__ __forceinline__ u32 xoff(int c, int) { return 32 * c; }
+    template <bool EX> static __device__ __forceinline__ void decode(const u8* b, int c, float* y) {
+        float d = ld_f16_a2(b + 2 * c);
+        u32 q[8];
+        ld_words<8, 16>(b + 16 + 32 * c, q);
+#pragma unroll
+        for (int j = 0; j < 32; j++) y[j] = qmul<EX>(qf_i8(byte_of(q, j)), d);
+    }
+};
+
 // ggml's get_scale_min_k4 over the 12 scale bytes (as 3 words).
 __device__ __forceinline__ void scale_min_k4(int j, const u32* s, u32& sc, u32& m) {
     if (j < 4) {

@@ -324,7 +324,8 @@ fn the_cu_parser_reads_macros_and_sees_a_swapped_argument() {
 
 /// The quantized entry tables are indexed by `QUANT_DTYPES` (ops pick `[dtype][variant]` by
 /// position): each entry must name its table's dtype, and the GGML part must be exactly the
-/// formats every backend supports, in caps order.
+/// formats every backend supports, in caps order; each table ends with its packed Q8_0 entries
+/// (`bindings::entry_w`, src/backend/cuda/packed.rs).
 #[test]
 fn quant_entry_tables_follow_quant_dtypes() {
     use lserve::backend::DType;
@@ -342,7 +343,17 @@ fn quant_entry_tables_follow_quant_dtypes() {
     // The MMQ GEMM: [QUANT_DTYPES without fp8][n-tiles 1 | 2 | 4 | 8]; the batch-1 GEMV with x
     // quantized once (MmvMode::Pre): [QUANT_DTYPES without fp8].
     assert_eq!(&bindings::MMQ_DTYPES[..], &q[..9]);
-    assert_eq!(bindings::matmul_gemv_quant_pre::ENTRIES.len(), 9);
+    assert_eq!(bindings::matmul_gemv_quant_pre::ENTRIES.len(), 10);
+    assert_eq!(bindings::matmul_gemv_quant_pre::ENTRIES[9], "matmul_gemv_q8_0p_m1_pre");
+    let n = q.len();
+    assert_eq!(bindings::matmul_gemv_quant::ENTRIES.len(), 2 * n + 2);
+    assert_eq!(&bindings::matmul_gemv_quant::ENTRIES[2 * n..], &["matmul_gemv_q8_0p_m1", "matmul_gemv_q8_0p_m16"]);
+    assert_eq!(bindings::matmul_dequant::ENTRIES.len(), n + 1);
+    assert_eq!(bindings::matmul_dequant::ENTRIES[n], "matmul_dequant_q8_0p");
+    assert_eq!(bindings::matmul_mmq::ENTRIES.len(), 4 * 9 + 4);
+    for (v, nt) in [1, 2, 4, 8].into_iter().enumerate() {
+        assert_eq!(bindings::matmul_mmq::ENTRIES[36 + v], format!("matmul_mmq_q8_0p_n{nt}"));
+    }
     for (i, d) in bindings::MMQ_DTYPES.iter().enumerate() {
         assert_eq!(bindings::matmul_gemv_quant_pre::ENTRIES[i], format!("matmul_gemv_{}_m1_pre", d.weight_name()));
         for (v, nt) in [1, 2, 4, 8].into_iter().enumerate() {
@@ -351,14 +362,18 @@ fn quant_entry_tables_follow_quant_dtypes() {
     }
     // The batch-1 GEMV with x in registers (MmvMode::Reg): [REG_DTYPES], x from the scratch
     // (_reg) or quantized by the lanes (_regf).
-    assert_eq!(bindings::REG_DTYPES.len(), bindings::matmul_gemv_quant_reg::ENTRIES.len());
-    assert_eq!(bindings::REG_DTYPES.len(), bindings::matmul_gemv_quant_regf::ENTRIES.len());
+    let r = bindings::REG_DTYPES.len();
+    assert_eq!(r + 1, bindings::matmul_gemv_quant_reg::ENTRIES.len());
+    assert_eq!(r + 1, bindings::matmul_gemv_quant_regf::ENTRIES.len());
+    assert_eq!(bindings::matmul_gemv_quant_reg::ENTRIES[r], "matmul_gemv_q8_0p_m1_reg");
+    assert_eq!(bindings::matmul_gemv_quant_regf::ENTRIES[r], "matmul_gemv_q8_0p_m1_regf");
     for (i, d) in bindings::REG_DTYPES.iter().enumerate() {
         assert_eq!(bindings::matmul_gemv_quant_reg::ENTRIES[i], format!("matmul_gemv_{}_m1_reg", d.weight_name()));
         assert_eq!(bindings::matmul_gemv_quant_regf::ENTRIES[i], format!("matmul_gemv_{}_m1_regf", d.weight_name()));
     }
     let e = bindings::embed_dtypes();
-    assert_eq!(e.len(), bindings::embed::ENTRIES.len());
+    assert_eq!(e.len() + 1, bindings::embed::ENTRIES.len());
+    assert_eq!(bindings::embed::ENTRIES[e.len()], "embed_q8_0p");
     for (d, name) in e.iter().zip(bindings::embed::ENTRIES) {
         assert_eq!(*name, format!("embed_{}", d.weight_name()));
     }

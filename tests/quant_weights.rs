@@ -65,7 +65,7 @@ fn cpu_quantized_matmul_matches_brute_force() {
             let (ldo, off) = (n + 5, 3);
             let p = MatmulParams { ldo: ldo as u32, out_off: off as u32, ..MatmulParams::new(m, n, k, true) };
             let mut out = be.upload_f32(DType::F32, vec![f32::NAN; p.out_len() + 4]).unwrap();
-            let (xb, wb) = (be.upload_f32(DType::F32, x.clone()).unwrap(), be.upload_raw(dt, &w).unwrap());
+            let (xb, wb) = (be.upload_f32(DType::F32, x.clone()).unwrap(), be.upload_weight(dt, n, k, &w).unwrap());
             let bb = be.upload_f32(DType::F32, bias.clone()).unwrap();
             be.matmul(&p, &xb, &wb, Some(&bb), &mut out).unwrap();
             let got = be.download_f32(&out, 0, p.out_len() + 4).unwrap();

@@ -288,6 +288,15 @@ pub trait Backend: Send {
         self.write_raw_at(&mut b, 0, data)?;
         Ok(b)
     }
+    /// A quantized `[rows][k]` weight matrix of `dtype` from its bytes as the format defines them
+    /// (GGML blocks, row-scaled codes): what the model loader and the synthetic weights upload.
+    /// A backend may store it in another layout of the same bytes for its kernels (CUDA: Q8_0
+    /// rows of whole 256-element super-blocks, src/backend/cuda/packed.rs); `download_raw` still
+    /// returns these bytes. The default stores them as they are.
+    fn upload_weight(&self, dtype: DType, rows: usize, k: usize, data: &[u8]) -> Result<Self::Buffer> {
+        let _ = (rows, k);
+        self.upload_raw(dtype, data)
+    }
     /// Overwrite elements `offset..offset + data.len()` of an f32 buffer (KV swap-in).
     fn write_f32_at(&self, dst: &mut Self::Buffer, offset: usize, data: &[f32]) -> Result<()>;
     /// Overwrite elements `offset..offset + data.len()` of a u32 buffer.

@@ -223,7 +223,7 @@ impl<'a, B: Backend, S: WeightSource + ?Sized> WeightLoader<'a, B, S> {
     /// Uploads consecutive parts of one storage type `dt` as one `[rows][k]` buffer.
     fn upload_run(&self, run: &mut [Stored], dt: DType, rows: usize, k: usize) -> Result<B::Buffer> {
         if let [Stored::Raw(r)] = run {
-            return self.be.upload_raw(dt, &r.bytes);
+            return self.be.upload_weight(dt, rows, k, &r.bytes);
         }
         if dt.is_weight_quant() && matches!(run[0], Stored::Raw(_)) {
             // GGML rows are self-contained blocks: stacking matrices is concatenating their bytes.
@@ -233,7 +233,7 @@ impl<'a, B: Backend, S: WeightSource + ?Sized> WeightLoader<'a, B, S> {
                     bytes.extend_from_slice(&r.bytes);
                 }
             }
-            return self.be.upload_raw(dt, &bytes);
+            return self.be.upload_weight(dt, rows, k, &bytes);
         }
         let mut values = Vec::with_capacity(rows * k);
         for s in run.iter_mut() {
@@ -245,7 +245,7 @@ impl<'a, B: Backend, S: WeightSource + ?Sized> WeightLoader<'a, B, S> {
             let q = weight_quant::quantize_rows(dt, &values, rows, k).ok_or_else(|| {
                 Error::InvalidArgument(format!("{} weights cannot be made at load", dt.weight_name()))
             })?;
-            return self.be.upload_raw(dt, &q);
+            return self.be.upload_weight(dt, rows, k, &q);
         }
         self.be.upload_f32(dt, values)
     }

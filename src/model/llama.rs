@@ -260,7 +260,7 @@ impl<B: Backend> Llama<B> {
                         dtype.weight_name()
                     ))
                 })?;
-                return be.upload_raw(dtype, &bytes);
+                return be.upload_weight(dtype, n, k, &bytes);
             }
             let code = if dtype == DType::F32 { 0 } else { code };
             let mut b = be.alloc(dtype, n * k)?;

@@ -8,7 +8,9 @@ use lserve::backend::reference::weight_quant;
 use lserve::backend::*;
 
 /// A random `[n][k]` weight of `dtype` on both backends: quantized types as random blocks
-/// (`weight_quant::random_weights`, seeded from the pair's printed seed), float types as values.
+/// (`weight_quant::random_weights`, seeded from the pair's printed seed) uploaded as the model
+/// loader does (`upload_weight`: CUDA packs Q8_0 rows of whole 256-element super-blocks), float
+/// types as values.
 fn weights<B: Backend>(
     t: &mut super::Pair<'_, B>,
     dtype: DType,
@@ -21,7 +23,12 @@ fn weights<B: Backend>(
     }
     let seed = (t.rng.next() * 1e9) as u64;
     let bytes = weight_quant::random_weights(dtype, n, k, seed).expect("whole blocks");
-    (t.gpu.upload_raw(dtype, &bytes).unwrap(), t.cpu.upload_raw(dtype, &bytes).unwrap())
+    let gpu = t.gpu.upload_weight(dtype, n, k, &bytes).unwrap();
+    // What the backend stores comes back as the format's bytes (a packed layout unpacked; raw
+    // ranges are whole words).
+    let words = bytes.len() / 4 * 4;
+    assert_eq!(t.gpu.download_raw(&gpu, 0, words).unwrap(), bytes[..words], "{dtype:?} [{n}][{k}] weight bytes");
+    (gpu, t.cpu.upload_weight(dtype, n, k, &bytes).unwrap())
 }
 
 /// Elements per block of a weight type (1 for float and row-scaled types).
@@ -37,9 +44,11 @@ pub fn test_embed<B: Backend>(gpu: &B, dtype: DType) {
         return;
     }
     let mut t = pair(gpu);
-    {
+    // dims: three blocks (or 70 elements), and 512 (whole 256-element super-blocks: CUDA's packed
+    // Q8_0 layout).
+    let dims = [if block_of(dtype) > 1 { 3 * block_of(dtype) } else { 70 }, 512];
+    for dim in dims {
         let (vocab, n) = (50, 13);
-        let dim = if block_of(dtype) > 1 { 3 * block_of(dtype) } else { 70 };
         let table = weights(&mut t, dtype, vocab, dim, 1.0);
         // A whole table (first 0), then the same table as the slice 100..150 of a larger
         // vocabulary (a tensor-parallel rank's): ids below, inside and above the slice.
@@ -51,7 +60,7 @@ pub fn test_embed<B: Backend>(gpu: &B, dtype: DType) {
             let p = EmbedParams { n_tokens: n as u32, dim: dim as u32, vocab: vocab as u32, first };
             t.gpu.embed(&p, &table.0, &ids.0, &mut out.0).unwrap();
             t.cpu.embed(&p, &table.1, &ids.1, &mut out.1).unwrap();
-            t.check(&format!("embed {dtype:?} first {first}"), &out, n * dim, 0.0);
+            t.check(&format!("embed {dtype:?} dim {dim} first {first}"), &out, n * dim, 0.0);
             // Every third id lies above the slice and, with first 100, the id 3 below it: zeros.
             let cpu = t.cpu.download_f32(&out.1, 0, n * dim).unwrap();
             for (i, row) in cpu.chunks(dim).enumerate() {
@@ -236,6 +245,22 @@ fn matmul_quantized_m1<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType) {
     }
     for (n, blocks, ldo, off) in [(9, 3, 20, 7), (41, 7, 50, 3)] {
         quant_case(t, dtype, &MatmulParams { ldo, out_off: off, ..MatmulParams::new(1, n, blocks * bs, true) });
+    }
+    // Rows of whole 256-element super-blocks (CUDA stores Q8_0 packed there: one super-block, an
+    // odd count, k past the register GEMV's 16384 elements, a strided output) at every kernel's
+    // row count (the GEMV, the MMQ GEMM's n-tiles, the dequantize + GEMM path).
+    if bs == 32 {
+        for (m, n, k, bias) in [
+            (1, 5, 256, true),
+            (1, 37, 768, false),
+            (1, 9, 16640, true),
+            (2, 33, 256, false),
+            (37, 19, 1792, true),
+            (130, 7, 512, false),
+        ] {
+            quant_case(t, dtype, &MatmulParams::new(m, n, k, bias));
+        }
+        quant_case(t, dtype, &MatmulParams { ldo: 50, out_off: 3, ..MatmulParams::new(1, 41, 512, true) });
     }
 }
 

@@ -21,6 +21,7 @@ mod ops_attention;
 mod ops_basic;
 mod ops_kv;
 mod ops_matmul;
+pub mod packed;
 
 use cudarc::driver::DeviceRepr;
 
@@ -56,6 +57,8 @@ pub struct CudaBuffer {
     pub dtype: DType,
     /// Elements (not bytes).
     pub len: usize,
+    /// A Q8_0 matrix stored in 272-byte super-blocks (packed.rs), read by the `q8_0p` kernels.
+    pub packed: bool,
 }
 
 impl CudaBuffer {
@@ -74,6 +77,8 @@ pub struct CudaBackend {
     gpu: Gpu,
     caps: Caps,
     mmv: MmvMode,
+    /// Q8_0 matrices of whole super-blocks are stored packed (packed.rs; `LSERVE_CUDA_Q8_0_PACK`).
+    q8_pack: bool,
 }
 
 /// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md, CUDA).
@@ -135,12 +140,13 @@ impl CudaBackend {
             Some(m) => m,
             None => MmvMode::from_env(gpu.sm_count)?,
         };
-        if act_x8_from_env()? {
-            caps.act_x8_dtypes = ops_matmul::x8_dtypes(mmv);
+        let q8_pack = switch_from_env("LSERVE_CUDA_Q8_0_PACK")?;
+        if switch_from_env("LSERVE_CUDA_ACT_X8")? {
+            caps.act_x8_dtypes = ops_matmul::x8_dtypes(mmv, q8_pack);
             // x's digits fit the batch-1 GEMV's shared memory (ops_matmul::mmv_smem_bytes).
             caps.act_x8_max_k = gpu.smem_optin as usize / 80 * 32;
         }
-        Ok(CudaBackend { gpu, caps, mmv })
+        Ok(CudaBackend { gpu, caps, mmv, q8_pack })
     }
 
     pub(crate) fn gpu(&self) -> &Gpu {
@@ -155,6 +161,11 @@ impl CudaBackend {
     /// The batch-1 quantized GEMV's mode (`CudaOptions::mmv`, else `LSERVE_CUDA_MMV` at open).
     pub fn mmv(&self) -> MmvMode {
         self.mmv
+    }
+
+    /// Whether Q8_0 matrices of whole 256-element super-blocks are stored packed (packed.rs).
+    pub fn q8_pack(&self) -> bool {
+        self.q8_pack
     }
 
     /// What CUDA-graph replay of recorded steps did so far (graph.rs).
@@ -196,14 +207,17 @@ impl CudaBackend {
     }
 }
 
-/// `LSERVE_CUDA_ACT_X8`: `0` / `off` keep batch-1 activations in f32 (each integer GEMV then
-/// quantizes its x itself, and the ops refuse X8 buffers); unset, `1` or `on`: the norms,
-/// silu_mul and the decode attention write the digits (`Caps::act_x8_dtypes`).
-fn act_x8_from_env() -> Result<bool> {
-    match std::env::var("LSERVE_CUDA_ACT_X8").as_deref().map(str::trim) {
+/// An on/off switch read at open, on unless set to `0` / `off`:
+/// - `LSERVE_CUDA_ACT_X8`: off keeps batch-1 activations in f32 (each integer GEMV then quantizes
+///   its x itself, and the ops refuse X8 buffers); on, the norms, silu_mul and the decode
+///   attention write the digits (`Caps::act_x8_dtypes`).
+/// - `LSERVE_CUDA_Q8_0_PACK`: off stores every Q8_0 matrix in GGML blocks; on, those whose rows are
+///   whole 256-element super-blocks packed (packed.rs).
+fn switch_from_env(name: &str) -> Result<bool> {
+    match std::env::var(name).as_deref().map(str::trim) {
         Err(_) | Ok("" | "1" | "on") => Ok(true),
         Ok("0" | "off") => Ok(false),
-        Ok(v) => Err(Error::InvalidArgument(format!("LSERVE_CUDA_ACT_X8: `{v}` is not 0, 1, on or off"))),
+        Ok(v) => Err(Error::InvalidArgument(format!("{name}: `{v}` is not 0, 1, on or off"))),
     }
 }
 
@@ -270,7 +284,7 @@ impl Backend for CudaBackend {
     }
 
     fn alloc(&self, dtype: DType, len: usize) -> Result<CudaBuffer> {
-        Ok(CudaBuffer { mem: self.gpu.alloc_bytes(bytes_for(dtype, len))?, dtype, len })
+        Ok(CudaBuffer { mem: self.gpu.alloc_bytes(bytes_for(dtype, len))?, dtype, len, packed: false })
     }
 
     fn upload_f32(&self, dtype: DType, data: Vec<f32>) -> Result<CudaBuffer> {
@@ -321,14 +335,35 @@ impl Backend for CudaBackend {
         self.write_bytes_at(dst, offset * 4, bytemuck::cast_slice(data))
     }
 
+    /// A packed Q8_0 weight comes back as its GGML bytes (the whole buffer unpacked, then the range).
     fn download_raw(&self, src: &CudaBuffer, offset: usize, len: usize) -> Result<Vec<u8>> {
         raw_range(src, offset, len, "download_raw")?;
+        if src.packed {
+            let all = packed::unpack(&self.read_bytes(src, 0, src.len)?);
+            return Ok(all[offset..offset + len].to_vec());
+        }
         self.read_bytes(src, offset, len)
     }
 
     fn write_raw_at(&self, dst: &mut CudaBuffer, offset: usize, data: &[u8]) -> Result<()> {
         raw_range(dst, offset, data.len(), "write_raw_at")?;
+        if dst.packed {
+            return Err(err("write_raw_at: a packed Q8_0 weight is written whole (upload_weight), not in ranges"));
+        }
         self.write_bytes_at(dst, offset, data)
+    }
+
+    /// Q8_0 matrices whose rows are whole 256-element super-blocks are stored packed (packed.rs).
+    fn upload_weight(&self, dtype: DType, rows: usize, k: usize, data: &[u8]) -> Result<CudaBuffer> {
+        if !packed::packs(dtype, k, self.q8_pack) {
+            return self.upload_raw(dtype, data);
+        }
+        if dtype.weight_bytes(rows, k) != Some(data.len()) {
+            return Err(err(format!("upload_weight: {} bytes are not a [{rows}][{k}] {dtype:?} matrix", data.len())));
+        }
+        let mut b = self.upload_bytes(dtype, data.len(), &packed::pack(data))?;
+        b.packed = true;
+        Ok(b)
     }
 
     /// f16/bf16 buffers are converted to f32 on the host.

@@ -22,10 +22,12 @@ pub fn embed(
     let (n, d) = (u(p.n_tokens), u(p.dim));
     need(ids, DType::U32, n, "embed ids")?;
     need(out, DType::F32, n * d, "embed out")?;
-    let name = entry_in(k::embed::ENTRIES, &k::embed_dtypes(), table.dtype, 0, 1)?;
+    let name = k::entry_w(k::embed::ENTRIES, &k::embed_dtypes(), table, 0, 1)?;
     let l = match table.dtype {
         DType::Ggml(t) => {
             need_weights(table, u(p.vocab), d, "embed table")?;
+            // One thread per decode chunk: 64 weights of a K-quant, 32 of the others (a packed Q8_0
+            // super-block's 8 chunks are its 8 blocks: the same count).
             let chunks = (d / t.block_size()) * if t.block_size() == 256 { 4 } else { 1 };
             Launch::new((chunks.div_ceil(64) as u32, n as u32, 1), 64)
         }

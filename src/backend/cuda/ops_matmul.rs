@@ -46,7 +46,7 @@
 
 use cudarc::cublas::sys as blas;
 
-use super::bindings::{self as kern, MMQ_DTYPES, QUANT_DTYPES, REG_DTYPES, Scratch, entry, entry_in};
+use super::bindings::{self as kern, MMQ_DTYPES, QUANT_DTYPES, REG_DTYPES, Scratch, entry, entry_w};
 use super::context::{Launch, err};
 use super::graph::GemmRec;
 use super::{CudaBackend, CudaBuffer, need, need_float, need_weights};
@@ -173,7 +173,7 @@ fn matmul_quant(
         // GEMM does not run, or at m == 1 with k too long for the integer GEMV's shared memory.
         // Entries [QUANT_DTYPES][m1 | m16].
         let m1 = m == 1 && w.dtype == DType::F8Row;
-        let name = entry_in(kern::matmul_gemv_quant::ENTRIES, &QUANT_DTYPES, w.dtype, usize::from(!m1), 2)?;
+        let name = entry_w(kern::matmul_gemv_quant::ENTRIES, &QUANT_DTYPES, w, usize::from(!m1), 2)?;
         let l = Launch::new((n.div_ceil(8) as u32, 1, 1), 256);
         return kern::matmul_gemv_quant::launch_variant(
             g,
@@ -183,7 +183,7 @@ fn matmul_quant(
             kern::matmul_gemv_quant::Args { x, w, b: bias, o: out },
         );
     }
-    let dequant = entry_in(kern::matmul_dequant::ENTRIES, &QUANT_DTYPES, w.dtype, 0, 1)?;
+    let dequant = entry_w(kern::matmul_dequant::ENTRIES, &QUANT_DTYPES, w, 0, 1)?;
     let x16 = round_x(be, p, x, false)?;
     let rows = (DEQUANT_SCRATCH_BYTES / (2 * k)).max(1).min(n);
     let w16 = g.scratch("matmul_w16", rows * k * 2)?;
@@ -211,10 +211,26 @@ fn matmul_quant(
 /// The weight formats whose batch-1 GEMV reads x's digits from memory in mode `mode` (`Reg` or
 /// `Pre`, not `InBlock`): `Caps::act_x8_dtypes`, so an X8 x saves them the
 /// `matmul_quantize_x_m1` launch. For the formats whose own blocks quantize x (`InBlock`: in
-/// `Auto` Q4_0, Q4_1, Q5_0, Q8_0) an X8 x would run `Pre` instead, measured slower for Q8_0 (H200,
-/// 8B 32K sparse batch 1: 5.16 / 5.17 ms vs 5.05 / 5.07, docs/benchmarks.md session 18).
-pub fn x8_dtypes(mode: MmvMode) -> Vec<DType> {
-    MMQ_DTYPES.into_iter().filter(|&d| mode.pre_grid(d).is_some()).collect()
+/// `Auto` Q4_0, Q4_1, Q5_0, GGML-block Q8_0) an X8 x would run `Pre` instead, measured slower for
+/// Q8_0 (H200, 8B 32K sparse batch 1: 5.16 / 5.17 ms vs 5.05 / 5.07, docs/benchmarks.md session
+/// 18). With `q8_pack` Q8_0 is listed where its packed layout reads digits ([`packed_mode`]):
+/// its matrices of whole super-blocks (all of an 8B model's) take them; the others run `Pre`.
+pub fn x8_dtypes(mode: MmvMode, q8_pack: bool) -> Vec<DType> {
+    use crate::backend::reference::ggml_quant::GgmlType;
+    let reads = |d: DType| match d {
+        DType::Ggml(GgmlType::Q8_0) if q8_pack => packed_mode(mode).pre_grid(d).is_some(),
+        d => mode.pre_grid(d).is_some(),
+    };
+    MMQ_DTYPES.into_iter().filter(|&d| reads(d)).collect()
+}
+
+/// The batch-1 GEMV mode of packed Q8_0 weights (packed.rs): in `Auto` x in registers quantized
+/// by the lanes (as int8 rows: the same kernel with a scale per 32 codes), else the mode itself.
+pub fn packed_mode(mode: MmvMode) -> MmvMode {
+    match mode {
+        MmvMode::Auto => MmvMode::Reg { max_grid: 0, lanes_quantize: true },
+        m => m,
+    }
 }
 
 /// The batch-1 integer-dot GEMV runs for weights of dtype `d` (every integer-coded format, not
@@ -250,27 +266,33 @@ fn mmv(
     out: &mut CudaBuffer,
 ) -> Result<()> {
     let (g, n, k) = (be.gpu(), u(p.n), u(p.k));
-    let (digits, mode) = (x.dtype == DType::X8, be.mmv().for_dtype(w.dtype));
+    let digits = x.dtype == DType::X8;
+    let mode = if w.packed { packed_mode(be.mmv()) } else { be.mmv().for_dtype(w.dtype) };
     if let MmvMode::Reg { max_grid, lanes_quantize } = mode
-        && REG_DTYPES.contains(&w.dtype)
-        && let Some(l) = mmv_reg_launch(w.dtype, n, k, g.sm_count as usize, max_grid, g.smem_optin as usize)
+        && (w.packed || REG_DTYPES.contains(&w.dtype))
+        && let Some(l) = mmv_reg_launch(reg_unit(w), n, k, g.sm_count as usize, max_grid, g.smem_optin as usize)
     {
         if lanes_quantize && !digits {
-            let name = entry_in(kern::matmul_gemv_quant_regf::ENTRIES, &REG_DTYPES, w.dtype, 0, 1)?;
+            let name = entry_w(kern::matmul_gemv_quant_regf::ENTRIES, &REG_DTYPES, w, 0, 1)?;
             let args = kern::matmul_gemv_quant_regf::Args { x, w, b: bias, o: out };
             return kern::matmul_gemv_quant_regf::launch_variant(g, name, l, p, args);
         }
-        let name = entry_in(kern::matmul_gemv_quant_reg::ENTRIES, &REG_DTYPES, w.dtype, 0, 1)?;
+        let name = entry_w(kern::matmul_gemv_quant_reg::ENTRIES, &REG_DTYPES, w, 0, 1)?;
         let xq = mmv_digits(be, p, x)?;
         let args = kern::matmul_gemv_quant_reg::Args { xq, w, b: bias, o: out };
         return kern::matmul_gemv_quant_reg::launch_variant(g, name, l, p, args);
     }
-    let (block, rows) = mmv_shape(w.dtype, n, g.sm_count as usize);
+    let (block, rows) = mmv_shape(rows_per_warp(w), n, g.sm_count as usize);
     let grid = n.div_ceil(block / 32 * rows);
     let smem = mmv_smem_bytes(k);
-    match (be.mmv().pre_grid(w.dtype), digits) {
+    let pre_grid = match mode {
+        MmvMode::Auto | MmvMode::InBlock => None,
+        MmvMode::Pre { max_grid } => Some(max_grid),
+        MmvMode::Reg { .. } => Some(0),
+    };
+    match (pre_grid, digits) {
         (None, false) => {
-            let name = entry_in(kern::matmul_gemv_quant::ENTRIES, &QUANT_DTYPES, w.dtype, 0, 2)?;
+            let name = entry_w(kern::matmul_gemv_quant::ENTRIES, &QUANT_DTYPES, w, 0, 2)?;
             let l = Launch::new((grid as u32, 1, 1), block as u32).smem(smem);
             kern::matmul_gemv_quant::launch_variant(
                 g,
@@ -286,7 +308,7 @@ fn mmv(
                 _ => grid,
             };
             let l = Launch::new((grid as u32, 1, 1), block as u32).smem(smem);
-            let name = entry_in(kern::matmul_gemv_quant_pre::ENTRIES, &MMQ_DTYPES, w.dtype, 0, 1)?;
+            let name = entry_w(kern::matmul_gemv_quant_pre::ENTRIES, &MMQ_DTYPES, w, 0, 1)?;
             let xq = mmv_digits(be, p, x)?;
             let args = kern::matmul_gemv_quant_pre::Args { xq, w, b: bias, o: out };
             kern::matmul_gemv_quant_pre::launch_variant(g, name, l, p, args)
@@ -310,19 +332,49 @@ fn mmv_digits(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer) -> Result<Scra
 }
 
 /// Threads a block of the GEMVs with x in registers (`matmul_gemv_<fmt>_m1_reg`) may have: one
-/// per 32 elements of k for Q4_K / Q5_K (k / 256 <= 128 super-blocks), per 16 for int8 rows.
+/// per 32 elements of k for Q4_K / Q5_K (k / 256 <= 128 super-blocks), per 16 for int8 rows and
+/// packed Q8_0.
 pub const MMV_REG_MAX_THREADS: usize = 1024;
 
-/// The launch of `matmul_gemv_<fmt>_m1_reg` for n rows of k of dtype `d` ([`MmvMode::Reg`]), or
-/// `None` where it does not run (k not a whole number of super-blocks for the K-quants, not a
-/// multiple of 16 for int8 rows, or more than [`MMV_REG_MAX_THREADS`] threads). Threads: one per
-/// 32 (K-quants) or 16 (int8) elements of k, whole warps; grid: blocks of R rows (R a multiple
+/// (elements k must be a multiple of, elements per thread) of the register GEMV for weights `w`:
+/// int8 rows (16, 16), packed Q8_0 (256, 16: whole super-blocks), Q4_K / Q5_K (256, 32).
+fn reg_unit(w: &CudaBuffer) -> (usize, usize) {
+    match (w.packed, w.dtype) {
+        (true, _) => (256, 16),
+        (false, DType::I8Row) => (16, 16),
+        _ => (256, 32),
+    }
+}
+
+/// The most weight rows a warp of the `_m1` / `_m1_pre` GEMVs takes (`Q::RM` of
+/// cuda/matmul_quant.cu): 2 for Q4_K, Q5_K and packed Q8_0, 4 for int8 rows, else 1.
+fn rows_per_warp(w: &CudaBuffer) -> usize {
+    use crate::backend::reference::ggml_quant::GgmlType;
+    match w.dtype {
+        _ if w.packed => 2,
+        DType::Ggml(GgmlType::Q4_K | GgmlType::Q5_K) => 2,
+        DType::I8Row => 4,
+        _ => 1,
+    }
+}
+
+/// The launch of `matmul_gemv_<fmt>_m1_reg` for n rows of k with `(unit, per)` = [`reg_unit`]
+/// ([`MmvMode::Reg`]), or `None` where it does not run (k not a multiple of `unit`: whole
+/// super-blocks for the K-quants and packed Q8_0, 16 elements for int8 rows; or more than
+/// [`MMV_REG_MAX_THREADS`] threads). Threads: one per `per` elements of k (32 for the K-quants,
+/// 16 for the 8-bit codes), whole warps; grid: blocks of R rows (R a multiple
 /// of 4), as many as `max_grid` (0: one 1024-thread SM's worth of blocks per SM, `sms` SMs);
 /// shared memory: one f32 per warp and row of the block (cuda/matmul_quant.cu, whose kernels
 /// derive their R from the grid: never more than the host's), declined above `smem_max` (the
 /// device's opt-in limit: a long n on a GPU with few SMs).
-pub fn mmv_reg_launch(d: DType, n: usize, k: usize, sms: usize, max_grid: u32, smem_max: usize) -> Option<Launch> {
-    let (unit, per) = if d == DType::I8Row { (16, 16) } else { (256, 32) };
+pub fn mmv_reg_launch(
+    (unit, per): (usize, usize),
+    n: usize,
+    k: usize,
+    sms: usize,
+    max_grid: u32,
+    smem_max: usize,
+) -> Option<Launch> {
     if !k.is_multiple_of(unit) || k == 0 || n == 0 {
         return None;
     }
@@ -356,7 +408,7 @@ fn matmul_mmq(
     let qargs = kern::matmul_quantize_x::Args { x, xq, xds };
     kern::matmul_quantize_x::launch(g, Launch::elems(8 * pairs), p, qargs)?;
     let tiles = mmq_tiles(m);
-    let name = entry_in(kern::matmul_mmq::ENTRIES, &MMQ_DTYPES, w.dtype, tiles.trailing_zeros() as usize, 4)?;
+    let name = entry_w(kern::matmul_mmq::ENTRIES, &MMQ_DTYPES, w, tiles.trailing_zeros() as usize, 4)?;
     let l = Launch::new((n.div_ceil(32) as u32, 1, 1), 256);
     let args = kern::matmul_mmq::Args { xq, xds, w, b: bias, o: out };
     kern::matmul_mmq::launch_variant(g, name, l, p, args)
@@ -375,18 +427,12 @@ pub fn mmq_x_bytes(m: usize, k: usize) -> (usize, usize) {
     (64 * pairs, 8 * pairs)
 }
 
-/// Threads per block and weight rows per warp of the integer-dot GEMV for n rows of `d`: 8 warps
-/// (4 below 4096 rows), and as many rows per warp (up to the format's `RM` in matmul_quant.cu: 2
-/// for Q4_K and Q5_K, 4 for int8 rows, else 1; each block quantizes x once for all its rows) as leave
-/// at least 4 blocks per SM.
-pub fn mmv_shape(d: DType, n: usize, sms: usize) -> (usize, usize) {
-    use crate::backend::reference::ggml_quant::GgmlType;
+/// Threads per block and weight rows per warp of the integer-dot GEMV for n rows: 8 warps (4
+/// below 4096 rows), and as many rows per warp (up to `most`, the format's `RM` in
+/// matmul_quant.cu: [`rows_per_warp`]; each block quantizes x once for all its rows) as leave at
+/// least 4 blocks per SM.
+pub fn mmv_shape(most: usize, n: usize, sms: usize) -> (usize, usize) {
     let block = if n >= 4096 { 256 } else { 128 };
-    let most = match d {
-        DType::Ggml(GgmlType::Q4_K | GgmlType::Q5_K) => 2,
-        DType::I8Row => 4,
-        _ => 1,
-    };
     let rows = [4, 2].into_iter().filter(|&r| r <= most).find(|&r| n.div_ceil(block / 32 * r) >= 4 * sms).unwrap_or(1);
     (block, rows)
 }
@@ -535,11 +581,14 @@ mod tests {
     fn x8_dtypes_are_the_formats_that_read_digits() {
         use crate::backend::reference::ggml_quant::GgmlType::*;
         let g = DType::Ggml;
-        assert_eq!(x8_dtypes(MmvMode::Auto), [g(Q5_1), g(Q4_K), g(Q5_K), g(Q6_K), DType::I8Row]);
-        assert!(x8_dtypes(MmvMode::InBlock).is_empty());
-        assert_eq!(x8_dtypes(MmvMode::Pre { max_grid: 0 }), MMQ_DTYPES);
-        let reg = x8_dtypes(MmvMode::Reg { max_grid: 0, lanes_quantize: true });
-        assert_eq!(reg, MMQ_DTYPES, "Reg: the register formats read digits, the others run Pre");
+        assert_eq!(x8_dtypes(MmvMode::Auto, false), [g(Q5_1), g(Q4_K), g(Q5_K), g(Q6_K), DType::I8Row]);
+        assert_eq!(x8_dtypes(MmvMode::Auto, true), [g(Q5_1), g(Q8_0), g(Q4_K), g(Q5_K), g(Q6_K), DType::I8Row]);
+        for pack in [false, true] {
+            assert!(x8_dtypes(MmvMode::InBlock, pack).is_empty());
+            assert_eq!(x8_dtypes(MmvMode::Pre { max_grid: 0 }, pack), MMQ_DTYPES);
+            let reg = x8_dtypes(MmvMode::Reg { max_grid: 0, lanes_quantize: true }, pack);
+            assert_eq!(reg, MMQ_DTYPES, "Reg: the register formats read digits, the others run Pre");
+        }
     }
 
     /// The launch of the GEMV with x in registers: threads per 32 (K-quants) or 16 (int8)
@@ -547,13 +596,16 @@ mod tests {
     /// shared memory one f32 per warp and row; shapes it cannot take are declined.
     #[test]
     fn mmv_reg_launch_shapes() {
-        let q4k = DType::Ggml(GgmlType::Q4_K);
+        let _ = GgmlType::Q4_K;
+        let (q4k, i8, q8p) = ((256, 32), (16, 16), (256, 16));
         for (d, n, k, grid, threads, rows) in [
             (q4k, 28672, 4096, 1024, 128, 28), // gate|up of the 8B shape: 132 SMs x 8 blocks -> 28 rows
             (q4k, 4096, 14336, 256, 448, 16),  // down: 448 threads, 2 blocks an SM -> 16 rows
             (q4k, 3, 256, 1, 32, 4),           // one super-block: one warp
-            (DType::I8Row, 4096, 4096, 512, 256, 8),
-            (DType::I8Row, 300, 48, 75, 32, 4),
+            (i8, 4096, 4096, 512, 256, 8),
+            (i8, 300, 48, 75, 32, 4),
+            (q8p, 4096, 4096, 512, 256, 8), // packed Q8_0: int8's threads
+            (q8p, 4096, 14336, 128, 896, 32),
         ] {
             let l = mmv_reg_launch(d, n, k, 132, 0, 227 << 10).unwrap_or_else(|| panic!("{d:?} {n}x{k} declined"));
             assert_eq!((l.grid.0, l.block), (grid, threads), "{d:?} {n}x{k}");
@@ -565,7 +617,7 @@ mod tests {
         // The same with a tiny shared-memory limit: declined (x quantized once instead).
         assert!(mmv_reg_launch(q4k, 300, 512, 132, 2, 600).is_none());
         assert_eq!((l.grid.0, l.smem), (2, 152 * 4));
-        for (d, k) in [(q4k, 300), (q4k, 256 * 129), (DType::I8Row, 40), (DType::I8Row, 16 * 1025), (q4k, 0)] {
+        for (d, k) in [(q4k, 300), (q4k, 256 * 129), (i8, 40), (i8, 16 * 1025), (q4k, 0), (q8p, 288), (q8p, 256 * 65)] {
             assert!(mmv_reg_launch(d, 10, k, 132, 0, 227 << 10).is_none(), "{d:?} k {k}");
         }
     }
