@@ -279,21 +279,41 @@ struct MQ8_0 {
         return ld_f16_a2(b) * xds[0].x * xsum(h, l);
     }
 };
-// Q8_0 in 272-byte super-blocks (quant.cuh QQ8_0P) slice sl: GGML block sl of the super-block, its
-// 32 codes as two 16-byte loads (x block 8 sb + sl).
-struct MQ8_0P {
-    static const int QK = 256, BYTES = 272, SL = 8, RM = 2;
+// Q4_0 / Q5_0 / Q8_0 in packed super-blocks (quant.cuh QQP) slice sl: GGML block sl of the
+// super-block (x block 8 sb + sl), its codes as one or two 16-byte loads.
+template <int KIND>
+struct MQP {
+    static const int QK = 256, BYTES = PQ<KIND>::BYTES, SL = 8, RM = 2;
     static __device__ __forceinline__ float dot(const u8* b, int sl, XQ xq, const float2* xds) {
-        const uint4* qp = reinterpret_cast<const uint4*>(b + 16 + 32 * sl);
-        uint4 qa = __ldg(qp), qb = __ldg(qp + 1);
-        u32 q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+        const uint4* qp = reinterpret_cast<const uint4*>(b + PQ<KIND>::QS + PQ<KIND>::QB * sl);
         XQ xa = xq + 9 * sl;
         int h = 0, l = 0;
+        uint4 qa = __ldg(qp);
+        u32 q[4] = {qa.x, qa.y, qa.z, qa.w};
+        if (KIND == 2) {
+            uint4 qb = __ldg(qp + 1);
+            u32 q2[4] = {qb.x, qb.y, qb.z, qb.w};
 #pragma unroll
-        for (int i = 0; i < 8; i++) dp4a2(q[i], xa[i], h, l);
+            for (int i = 0; i < 4; i++) {
+                dp4a2(q[i], xa[i], h, l);
+                dp4a2(q2[i], xa[4 + i], h, l);
+            }
+        } else {
+            u32 qh = KIND == 1 ? __ldg(reinterpret_cast<const u32*>(b + 16 + 4 * sl)) : 0u;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                u32 lo, hi;
+                p4_codes<KIND>(q[i], qh, i, lo, hi);
+                dp4a2(lo, xa[i], h, l);
+                dp4a2(hi, xa[4 + i], h, l);
+            }
+        }
         return ld_f16_a2(b + 2 * sl) * xds[sl].x * xsum(h, l);
     }
 };
+typedef MQP<0> MQ4_0P;
+typedef MQP<1> MQ5_0P;
+typedef MQP<2> MQ8_0P;
 // Q4_K / Q5_K slice g (0..3): the 64 weights of chunk g, sub-blocks 2g (low nibbles of code
 // bytes 32g .. 32g + 32) and 2g + 1 (high nibbles); Q5_K's fifth bits are bits 2g / 2g + 1 of
 // qh[0 .. 32]. The 6-bit scales and mins of both sub-blocks without a branch (lanes of one warp
@@ -760,11 +780,101 @@ __device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, cons
         out[p.out_off + r0 + r] = s + (p.has_bias ? bias[r0 + r] : 0.0f);
     }
 }
+// A lane's whole x block (32 elements of f32 x from e0, 16-byte aligned) quantized by the lane
+// alone (x8_quantize4's formula): both digits of its 8 words and d (`on` false: zeros).
+__device__ __forceinline__ void mmv_quantize_x32(const float* x, bool on, int* h, int* l, float& d) {
+    float v[32];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        float4 a = on ? __ldg(reinterpret_cast<const float4*>(x) + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
+    float id;
+    x8_scale(amax, d, id);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        u32 hi = 0, lo = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            u32 hv, lv;
+            x8_digits(v[4 * j + i], d, id, hv, lv);
+            hi |= hv << (8 * i);
+            lo |= lv << (8 * i);
+        }
+        h[j] = (int)hi;
+        l[j] = (int)lo;
+    }
+}
+
+// Q4_0 / Q5_0 in packed super-blocks (QQP) with x in registers: thread t owns GGML block t of every
+// row (k % 256 == 0, k / 32 <= 1024 threads): its 16 code bytes (one uint4: element j in the low
+// nibble of byte j, 16 + j in the high), its f16 scale and Q5_0's fifth-bit word, and x block t
+// (from the digit scratch, or quantized by the lane itself: XF). Rows four at a time as in
+// mmv_reg_k_impl.
+template <int KIND, bool XF>
+__device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out) {
+    extern __shared__ __align__(16) unsigned char mmv_smem[];
+    float* red = reinterpret_cast<float*>(mmv_smem);
+    const u32 t = threadIdx.x, lane = t & 31, warp = t >> 5, nwarps = blockDim.x >> 5;
+    const bool on = 32 * t < p.k;
+    const u32 R = mmv_reg_rows(p.n), r0 = blockIdx.x * R, r1 = min(p.n, r0 + R);
+    int xh[8], xl[8];
+    float dx, sx;
+    if (XF) {
+        mmv_quantize_x32(reinterpret_cast<const float*>(xs) + 32 * t, on, xh, xl, dx);
+    } else {
+        mmv_reg_x<false>(xs, p.k, 32 * t, on, xh, xl, dx, sx);
+        mmv_reg_x<false>(xs, p.k, 32 * t + 16, on, xh + 4, xl + 4, dx, sx);
+    }
+    const u32 c = min(t, p.k / 32 - 1); // lanes past k: the row's last block, zero x
+    const u8* sb = w + (u64)PQ<KIND>::BYTES * (c / 8);
+    const u32 j = c % 8;
+    const u64 rb = (u64)(p.k / 256) * PQ<KIND>::BYTES;
+    for (u32 n0 = r0; n0 < r1; n0 += 4) {
+        uint4 q[4]; // unpredicated, as in mmv_reg_k_impl
+        u32 qh[4] = {0, 0, 0, 0};
+        float d[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const u8* b = sb + (u64)min(n0 + r, r1 - 1) * rb;
+            q[r] = __ldg(reinterpret_cast<const uint4*>(b + PQ<KIND>::QS + 16 * j));
+            d[r] = ld_f16_a2(b + 2 * j);
+            if (KIND == 1) qh[r] = __ldg(reinterpret_cast<const u32*>(b + 16 + 4 * j));
+        }
+        int h[4] = {0, 0, 0, 0}, l[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                u32 qw = i == 0 ? q[r].x : i == 1 ? q[r].y : i == 2 ? q[r].z : q[r].w, lo, hi;
+                p4_codes<KIND>(qw, qh[r], i, lo, hi);
+                dp4a2(lo, make_int2(xh[i], xl[i]), h[r], l[r]);
+                dp4a2(hi, make_int2(xh[4 + i], xl[4 + i]), h[r], l[r]);
+            }
+        }
+        float v[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) v[r] = d[r] * dx * xsum(h[r], l[r]);
+        float s = mmv_reduce4(v);
+        if ((lane & 7u) == 0u) red[warp * R + (n0 - r0) + (lane >> 3)] = s;
+    }
+    __syncthreads();
+    for (u32 r = t; r0 + r < r1; r += blockDim.x) {
+        float s = 0.0f;
+        for (u32 wi = 0; wi < nwarps; wi++) s += red[wi * R + r];
+        out[p.out_off + r0 + r] = s + (p.has_bias ? bias[r0 + r] : 0.0f);
+    }
+}
 // int8 rows the same way: thread t owns elements 16t .. 16t + 16 (one uint4 of every row; k % 16
 // == 0, k / 16 <= 1024 threads), x words 4 (t % 2) .. + 4 of x block t / 2; the row's f32 scale
 // (after the n k codes) applied once to the warps' total. P: Q8_0 in 272-byte super-blocks
-// (QQ8_0P; k % 256 == 0) the same way, the codes of element 16t at byte 16 + 16 (t % 16) of
-// super-block t / 16, each row's product scaled by its block's f16 scale (bytes 2 (t % 16 / 2)).
+// (QQ8_0P; k % 256 == 0) the same way, the codes of element 16c at byte 16 + 16 (c % 16) of
+// super-block c / 16, each row's product scaled by its block's f16 scale (bytes 2 (c % 16 / 2)).
+// (32 elements a thread, two uint4 of every row, was measured no faster: docs/benchmarks.md,
+// session 19.)
 template <bool XF, bool P>
 __device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out) {
     extern __shared__ __align__(16) unsigned char mmv_smem[];
@@ -775,9 +885,9 @@ __device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, con
     int xh[4], xl[4];
     float dx, sx;
     mmv_reg_x<XF>(xs, p.k, 16 * t, on, xh, xl, dx, sx);
-    const u32 tc = min(t, p.k / 16 - 1); // lanes past k: the row's last 16 codes, zero x
-    const u8* base = P ? w + 272ull * (tc / 16) + 16 * (tc % 16 + 1) : w + 16ull * tc;
-    const u8* sbase = w + 272ull * (tc / 16) + 2 * (tc % 16 / 2); // P: the block's scale
+    const u32 c = min(t, p.k / 16 - 1); // the 16-code chunk; lanes past k: the row's last, zero x
+    const u8* base = P ? w + 272ull * (c / 16) + 16 * (c % 16 + 1) : w + 16ull * c;
+    const u8* sbase = w + 272ull * (c / 16) + 2 * (c % 16 / 2); // P: the block's scale
     const u64 rb = P ? (u64)(p.k / 256) * 272 : p.k;
     for (u32 n0 = r0; n0 < r1; n0 += 4) {
         uint4 q[4]; // unpredicated, as in mmv_reg_k_impl
@@ -797,10 +907,10 @@ __device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, con
         for (int r = 0; r < 4; r++) dp4a2(q[r].z, make_int2(xh[2], xl[2]), h[r], l[r]);
 #pragma unroll
         for (int r = 0; r < 4; r++) dp4a2(q[r].w, make_int2(xh[3], xl[3]), h[r], l[r]);
-        float v[4];
+        float v4[4];
 #pragma unroll
-        for (int r = 0; r < 4; r++) v[r] = (P ? ws[r] * dx : dx) * xsum(h[r], l[r]);
-        float s = mmv_reduce4(v);
+        for (int r = 0; r < 4; r++) v4[r] = (P ? ws[r] * dx : dx) * xsum(h[r], l[r]);
+        float s = mmv_reduce4(v4);
         if ((lane & 7u) == 0u) red[warp * R + (n0 - r0) + (lane >> 3)] = s;
     }
     __syncthreads();
@@ -815,11 +925,15 @@ __device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, con
 extern "C" __global__ void matmul_gemv_q4_k_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_k_impl<false, false>(p, xq, w, b, o); }
 extern "C" __global__ void matmul_gemv_q5_k_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_k_impl<true, false>(p, xq, w, b, o); }
 extern "C" __global__ void matmul_gemv_int8_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<false, false>(p, xq, w, b, o); }
+extern "C" __global__ void matmul_gemv_q4_0p_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<0, false>(p, xq, w, b, o); }
+extern "C" __global__ void matmul_gemv_q5_0p_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<1, false>(p, xq, w, b, o); }
 extern "C" __global__ void matmul_gemv_q8_0p_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<false, true>(p, xq, w, b, o); }
 // The same with x quantized by the lanes themselves from f32 x (no matmul_quantize_x_m1 launch).
 extern "C" __global__ void matmul_gemv_q4_k_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_k_impl<false, true>(p, x, w, b, o); }
 extern "C" __global__ void matmul_gemv_q5_k_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_k_impl<true, true>(p, x, w, b, o); }
 extern "C" __global__ void matmul_gemv_int8_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<true, false>(p, x, w, b, o); }
+extern "C" __global__ void matmul_gemv_q4_0p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<0, true>(p, x, w, b, o); }
+extern "C" __global__ void matmul_gemv_q5_0p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<1, true>(p, x, w, b, o); }
 extern "C" __global__ void matmul_gemv_q8_0p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<true, true>(p, x, w, b, o); }
 
 // x [k] -> the _m1 layout in global memory (xq: mmv_smem_bytes(k) bytes, 256-byte aligned); one
@@ -843,6 +957,8 @@ QGEMV(q8_0, QQ8_0, MQ8_0)
 QGEMV(q4_k, QQ4_K, MQ4_K)
 QGEMV(q5_k, QQ5_K, MQ5_K)
 QGEMV(q6_k, QQ6_K, MQ6_K)
+QGEMV(q4_0p, QQ4_0P, MQ4_0P)
+QGEMV(q5_0p, QQ5_0P, MQ5_0P)
 QGEMV(q8_0p, QQ8_0P, MQ8_0P)
 
 #define RGEMV(fmt, FP8) \

@@ -9,7 +9,8 @@
 // block is only as aligned as BYTES allows: Q4_K / Q5_K blocks (144 / 176 bytes) are 16-byte
 // aligned (allocations are 256-byte aligned), Q4_1 / Q5_1 (20 / 24) 4-byte, Q4_0, Q5_0, Q8_0 and
 // Q6_K (18 / 22 / 34 / 210) only 2-byte: each format loads with the widest access its alignment
-// allows (uint4, u32, or pairs of u16), never a wider unaligned one.
+// allows (uint4, u32, or pairs of u16), never a wider unaligned one. Matrices of Q4_0, Q5_0 and
+// Q8_0 whose rows are whole 256-element super-blocks are stored packed instead (QQP below).
 //
 // Decoding is split into "chunks" (what one lane decodes at once): Q::LANES chunks per block, each
 // Q::NE = 32 * Q::RUNS weights, run r of chunk `sub` covering elements
@@ -141,22 +142,48 @@ struct QQ8_0 {
     }
 };
 
-// Q8_0 as the CUDA backend stores matrices whose rows are whole 256-element super-blocks
-// (src/backend/cuda/packed.rs, `q8_0p`): 8 consecutive GGML blocks of a row as one 272-byte
-// super-block, their 8 f16 scales (16 bytes) then their 8 x 32 codes, so every run of codes is
-// 16-byte aligned (the GGML block's 34 bytes allow only 2-byte loads). Same bytes in total, same
-// values: chunk c is GGML block 8 sb + c.
-struct QQ8_0P {
-    static const int QK = 256, BYTES = 272, LANES = 8, RUNS = 1;
+// The 32-element formats Q4_0, Q5_0 and Q8_0 as the CUDA backend stores matrices whose rows are
+// whole 256-element super-blocks (src/backend/cuda/packed.rs, `q4_0p` / `q5_0p` / `q8_0p`): 8
+// consecutive GGML blocks of a row as one super-block of the same bytes, each field of the 8
+// blocks together: their f16 scales (16 bytes), Q5_0's fifth-bit words (32 bytes), then their
+// codes (16 or 32 bytes a block), so every field is 16-byte aligned (the GGML blocks' 18 / 22 /
+// 34 bytes allow only 2-byte loads). Same values: chunk c is GGML block 8 sb + c.
+// Field offsets of block c: scale 2c; Q5_0 qh 16 + 4c; codes PQ::QS + PQ::QB c.
+template <int KIND> // 0: Q4_0, 1: Q5_0, 2: Q8_0
+struct PQ {
+    static const int QB = KIND == 2 ? 32 : 16, QS = KIND == 1 ? 48 : 16, BYTES = 8 * (QB + (KIND == 1 ? 6 : 2));
+};
+template <int KIND>
+struct QQP {
+    static const int QK = 256, BYTES = PQ<KIND>::BYTES, LANES = 8, RUNS = 1;
     static __device__ __forceinline__ u32 xoff(int c, int) { return 32 * c; }
     template <bool EX> static __device__ __forceinline__ void decode(const u8* b, int c, float* y) {
         float d = ld_f16_a2(b + 2 * c);
         u32 q[8];
-        ld_words<8, 16>(b + 16 + 32 * c, q);
+        ld_words<PQ<KIND>::QB / 4, 16>(b + PQ<KIND>::QS + PQ<KIND>::QB * c, q);
+        if (KIND == 2) {
 #pragma unroll
-        for (int j = 0; j < 32; j++) y[j] = qmul<EX>(qf_i8(byte_of(q, j)), d);
+            for (int j = 0; j < 32; j++) y[j] = qmul<EX>(qf_i8(byte_of(q, j)), d);
+            return;
+        }
+        u32 qh = KIND == 1 ? __ldg(reinterpret_cast<const u32*>(b + 16 + 4 * c)) : 0u;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            u32 v = byte_of(q, j);
+            if (KIND == 1) {
+                u32 h0 = ((qh >> j) << 4) & 0x10u, h1 = (qh >> (j + 12)) & 0x10u;
+                y[j] = qmul<EX>(qf((v & 15u) | h0) - 16.0f, d);
+                y[j + 16] = qmul<EX>(qf((v >> 4) | h1) - 16.0f, d);
+            } else {
+                y[j] = qmul<EX>(qf(v & 15u) - 8.0f, d);
+                y[j + 16] = qmul<EX>(qf(v >> 4) - 8.0f, d);
+            }
+        }
     }
 };
+typedef QQP<0> QQ4_0P;
+typedef QQP<1> QQ5_0P;
+typedef QQP<2> QQ8_0P;
 
 // ggml's get_scale_min_k4 over the 12 scale bytes (as 3 words).
 __device__ __forceinline__ void scale_min_k4(int j, const u32* s, u32& sc, u32& m) {
@@ -268,6 +295,20 @@ __device__ __forceinline__ u32 bit4_bytes(u32 v) {
     return ((v << 4) & 0x10u) | ((v << 11) & 0x1000u) | ((v << 18) & 0x100000u) | ((v << 25) & 0x10000000u);
 }
 const u32 LO4 = 0x0f0f0f0fu;
+// Word i (0..3) of a packed Q4_0 / Q5_0 block's codes (QQP) as signed bytes: elements 4i .. 4i + 3
+// (lo) and 16 + 4i .. (hi), Q5_0's fifth bits from its qh word, offsets -8 / -16 applied.
+template <int KIND>
+__device__ __forceinline__ void p4_codes(u32 q, u32 qh, int i, u32& lo, u32& hi) {
+    lo = q & LO4;
+    hi = (q >> 4) & LO4;
+    if (KIND == 1) {
+        lo |= bit4_bytes(qh >> (4 * i));
+        hi |= bit4_bytes(qh >> (4 * i + 16));
+    }
+    const u32 off = KIND == 1 ? 0x10101010u : 0x08080808u;
+    lo = (u32)sub_bytes(lo, off);
+    hi = (u32)sub_bytes(hi, off);
+}
 // Exact float of an int with |s| < 2^22 without an I2F (quarter rate on sm_90): two full-rate ops.
 __device__ __forceinline__ float qf_s(int s) { return __int_as_float(0x4b400000 + s) - 12582912.0f; }
 // The digit sums of a dot as one float in units of d: h + l / 254.

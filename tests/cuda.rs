@@ -343,16 +343,22 @@ fn quant_entry_tables_follow_quant_dtypes() {
     // The MMQ GEMM: [QUANT_DTYPES without fp8][n-tiles 1 | 2 | 4 | 8]; the batch-1 GEMV with x
     // quantized once (MmvMode::Pre): [QUANT_DTYPES without fp8].
     assert_eq!(&bindings::MMQ_DTYPES[..], &q[..9]);
-    assert_eq!(bindings::matmul_gemv_quant_pre::ENTRIES.len(), 10);
-    assert_eq!(bindings::matmul_gemv_quant_pre::ENTRIES[9], "matmul_gemv_q8_0p_m1_pre");
-    let n = q.len();
-    assert_eq!(bindings::matmul_gemv_quant::ENTRIES.len(), 2 * n + 2);
-    assert_eq!(&bindings::matmul_gemv_quant::ENTRIES[2 * n..], &["matmul_gemv_q8_0p_m1", "matmul_gemv_q8_0p_m16"]);
-    assert_eq!(bindings::matmul_dequant::ENTRIES.len(), n + 1);
-    assert_eq!(bindings::matmul_dequant::ENTRIES[n], "matmul_dequant_q8_0p");
-    assert_eq!(bindings::matmul_mmq::ENTRIES.len(), 4 * 9 + 4);
-    for (v, nt) in [1, 2, 4, 8].into_iter().enumerate() {
-        assert_eq!(bindings::matmul_mmq::ENTRIES[36 + v], format!("matmul_mmq_q8_0p_n{nt}"));
+    // Each table's tail: [PACKED_DTYPES][variant], named <fmt>p.
+    let (n, pk) = (q.len(), lserve::backend::cuda::packed::PACKED_DTYPES);
+    let np = pk.len();
+    assert_eq!(bindings::matmul_gemv_quant_pre::ENTRIES.len(), 9 + np);
+    assert_eq!(bindings::matmul_gemv_quant::ENTRIES.len(), 2 * (n + np));
+    assert_eq!(bindings::matmul_dequant::ENTRIES.len(), n + np);
+    assert_eq!(bindings::matmul_mmq::ENTRIES.len(), 4 * (9 + np));
+    for (i, d) in pk.iter().enumerate() {
+        let f = format!("{}p", d.weight_name());
+        assert_eq!(bindings::matmul_gemv_quant_pre::ENTRIES[9 + i], format!("matmul_gemv_{f}_m1_pre"));
+        assert_eq!(bindings::matmul_gemv_quant::ENTRIES[2 * (n + i)], format!("matmul_gemv_{f}_m1"));
+        assert_eq!(bindings::matmul_gemv_quant::ENTRIES[2 * (n + i) + 1], format!("matmul_gemv_{f}_m16"));
+        assert_eq!(bindings::matmul_dequant::ENTRIES[n + i], format!("matmul_dequant_{f}"));
+        for (v, nt) in [1, 2, 4, 8].into_iter().enumerate() {
+            assert_eq!(bindings::matmul_mmq::ENTRIES[4 * (9 + i) + v], format!("matmul_mmq_{f}_n{nt}"));
+        }
     }
     for (i, d) in bindings::MMQ_DTYPES.iter().enumerate() {
         assert_eq!(bindings::matmul_gemv_quant_pre::ENTRIES[i], format!("matmul_gemv_{}_m1_pre", d.weight_name()));
@@ -363,18 +369,23 @@ fn quant_entry_tables_follow_quant_dtypes() {
     // The batch-1 GEMV with x in registers (MmvMode::Reg): [REG_DTYPES], x from the scratch
     // (_reg) or quantized by the lanes (_regf).
     let r = bindings::REG_DTYPES.len();
-    assert_eq!(r + 1, bindings::matmul_gemv_quant_reg::ENTRIES.len());
-    assert_eq!(r + 1, bindings::matmul_gemv_quant_regf::ENTRIES.len());
-    assert_eq!(bindings::matmul_gemv_quant_reg::ENTRIES[r], "matmul_gemv_q8_0p_m1_reg");
-    assert_eq!(bindings::matmul_gemv_quant_regf::ENTRIES[r], "matmul_gemv_q8_0p_m1_regf");
+    assert_eq!(r + np, bindings::matmul_gemv_quant_reg::ENTRIES.len());
+    assert_eq!(r + np, bindings::matmul_gemv_quant_regf::ENTRIES.len());
+    for (i, d) in pk.iter().enumerate() {
+        let f = format!("{}p", d.weight_name());
+        assert_eq!(bindings::matmul_gemv_quant_reg::ENTRIES[r + i], format!("matmul_gemv_{f}_m1_reg"));
+        assert_eq!(bindings::matmul_gemv_quant_regf::ENTRIES[r + i], format!("matmul_gemv_{f}_m1_regf"));
+    }
     for (i, d) in bindings::REG_DTYPES.iter().enumerate() {
         assert_eq!(bindings::matmul_gemv_quant_reg::ENTRIES[i], format!("matmul_gemv_{}_m1_reg", d.weight_name()));
         assert_eq!(bindings::matmul_gemv_quant_regf::ENTRIES[i], format!("matmul_gemv_{}_m1_regf", d.weight_name()));
     }
     let e = bindings::embed_dtypes();
-    assert_eq!(e.len() + 1, bindings::embed::ENTRIES.len());
-    assert_eq!(bindings::embed::ENTRIES[e.len()], "embed_q8_0p");
-    for (d, name) in e.iter().zip(bindings::embed::ENTRIES) {
+    assert_eq!(e.len() + np, bindings::embed::ENTRIES.len());
+    for (i, d) in pk.iter().enumerate() {
+        assert_eq!(bindings::embed::ENTRIES[e.len() + i], format!("embed_{}p", d.weight_name()));
+    }
+    for (d, name) in e.iter().zip(&bindings::embed::ENTRIES[..e.len()]) {
         assert_eq!(*name, format!("embed_{}", d.weight_name()));
     }
 }

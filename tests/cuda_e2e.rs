@@ -117,8 +117,8 @@ fn sparse_bf16_kv_matches_cpu_up_to_near_ties() {
 }
 
 /// Quantized weights whose batch-1 GEMV takes x8 digits (`Caps::act_x8_dtypes`, checked here:
-/// Q4_K and Q6_K, Q5_1, int8 rows, and Q8_0, whose matrices here (k = 512, 1536: whole 256-element
-/// super-blocks) CUDA stores packed, src/backend/cuda/packed.rs): the decode steps' norms,
+/// Q4_K and Q6_K, Q5_1, int8 rows, and Q8_0, Q4_0 and Q5_0, whose matrices here (k = 512, 1536:
+/// whole 256-element super-blocks) CUDA stores packed, src/backend/cuda/packed.rs): the decode steps' norms,
 /// attention and FFN activation hand them the digits; prefill chunks take the MMQ GEMM; the CPU
 /// multiplies f32 x by the dequantized blocks. x's ~16-bit digits are the only difference beside
 /// summation order, so a divergence must be a near tie (margin < 0.01).
@@ -126,7 +126,15 @@ fn sparse_bf16_kv_matches_cpu_up_to_near_ties() {
 fn quantized_weights_with_x8_activations_match_cpu() {
     let Some(gpu) = common::cuda_backend() else { return };
     let ggml = |t| DType::Ggml(t);
-    for w in [ggml(GgmlType::Q4_K), ggml(GgmlType::Q6_K), ggml(GgmlType::Q5_1), DType::I8Row, ggml(GgmlType::Q8_0)] {
+    for w in [
+        ggml(GgmlType::Q4_K),
+        ggml(GgmlType::Q6_K),
+        ggml(GgmlType::Q5_1),
+        DType::I8Row,
+        ggml(GgmlType::Q8_0),
+        ggml(GgmlType::Q4_0),
+        ggml(GgmlType::Q5_0),
+    ] {
         assert!(gpu.caps().act_x8_dtypes.contains(&w), "{w:?}: no x8 activations (LSERVE_CUDA_ACT_X8=0?)");
         compare_w(false, "f32", w, 0.01);
         compare_w(true, "f32", w, 0.01);

@@ -146,11 +146,12 @@ macro_rules! kernels {
 }
 
 kernels! {
-    /// `[embed_dtypes()]`: float tables, then the quantized formats (bytes), then packed Q8_0
-    /// ([`entry_w`]).
+    /// `[embed_dtypes()]`: float tables, then the quantized formats (bytes), then the packed
+    /// formats ([`entry_w`]).
     embed: "embed" (EmbedParams) [
         "embed_f32", "embed_f16", "embed_bf16", "embed_q4_0", "embed_q4_1", "embed_q5_0", "embed_q5_1",
-        "embed_q8_0", "embed_q4_k", "embed_q5_k", "embed_q6_k", "embed_int8", "embed_fp8", "embed_q8_0p",
+        "embed_q8_0", "embed_q4_k", "embed_q5_k", "embed_q6_k", "embed_int8", "embed_fp8", "embed_q4_0p", "embed_q5_0p",
+        "embed_q8_0p",
     ]
     { t: In Store, ids: In U32, out: Out F32 }
 
@@ -201,7 +202,7 @@ kernels! {
     ]
     { x: In F32, w: In Store, b: OptIn F32, o: Out F32 }
 
-    /// Quantized-weight GEMV `[QUANT_DTYPES, packed Q8_0][up to 1 | up to 16 rows of x]`
+    /// Quantized-weight GEMV `[QUANT_DTYPES, PACKED_DTYPES][up to 1 | up to 16 rows of x]`
     /// (matmul_quant.cu; [`entry_w`]).
     matmul_gemv_quant: "matmul_quant" (MatmulParams) [
         "matmul_gemv_q4_0_m1", "matmul_gemv_q4_0_m16", "matmul_gemv_q4_1_m1", "matmul_gemv_q4_1_m16",
@@ -209,31 +210,34 @@ kernels! {
         "matmul_gemv_q8_0_m1", "matmul_gemv_q8_0_m16", "matmul_gemv_q4_k_m1", "matmul_gemv_q4_k_m16",
         "matmul_gemv_q5_k_m1", "matmul_gemv_q5_k_m16", "matmul_gemv_q6_k_m1", "matmul_gemv_q6_k_m16",
         "matmul_gemv_int8_m1", "matmul_gemv_int8_m16", "matmul_gemv_fp8_m1", "matmul_gemv_fp8_m16",
+        "matmul_gemv_q4_0p_m1", "matmul_gemv_q4_0p_m16", "matmul_gemv_q5_0p_m1", "matmul_gemv_q5_0p_m16",
         "matmul_gemv_q8_0p_m1", "matmul_gemv_q8_0p_m16",
     ]
     { x: In F32, w: In Store, b: OptIn F32, o: Out F32 }
 
     /// The batch-1 integer-dot GEMV reading x's digits from `matmul_quantize_x_m1`'s scratch
-    /// (`MmvMode::Pre`) `[MMQ_DTYPES, packed Q8_0]`.
+    /// (`MmvMode::Pre`) `[MMQ_DTYPES, PACKED_DTYPES]`.
     matmul_gemv_quant_pre: "matmul_quant" (MatmulParams) [
         "matmul_gemv_q4_0_m1_pre", "matmul_gemv_q4_1_m1_pre", "matmul_gemv_q5_0_m1_pre",
         "matmul_gemv_q5_1_m1_pre", "matmul_gemv_q8_0_m1_pre", "matmul_gemv_q4_k_m1_pre",
         "matmul_gemv_q5_k_m1_pre", "matmul_gemv_q6_k_m1_pre", "matmul_gemv_int8_m1_pre",
-        "matmul_gemv_q8_0p_m1_pre",
+        "matmul_gemv_q4_0p_m1_pre", "matmul_gemv_q5_0p_m1_pre", "matmul_gemv_q8_0p_m1_pre",
     ]
     { xq: ScratchIn U32, w: In Store, b: OptIn F32, o: Out F32 }
 
     /// The batch-1 K-quant GEMV holding x's digits (from `matmul_quantize_x_m1`'s scratch) in
-    /// registers (`MmvMode::Reg`) `[Q4_K | Q5_K | int8 rows | packed Q8_0]` ([`REG_DTYPES`]).
+    /// registers (`MmvMode::Reg`) `[REG_DTYPES: Q4_K | Q5_K | int8 rows, PACKED_DTYPES]`.
     matmul_gemv_quant_reg: "matmul_quant" (MatmulParams) [
-        "matmul_gemv_q4_k_m1_reg", "matmul_gemv_q5_k_m1_reg", "matmul_gemv_int8_m1_reg", "matmul_gemv_q8_0p_m1_reg",
+        "matmul_gemv_q4_k_m1_reg", "matmul_gemv_q5_k_m1_reg", "matmul_gemv_int8_m1_reg", "matmul_gemv_q4_0p_m1_reg",
+        "matmul_gemv_q5_0p_m1_reg", "matmul_gemv_q8_0p_m1_reg",
     ]
     { xq: ScratchIn U32, w: In Store, b: OptIn F32, o: Out F32 }
 
     /// The same with x quantized by the lanes from f32 (`MmvMode::Reg` with `lanes_quantize`)
-    /// `[REG_DTYPES, packed Q8_0]`.
+    /// `[REG_DTYPES, PACKED_DTYPES]`.
     matmul_gemv_quant_regf: "matmul_quant" (MatmulParams) [
-        "matmul_gemv_q4_k_m1_regf", "matmul_gemv_q5_k_m1_regf", "matmul_gemv_int8_m1_regf", "matmul_gemv_q8_0p_m1_regf",
+        "matmul_gemv_q4_k_m1_regf", "matmul_gemv_q5_k_m1_regf", "matmul_gemv_int8_m1_regf", "matmul_gemv_q4_0p_m1_regf",
+        "matmul_gemv_q5_0p_m1_regf", "matmul_gemv_q8_0p_m1_regf",
     ]
     { x: In F32, w: In Store, b: OptIn F32, o: Out F32 }
 
@@ -242,16 +246,17 @@ kernels! {
     matmul_quantize_x_m1: "matmul_quant" (MatmulParams) ["matmul_quantize_x_m1"]
     { x: In F32, xq: ScratchOut U32 }
 
-    /// Quantized weight rows `row0 .. row0 + p.n` as f16 into a scratch `[QUANT_DTYPES, packed Q8_0]` (the
+    /// Quantized weight rows `row0 .. row0 + p.n` as f16 into a scratch `[QUANT_DTYPES, PACKED_DTYPES]` (the
     /// GEMM path; `n_total`: the matrix's rows).
     matmul_dequant: "matmul_quant" (MatmulParams) [
         "matmul_dequant_q4_0", "matmul_dequant_q4_1", "matmul_dequant_q5_0", "matmul_dequant_q5_1",
         "matmul_dequant_q8_0", "matmul_dequant_q4_k", "matmul_dequant_q5_k", "matmul_dequant_q6_k",
-        "matmul_dequant_int8", "matmul_dequant_fp8", "matmul_dequant_q8_0p",
+        "matmul_dequant_int8", "matmul_dequant_fp8", "matmul_dequant_q4_0p",
+        "matmul_dequant_q5_0p", "matmul_dequant_q8_0p",
     ]
     { w: In Store, w16: ScratchOut Store, row0: U32 Scalar, n_total: U32 Scalar }
 
-    /// The tensor-core quantized GEMM for 2..=64 rows of x `[MMQ_DTYPES, packed Q8_0][n-tiles 1 | 2 | 4 | 8]`
+    /// The tensor-core quantized GEMM for 2..=64 rows of x `[MMQ_DTYPES, PACKED_DTYPES][n-tiles 1 | 2 | 4 | 8]`
     /// (matmul_mmq.cu; x as int8 digits from `matmul_quantize_x`).
     matmul_mmq: "matmul_mmq" (MatmulParams) [
         "matmul_mmq_q4_0_n1", "matmul_mmq_q4_0_n2", "matmul_mmq_q4_0_n4", "matmul_mmq_q4_0_n8",
@@ -263,6 +268,8 @@ kernels! {
         "matmul_mmq_q5_k_n1", "matmul_mmq_q5_k_n2", "matmul_mmq_q5_k_n4", "matmul_mmq_q5_k_n8",
         "matmul_mmq_q6_k_n1", "matmul_mmq_q6_k_n2", "matmul_mmq_q6_k_n4", "matmul_mmq_q6_k_n8",
         "matmul_mmq_int8_n1", "matmul_mmq_int8_n2", "matmul_mmq_int8_n4", "matmul_mmq_int8_n8",
+        "matmul_mmq_q4_0p_n1", "matmul_mmq_q4_0p_n2", "matmul_mmq_q4_0p_n4", "matmul_mmq_q4_0p_n8",
+        "matmul_mmq_q5_0p_n1", "matmul_mmq_q5_0p_n2", "matmul_mmq_q5_0p_n4", "matmul_mmq_q5_0p_n8",
         "matmul_mmq_q8_0p_n1", "matmul_mmq_q8_0p_n2", "matmul_mmq_q8_0p_n4", "matmul_mmq_q8_0p_n8",
     ]
     { xq: ScratchIn U32, xds: ScratchIn F32, w: In Store, b: OptIn F32, o: Out F32 }
@@ -482,7 +489,7 @@ pub fn entry(entries: &'static [&'static str], d: DType, variant: usize, per: us
 }
 
 /// The entry for weight buffer `w` of a kernel whose entries are `[dtype][variant]` over `dtypes`
-/// followed by the packed Q8_0 layout's `per` variants (`CudaBuffer::packed`, packed.rs).
+/// followed by `[PACKED_DTYPES][variant]` for packed buffers (`CudaBuffer::packed`, packed.rs).
 pub fn entry_w(
     entries: &'static [&'static str],
     dtypes: &[DType],
@@ -493,11 +500,8 @@ pub fn entry_w(
     if !w.packed {
         return entry_in(entries, dtypes, w.dtype, variant, per);
     }
-    let i = dtypes.len() * per + variant;
-    match entries.get(i) {
-        Some(e) if variant < per && e.contains("q8_0p") => Ok(e),
-        _ => Err(super::context::err(format!("no packed Q8_0 kernel variant {variant}"))),
-    }
+    let tail = entries.get(dtypes.len() * per..).unwrap_or_default();
+    entry_in(tail, &super::packed::PACKED_DTYPES, w.dtype, variant, per)
 }
 
 /// The entry of a kernel whose entries are `[dtype][variant]` over `dtypes` (in that order) with

@@ -57,7 +57,8 @@ pub struct CudaBuffer {
     pub dtype: DType,
     /// Elements (not bytes).
     pub len: usize,
-    /// A Q8_0 matrix stored in 272-byte super-blocks (packed.rs), read by the `q8_0p` kernels.
+    /// A Q4_0 / Q5_0 / Q8_0 matrix stored in packed super-blocks (packed.rs), read by the
+    /// `<fmt>p` kernels.
     pub packed: bool,
 }
 
@@ -77,8 +78,9 @@ pub struct CudaBackend {
     gpu: Gpu,
     caps: Caps,
     mmv: MmvMode,
-    /// Q8_0 matrices of whole super-blocks are stored packed (packed.rs; `LSERVE_CUDA_Q8_0_PACK`).
-    q8_pack: bool,
+    /// Q4_0 / Q5_0 / Q8_0 matrices of whole super-blocks are stored packed (packed.rs;
+    /// `LSERVE_CUDA_PACK`).
+    pack: bool,
 }
 
 /// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md, CUDA).
@@ -140,13 +142,13 @@ impl CudaBackend {
             Some(m) => m,
             None => MmvMode::from_env(gpu.sm_count)?,
         };
-        let q8_pack = switch_from_env("LSERVE_CUDA_Q8_0_PACK")?;
+        let pack = switch_from_env("LSERVE_CUDA_PACK")?;
         if switch_from_env("LSERVE_CUDA_ACT_X8")? {
-            caps.act_x8_dtypes = ops_matmul::x8_dtypes(mmv, q8_pack);
+            caps.act_x8_dtypes = ops_matmul::x8_dtypes(mmv, pack);
             // x's digits fit the batch-1 GEMV's shared memory (ops_matmul::mmv_smem_bytes).
             caps.act_x8_max_k = gpu.smem_optin as usize / 80 * 32;
         }
-        Ok(CudaBackend { gpu, caps, mmv, q8_pack })
+        Ok(CudaBackend { gpu, caps, mmv, pack })
     }
 
     pub(crate) fn gpu(&self) -> &Gpu {
@@ -163,9 +165,10 @@ impl CudaBackend {
         self.mmv
     }
 
-    /// Whether Q8_0 matrices of whole 256-element super-blocks are stored packed (packed.rs).
-    pub fn q8_pack(&self) -> bool {
-        self.q8_pack
+    /// Whether Q4_0 / Q5_0 / Q8_0 matrices of whole 256-element super-blocks are stored packed
+    /// (packed.rs).
+    pub fn packs(&self) -> bool {
+        self.pack
     }
 
     /// What CUDA-graph replay of recorded steps did so far (graph.rs).
@@ -211,8 +214,8 @@ impl CudaBackend {
 /// - `LSERVE_CUDA_ACT_X8`: off keeps batch-1 activations in f32 (each integer GEMV then quantizes
 ///   its x itself, and the ops refuse X8 buffers); on, the norms, silu_mul and the decode
 ///   attention write the digits (`Caps::act_x8_dtypes`).
-/// - `LSERVE_CUDA_Q8_0_PACK`: off stores every Q8_0 matrix in GGML blocks; on, those whose rows are
-///   whole 256-element super-blocks packed (packed.rs).
+/// - `LSERVE_CUDA_PACK`: off stores every Q4_0 / Q5_0 / Q8_0 matrix in GGML blocks; on, those whose
+///   rows are whole 256-element super-blocks packed (packed.rs).
 fn switch_from_env(name: &str) -> Result<bool> {
     match std::env::var(name).as_deref().map(str::trim) {
         Err(_) | Ok("" | "1" | "on") => Ok(true),
@@ -339,7 +342,7 @@ impl Backend for CudaBackend {
     fn download_raw(&self, src: &CudaBuffer, offset: usize, len: usize) -> Result<Vec<u8>> {
         raw_range(src, offset, len, "download_raw")?;
         if src.packed {
-            let all = packed::unpack(&self.read_bytes(src, 0, src.len)?);
+            let all = packed::unpack(src.dtype, &self.read_bytes(src, 0, src.len)?);
             return Ok(all[offset..offset + len].to_vec());
         }
         self.read_bytes(src, offset, len)
@@ -348,20 +351,21 @@ impl Backend for CudaBackend {
     fn write_raw_at(&self, dst: &mut CudaBuffer, offset: usize, data: &[u8]) -> Result<()> {
         raw_range(dst, offset, data.len(), "write_raw_at")?;
         if dst.packed {
-            return Err(err("write_raw_at: a packed Q8_0 weight is written whole (upload_weight), not in ranges"));
+            return Err(err("write_raw_at: a packed weight is written whole (upload_weight), not in ranges"));
         }
         self.write_bytes_at(dst, offset, data)
     }
 
-    /// Q8_0 matrices whose rows are whole 256-element super-blocks are stored packed (packed.rs).
+    /// Q4_0 / Q5_0 / Q8_0 matrices whose rows are whole 256-element super-blocks are stored packed
+    /// (packed.rs).
     fn upload_weight(&self, dtype: DType, rows: usize, k: usize, data: &[u8]) -> Result<CudaBuffer> {
-        if !packed::packs(dtype, k, self.q8_pack) {
+        if !packed::packs(dtype, k, self.pack) {
             return self.upload_raw(dtype, data);
         }
         if dtype.weight_bytes(rows, k) != Some(data.len()) {
             return Err(err(format!("upload_weight: {} bytes are not a [{rows}][{k}] {dtype:?} matrix", data.len())));
         }
-        let mut b = self.upload_bytes(dtype, data.len(), &packed::pack(data))?;
+        let mut b = self.upload_bytes(dtype, data.len(), &packed::pack(dtype, data))?;
         b.packed = true;
         Ok(b)
     }

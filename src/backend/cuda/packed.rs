@@ -1,56 +1,75 @@
-//! Q8_0 weights in 16-byte-aligned super-blocks (`q8_0p`): how the CUDA backend stores a Q8_0
-//! matrix whose rows are whole 256-element super-blocks (`Backend::upload_weight` with k % 256
-//! == 0).
+//! The 32-element GGML formats in 16-byte-aligned super-blocks (`q4_0p`, `q5_0p`, `q8_0p`): how
+//! the CUDA backend stores a Q4_0, Q5_0 or Q8_0 matrix whose rows are whole 256-element
+//! super-blocks (`Backend::upload_weight` with k % 256 == 0).
 //!
-//! A GGML Q8_0 block is 34 bytes (an f16 scale, then 32 int8 codes), so its codes sit at 2-byte
-//! alignment and every kernel reads them as pairs of u16 (cuda/quant.cuh); the batch-1 Q8_0 GEMV
-//! was the slowest of the 8-bit formats (docs/benchmarks.md, session 19). Packed, 8 consecutive
-//! blocks of a row become one 272-byte super-block: their 8 scales (16 bytes), then their 8 x 32
-//! codes. Same bytes, same values, every run of codes 16-byte aligned (rows are 272 (k / 256)
-//! bytes, allocations 256-byte aligned): the kernels read them as `uint4` (`QQ8_0P`, `MQ8_0P`,
-//! `MMQ8_0P`, `matmul_gemv_q8_0p_m1_reg[f]`).
+//! A GGML Q4_0 / Q5_0 / Q8_0 block is 18 / 22 / 34 bytes (an f16 scale, Q5_0's 4 bytes of fifth
+//! bits, then the codes), so its fields sit at 2-byte alignment and every kernel read them as
+//! pairs of u16 (cuda/quant.cuh); their batch-1 GEMVs were the slowest (docs/benchmarks.md,
+//! session 19). Packed, 8 consecutive blocks of a row become one super-block of the same bytes
+//! with each field of the 8 blocks together, in block order: the 8 scales (16 bytes), Q5_0's 8
+//! qh words (32 bytes), the 8 blocks' codes (16 or 32 bytes each). Field f of block c, at byte
+//! `o_f` of a GGML block with size `s_f`, lands at `8 o_f + c s_f`. Rows are whole super-blocks
+//! (144 / 176 / 272 bytes, multiples of 16) and allocations 256-byte aligned, so every field is
+//! 16-byte aligned: the kernels read codes as `uint4` (`QQP`, `MQP`, `MMQP`,
+//! `matmul_gemv_<fmt>p_m1_reg[f]`).
 //!
-//! Invariants: a packed buffer keeps `dtype == Q8_0` and its byte length (`Backend::len`); only
-//! the CUDA backend's kernel choice and raw transfers see the flag (`CudaBuffer::packed`):
+//! Invariants: a packed buffer keeps its GGML `dtype` and byte length (`Backend::len`); only the
+//! CUDA backend's kernel choice and raw transfers see the flag (`CudaBuffer::packed`):
 //! `download_raw` returns the GGML bytes, `write_raw_at` into a packed buffer is refused.
 
 use crate::backend::DType;
 use crate::backend::reference::ggml_quant::GgmlType;
 
-/// Bytes of a GGML Q8_0 block and of a packed super-block of 8 of them.
-const BLOCK: usize = 34;
-const SUPER: usize = 8 * BLOCK;
+/// The formats that pack, in the order of the packed tails of the kernel entry tables
+/// (bindings.rs `entry_w`).
+pub const PACKED_DTYPES: [DType; 3] =
+    [DType::Ggml(GgmlType::Q4_0), DType::Ggml(GgmlType::Q5_0), DType::Ggml(GgmlType::Q8_0)];
 
-/// Whether a `[rows][k]` matrix of `dtype` is stored packed: Q8_0 with k a whole number of 256-
-/// element super-blocks (8 blocks never straddle a row), unless packing is off.
+/// Byte sizes of a GGML block's fields, in order, for a format that packs.
+fn fields(dtype: DType) -> Option<&'static [usize]> {
+    match dtype {
+        DType::Ggml(GgmlType::Q4_0) => Some(&[2, 16]),
+        DType::Ggml(GgmlType::Q5_0) => Some(&[2, 4, 16]),
+        DType::Ggml(GgmlType::Q8_0) => Some(&[2, 32]),
+        _ => None,
+    }
+}
+
+/// Whether a `[rows][k]` matrix of `dtype` is stored packed: Q4_0, Q5_0 or Q8_0 with k a whole
+/// number of 256-element super-blocks (8 blocks never straddle a row), unless packing is off.
 pub fn packs(dtype: DType, k: usize, on: bool) -> bool {
-    on && dtype == DType::Ggml(GgmlType::Q8_0) && k > 0 && k.is_multiple_of(256)
+    on && fields(dtype).is_some() && k > 0 && k.is_multiple_of(256)
 }
 
-/// GGML Q8_0 bytes (a whole number of 8-block groups) -> the packed layout.
-pub fn pack(ggml: &[u8]) -> Vec<u8> {
-    debug_assert!(ggml.len().is_multiple_of(SUPER));
-    let mut out = vec![0u8; ggml.len()];
-    for (src, dst) in ggml.chunks_exact(SUPER).zip(out.chunks_exact_mut(SUPER)) {
-        for (c, b) in src.chunks_exact(BLOCK).enumerate() {
-            dst[2 * c..2 * c + 2].copy_from_slice(&b[..2]);
-            dst[16 + 32 * c..16 + 32 * c + 32].copy_from_slice(&b[2..]);
+/// GGML bytes of a format that packs (a whole number of 8-block groups) <-> the packed layout.
+fn permute(dtype: DType, src: &[u8], to_packed: bool) -> Vec<u8> {
+    let f = fields(dtype).expect("a format that packs");
+    let block: usize = f.iter().sum();
+    let sup = 8 * block;
+    debug_assert!(src.len().is_multiple_of(sup));
+    let mut out = vec![0u8; src.len()];
+    for (s, d) in src.chunks_exact(sup).zip(out.chunks_exact_mut(sup)) {
+        let mut o = 0;
+        for &size in f {
+            for c in 0..8 {
+                let (g, p) = (c * block + o, 8 * o + c * size);
+                let (from, to) = if to_packed { (g, p) } else { (p, g) };
+                d[to..to + size].copy_from_slice(&s[from..from + size]);
+            }
+            o += size;
         }
     }
     out
 }
 
-/// The packed layout -> GGML Q8_0 bytes ([`pack`]'s inverse).
-pub fn unpack(packed: &[u8]) -> Vec<u8> {
-    debug_assert!(packed.len().is_multiple_of(SUPER));
-    let mut out = vec![0u8; packed.len()];
-    for (src, dst) in packed.chunks_exact(SUPER).zip(out.chunks_exact_mut(SUPER)) {
-        for (c, b) in dst.chunks_exact_mut(BLOCK).enumerate() {
-            b[..2].copy_from_slice(&src[2 * c..2 * c + 2]);
-            b[2..].copy_from_slice(&src[16 + 32 * c..16 + 32 * c + 32]);
-        }
-    }
-    out
+/// GGML bytes -> the packed layout.
+pub fn pack(dtype: DType, ggml: &[u8]) -> Vec<u8> {
+    permute(dtype, ggml, true)
+}
+
+/// The packed layout -> GGML bytes ([`pack`]'s inverse).
+pub fn unpack(dtype: DType, packed: &[u8]) -> Vec<u8> {
+    permute(dtype, packed, false)
 }
 
 #[cfg(test)]
@@ -58,30 +77,45 @@ mod tests {
     use super::*;
     use crate::backend::reference::weight_quant;
 
-    /// Each block's scale lands at bytes 2c of its super-block and its codes at 16 + 32c; the
-    /// round trip gives the GGML bytes back.
+    /// Each block's scale lands at bytes 2c of its super-block, Q5_0's fifth bits at 16 + 4c,
+    /// its codes after all the scales (and fifth bits); the round trip gives the GGML bytes back.
     #[test]
-    fn pack_places_scales_then_codes_and_unpacks() {
-        let q8 = DType::Ggml(GgmlType::Q8_0);
-        let (rows, k) = (3, 512);
-        let ggml = weight_quant::random_weights(q8, rows, k, 7).expect("whole blocks");
-        assert_eq!(ggml.len(), rows * k / 32 * BLOCK);
-        let p = pack(&ggml);
-        for blk in 0..rows * k / 32 {
-            let (sb, c) = (blk / 8, blk % 8);
-            let b = &ggml[blk * BLOCK..(blk + 1) * BLOCK];
-            assert_eq!(&p[sb * SUPER + 2 * c..sb * SUPER + 2 * c + 2], &b[..2], "scale of block {blk}");
-            assert_eq!(&p[sb * SUPER + 16 + 32 * c..sb * SUPER + 48 + 32 * c], &b[2..], "codes of block {blk}");
+    fn pack_places_each_field_together_and_unpacks() {
+        let g = DType::Ggml;
+        for (dt, block, qh, codes) in [
+            (g(GgmlType::Q4_0), 18, None, (16, 16)),
+            (g(GgmlType::Q5_0), 22, Some(16), (48, 16)),
+            (g(GgmlType::Q8_0), 34, None, (16, 32)),
+        ] {
+            let (rows, k) = (3, 512);
+            let ggml = weight_quant::random_weights(dt, rows, k, 7).expect("whole blocks");
+            assert_eq!(ggml.len(), rows * k / 32 * block);
+            let p = pack(dt, &ggml);
+            let sup = 8 * block;
+            for blk in 0..rows * k / 32 {
+                let (sb, c) = (blk / 8, blk % 8);
+                let b = &ggml[blk * block..(blk + 1) * block];
+                let at = |o: usize, n: usize| &p[sb * sup + o..sb * sup + o + n];
+                assert_eq!(at(2 * c, 2), &b[..2], "{dt:?} scale of block {blk}");
+                if let Some(q) = qh {
+                    assert_eq!(at(q + 4 * c, 4), &b[2..6], "{dt:?} fifth bits of block {blk}");
+                }
+                assert_eq!(at(codes.0 + codes.1 * c, codes.1), &b[block - codes.1..], "{dt:?} codes of block {blk}");
+            }
+            assert_eq!(unpack(dt, &p), ggml, "{dt:?}");
         }
-        assert_eq!(unpack(&p), ggml);
     }
 
     #[test]
-    fn only_q8_0_rows_of_whole_super_blocks_pack() {
-        let q8 = DType::Ggml(GgmlType::Q8_0);
-        assert!(packs(q8, 256, true) && packs(q8, 4096, true) && packs(q8, 14336, true));
-        assert!(!packs(q8, 576, true) && !packs(q8, 32, true) && !packs(q8, 0, true));
-        assert!(!packs(q8, 4096, false), "off");
-        assert!(!packs(DType::Ggml(GgmlType::Q4_0), 4096, true) && !packs(DType::I8Row, 4096, true));
+    fn only_the_32_element_two_byte_aligned_formats_of_whole_super_blocks_pack() {
+        let g = DType::Ggml;
+        for t in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0] {
+            assert!(packs(g(t), 256, true) && packs(g(t), 4096, true) && packs(g(t), 14336, true));
+            assert!(!packs(g(t), 576, true) && !packs(g(t), 32, true) && !packs(g(t), 0, true));
+            assert!(!packs(g(t), 4096, false), "off");
+        }
+        for d in [g(GgmlType::Q4_1), g(GgmlType::Q5_1), g(GgmlType::Q4_K), g(GgmlType::Q6_K), DType::I8Row] {
+            assert!(!packs(d, 4096, true), "{d:?}");
+        }
     }
 }
