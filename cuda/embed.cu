@@ -62,5 +62,7 @@ QEMBED(q6_k, QQ6_K)
 QEMBED(q4_0p, QQ4_0P)
 QEMBED(q5_0p, QQ5_0P)
 QEMBED(q8_0p, QQ8_0P)
+QEMBED(q4_1p, QQ4_1P)
+QEMBED(q5_1p, QQ5_1P)
 extern "C" __global__ void embed_int8(EmbedParams p, const u8* t, const u32* ids, float* out) { rembed_impl<false>(p, t, ids, out); }
 extern "C" __global__ void embed_fp8(EmbedParams p, const u8* t, const u32* ids, float* out) { rembed_impl<true>(p, t, ids, out); }

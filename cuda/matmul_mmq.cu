@@ -153,17 +153,17 @@ struct MMQ8_0 {
     static __device__ __forceinline__ MFrag frag(const Raw& r, int) { return MFrag{r.lo, r.hi, r.d, r.d, 0.0f}; }
 };
 
-// Q4_0 / Q5_0 / Q8_0 in packed super-blocks (quant.cuh QQP): a unit is half a super-block (GGML
-// blocks 4h .. 4h + 3 of super-block u / 2, h = u % 2: k-steps s = 0..3), its four f16 scales one
-// 8-byte load, Q5_0's four fifth-bit words one 16-byte load (each shifted to the lane quad's
+// The packed 32-element formats (quant.cuh QQP): a unit is half a super-block (GGML blocks 4h ..
+// 4h + 3 of super-block u / 2, h = u % 2: k-steps s = 0..3), its four f16 scales (and mins) one
+// 8-byte load each, the four fifth-bit words one 16-byte load (each shifted to the lane quad's
 // bits as MMQ5_0 does), and each k-step's codes aligned words (4-bit: one word holds elements
 // 4t.. in its low and 16 + 4t.. in its high nibbles; Q8_0: two words), as the GGML-block
-// readers above take them from 2-byte-aligned blocks.
+// readers above take them from 2- or 4-byte-aligned blocks.
 template <int KIND>
 struct MMQP {
     static const int U = 1, S = 4;
-    static const bool MIN = false, K16 = false;
-    struct Raw { uint2 d; u32 q[8]; u32 qh[4]; };
+    static const bool MIN = PQ<KIND>::MIN, K16 = false;
+    struct Raw { uint2 d, m; u32 q[8]; u32 qh[4]; };
     static __device__ __forceinline__ u32 units(u32 k) { return k / 128; }
     static __device__ __forceinline__ const u8* row(const u8* w, u32 r, u32 k) { return w + (u64)r * (k / 256) * PQ<KIND>::BYTES; }
     static __device__ __forceinline__ Raw load(const u8* row, u32 u, u32 t, u32) {
@@ -171,6 +171,7 @@ struct MMQP {
         const u32 h = u % 2;
         Raw r;
         r.d = __ldg(reinterpret_cast<const uint2*>(b + 8 * h));
+        r.m = MIN ? __ldg(reinterpret_cast<const uint2*>(b + PQ<KIND>::MO + 8 * h)) : make_uint2(0u, 0u);
         const u32* q = reinterpret_cast<const u32*>(b + PQ<KIND>::QS + 4 * PQ<KIND>::QB * h);
 #pragma unroll
         for (int s = 0; s < 4; s++) {
@@ -178,28 +179,27 @@ struct MMQP {
             r.q[2 * s + 1] = KIND == 2 ? __ldg(q + 8 * s + 4 + t) : 0u;
             r.qh[s] = 0u;
         }
-        if (KIND == 1) {
-            uint4 hw = __ldg(reinterpret_cast<const uint4*>(b + 16 + 16 * h));
+        if (PQ<KIND>::QH) {
+            uint4 hw = __ldg(reinterpret_cast<const uint4*>(b + PQ<KIND>::HO + 16 * h));
             r.qh[0] = hw.x >> (4 * t); r.qh[1] = hw.y >> (4 * t); r.qh[2] = hw.z >> (4 * t); r.qh[3] = hw.w >> (4 * t);
         }
         return r;
     }
     static __device__ __forceinline__ MFrag frag(const Raw& r, int s) {
-        u32 dw = s < 2 ? r.d.x : r.d.y;
-        float d = f16_to_f32((u16)((dw >> (16 * (s & 1))) & 0xffffu));
+        const u32 sh = 16 * (s & 1);
+        float d = f16_to_f32((u16)(((s < 2 ? r.d.x : r.d.y) >> sh) & 0xffffu));
+        float m = MIN ? f16_to_f32((u16)(((s < 2 ? r.m.x : r.m.y) >> sh) & 0xffffu)) : 0.0f;
         if (KIND == 2) return MFrag{r.q[2 * s], r.q[2 * s + 1], d, d, 0.0f};
-        const u32 q = r.q[2 * s], off = KIND == 1 ? 0x10101010u : 0x08080808u;
-        u32 lo = q & LO4, hi = (q >> 4) & LO4;
-        if (KIND == 1) {
-            lo |= bit4_bytes(r.qh[s]);
-            hi |= bit4_bytes(r.qh[s] >> 16);
-        }
-        return MFrag{(u32)sub_bytes(lo, off), (u32)sub_bytes(hi, off), d, d, 0.0f};
+        u32 lo, hi;
+        p4_codes<KIND>(r.q[2 * s], r.qh[s], 0, lo, hi);
+        return MFrag{lo, hi, d, d, m};
     }
 };
 typedef MMQP<0> MMQ4_0P;
 typedef MMQP<1> MMQ5_0P;
 typedef MMQP<2> MMQ8_0P;
+typedef MMQP<3> MMQ4_1P;
+typedef MMQP<4> MMQ5_1P;
 
 // Q4_K / Q5_K: k-step s (0..7) of a super-block is sub-block s, elements 32 s .. 32 s + 31: the low
 // (s even) or high (s odd) nibbles of code bytes 32 (s / 2) .. + 32, Q5_K's fifth bits bit s of
@@ -503,3 +503,5 @@ MMQ(int8, MMQI8)
 MMQ(q4_0p, MMQ4_0P)
 MMQ(q5_0p, MMQ5_0P)
 MMQ(q8_0p, MMQ8_0P)
+MMQ(q4_1p, MMQ4_1P)
+MMQ(q5_1p, MMQ5_1P)

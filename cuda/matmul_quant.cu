@@ -279,8 +279,9 @@ struct MQ8_0 {
         return ld_f16_a2(b) * xds[0].x * xsum(h, l);
     }
 };
-// Q4_0 / Q5_0 / Q8_0 in packed super-blocks (quant.cuh QQP) slice sl: GGML block sl of the
-// super-block (x block 8 sb + sl), its codes as one or two 16-byte loads.
+// The packed 32-element formats (quant.cuh QQP) slice sl: GGML block sl of the super-block (x
+// block 8 sb + sl), its codes as one or two 16-byte loads; Q4_1 / Q5_1's min times the block's
+// exact x sum.
 template <int KIND>
 struct MQP {
     static const int QK = 256, BYTES = PQ<KIND>::BYTES, SL = 8, RM = 2;
@@ -299,7 +300,7 @@ struct MQP {
                 dp4a2(q2[i], xa[4 + i], h, l);
             }
         } else {
-            u32 qh = KIND == 1 ? __ldg(reinterpret_cast<const u32*>(b + 16 + 4 * sl)) : 0u;
+            u32 qh = PQ<KIND>::QH ? __ldg(reinterpret_cast<const u32*>(b + PQ<KIND>::HO + 4 * sl)) : 0u;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 u32 lo, hi;
@@ -308,12 +309,15 @@ struct MQP {
                 dp4a2(hi, xa[4 + i], h, l);
             }
         }
-        return ld_f16_a2(b + 2 * sl) * xds[sl].x * xsum(h, l);
+        float v = ld_f16_a2(b + 2 * sl) * xds[sl].x * xsum(h, l);
+        return PQ<KIND>::MIN ? fmaf(ld_f16_a2(b + PQ<KIND>::MO + 2 * sl), xds[sl].y, v) : v;
     }
 };
 typedef MQP<0> MQ4_0P;
 typedef MQP<1> MQ5_0P;
 typedef MQP<2> MQ8_0P;
+typedef MQP<3> MQ4_1P;
+typedef MQP<4> MQ5_1P;
 // Q4_K / Q5_K slice g (0..3): the 64 weights of chunk g, sub-blocks 2g (low nibbles of code
 // bytes 32g .. 32g + 32) and 2g + 1 (high nibbles); Q5_K's fifth bits are bits 2g / 2g + 1 of
 // qh[0 .. 32]. The 6-bit scales and mins of both sub-blocks without a branch (lanes of one warp
@@ -781,8 +785,9 @@ __device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, cons
     }
 }
 // A lane's whole x block (32 elements of f32 x from e0, 16-byte aligned) quantized by the lane
-// alone (x8_quantize4's formula): both digits of its 8 words and d (`on` false: zeros).
-__device__ __forceinline__ void mmv_quantize_x32(const float* x, bool on, int* h, int* l, float& d) {
+// alone (x8_quantize4's formula): both digits of its 8 words, d and the block's f32 sum (`on`
+// false: zeros).
+__device__ __forceinline__ void mmv_quantize_x32(const float* x, bool on, int* h, int* l, float& d, float& sum) {
     float v[32];
 #pragma unroll
     for (int j = 0; j < 8; j++) {
@@ -790,8 +795,12 @@ __device__ __forceinline__ void mmv_quantize_x32(const float* x, bool on, int* h
         v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
     }
     float amax = 0.0f;
+    sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
+    for (int i = 0; i < 32; i++) {
+        amax = fmaxf(amax, fabsf(v[i]));
+        sum += v[i];
+    }
     float id;
     x8_scale(amax, d, id);
 #pragma unroll
@@ -809,11 +818,11 @@ __device__ __forceinline__ void mmv_quantize_x32(const float* x, bool on, int* h
     }
 }
 
-// Q4_0 / Q5_0 in packed super-blocks (QQP) with x in registers: thread t owns GGML block t of every
-// row (k % 256 == 0, k / 32 <= 1024 threads): its 16 code bytes (one uint4: element j in the low
-// nibble of byte j, 16 + j in the high), its f16 scale and Q5_0's fifth-bit word, and x block t
-// (from the digit scratch, or quantized by the lane itself: XF). Rows four at a time as in
-// mmv_reg_k_impl.
+// The packed 4-bit formats (QQP: Q4_0, Q5_0, Q4_1, Q5_1) with x in registers: thread t owns GGML
+// block t of every row (k % 256 == 0, k / 32 <= 1024 threads): its 16 code bytes (one uint4:
+// element j in the low nibble of byte j, 16 + j in the high), its f16 scale (and min) and the
+// fifth-bit word, and x block t with its f32 sum (from the digit scratch, or quantized by the
+// lane itself: XF). Rows four at a time as in mmv_reg_k_impl.
 template <int KIND, bool XF>
 __device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out) {
     extern __shared__ __align__(16) unsigned char mmv_smem[];
@@ -824,7 +833,7 @@ __device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, con
     int xh[8], xl[8];
     float dx, sx;
     if (XF) {
-        mmv_quantize_x32(reinterpret_cast<const float*>(xs) + 32 * t, on, xh, xl, dx);
+        mmv_quantize_x32(reinterpret_cast<const float*>(xs) + 32 * t, on, xh, xl, dx, sx);
     } else {
         mmv_reg_x<false>(xs, p.k, 32 * t, on, xh, xl, dx, sx);
         mmv_reg_x<false>(xs, p.k, 32 * t + 16, on, xh + 4, xl + 4, dx, sx);
@@ -836,13 +845,14 @@ __device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, con
     for (u32 n0 = r0; n0 < r1; n0 += 4) {
         uint4 q[4]; // unpredicated, as in mmv_reg_k_impl
         u32 qh[4] = {0, 0, 0, 0};
-        float d[4];
+        float d[4], m[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const u8* b = sb + (u64)min(n0 + r, r1 - 1) * rb;
             q[r] = __ldg(reinterpret_cast<const uint4*>(b + PQ<KIND>::QS + 16 * j));
             d[r] = ld_f16_a2(b + 2 * j);
-            if (KIND == 1) qh[r] = __ldg(reinterpret_cast<const u32*>(b + 16 + 4 * j));
+            if (PQ<KIND>::MIN) m[r] = ld_f16_a2(b + PQ<KIND>::MO + 2 * j);
+            if (PQ<KIND>::QH) qh[r] = __ldg(reinterpret_cast<const u32*>(b + PQ<KIND>::HO + 4 * j));
         }
         int h[4] = {0, 0, 0, 0}, l[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -857,7 +867,7 @@ __device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, con
         }
         float v[4];
 #pragma unroll
-        for (int r = 0; r < 4; r++) v[r] = d[r] * dx * xsum(h[r], l[r]);
+        for (int r = 0; r < 4; r++) v[r] = fmaf(m[r], sx, d[r] * dx * xsum(h[r], l[r]));
         float s = mmv_reduce4(v);
         if ((lane & 7u) == 0u) red[warp * R + (n0 - r0) + (lane >> 3)] = s;
     }
@@ -927,6 +937,8 @@ extern "C" __global__ void matmul_gemv_q5_k_m1_reg(MatmulParams p, const u32* xq
 extern "C" __global__ void matmul_gemv_int8_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<false, false>(p, xq, w, b, o); }
 extern "C" __global__ void matmul_gemv_q4_0p_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<0, false>(p, xq, w, b, o); }
 extern "C" __global__ void matmul_gemv_q5_0p_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<1, false>(p, xq, w, b, o); }
+extern "C" __global__ void matmul_gemv_q4_1p_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<3, false>(p, xq, w, b, o); }
+extern "C" __global__ void matmul_gemv_q5_1p_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<4, false>(p, xq, w, b, o); }
 extern "C" __global__ void matmul_gemv_q8_0p_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<false, true>(p, xq, w, b, o); }
 // The same with x quantized by the lanes themselves from f32 x (no matmul_quantize_x_m1 launch).
 extern "C" __global__ void matmul_gemv_q4_k_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_k_impl<false, true>(p, x, w, b, o); }
@@ -934,6 +946,8 @@ extern "C" __global__ void matmul_gemv_q5_k_m1_regf(MatmulParams p, const float*
 extern "C" __global__ void matmul_gemv_int8_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<true, false>(p, x, w, b, o); }
 extern "C" __global__ void matmul_gemv_q4_0p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<0, true>(p, x, w, b, o); }
 extern "C" __global__ void matmul_gemv_q5_0p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<1, true>(p, x, w, b, o); }
+extern "C" __global__ void matmul_gemv_q4_1p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<3, true>(p, x, w, b, o); }
+extern "C" __global__ void matmul_gemv_q5_1p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<4, true>(p, x, w, b, o); }
 extern "C" __global__ void matmul_gemv_q8_0p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<true, true>(p, x, w, b, o); }
 
 // x [k] -> the _m1 layout in global memory (xq: mmv_smem_bytes(k) bytes, 256-byte aligned); one
@@ -960,6 +974,8 @@ QGEMV(q6_k, QQ6_K, MQ6_K)
 QGEMV(q4_0p, QQ4_0P, MQ4_0P)
 QGEMV(q5_0p, QQ5_0P, MQ5_0P)
 QGEMV(q8_0p, QQ8_0P, MQ8_0P)
+QGEMV(q4_1p, QQ4_1P, MQ4_1P)
+QGEMV(q5_1p, QQ5_1P, MQ5_1P)
 
 #define RGEMV(fmt, FP8) \
     extern "C" __global__ void matmul_gemv_##fmt##_m16(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { rgemv_impl<FP8, 16>(p, x, w, b, o); } \

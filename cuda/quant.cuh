@@ -142,23 +142,26 @@ struct QQ8_0 {
     }
 };
 
-// The 32-element formats Q4_0, Q5_0 and Q8_0 as the CUDA backend stores matrices whose rows are
-// whole 256-element super-blocks (src/backend/cuda/packed.rs, `q4_0p` / `q5_0p` / `q8_0p`): 8
+// The 32-element formats Q4_0, Q5_0, Q8_0, Q4_1 and Q5_1 as the CUDA backend stores matrices
+// whose rows are whole 256-element super-blocks (src/backend/cuda/packed.rs, `<fmt>p`): 8
 // consecutive GGML blocks of a row as one super-block of the same bytes, each field of the 8
-// blocks together: their f16 scales (16 bytes), Q5_0's fifth-bit words (32 bytes), then their
-// codes (16 or 32 bytes a block), so every field is 16-byte aligned (the GGML blocks' 18 / 22 /
-// 34 bytes allow only 2-byte loads). Same values: chunk c is GGML block 8 sb + c.
-// Field offsets of block c: scale 2c; Q5_0 qh 16 + 4c; codes PQ::QS + PQ::QB c.
-template <int KIND> // 0: Q4_0, 1: Q5_0, 2: Q8_0
+// blocks together in the block's field order: their f16 scales (16 bytes), Q4_1 / Q5_1's f16
+// mins (16 bytes), Q5_0 / Q5_1's fifth-bit words (32 bytes), then their codes (16 or 32 bytes a
+// block), so every field is 16-byte aligned (the GGML blocks' 18 / 22 / 34 bytes allow only
+// 2-byte loads, 20 / 24 only 4- / 8-byte ones). Same values: chunk c is GGML block 8 sb + c.
+// Field offsets of block c: scale 2c; min MO + 2c; qh HO + 4c; codes QS + QB c.
+template <int KIND> // 0: Q4_0, 1: Q5_0, 2: Q8_0, 3: Q4_1, 4: Q5_1
 struct PQ {
-    static const int QB = KIND == 2 ? 32 : 16, QS = KIND == 1 ? 48 : 16, BYTES = 8 * (QB + (KIND == 1 ? 6 : 2));
+    static const bool MIN = KIND >= 3, QH = KIND == 1 || KIND == 4;
+    static const int QB = KIND == 2 ? 32 : 16, MO = 16, HO = MIN ? 32 : 16;
+    static const int QS = HO + (QH ? 32 : 0), BYTES = 8 * (QB + 2 + (MIN ? 2 : 0) + (QH ? 4 : 0));
 };
 template <int KIND>
 struct QQP {
     static const int QK = 256, BYTES = PQ<KIND>::BYTES, LANES = 8, RUNS = 1;
     static __device__ __forceinline__ u32 xoff(int c, int) { return 32 * c; }
     template <bool EX> static __device__ __forceinline__ void decode(const u8* b, int c, float* y) {
-        float d = ld_f16_a2(b + 2 * c);
+        float d = ld_f16_a2(b + 2 * c), m = PQ<KIND>::MIN ? ld_f16_a2(b + PQ<KIND>::MO + 2 * c) : 0.0f;
         u32 q[8];
         ld_words<PQ<KIND>::QB / 4, 16>(b + PQ<KIND>::QS + PQ<KIND>::QB * c, q);
         if (KIND == 2) {
@@ -166,17 +169,21 @@ struct QQP {
             for (int j = 0; j < 32; j++) y[j] = qmul<EX>(qf_i8(byte_of(q, j)), d);
             return;
         }
-        u32 qh = KIND == 1 ? __ldg(reinterpret_cast<const u32*>(b + 16 + 4 * c)) : 0u;
+        u32 qh = PQ<KIND>::QH ? __ldg(reinterpret_cast<const u32*>(b + PQ<KIND>::HO + 4 * c)) : 0u;
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            u32 v = byte_of(q, j);
-            if (KIND == 1) {
-                u32 h0 = ((qh >> j) << 4) & 0x10u, h1 = (qh >> (j + 12)) & 0x10u;
-                y[j] = qmul<EX>(qf((v & 15u) | h0) - 16.0f, d);
-                y[j + 16] = qmul<EX>(qf((v >> 4) | h1) - 16.0f, d);
+            u32 v = byte_of(q, j), c0 = v & 15u, c1 = v >> 4;
+            if (PQ<KIND>::QH) {
+                c0 |= ((qh >> j) << 4) & 0x10u;
+                c1 |= (qh >> (j + 12)) & 0x10u;
+            }
+            if (PQ<KIND>::MIN) {
+                y[j] = qmad<EX>(qf(c0), d, m);
+                y[j + 16] = qmad<EX>(qf(c1), d, m);
             } else {
-                y[j] = qmul<EX>(qf(v & 15u) - 8.0f, d);
-                y[j + 16] = qmul<EX>(qf(v >> 4) - 8.0f, d);
+                const float o = KIND == 1 ? 16.0f : 8.0f;
+                y[j] = qmul<EX>(qf(c0) - o, d);
+                y[j + 16] = qmul<EX>(qf(c1) - o, d);
             }
         }
     }
@@ -184,6 +191,8 @@ struct QQP {
 typedef QQP<0> QQ4_0P;
 typedef QQP<1> QQ5_0P;
 typedef QQP<2> QQ8_0P;
+typedef QQP<3> QQ4_1P;
+typedef QQP<4> QQ5_1P;
 
 // ggml's get_scale_min_k4 over the 12 scale bytes (as 3 words).
 __device__ __forceinline__ void scale_min_k4(int j, const u32* s, u32& sc, u32& m) {
@@ -295,19 +304,23 @@ __device__ __forceinline__ u32 bit4_bytes(u32 v) {
     return ((v << 4) & 0x10u) | ((v << 11) & 0x1000u) | ((v << 18) & 0x100000u) | ((v << 25) & 0x10000000u);
 }
 const u32 LO4 = 0x0f0f0f0fu;
-// Word i (0..3) of a packed Q4_0 / Q5_0 block's codes (QQP) as signed bytes: elements 4i .. 4i + 3
-// (lo) and 16 + 4i .. (hi), Q5_0's fifth bits from its qh word, offsets -8 / -16 applied.
+// Word i (0..3) of a packed 4-bit block's codes (QQP: Q4_0, Q5_0, Q4_1, Q5_1) as the bytes the
+// dot takes: elements 4i .. 4i + 3 (lo) and 16 + 4i .. (hi), the fifth bits from the qh word,
+// Q4_0 / Q5_0's offsets -8 / -16 applied (signed); Q4_1 / Q5_1's codes stay unsigned (< 32),
+// their offset is the min term.
 template <int KIND>
 __device__ __forceinline__ void p4_codes(u32 q, u32 qh, int i, u32& lo, u32& hi) {
     lo = q & LO4;
     hi = (q >> 4) & LO4;
-    if (KIND == 1) {
+    if (PQ<KIND>::QH) {
         lo |= bit4_bytes(qh >> (4 * i));
         hi |= bit4_bytes(qh >> (4 * i + 16));
     }
-    const u32 off = KIND == 1 ? 0x10101010u : 0x08080808u;
-    lo = (u32)sub_bytes(lo, off);
-    hi = (u32)sub_bytes(hi, off);
+    if (!PQ<KIND>::MIN) {
+        const u32 off = KIND == 1 ? 0x10101010u : 0x08080808u;
+        lo = (u32)sub_bytes(lo, off);
+        hi = (u32)sub_bytes(hi, off);
+    }
 }
 // Exact float of an int with |s| < 2^22 without an I2F (quarter rate on sm_90): two full-rate ops.
 __device__ __forceinline__ float qf_s(int s) { return __int_as_float(0x4b400000 + s) - 12582912.0f; }

@@ -117,8 +117,8 @@ fn sparse_bf16_kv_matches_cpu_up_to_near_ties() {
 }
 
 /// Quantized weights whose batch-1 GEMV takes x8 digits (`Caps::act_x8_dtypes`, checked here:
-/// Q4_K and Q6_K, Q5_1, int8 rows, and Q8_0, Q4_0 and Q5_0, whose matrices here (k = 512, 1536:
-/// whole 256-element super-blocks) CUDA stores packed, src/backend/cuda/packed.rs): the decode steps' norms,
+/// Q4_K and Q6_K, int8 rows, and Q5_1, Q8_0, Q4_0, Q5_0 and Q4_1, whose matrices here (k = 512,
+/// 1536: whole 256-element super-blocks) CUDA stores packed, src/backend/cuda/packed.rs): the decode steps' norms,
 /// attention and FFN activation hand them the digits; prefill chunks take the MMQ GEMM; the CPU
 /// multiplies f32 x by the dequantized blocks. x's ~16-bit digits are the only difference beside
 /// summation order, so a divergence must be a near tie (margin < 0.01).
@@ -134,6 +134,7 @@ fn quantized_weights_with_x8_activations_match_cpu() {
         ggml(GgmlType::Q8_0),
         ggml(GgmlType::Q4_0),
         ggml(GgmlType::Q5_0),
+        ggml(GgmlType::Q4_1),
     ] {
         assert!(gpu.caps().act_x8_dtypes.contains(&w), "{w:?}: no x8 activations (LSERVE_CUDA_ACT_X8=0?)");
         compare_w(false, "f32", w, 0.01);

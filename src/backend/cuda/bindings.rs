@@ -150,8 +150,8 @@ kernels! {
     /// formats ([`entry_w`]).
     embed: "embed" (EmbedParams) [
         "embed_f32", "embed_f16", "embed_bf16", "embed_q4_0", "embed_q4_1", "embed_q5_0", "embed_q5_1",
-        "embed_q8_0", "embed_q4_k", "embed_q5_k", "embed_q6_k", "embed_int8", "embed_fp8", "embed_q4_0p", "embed_q5_0p",
-        "embed_q8_0p",
+        "embed_q8_0", "embed_q4_k", "embed_q5_k", "embed_q6_k", "embed_int8", "embed_fp8", "embed_q4_0p", "embed_q4_1p",
+        "embed_q5_0p", "embed_q5_1p", "embed_q8_0p",
     ]
     { t: In Store, ids: In U32, out: Out F32 }
 
@@ -210,7 +210,8 @@ kernels! {
         "matmul_gemv_q8_0_m1", "matmul_gemv_q8_0_m16", "matmul_gemv_q4_k_m1", "matmul_gemv_q4_k_m16",
         "matmul_gemv_q5_k_m1", "matmul_gemv_q5_k_m16", "matmul_gemv_q6_k_m1", "matmul_gemv_q6_k_m16",
         "matmul_gemv_int8_m1", "matmul_gemv_int8_m16", "matmul_gemv_fp8_m1", "matmul_gemv_fp8_m16",
-        "matmul_gemv_q4_0p_m1", "matmul_gemv_q4_0p_m16", "matmul_gemv_q5_0p_m1", "matmul_gemv_q5_0p_m16",
+        "matmul_gemv_q4_0p_m1", "matmul_gemv_q4_0p_m16", "matmul_gemv_q4_1p_m1", "matmul_gemv_q4_1p_m16",
+        "matmul_gemv_q5_0p_m1", "matmul_gemv_q5_0p_m16", "matmul_gemv_q5_1p_m1", "matmul_gemv_q5_1p_m16",
         "matmul_gemv_q8_0p_m1", "matmul_gemv_q8_0p_m16",
     ]
     { x: In F32, w: In Store, b: OptIn F32, o: Out F32 }
@@ -221,7 +222,8 @@ kernels! {
         "matmul_gemv_q4_0_m1_pre", "matmul_gemv_q4_1_m1_pre", "matmul_gemv_q5_0_m1_pre",
         "matmul_gemv_q5_1_m1_pre", "matmul_gemv_q8_0_m1_pre", "matmul_gemv_q4_k_m1_pre",
         "matmul_gemv_q5_k_m1_pre", "matmul_gemv_q6_k_m1_pre", "matmul_gemv_int8_m1_pre",
-        "matmul_gemv_q4_0p_m1_pre", "matmul_gemv_q5_0p_m1_pre", "matmul_gemv_q8_0p_m1_pre",
+        "matmul_gemv_q4_0p_m1_pre", "matmul_gemv_q4_1p_m1_pre", "matmul_gemv_q5_0p_m1_pre",
+        "matmul_gemv_q5_1p_m1_pre", "matmul_gemv_q8_0p_m1_pre",
     ]
     { xq: ScratchIn U32, w: In Store, b: OptIn F32, o: Out F32 }
 
@@ -229,7 +231,7 @@ kernels! {
     /// registers (`MmvMode::Reg`) `[REG_DTYPES: Q4_K | Q5_K | int8 rows, PACKED_DTYPES]`.
     matmul_gemv_quant_reg: "matmul_quant" (MatmulParams) [
         "matmul_gemv_q4_k_m1_reg", "matmul_gemv_q5_k_m1_reg", "matmul_gemv_int8_m1_reg", "matmul_gemv_q4_0p_m1_reg",
-        "matmul_gemv_q5_0p_m1_reg", "matmul_gemv_q8_0p_m1_reg",
+        "matmul_gemv_q4_1p_m1_reg", "matmul_gemv_q5_0p_m1_reg", "matmul_gemv_q5_1p_m1_reg", "matmul_gemv_q8_0p_m1_reg",
     ]
     { xq: ScratchIn U32, w: In Store, b: OptIn F32, o: Out F32 }
 
@@ -237,7 +239,8 @@ kernels! {
     /// `[REG_DTYPES, PACKED_DTYPES]`.
     matmul_gemv_quant_regf: "matmul_quant" (MatmulParams) [
         "matmul_gemv_q4_k_m1_regf", "matmul_gemv_q5_k_m1_regf", "matmul_gemv_int8_m1_regf", "matmul_gemv_q4_0p_m1_regf",
-        "matmul_gemv_q5_0p_m1_regf", "matmul_gemv_q8_0p_m1_regf",
+        "matmul_gemv_q4_1p_m1_regf", "matmul_gemv_q5_0p_m1_regf", "matmul_gemv_q5_1p_m1_regf",
+        "matmul_gemv_q8_0p_m1_regf",
     ]
     { x: In F32, w: In Store, b: OptIn F32, o: Out F32 }
 
@@ -252,7 +255,7 @@ kernels! {
         "matmul_dequant_q4_0", "matmul_dequant_q4_1", "matmul_dequant_q5_0", "matmul_dequant_q5_1",
         "matmul_dequant_q8_0", "matmul_dequant_q4_k", "matmul_dequant_q5_k", "matmul_dequant_q6_k",
         "matmul_dequant_int8", "matmul_dequant_fp8", "matmul_dequant_q4_0p",
-        "matmul_dequant_q5_0p", "matmul_dequant_q8_0p",
+        "matmul_dequant_q4_1p", "matmul_dequant_q5_0p", "matmul_dequant_q5_1p", "matmul_dequant_q8_0p",
     ]
     { w: In Store, w16: ScratchOut Store, row0: U32 Scalar, n_total: U32 Scalar }
 
@@ -269,7 +272,9 @@ kernels! {
         "matmul_mmq_q6_k_n1", "matmul_mmq_q6_k_n2", "matmul_mmq_q6_k_n4", "matmul_mmq_q6_k_n8",
         "matmul_mmq_int8_n1", "matmul_mmq_int8_n2", "matmul_mmq_int8_n4", "matmul_mmq_int8_n8",
         "matmul_mmq_q4_0p_n1", "matmul_mmq_q4_0p_n2", "matmul_mmq_q4_0p_n4", "matmul_mmq_q4_0p_n8",
+        "matmul_mmq_q4_1p_n1", "matmul_mmq_q4_1p_n2", "matmul_mmq_q4_1p_n4", "matmul_mmq_q4_1p_n8",
         "matmul_mmq_q5_0p_n1", "matmul_mmq_q5_0p_n2", "matmul_mmq_q5_0p_n4", "matmul_mmq_q5_0p_n8",
+        "matmul_mmq_q5_1p_n1", "matmul_mmq_q5_1p_n2", "matmul_mmq_q5_1p_n4", "matmul_mmq_q5_1p_n8",
         "matmul_mmq_q8_0p_n1", "matmul_mmq_q8_0p_n2", "matmul_mmq_q8_0p_n4", "matmul_mmq_q8_0p_n8",
     ]
     { xq: ScratchIn U32, xds: ScratchIn F32, w: In Store, b: OptIn F32, o: Out F32 }

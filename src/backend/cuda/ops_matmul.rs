@@ -22,7 +22,7 @@
 //!   int8 rows): lanes own the same elements of every row and hold x's digits in registers
 //!   (`matmul_gemv_<fmt>_m1_reg[f]`, [`mmv_reg_launch`]). The default, [`MmvMode::Auto`], takes
 //!   whichever was fastest on the H200 for the weight format ([`MmvMode::for_dtype`],
-//!   docs/benchmarks.md). Packed Q4_0 / Q5_0 / Q8_0 weights (`CudaBuffer::packed`, packed.rs)
+//!   docs/benchmarks.md). Packed 32-element-format weights (`CudaBuffer::packed`, packed.rs)
 //!   take their own kernels, `<fmt>p` at the end of each entry table ([`packed_mode`]).
 //! - Quantized weights but fp8, 2 <= m <= [`MMQ_MAX_M`]: the tensor-core MMQ GEMM
 //!   (cuda/matmul_mmq.cu): `matmul_quantize_x` writes x as the same two int8 digits per element
@@ -215,7 +215,7 @@ fn matmul_quant(
 /// `matmul_quantize_x_m1` launch. For the formats whose own blocks quantize x (`InBlock`: in
 /// `Auto` Q4_0, Q4_1, Q5_0, GGML-block Q8_0) an X8 x would run `Pre` instead, measured slower for
 /// Q8_0 (H200, 8B 32K sparse batch 1: 5.16 / 5.17 ms vs 5.05 / 5.07, docs/benchmarks.md session
-/// 18). With `pack` the packed formats (Q4_0, Q5_0, Q8_0) are listed where their packed layout
+/// 18). With `pack` the packed formats (every 32-element one) are listed where their packed layout
 /// reads digits ([`packed_mode`]): their matrices of whole super-blocks (all of an 8B model's)
 /// take them; the others run `Pre`.
 pub fn x8_dtypes(mode: MmvMode, pack: bool) -> Vec<DType> {
@@ -227,8 +227,8 @@ pub fn x8_dtypes(mode: MmvMode, pack: bool) -> Vec<DType> {
 }
 
 /// The batch-1 GEMV mode of packed weights (packed.rs): in `Auto` x in registers, quantized by the
-/// lanes from f32 x (`regf`: Q8_0 as int8 rows, the same kernel with a scale per 32 codes; Q4_0 /
-/// Q5_0 a lane per block) or read as digits, else the mode itself.
+/// lanes from f32 x (`regf`: Q8_0 as int8 rows, the same kernel with a scale per 32 codes; the
+/// 4-bit ones a lane per block) or read as digits, else the mode itself.
 pub fn packed_mode(mode: MmvMode) -> MmvMode {
     match mode {
         MmvMode::Auto => MmvMode::Reg { max_grid: 0, lanes_quantize: true },
@@ -340,8 +340,8 @@ fn mmv_digits(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer) -> Result<Scra
 pub const MMV_REG_MAX_THREADS: usize = 1024;
 
 /// (elements k must be a multiple of, elements per thread) of the register GEMV for weights `w`:
-/// int8 rows (16, 16), packed Q8_0 (256, 16: whole super-blocks), Q4_K / Q5_K and packed Q4_0 /
-/// Q5_0 (256, 32).
+/// int8 rows (16, 16), packed Q8_0 (256, 16: whole super-blocks), Q4_K / Q5_K and the packed
+/// 4-bit formats (256, 32).
 fn reg_unit(w: &CudaBuffer) -> (usize, usize) {
     match (w.packed, w.dtype) {
         (true, DType::Ggml(GgmlType::Q8_0)) => (256, 16),
@@ -585,10 +585,7 @@ mod tests {
         use crate::backend::reference::ggml_quant::GgmlType::*;
         let g = DType::Ggml;
         assert_eq!(x8_dtypes(MmvMode::Auto, false), [g(Q5_1), g(Q4_K), g(Q5_K), g(Q6_K), DType::I8Row]);
-        assert_eq!(
-            x8_dtypes(MmvMode::Auto, true),
-            [g(Q4_0), g(Q5_0), g(Q5_1), g(Q8_0), g(Q4_K), g(Q5_K), g(Q6_K), DType::I8Row]
-        );
+        assert_eq!(x8_dtypes(MmvMode::Auto, true), MMQ_DTYPES, "packed: every 32-element format reads digits");
         for pack in [false, true] {
             assert!(x8_dtypes(MmvMode::InBlock, pack).is_empty());
             assert_eq!(x8_dtypes(MmvMode::Pre { max_grid: 0 }, pack), MMQ_DTYPES);
