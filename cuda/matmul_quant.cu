@@ -620,7 +620,7 @@ __device__ void mmv_int8_pre_impl(MatmulParams p, const u32* xg, const u8* w, co
 //   32 + l (high nibbles, sub-block 2g + 1); Q5_K's fifth bits are bytes 16e .. 16e + 16 of qh.
 // - x: the lane's 4 + 4 words of both digit planes of x blocks 2g and 2g + 1 and their d, loaded
 //   once from the matmul_quantize_x_m1 scratch (_reg) or quantized by the lanes from f32 x (_regf,
-//   mmv_quantize_x16: the lane pair sharing each x block exchanges max|x| and its sum); the min
+//   mmv_quantize_xn<16>: the lane pair sharing each x block exchanges max|x| and its sum); the min
 //   terms use the blocks' f32 x sums, taken by the e == 0 lane of each pair (the pair shares the
 //   sub-blocks' mins). Measured (session 17): the L1 unit went from 93% to 29% busy, and the
 //   kernels are then latency-bound (about 1.1 eligible warps per scheduler); with unpredicated
@@ -651,29 +651,34 @@ __device__ __forceinline__ float mmv_reduce4(const float* v) {
     return c;
 }
 
-// A lane's 16 elements of x (f32 x + e0 .. + 16, 16-byte aligned) as half of the x block of 32
-// whose other half lane ^ 1 holds (every lane calling; `on` false: zeros): both digits of its 4
-// words (x8_quantize4's formula, so the digits of matmul_quantize_x_m1), the block's d and its
-// f32 sum.
-__device__ __forceinline__ void mmv_quantize_x16(const float* x, bool on, int* h, int* l, float& d, float& sum) {
-    float v[16];
+// N elements of x (f32 x + e0 .. + N, 16-byte aligned; `on` false: zeros) as both digits of their
+// N / 4 words (x8_quantize4's formula, so the digits of matmul_quantize_x_m1), the x block's d and
+// its f32 sum: N = 32, the whole block, quantized by the lane alone; N = 16, half of the block
+// whose other half lane ^ 1 holds (every lane calling: max|x| and the sum exchanged with one
+// shuffle each).
+template <int N>
+__device__ __forceinline__ void mmv_quantize_xn(const float* x, bool on, int* h, int* l, float& d, float& sum) {
+    float v[N];
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < N / 4; j++) {
         float4 a = on ? __ldg(reinterpret_cast<const float4*>(x) + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
     }
     float amax = 0.0f, s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 16; i++) {
+    for (int i = 0; i < N; i++) {
         amax = fmaxf(amax, fabsf(v[i]));
         s += v[i];
     }
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    sum = s + __shfl_xor_sync(0xffffffffu, s, 1);
+    if (N == 16) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+    }
+    sum = s;
     float id;
     x8_scale(amax, d, id);
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < N / 4; j++) {
         u32 hi = 0, lo = 0;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -692,7 +697,7 @@ __device__ __forceinline__ void mmv_quantize_x16(const float* x, bool on, int* h
 // f32 x (XF true, every lane calling). Sets h, l, d and the block's sum.
 template <bool XF>
 __device__ __forceinline__ void mmv_reg_x(const void* src, u32 k, u32 e0, bool on, int* h, int* l, float& d, float& sum) {
-    if (XF) return mmv_quantize_x16(reinterpret_cast<const float*>(src) + e0, on, h, l, d, sum);
+    if (XF) return mmv_quantize_xn<16>(reinterpret_cast<const float*>(src) + e0, on, h, l, d, sum);
     const u32 nxb = (k + 31) / 32, b = e0 / 32, w0 = 9 * b + (e0 % 32) / 4;
     const int* hp = reinterpret_cast<const int*>(src);
     float2 ds = make_float2(0.0f, 0.0f);
@@ -784,40 +789,6 @@ __device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, cons
         out[p.out_off + r0 + r] = s + (p.has_bias ? bias[r0 + r] : 0.0f);
     }
 }
-// A lane's whole x block (32 elements of f32 x from e0, 16-byte aligned) quantized by the lane
-// alone (x8_quantize4's formula): both digits of its 8 words, d and the block's f32 sum (`on`
-// false: zeros).
-__device__ __forceinline__ void mmv_quantize_x32(const float* x, bool on, int* h, int* l, float& d, float& sum) {
-    float v[32];
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        float4 a = on ? __ldg(reinterpret_cast<const float4*>(x) + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
-    }
-    float amax = 0.0f;
-    sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 32; i++) {
-        amax = fmaxf(amax, fabsf(v[i]));
-        sum += v[i];
-    }
-    float id;
-    x8_scale(amax, d, id);
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        u32 hi = 0, lo = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            u32 hv, lv;
-            x8_digits(v[4 * j + i], d, id, hv, lv);
-            hi |= hv << (8 * i);
-            lo |= lv << (8 * i);
-        }
-        h[j] = (int)hi;
-        l[j] = (int)lo;
-    }
-}
-
 // The packed 4-bit formats (QQP: Q4_0, Q5_0, Q4_1, Q5_1) with x in registers: thread t owns GGML
 // block t of every row (k % 256 == 0, k / 32 <= 1024 threads): its 16 code bytes (one uint4:
 // element j in the low nibble of byte j, 16 + j in the high), its f16 scale (and min) and the
@@ -833,7 +804,7 @@ __device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, con
     int xh[8], xl[8];
     float dx, sx;
     if (XF) {
-        mmv_quantize_x32(reinterpret_cast<const float*>(xs) + 32 * t, on, xh, xl, dx, sx);
+        mmv_quantize_xn<32>(reinterpret_cast<const float*>(xs) + 32 * t, on, xh, xl, dx, sx);
     } else {
         mmv_reg_x<false>(xs, p.k, 32 * t, on, xh, xl, dx, sx);
         mmv_reg_x<false>(xs, p.k, 32 * t + 16, on, xh + 4, xl + 4, dx, sx);
@@ -884,7 +855,9 @@ __device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, con
 // (QQ8_0P; k % 256 == 0) the same way, the codes of element 16c at byte 16 + 16 (c % 16) of
 // super-block c / 16, each row's product scaled by its block's f16 scale (bytes 2 (c % 16 / 2)).
 // (32 elements a thread, two uint4 of every row, was measured no faster: docs/benchmarks.md,
-// session 19.)
+// session 19. The three register kernels' store tails are written out in each: shared as
+// helpers they compiled to the same instruction count but another schedule, and the Q4_K and
+// Q8_0 steps measured 4-6% slower.)
 template <bool XF, bool P>
 __device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out) {
     extern __shared__ __align__(16) unsigned char mmv_smem[];
@@ -917,10 +890,10 @@ __device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, con
         for (int r = 0; r < 4; r++) dp4a2(q[r].z, make_int2(xh[2], xl[2]), h[r], l[r]);
 #pragma unroll
         for (int r = 0; r < 4; r++) dp4a2(q[r].w, make_int2(xh[3], xl[3]), h[r], l[r]);
-        float v4[4];
+        float v[4];
 #pragma unroll
-        for (int r = 0; r < 4; r++) v4[r] = (P ? ws[r] * dx : dx) * xsum(h[r], l[r]);
-        float s = mmv_reduce4(v4);
+        for (int r = 0; r < 4; r++) v[r] = (P ? ws[r] * dx : dx) * xsum(h[r], l[r]);
+        float s = mmv_reduce4(v);
         if ((lane & 7u) == 0u) red[warp * R + (n0 - r0) + (lane >> 3)] = s;
     }
     __syncthreads();

@@ -9,8 +9,8 @@
 // block is only as aligned as BYTES allows: Q4_K / Q5_K blocks (144 / 176 bytes) are 16-byte
 // aligned (allocations are 256-byte aligned), Q4_1 / Q5_1 (20 / 24) 4-byte, Q4_0, Q5_0, Q8_0 and
 // Q6_K (18 / 22 / 34 / 210) only 2-byte: each format loads with the widest access its alignment
-// allows (uint4, u32, or pairs of u16), never a wider unaligned one. Matrices of Q4_0, Q5_0 and
-// Q8_0 whose rows are whole 256-element super-blocks are stored packed instead (QQP below).
+// allows (uint4, u32, or pairs of u16), never a wider unaligned one. Matrices of the 32-element
+// formats whose rows are whole 256-element super-blocks are stored packed instead (QQP below).
 //
 // Decoding is split into "chunks" (what one lane decodes at once): Q::LANES chunks per block, each
 // Q::NE = 32 * Q::RUNS weights, run r of chunk `sub` covering elements

@@ -136,6 +136,11 @@ fn quantized_weights_with_x8_activations_match_cpu() {
         ggml(GgmlType::Q5_0),
         ggml(GgmlType::Q4_1),
     ] {
+        let packs = lserve::backend::cuda::packed::PACKED_DTYPES.contains(&w);
+        if packs && !gpu.packs() {
+            eprintln!("{w:?}: LSERVE_CUDA_PACK=0, GGML blocks take f32 x: covered by the other e2e tests");
+            continue;
+        }
         assert!(gpu.caps().act_x8_dtypes.contains(&w), "{w:?}: no x8 activations (LSERVE_CUDA_ACT_X8=0?)");
         compare_w(false, "f32", w, 0.01);
         compare_w(true, "f32", w, 0.01);
@@ -251,4 +256,27 @@ fn graph_replay_is_bit_identical_to_eager_launches() {
     eprintln!("graph stats of the replay run: {stats:?}");
     assert_eq!(first_diff(&eager, &replayed), None, "replayed logits differ from eager ones at this decode step");
     assert!(stats.replays >= 130, "only {} of 160 decode steps were replayed ({stats:?})", stats.replays);
+}
+
+/// A packed weight (src/backend/cuda/packed.rs) refuses misuse with errors: bytes that are not
+/// the stated matrix, a ranged raw write, a matmul whose k is not a whole number of super-blocks;
+/// its raw bytes come back as the GGML blocks.
+#[test]
+fn packed_weights_refuse_misuse() {
+    use lserve::backend::MatmulParams;
+    use lserve::backend::reference::weight_quant;
+    let Some(gpu) = common::cuda_backend() else { return };
+    if !gpu.packs() {
+        return;
+    }
+    let q8 = DType::Ggml(GgmlType::Q8_0);
+    let bytes = weight_quant::random_weights(q8, 4, 512, common::seed()).unwrap();
+    assert!(gpu.upload_weight(q8, 4, 512, &bytes[..bytes.len() - 34]).is_err(), "short bytes");
+    let mut w = gpu.upload_weight(q8, 4, 512, &bytes).unwrap();
+    assert_eq!(gpu.download_raw(&w, 0, bytes.len()).unwrap(), bytes);
+    assert!(gpu.write_raw_at(&mut w, 0, &bytes[..64]).is_err(), "ranged write into a packed weight");
+    // The same bytes read as [16][128]: refused, not decoded with the wrong geometry.
+    let x = gpu.upload_f32(DType::F32, vec![0.5; 128]).unwrap();
+    let mut out = gpu.upload_f32(DType::F32, vec![0.0; 16]).unwrap();
+    assert!(gpu.matmul(&MatmulParams::new(1, 16, 128, false), &x, &w, None, &mut out).is_err());
 }

@@ -297,6 +297,14 @@ pub trait Backend: Send {
         let _ = (rows, k);
         self.upload_raw(dtype, data)
     }
+    /// Whether `matmul` with weight `w` (rows of k) takes x as one row of x8 digits
+    /// (`DType::X8`) where the model may hand it them: w's dtype is in `Caps::act_x8_dtypes` and k
+    /// fits (`Caps::x8_row_fits`). A backend may narrow it per buffer (CUDA: Q4_0 / Q4_1 / Q5_0 /
+    /// Q5_1 / Q8_0 only where the matrix is stored packed).
+    fn weight_takes_x8(&self, w: &Self::Buffer, k: usize) -> bool {
+        let c = self.caps();
+        c.x8_row_fits(k) && c.act_x8_dtypes.contains(&self.dtype(w))
+    }
     /// Overwrite elements `offset..offset + data.len()` of an f32 buffer (KV swap-in).
     fn write_f32_at(&self, dst: &mut Self::Buffer, offset: usize, data: &[f32]) -> Result<()>;
     /// Overwrite elements `offset..offset + data.len()` of a u32 buffer.

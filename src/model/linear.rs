@@ -62,11 +62,11 @@ impl<B: Backend> Linear<B> {
         (one && matches!(d, DType::F16 | DType::BF16)).then_some(d)
     }
 
-    /// Its matmul takes x as one row of x8 digits (`Caps::act_x8_dtypes`, `DType::X8`): every
-    /// part's dtype is listed and k is a multiple of 4 up to `act_x8_max_k`.
+    /// Its matmul takes x as one row of x8 digits (`DType::X8`): every part does
+    /// (`Backend::weight_takes_x8`: its dtype in `Caps::act_x8_dtypes`, k a multiple of 4 up to
+    /// `act_x8_max_k`, and whatever the backend adds per buffer).
     pub fn takes_x8(&self, be: &B) -> bool {
-        let c = be.caps();
-        c.x8_row_fits(self.k) && self.parts.iter().all(|p| c.act_x8_dtypes.contains(&be.dtype(&p.w)))
+        self.parts.iter().all(|p| be.weight_takes_x8(&p.w, self.k))
     }
 
     /// The single buffer of a one-part matrix (an embedding table), or None.

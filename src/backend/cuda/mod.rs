@@ -57,7 +57,7 @@ pub struct CudaBuffer {
     pub dtype: DType,
     /// Elements (not bytes).
     pub len: usize,
-    /// A Q4_0 / Q5_0 / Q8_0 matrix stored in packed super-blocks (packed.rs), read by the
+    /// A 32-element-format matrix stored in packed super-blocks (packed.rs), read by the
     /// `<fmt>p` kernels.
     pub packed: bool,
 }
@@ -78,7 +78,7 @@ pub struct CudaBackend {
     gpu: Gpu,
     caps: Caps,
     mmv: MmvMode,
-    /// Q4_0 / Q5_0 / Q8_0 matrices of whole super-blocks are stored packed (packed.rs;
+    /// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 matrices of whole super-blocks are stored packed (packed.rs;
     /// `LSERVE_CUDA_PACK`).
     pack: bool,
 }
@@ -165,7 +165,7 @@ impl CudaBackend {
         self.mmv
     }
 
-    /// Whether Q4_0 / Q5_0 / Q8_0 matrices of whole 256-element super-blocks are stored packed
+    /// Whether Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 matrices of whole 256-element super-blocks are stored packed
     /// (packed.rs).
     pub fn packs(&self) -> bool {
         self.pack
@@ -214,7 +214,7 @@ impl CudaBackend {
 /// - `LSERVE_CUDA_ACT_X8`: off keeps batch-1 activations in f32 (each integer GEMV then quantizes
 ///   its x itself, and the ops refuse X8 buffers); on, the norms, silu_mul and the decode
 ///   attention write the digits (`Caps::act_x8_dtypes`).
-/// - `LSERVE_CUDA_PACK`: off stores every Q4_0 / Q5_0 / Q8_0 matrix in GGML blocks; on, those whose
+/// - `LSERVE_CUDA_PACK`: off stores every 32-element-format matrix in GGML blocks; on, those whose
 ///   rows are whole 256-element super-blocks packed (packed.rs).
 fn switch_from_env(name: &str) -> Result<bool> {
     match std::env::var(name).as_deref().map(str::trim) {
@@ -248,6 +248,12 @@ pub(crate) fn need_float(b: &CudaBuffer, n: usize, what: &str) -> Result<()> {
 pub(crate) fn need_weights(b: &CudaBuffer, n: usize, k: usize, what: &str) -> Result<()> {
     if !b.dtype.is_weight_quant() {
         return Err(err(format!("{what}: {:?} is not a quantized weight dtype", b.dtype)));
+    }
+    if b.packed && !k.is_multiple_of(256) {
+        return Err(err(format!(
+            "{what}: a packed {:?} matrix has rows of whole 256-element super-blocks, not k = {k}",
+            b.dtype
+        )));
     }
     match b.dtype.weight_bytes(n, k) {
         None => Err(err(format!("{what}: k = {k} is not a whole number of {:?} blocks", b.dtype))),
@@ -356,8 +362,17 @@ impl Backend for CudaBackend {
         self.write_bytes_at(dst, offset, data)
     }
 
-    /// Q4_0 / Q5_0 / Q8_0 matrices whose rows are whole 256-element super-blocks are stored packed
-    /// (packed.rs).
+    /// The listed dtypes (`Caps::act_x8_dtypes`), but a matrix of a format that packs takes X8 only
+    /// where it is stored packed: its GGML-block GEMV quantizes x in every block, faster than
+    /// reading the digits (`ops_matmul::x8_dtypes`).
+    fn weight_takes_x8(&self, w: &CudaBuffer, k: usize) -> bool {
+        let c = &self.caps;
+        let listed = c.x8_row_fits(k) && c.act_x8_dtypes.contains(&w.dtype);
+        listed && (w.packed || !(self.pack && packed::PACKED_DTYPES.contains(&w.dtype)))
+    }
+
+    /// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 matrices whose rows are whole 256-element super-blocks are
+    /// stored packed (packed.rs).
     fn upload_weight(&self, dtype: DType, rows: usize, k: usize, data: &[u8]) -> Result<CudaBuffer> {
         if !packed::packs(dtype, k, self.pack) {
             return self.upload_raw(dtype, data);

@@ -216,8 +216,9 @@ fn matmul_quant(
 /// `Auto` Q4_0, Q4_1, Q5_0, GGML-block Q8_0) an X8 x would run `Pre` instead, measured slower for
 /// Q8_0 (H200, 8B 32K sparse batch 1: 5.16 / 5.17 ms vs 5.05 / 5.07, docs/benchmarks.md session
 /// 18). With `pack` the packed formats (every 32-element one) are listed where their packed layout
-/// reads digits ([`packed_mode`]): their matrices of whole super-blocks (all of an 8B model's)
-/// take them; the others run `Pre`.
+/// reads digits ([`packed_mode`]); only their packed matrices (rows of whole super-blocks: all of an
+/// 8B model's) are handed X8 (`Backend::weight_takes_x8`), the others keep f32 x and `InBlock`
+/// (an X8 x given to them directly runs `Pre`).
 pub fn x8_dtypes(mode: MmvMode, pack: bool) -> Vec<DType> {
     let reads = |d: DType| match d {
         d if pack && super::packed::PACKED_DTYPES.contains(&d) => packed_mode(mode).pre_grid(d).is_some(),
@@ -578,7 +579,6 @@ fn sgemm(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer, w: &CudaBuffer, out
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::reference::ggml_quant::GgmlType;
 
     #[test]
     fn x8_dtypes_are_the_formats_that_read_digits() {
@@ -599,7 +599,6 @@ mod tests {
     /// shared memory one f32 per warp and row; shapes it cannot take are declined.
     #[test]
     fn mmv_reg_launch_shapes() {
-        let _ = GgmlType::Q4_K;
         let (q4k, i8, q8p) = ((256, 32), (16, 16), (256, 16));
         for (d, n, k, grid, threads, rows) in [
             (q4k, 28672, 4096, 1024, 128, 28), // gate|up of the 8B shape: 132 SMs x 8 blocks -> 28 rows
