@@ -60,6 +60,44 @@ template <bool EX> __device__ __forceinline__ float qmad(float a, float b, float
     return EX ? __fadd_rn(__fmul_rn(a, b), c) : fmaf(a, b, c);
 }
 
+// The 32-element formats by KIND (0: Q4_0, 1: Q5_0, 2: Q8_0, 3: Q4_1, 4: Q5_1): which fields a
+// block has (MIN: a min, Q4_1 / Q5_1; QH: fifth bits, Q5_0 / Q5_1), and where the CUDA backend's
+// packed layout puts them (QQP below).
+template <int KIND>
+struct PQ {
+    static const bool MIN = KIND >= 3, QH = KIND == 1 || KIND == 4;
+    static const int QB = KIND == 2 ? 32 : 16, MO = 16, HO = MIN ? 32 : 16;
+    static const int QS = HO + (QH ? 32 : 0), BYTES = 8 * (QB + 2 + (MIN ? 2 : 0) + (QH ? 4 : 0));
+};
+
+// The 32 values of one block of a 32-element format from its fields, wherever they were read:
+// scale d, min m (MIN), fifth-bit word qh (QH), code words q (4; Q8_0 8), in the reference's
+// order (EX: ggml's formulas rounded step by step).
+template <int KIND, bool EX>
+__device__ __forceinline__ void q32_values(float d, float m, u32 qh, const u32* q, float* y) {
+    if (KIND == 2) {
+#pragma unroll
+        for (int j = 0; j < 32; j++) y[j] = qmul<EX>(qf_i8(byte_of(q, j)), d);
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        u32 v = byte_of(q, j), c0 = v & 15u, c1 = v >> 4;
+        if (PQ<KIND>::QH) {
+            c0 |= ((qh >> j) << 4) & 0x10u;
+            c1 |= (qh >> (j + 12)) & 0x10u;
+        }
+        if (PQ<KIND>::MIN) {
+            y[j] = qmad<EX>(qf(c0), d, m);
+            y[j + 16] = qmad<EX>(qf(c1), d, m);
+        } else {
+            const float o = KIND == 1 ? 16.0f : 8.0f;
+            y[j] = qmul<EX>(qf(c0) - o, d);
+            y[j + 16] = qmul<EX>(qf(c1) - o, d);
+        }
+    }
+}
+
 struct QQ4_0 {
     static const int QK = 32, BYTES = 18, LANES = 1, RUNS = 1;
     static __device__ __forceinline__ u32 xoff(int, int) { return 0; }
@@ -67,12 +105,7 @@ struct QQ4_0 {
         float d = ld_f16_a2(b);
         u32 q[4];
         ld_words<4, 2>(b + 2, q);
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            u32 v = byte_of(q, j);
-            y[j] = qmul<EX>(qf(v & 15u) - 8.0f, d);
-            y[j + 16] = qmul<EX>(qf(v >> 4) - 8.0f, d);
-        }
+        q32_values<0, EX>(d, 0.0f, 0u, q, y);
     }
 };
 
@@ -81,15 +114,9 @@ struct QQ4_1 {
     static __device__ __forceinline__ u32 xoff(int, int) { return 0; }
     template <bool EX> static __device__ __forceinline__ void decode(const u8* b, int, float* y) {
         u32 dm = __ldg(reinterpret_cast<const u32*>(b));
-        float d = f16_to_f32((u16)(dm & 0xffffu)), m = f16_to_f32((u16)(dm >> 16));
         u32 q[4];
         ld_words<4, 4>(b + 4, q);
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            u32 v = byte_of(q, j);
-            y[j] = qmad<EX>(qf(v & 15u), d, m);
-            y[j + 16] = qmad<EX>(qf(v >> 4), d, m);
-        }
+        q32_values<3, EX>(f16_to_f32((u16)(dm & 0xffffu)), f16_to_f32((u16)(dm >> 16)), 0u, q, y);
     }
 };
 
@@ -101,13 +128,7 @@ struct QQ5_0 {
         u32 qh = ld_u32_a2(b + 2);
         u32 q[4];
         ld_words<4, 2>(b + 6, q);
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            u32 v = byte_of(q, j);
-            u32 h0 = ((qh >> j) << 4) & 0x10u, h1 = (qh >> (j + 12)) & 0x10u;
-            y[j] = qmul<EX>(qf((v & 15u) | h0) - 16.0f, d);
-            y[j + 16] = qmul<EX>(qf((v >> 4) | h1) - 16.0f, d);
-        }
+        q32_values<1, EX>(d, 0.0f, qh, q, y);
     }
 };
 
@@ -116,17 +137,9 @@ struct QQ5_1 {
     static __device__ __forceinline__ u32 xoff(int, int) { return 0; }
     template <bool EX> static __device__ __forceinline__ void decode(const u8* b, int, float* y) {
         uint2 hd = __ldg(reinterpret_cast<const uint2*>(b));
-        float d = f16_to_f32((u16)(hd.x & 0xffffu)), m = f16_to_f32((u16)(hd.x >> 16));
-        u32 qh = hd.y;
         u32 q[4];
         ld_words<4, 4>(b + 8, q);
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            u32 v = byte_of(q, j);
-            u32 h0 = ((qh >> j) << 4) & 0x10u, h1 = (qh >> (j + 12)) & 0x10u;
-            y[j] = qmad<EX>(qf((v & 15u) | h0), d, m);
-            y[j + 16] = qmad<EX>(qf((v >> 4) | h1), d, m);
-        }
+        q32_values<4, EX>(f16_to_f32((u16)(hd.x & 0xffffu)), f16_to_f32((u16)(hd.x >> 16)), hd.y, q, y);
     }
 };
 
@@ -137,8 +150,7 @@ struct QQ8_0 {
         float d = ld_f16_a2(b);
         u32 q[8];
         ld_words<8, 2>(b + 2, q);
-#pragma unroll
-        for (int j = 0; j < 32; j++) y[j] = qmul<EX>(qf_i8(byte_of(q, j)), d);
+        q32_values<2, EX>(d, 0.0f, 0u, q, y);
     }
 };
 
@@ -149,13 +161,7 @@ struct QQ8_0 {
 // mins (16 bytes), Q5_0 / Q5_1's fifth-bit words (32 bytes), then their codes (16 or 32 bytes a
 // block), so every field is 16-byte aligned (the GGML blocks' 18 / 22 / 34 bytes allow only
 // 2-byte loads, 20 / 24 only 4- / 8-byte ones). Same values: chunk c is GGML block 8 sb + c.
-// Field offsets of block c: scale 2c; min MO + 2c; qh HO + 4c; codes QS + QB c.
-template <int KIND> // 0: Q4_0, 1: Q5_0, 2: Q8_0, 3: Q4_1, 4: Q5_1
-struct PQ {
-    static const bool MIN = KIND >= 3, QH = KIND == 1 || KIND == 4;
-    static const int QB = KIND == 2 ? 32 : 16, MO = 16, HO = MIN ? 32 : 16;
-    static const int QS = HO + (QH ? 32 : 0), BYTES = 8 * (QB + 2 + (MIN ? 2 : 0) + (QH ? 4 : 0));
-};
+// Field offsets of block c (PQ above): scale 2c; min MO + 2c; qh HO + 4c; codes QS + QB c.
 template <int KIND>
 struct QQP {
     static const int QK = 256, BYTES = PQ<KIND>::BYTES, LANES = 8, RUNS = 1;
@@ -164,28 +170,8 @@ struct QQP {
         float d = ld_f16_a2(b + 2 * c), m = PQ<KIND>::MIN ? ld_f16_a2(b + PQ<KIND>::MO + 2 * c) : 0.0f;
         u32 q[8];
         ld_words<PQ<KIND>::QB / 4, 16>(b + PQ<KIND>::QS + PQ<KIND>::QB * c, q);
-        if (KIND == 2) {
-#pragma unroll
-            for (int j = 0; j < 32; j++) y[j] = qmul<EX>(qf_i8(byte_of(q, j)), d);
-            return;
-        }
         u32 qh = PQ<KIND>::QH ? __ldg(reinterpret_cast<const u32*>(b + PQ<KIND>::HO + 4 * c)) : 0u;
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            u32 v = byte_of(q, j), c0 = v & 15u, c1 = v >> 4;
-            if (PQ<KIND>::QH) {
-                c0 |= ((qh >> j) << 4) & 0x10u;
-                c1 |= (qh >> (j + 12)) & 0x10u;
-            }
-            if (PQ<KIND>::MIN) {
-                y[j] = qmad<EX>(qf(c0), d, m);
-                y[j + 16] = qmad<EX>(qf(c1), d, m);
-            } else {
-                const float o = KIND == 1 ? 16.0f : 8.0f;
-                y[j] = qmul<EX>(qf(c0) - o, d);
-                y[j + 16] = qmul<EX>(qf(c1) - o, d);
-            }
-        }
+        q32_values<KIND, EX>(d, m, qh, q, y);
     }
 };
 typedef QQP<0> QQ4_0P;

@@ -344,7 +344,7 @@ impl Backend for CudaBackend {
         self.write_bytes_at(dst, offset * 4, bytemuck::cast_slice(data))
     }
 
-    /// A packed Q8_0 weight comes back as its GGML bytes (the whole buffer unpacked, then the range).
+    /// A packed weight comes back as its GGML bytes (the whole buffer unpacked, then the range).
     fn download_raw(&self, src: &CudaBuffer, offset: usize, len: usize) -> Result<Vec<u8>> {
         raw_range(src, offset, len, "download_raw")?;
         if src.packed {

@@ -26,7 +26,7 @@ pub fn embed(
     let l = match table.dtype {
         DType::Ggml(t) => {
             need_weights(table, u(p.vocab), d, "embed table")?;
-            // One thread per decode chunk: 64 weights of a K-quant, 32 of the others (a packed Q8_0
+            // One thread per decode chunk: 64 weights of a K-quant, 32 of the others (a packed
             // super-block's 8 chunks are its 8 blocks: the same count).
             let chunks = (d / t.block_size()) * if t.block_size() == 256 { 4 } else { 1 };
             Launch::new((chunks.div_ceil(64) as u32, n as u32, 1), 64)

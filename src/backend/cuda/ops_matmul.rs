@@ -221,7 +221,7 @@ fn matmul_quant(
 /// (an X8 x given to them directly runs `Pre`).
 pub fn x8_dtypes(mode: MmvMode, pack: bool) -> Vec<DType> {
     let reads = |d: DType| match d {
-        d if pack && super::packed::PACKED_DTYPES.contains(&d) => packed_mode(mode).pre_grid(d).is_some(),
+        d if pack && super::packed::PACKED_DTYPES.contains(&d) => packed_mode(mode).grid().is_some(),
         d => mode.pre_grid(d).is_some(),
     };
     MMQ_DTYPES.into_iter().filter(|&d| reads(d)).collect()
@@ -289,12 +289,7 @@ fn mmv(
     let (block, rows) = mmv_shape(rows_per_warp(w), n, g.sm_count as usize);
     let grid = n.div_ceil(block / 32 * rows);
     let smem = mmv_smem_bytes(k);
-    let pre_grid = match mode {
-        MmvMode::Auto | MmvMode::InBlock => None,
-        MmvMode::Pre { max_grid } => Some(max_grid),
-        MmvMode::Reg { .. } => Some(0),
-    };
-    match (pre_grid, digits) {
+    match (mode.grid(), digits) {
         (None, false) => {
             let name = entry_w(kern::matmul_gemv_quant::ENTRIES, &QUANT_DTYPES, w, 0, 2)?;
             let l = Launch::new((grid as u32, 1, 1), block as u32).smem(smem);
@@ -534,7 +529,13 @@ impl MmvMode {
     /// For weights of dtype `d`: `Some(max_grid)` where x is quantized once per call (see
     /// [`MmvMode::Pre`]), `None` where each block quantizes it.
     pub fn pre_grid(self, d: DType) -> Option<u32> {
-        match self.for_dtype(d) {
+        self.for_dtype(d).grid()
+    }
+
+    /// [`MmvMode::pre_grid`] of a mode already resolved for its weights (`for_dtype`,
+    /// [`packed_mode`]): `Auto` and `InBlock` quantize x in every block.
+    fn grid(self) -> Option<u32> {
+        match self {
             MmvMode::Auto | MmvMode::InBlock => None,
             MmvMode::Pre { max_grid } => Some(max_grid),
             MmvMode::Reg { .. } => Some(0),
