@@ -43,6 +43,8 @@ pub struct Gpu {
     pub use_f16: bool,
     pub use_subgroup: bool,
     pub use_coop: bool,
+    /// The runtime checks of the shader modules ([`ShaderChecks`]).
+    pub checks: ShaderChecks,
     slot_size: u64,
     arena: wgpu::Buffer,
     state: RefCell<State>,
@@ -81,20 +83,61 @@ pub struct WgpuOptions {
     /// The tensor-core GEMMs (`matmul_coop*`, EXPERIMENTAL_COOPERATIVE_MATRIX); they also need
     /// `f16` and `subgroup`.
     pub coop: bool,
+    /// The runtime checks wgpu adds to the shaders ([`ShaderChecks`]).
+    pub checks: ShaderChecks,
 }
 
 impl Default for WgpuOptions {
     fn default() -> Self {
-        WgpuOptions { f16: true, subgroup: true, coop: true }
+        WgpuOptions { f16: true, subgroup: true, coop: true, checks: ShaderChecks::Off }
     }
 }
 
-const NO_FEATURES: WgpuOptions = WgpuOptions { f16: false, subgroup: false, coop: false };
+const NO_FEATURES: WgpuOptions = WgpuOptions { f16: false, subgroup: false, coop: false, checks: ShaderChecks::Off };
+
+/// The checks wgpu (naga) writes into every shader module unless told otherwise: each index into
+/// an array clamped to its length (workgroup and private arrays; storage buffers too where the
+/// driver lacks robustBufferAccess2), every integer division guarded against zero and overflow,
+/// every loop bounded by an extra counter. lserve's shaders index only within the lengths their
+/// op validated on the host (the parity tests poison the output elements a kernel must not touch
+/// and check them), divide by constants or by parameters the host validated, and loop over
+/// counts the host bounds; so by default the modules are created without these checks
+/// (`create_shader_module_trusted`, as llama.cpp's Vulkan backend turns pipeline robustness
+/// off). On the H200 (docs/benchmarks.md, session 20) that took a 4K Llama-3-8B prefill from
+/// 1,119-1,199 to 554-720 ms and a 32K q4_k decode step from 7.4-7.9 to 6.3-6.4 ms; turning off the
+/// index clamps alone gained nothing. Storage-buffer robustness that a Vulkan driver provides
+/// itself (robustBufferAccess2, which wgpu enables where present) stays on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShaderChecks {
+    /// wgpu's checks (`LSERVE_WGPU_CHECKS=1`: for debugging a shader).
+    On,
+    /// None (the default; `LSERVE_WGPU_CHECKS=0`).
+    Off,
+}
+
+impl ShaderChecks {
+    fn runtime(self) -> wgpu::ShaderRuntimeChecks {
+        match self {
+            ShaderChecks::On => wgpu::ShaderRuntimeChecks::checked(),
+            ShaderChecks::Off => wgpu::ShaderRuntimeChecks::unchecked(),
+        }
+    }
+
+    /// `LSERVE_WGPU_CHECKS`: `1` / `on`, `0` / `off` (unset: off); anything else is an error.
+    pub fn parse(v: Option<&str>) -> Result<Self> {
+        match v {
+            None | Some("") | Some("0") | Some("off") => Ok(ShaderChecks::Off),
+            Some("1") | Some("on") => Ok(ShaderChecks::On),
+            Some(other) => Err(Error::InvalidArgument(format!("LSERVE_WGPU_CHECKS: `{other}` is not 1 or 0"))),
+        }
+    }
+}
 
 impl WgpuOptions {
     /// From `LSERVE_WGPU_FEATURES`: a comma list of `f16`, `subgroup`, `coop`, or `all` (the
     /// default) / `none`; an unknown word is an error. Then `LSERVE_WGPU_NO_COOP=1` turns `coop`
-    /// off (any other value than `1` or `0` is an error).
+    /// off (any other value than `1` or `0` is an error), and `LSERVE_WGPU_CHECKS` sets
+    /// [`ShaderChecks`].
     pub fn from_env() -> Result<Self> {
         let mut o = match std::env::var("LSERVE_WGPU_FEATURES") {
             Ok(v) => Self::parse(&v)?,
@@ -107,6 +150,7 @@ impl WgpuOptions {
                 return Err(Error::InvalidArgument(format!("LSERVE_WGPU_NO_COOP: `{other}` is not 1 or 0")));
             }
         }
+        o.checks = ShaderChecks::parse(std::env::var("LSERVE_WGPU_CHECKS").ok().as_deref())?;
         Ok(o)
     }
 
@@ -132,7 +176,7 @@ impl WgpuOptions {
 
 /// Workgroup memory an adapter needs for the cooperative-matrix GEMMs: 22 KiB (`matmul_coop`
 /// itself declares 14 KiB; 22 was the need of a since-removed decode kernel, kept so that the
-/// adapters which take these kernels stay the same). `matmul_coop_128` (48 KiB) runs only where
+/// adapters which take these kernels stay the same). `matmul_coop_128` (44 KiB) runs only where
 /// the adapter has that much (`ops_matmul::coop128_fits`), else `matmul_coop` serves its rows.
 const COOP_WORKGROUP_BYTES: u32 = 22 * 1024;
 
@@ -230,6 +274,7 @@ impl Gpu {
             use_f16: features.contains(wgpu::Features::SHADER_F16),
             use_subgroup: features.contains(wgpu::Features::SUBGROUP),
             use_coop: coop,
+            checks: opts.checks,
             slot_size,
             arena,
             state: RefCell::new(State {
@@ -273,10 +318,10 @@ impl Gpu {
             return Ok(p.clone());
         }
         let src = shaders::assemble(op, weights).ok_or_else(|| err(format!("no shader for {name}")))?;
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(&name),
-            source: wgpu::ShaderSource::Wgsl(src.into()),
-        });
+        let desc = wgpu::ShaderModuleDescriptor { label: Some(&name), source: wgpu::ShaderSource::Wgsl(src.into()) };
+        // SAFETY: see ShaderChecks: every shader indexes within the lengths its op validated on
+        // the host, divides by constants or validated parameters, and loops over bounded counts.
+        let module = unsafe { self.device.create_shader_module_trusted(desc, self.checks.runtime()) };
         let p = Arc::new(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(&name),
             layout: None,
@@ -514,6 +559,11 @@ mod tests {
         assert_eq!(WgpuOptions::parse("f16, subgroup").unwrap(), WgpuOptions { coop: false, ..all });
         assert_eq!(WgpuOptions::parse("coop").unwrap(), WgpuOptions { coop: true, ..NO_FEATURES });
         assert!(WgpuOptions::parse("f16,tensor").is_err());
+        assert_eq!(ShaderChecks::parse(None).unwrap(), ShaderChecks::Off);
+        assert_eq!(ShaderChecks::parse(Some("0")).unwrap(), ShaderChecks::Off);
+        assert_eq!(ShaderChecks::parse(Some("1")).unwrap(), ShaderChecks::On);
+        assert_eq!(ShaderChecks::parse(Some("on")).unwrap(), ShaderChecks::On);
+        assert!(ShaderChecks::parse(Some("bounds")).is_err());
     }
 
     #[test]

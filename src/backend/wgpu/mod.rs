@@ -23,7 +23,7 @@ use std::sync::Arc;
 use crate::backend::*;
 use crate::error::Result;
 use context::{Gpu, err};
-pub use context::{WgpuOptions, has_coop_f16_f32};
+pub use context::{ShaderChecks, WgpuOptions, has_coop_f16_f32};
 
 /// A device buffer and what it holds.
 #[derive(Clone, Debug)]

@@ -45,8 +45,8 @@
 //!   EXPERIMENTAL_COOPERATIVE_MATRIX: `matmul_coop` (64x64 tiles, x and weights converted to f16
 //!   per staged tile) for 17..=64;
 //!   above, `matmul_coop_x16` (x to f16 once, into the scratch buffer) then `matmul_coop_128`
-//!   (128x128 tiles, 8 subgroups of 64x32, double-buffered k steps, f16 weights staged as stored;
-//!   [`coop_128`]), or `matmul_coop` where the adapter lacks its 48 KiB of workgroup memory or a
+//!   (128x128 tiles, 8 subgroups of 64x32, k steps of 64 in one stage, f16 weights staged as stored;
+//!   [`coop_128`]), or `matmul_coop` where the adapter lacks its 44 KiB of workgroup memory or a
 //!   binding that holds the f16 x ([`coop128_fits`]). x and the weights are multiplied as
 //!   f16 (x rounded to the weights' dtype first: `Caps::matmul_x16_from`), f32 accumulation; this
 //!   replaces every kernel above for those m (not the batch-1 GEMVs).
@@ -189,9 +189,9 @@ pub fn matmul(
 const COOP128_TILE: usize = 128;
 const X16_WG: usize = 64;
 
-/// Workgroup memory `matmul_coop_128` declares: two stages of two 128 x 40-half tiles, and a
-/// 1 KiB epilogue patch for each of its 8 subgroups (48 KiB).
-const COOP128_BYTES: u32 = 2 * 2 * 128 * 40 * 2 + 8 * 1024;
+/// Workgroup memory `matmul_coop_128` declares: one stage of two 128 x 72-half tiles, and a 1 KiB
+/// epilogue patch for each of its 8 subgroups (44 KiB).
+const COOP128_BYTES: u32 = 2 * 128 * 72 * 2 + 8 * 1024;
 
 /// Whether `matmul_coop_128` can serve m rows of k (else `matmul_coop` does): the adapter's
 /// workgroup memory holds it and one buffer binding holds the f16 x as the scratch buffer
@@ -215,7 +215,8 @@ pub fn x16_row(k: usize) -> usize {
 /// 128-row tile would compute twice the padding rows in half as many workgroups, reading the
 /// weights once either way. On the H200 (docs/benchmarks.md, 2026-12-02, 4K prefill of the
 /// Llama-3-8B shape) the GEMMs took 1,078 ms this way, against 1,904 with `matmul_coop` for
-/// every m > 16 and 1,953 with the 128x128 tiles split over 4 subgroups of 64x64 (both removed).
+/// every m > 16 and 1,953 with the 128x128 tiles split over 4 subgroups of 64x64 (both removed);
+/// 463 ms since session 20 (k steps of 64, shader checks off: docs/benchmarks.md).
 fn coop_128(
     be: &WgpuBackend,
     p: &MatmulParams,

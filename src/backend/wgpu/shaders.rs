@@ -237,11 +237,13 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         Reads::Coop,
         true,
     ),
-    // 8 subgroups of 64x32 (the source also takes NSG = 4, 64x64 quadrants: measured slower on
-    // the H200 and removed, docs/backends.md).
     (
         "matmul_coop_128",
-        concat!("const NSG: u32 = 8u;\n", include_str!("../../../shaders/matmul_coop_128.wgsl")),
+        concat!(
+            "const NSG: u32 = 8u;\nconst BK: u32 = 64u;\nconst STAGES: u32 = 1u;\n",
+            "const SX_LEN: u32 = 2304u;\nconst SW_LEN: u32 = 2304u;\n",
+            include_str!("../../../shaders/matmul_coop_128.wgsl")
+        ),
         Reads::Coop,
         true,
     ),
