@@ -102,7 +102,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let width = select(1u, group, norm); // keys per item
     var key = 0u; // 0: no key (ranks below every real key; only the max is kept)
     var write = false;
-    // Workgroup memory is not zeroed for us (shaders.rs: pipelines skip wgpu's zero-fill).
+    // Zeroed here, not left to wgpu's zero-fill of workgroup memory (docs/backends.md).
     if (gt == 0u && li < ipw) { atomicStore(&item_key[li], 0u); }
     workgroupBarrier();
     if (li < ipw && e < page_indptr[ns] && e < arrayLength(&page_table) && (gi + 1u) * width <= arrayLength(&keys)) {

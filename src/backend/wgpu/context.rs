@@ -104,8 +104,8 @@ const NO_FEATURES: WgpuOptions = WgpuOptions { f16: false, subgroup: false, coop
 /// counts the host bounds; so by default the modules are created without these checks
 /// (`create_shader_module_trusted`, as llama.cpp's Vulkan backend turns pipeline robustness
 /// off). On the H200 (docs/benchmarks.md, session 20) that took a 4K Llama-3-8B prefill from
-/// 1,119-1,199 to 554-720 ms and a 32K q4_k decode step from 7.4-7.9 to 6.3-6.4 ms; turning off the
-/// index clamps alone gained nothing. Storage-buffer robustness that a Vulkan driver provides
+/// 1,119-1,199 to 552-555 ms and a 32K q4_k decode step from 7.4-7.9 to 6.3-6.5 ms; turning off
+/// the index clamps alone gained nothing. (The CUDA kernels have none of these checks either.) Storage-buffer robustness that a Vulkan driver provides
 /// itself (robustBufferAccess2, which wgpu enables where present) stays on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ShaderChecks {
