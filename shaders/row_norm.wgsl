@@ -2,7 +2,9 @@
 // op's shader, which declares `wn` and the hooks: norm_segs() (segments to normalize),
 // norm_dim(), norm_eps(), norm_base(seg) / norm_wbase(seg) (first element of a segment in the
 // data and in wn), norm_load(i) (the value to normalize), norm_keep(i, v) (add_rmsnorm stores the
-// new residual), norm_reload(i) (the value again, from memory) and norm_store(i, v).
+// new residual), norm_reload(i) (the value again, from memory), norm_store(i, v) and
+// norm_tail(base, wbase, dim, inv, lid), called last by every thread (the X8 outs of rmsnorm_x8
+// and add_rmsnorm_x8 are written there, shaders/row_norm_x8.wgsl; empty elsewhere).
 //
 // One workgroup of 256 per segment. Latency is the point (a decode step has 8 rows or fewer):
 // a thread holds columns lid + 256 j in chunks of four (chunk k: j = 4k .. 4k+3), and for
@@ -142,4 +144,5 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
             norm_store4(base, c0, d, norm_reload4(base, c0, d) * inv * norm_w4(wb, c0, d));
         }
     }
+    norm_tail(base, wb, d, inv, l);
 }

@@ -6,17 +6,46 @@
 // [num_seqs][n_heads][head_dim]. One workgroup of 128 threads per (sequence, head) row:
 // out = sum_i acc_i w_i / sum_i l_i w_i with w_i = e^(m_i - M), M = max_i m_i (tree reductions in
 // workgroup memory); each thread then sums its dims over the splits, 8 loads at a time. A row
-// that saw no key (every l_i = 0) gets zeros, like the CPU reference.
+// that saw no key (every l_i = 0) gets zeros, like the CPU reference. X8_OUT (prepended by
+// shaders.rs): the `sparse_decode_attention_merge_x8` variant, one sequence's row
+// [n_heads][head_dim] as x8 digits (head_dim % 32 == 0: the op checks), by chunks of X8_CHUNK
+// of the head's values staged in workgroup memory and quantized a vec4 a thread
+// (shaders/x8_store.wgsl); out holds f32 bits otherwise. X8_CHUNK is small so that the parity
+// tests' head_dim 128 crosses chunks (a merge is one workgroup a head, once a layer).
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
 @group(0) @binding(1) var<storage, read> part: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<u32>;
+
+fn x8_put(i: u32, v: u32) { out[i] = v; }
 
 const WG: u32 = 128u;
 
 var<workgroup> w: array<f32, 256>;
 var<workgroup> red: array<f32, 128>;
 var<workgroup> used: atomic<u32>;
+const X8_CHUNK: u32 = 64u;
+var<workgroup> ov: array<f32, X8_CHUNK>;
+
+// Dim d of the row whose splits start at part[base]: sum_i acc_i w_i over the nu used splits
+// (8 loads at a time; reads past the last used split are clamped to it and weigh w = 0).
+fn merged(d: u32, base: u32, st: u32, nu: u32) -> f32 {
+    let last = base + (max(nu, 1u) - 1u) * st;
+    var o = 0.0;
+    for (var i = 0u; i < nu; i = i + 8u) {
+        let at = base + i * st + d;
+        let x0 = part[min(at, last + d)];
+        let x1 = part[min(at + st, last + d)];
+        let x2 = part[min(at + 2u * st, last + d)];
+        let x3 = part[min(at + 3u * st, last + d)];
+        let x4 = part[min(at + 4u * st, last + d)];
+        let x5 = part[min(at + 5u * st, last + d)];
+        let x6 = part[min(at + 6u * st, last + d)];
+        let x7 = part[min(at + 7u * st, last + d)];
+        o = o + x0 * w[i] + x1 * w[i + 1u] + x2 * w[i + 2u] + x3 * w[i + 3u] + x4 * w[i + 4u] + x5 * w[i + 5u] + x6 * w[i + 6u] + x7 * w[i + 7u];
+    }
+    return o;
+}
 
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -65,21 +94,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let inv = select(0.0, 1.0 / red[0], red[0] > 0.0);
 
     let nu = atomicLoad(&used);
-    let last = base + (max(nu, 1u) - 1u) * st;
-    for (var d = t; d < hd; d = d + WG) {
-        var o = 0.0;
-        for (var i = 0u; i < nu; i = i + 8u) {
-            let at = base + i * st + d;
-            let x0 = part[min(at, last + d)];
-            let x1 = part[min(at + st, last + d)];
-            let x2 = part[min(at + 2u * st, last + d)];
-            let x3 = part[min(at + 3u * st, last + d)];
-            let x4 = part[min(at + 4u * st, last + d)];
-            let x5 = part[min(at + 5u * st, last + d)];
-            let x6 = part[min(at + 6u * st, last + d)];
-            let x7 = part[min(at + 7u * st, last + d)];
-            o = o + x0 * w[i] + x1 * w[i + 1u] + x2 * w[i + 2u] + x3 * w[i + 3u] + x4 * w[i + 4u] + x5 * w[i + 5u] + x6 * w[i + 6u] + x7 * w[i + 7u];
+    if (X8_OUT) {
+        for (var c0 = 0u; c0 < hd; c0 = c0 + X8_CHUNK) {
+            let n = min(hd - c0, X8_CHUNK);
+            for (var d = t; d < n; d = d + WG) { ov[d] = merged(c0 + d, base, st, nu) * inv; }
+            workgroupBarrier();
+            let live = t < n / 4u;
+            var v = vec4(0.0);
+            if (live) { v = vec4(ov[4u * t], ov[4u * t + 1u], ov[4u * t + 2u], ov[4u * t + 3u]); }
+            x8_store(t, (row * hd + c0) / 32u + t / 8u, v, live, rows * hd / 32u);
         }
-        out[row * hd + d] = o * inv;
+        return;
+    }
+    for (var d = t; d < hd; d = d + WG) {
+        out[row * hd + d] = bitcast<u32>(merged(d, base, st, nu) * inv);
     }
 }

@@ -159,22 +159,27 @@ pub struct Caps {
     /// the batch-1 decode GEMV.)
     pub matmul_x8_max_m: usize,
     /// Weight dtypes whose `matmul` at one row takes x as [`DType::X8`] (the digits it would
-    /// otherwise make from an f32 x, so the same result without that pass), for k a multiple of 4
-    /// up to `act_x8_max_k`; for such a row `rmsnorm`, `add_rmsnorm`, `silu_mul` and
+    /// otherwise make from an f32 x, so the same result without that pass), for the row lengths
+    /// of [`Caps::x8_row_fits`]; for such a row `rmsnorm`, `add_rmsnorm`, `silu_mul` and
     /// `sparse_decode_attention` (one sequence, head_dim a multiple of 32) may write an X8 `out`
     /// (the digits of their f32 result). Empty: never. (CUDA: the formats whose batch-1 GEMV reads
     /// x's digits rather than quantizing x in each block, `ops_matmul::x8_dtypes`: the batch-1
-    /// decode step's norms, attention and FFN activation; `LSERVE_CUDA_ACT_X8=0` turns it off.)
+    /// decode step's norms, attention and FFN activation; `LSERVE_CUDA_ACT_X8=0` turns it off.
+    /// wgpu with SUBGROUP: every format of its `matmul_gemv_x8`, which then skips its pack pass.)
     pub act_x8_dtypes: Vec<DType>,
     /// The longest such row (0 where `act_x8_dtypes` is empty).
     pub act_x8_max_k: usize,
+    /// What such a row's length must be a multiple of (CUDA 4: a word of digits; wgpu 32: whole
+    /// blocks, its GEMV reads x a block at a time; 0 where `act_x8_dtypes` is empty).
+    pub act_x8_k_multiple: usize,
 }
 
 impl Caps {
     /// A row of `k` elements may be a [`DType::X8`] activation: the backend writes and reads
-    /// them (`act_x8_dtypes` not empty) and k is a multiple of 4 up to `act_x8_max_k`.
+    /// them (`act_x8_dtypes` not empty) and k is a multiple of `act_x8_k_multiple` up to
+    /// `act_x8_max_k`.
     pub fn x8_row_fits(&self, k: usize) -> bool {
-        !self.act_x8_dtypes.is_empty() && k.is_multiple_of(4) && k <= self.act_x8_max_k
+        !self.act_x8_dtypes.is_empty() && k.is_multiple_of(self.act_x8_k_multiple.max(1)) && k <= self.act_x8_max_k
     }
 }
 

@@ -55,6 +55,7 @@ impl CpuBackend {
                 matmul_x8_max_m: 0,
                 act_x8_dtypes: vec![],
                 act_x8_max_k: 0,
+                act_x8_k_multiple: 0,
             },
         }
     }

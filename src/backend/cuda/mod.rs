@@ -137,6 +137,7 @@ impl CudaBackend {
             matmul_x8_max_m: ops_matmul::MMQ_MAX_M,
             act_x8_dtypes: vec![],
             act_x8_max_k: 0,
+            act_x8_k_multiple: 0,
         };
         let mmv = match opts.mmv {
             Some(m) => m,
@@ -147,6 +148,7 @@ impl CudaBackend {
             caps.act_x8_dtypes = ops_matmul::x8_dtypes(mmv, pack);
             // x's digits fit the batch-1 GEMV's shared memory (ops_matmul::mmv_smem_bytes).
             caps.act_x8_max_k = gpu.smem_optin as usize / 80 * 32;
+            caps.act_x8_k_multiple = 4;
         }
         Ok(CudaBackend { gpu, caps, mmv, pack })
     }

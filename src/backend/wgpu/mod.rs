@@ -16,6 +16,7 @@ mod ops_kv;
 mod ops_matmul;
 pub mod pipelines;
 pub mod shaders;
+mod x8;
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -74,8 +75,15 @@ impl WgpuBackend {
             act16_from: None,
             // The two-digit-x batch-1 GEMV (ops_matmul.rs) needs SUBGROUP.
             matmul_x8_max_m: usize::from(gpu.use_subgroup),
-            act_x8_dtypes: vec![],
-            act_x8_max_k: 0,
+            // With SUBGROUP the batch-1 GEMV takes x as digits the norms, silu_mul and the decode
+            // merge wrote (no pack pass), for rows of whole blocks.
+            act_x8_dtypes: if gpu.use_subgroup {
+                shaders::WEIGHT_DTYPES.into_iter().filter(|&d| shaders::has_x8(d)).collect()
+            } else {
+                vec![]
+            },
+            act_x8_max_k: if gpu.use_subgroup { u32::MAX as usize / 4 } else { 0 },
+            act_x8_k_multiple: 32,
         };
         Ok(WgpuBackend { gpu, caps, scratch: RefCell::new(None) })
     }
@@ -238,9 +246,10 @@ impl Backend for WgpuBackend {
 
     /// Quantized weights' byte lengths need not be multiples of 4 (a Q4_0 block is 18 bytes):
     /// the buffer (16-byte padded) gets the bytes and zero padding in one write.
+    /// X8 rows are converted to the device layout (x8.rs).
     fn upload_raw(&self, dtype: DType, data: &[u8]) -> Result<WgpuBuffer> {
         let b = self.alloc(dtype, data.len())?;
-        let mut padded = data.to_vec();
+        let mut padded = if dtype == DType::X8 { x8::to_device(data) } else { data.to_vec() };
         padded.resize(data.len().div_ceil(4) * 4, 0);
         self.gpu.submit();
         self.gpu.queue.write_buffer(&b.buf, 0, &padded);
@@ -271,13 +280,27 @@ impl Backend for WgpuBackend {
         Ok(())
     }
 
+    /// An X8 row comes back in the trait's layout (the whole row is read and converted, x8.rs).
     fn download_raw(&self, src: &WgpuBuffer, offset: usize, len: usize) -> Result<Vec<u8>> {
         raw_range(src, offset, len, "download_raw")?;
+        if src.dtype == DType::X8 {
+            let row = x8::from_device(&self.gpu.read(&src.buf, 0, src.len as u64)?);
+            return Ok(row[offset..offset + len].to_vec());
+        }
         self.gpu.read(&src.buf, offset as u64, len as u64)
     }
 
+    /// An X8 row is written whole (its layouts differ in where each byte goes).
     fn write_raw_at(&self, dst: &mut WgpuBuffer, offset: usize, data: &[u8]) -> Result<()> {
         raw_range(dst, offset, data.len(), "write_raw_at")?;
+        if dst.dtype == DType::X8 {
+            if offset != 0 || data.len() != dst.len {
+                return Err(err("write_raw_at: an X8 row is written whole"));
+            }
+            self.gpu.submit();
+            self.gpu.queue.write_buffer(&dst.buf, 0, &x8::to_device(data));
+            return Ok(());
+        }
         self.gpu.submit();
         self.gpu.queue.write_buffer(&dst.buf, offset as u64, data);
         Ok(())

@@ -263,7 +263,19 @@ fn decode(
         )));
     }
     need(q, DType::F32, ns * nh * hd, "sparse_decode_attention q")?;
-    need(out, DType::F32, ns * nh * hd, "sparse_decode_attention out")?;
+    // An X8 out (one sequence's row as x8 digits, Caps::act_x8_dtypes) is written by the merge,
+    // which then always runs.
+    let x8 = out.dtype == DType::X8;
+    if x8 && (ns != 1 || hd % 32 != 0) {
+        return Err(err(format!(
+            "sparse_decode_attention: an X8 out is one sequence with head_dim a multiple of 32, not {ns} x {nh} x {hd}"
+        )));
+    }
+    if x8 {
+        super::ops_basic::need_act(be, out, 1, nh * hd, "sparse_decode_attention out")?;
+    } else {
+        need(out, DType::F32, ns * nh * hd, "sparse_decode_attention out")?;
+    }
     need(pages.seq_slot, DType::U32, ns, "decode seq_slot")?;
     need(pages.tail_start, DType::U32, ns, "decode tail_start")?;
     need(pages.selected, DType::U32, 0, "decode selected")?;
@@ -273,6 +285,7 @@ fn decode(
     }
     let head_chunks = (nh / nkv).div_ceil(DECODE_HEADS);
     let splits = splits.unwrap_or_else(|| decode_splits(p, meta.page_table.len, head_chunks)).clamp(1, MAX_SPLITS);
+    let splits = if x8 { splits.max(2) } else { splits };
     let mut part = be.scratch(if splits > 1 { 4 + ns * nh * splits * (hd + 2) } else { 1 })?;
     for (pp, k_pool, v_pool) in passes(p, &kv) {
         let groups = (splits as u32, (nkv * head_chunks) as u32, ns as u32);
@@ -296,7 +309,8 @@ fn decode(
     }
     if splits > 1 {
         let binds = pl::sparse_decode_attention_merge::Binds { part: &part, out };
-        pl::sparse_decode_attention_merge::dispatch(be.gpu(), None, p, binds, rows_grid(be, ns * nh))?;
+        let op = if x8 { pl::sparse_decode_attention_merge::X8 } else { pl::sparse_decode_attention_merge::OP };
+        pl::sparse_decode_attention_merge::dispatch_variant(be.gpu(), op, None, p, binds, rows_grid(be, ns * nh))?;
     }
     Ok(())
 }

@@ -53,15 +53,39 @@ pub fn rmsnorm(
     let (r, d) = (u(p.rows), u(p.dim));
     need(x, DType::F32, r * d, "rmsnorm x")?;
     need(w, DType::F32, d, "rmsnorm w")?;
-    need(out, DType::F32, r * d, "rmsnorm out")?;
+    let x8 = need_act(be, out, r, d, "rmsnorm out")?;
+    let grid = rows_grid(be, r);
     match residual {
-        None => pl::rmsnorm::dispatch(be.gpu(), None, p, pl::rmsnorm::Binds { x, wn: w, out }, rows_grid(be, r)),
+        None => {
+            let op = if x8 { pl::rmsnorm::X8 } else { pl::rmsnorm::OP };
+            pl::rmsnorm::dispatch_variant(be.gpu(), op, None, p, pl::rmsnorm::Binds { x, wn: w, out }, grid)
+        }
         Some(residual) => {
             need(residual, DType::F32, r * d, "add_rmsnorm residual")?;
+            let op = if x8 { pl::add_rmsnorm::X8 } else { pl::add_rmsnorm::OP };
             let binds = pl::add_rmsnorm::Binds { residual, x, wn: w, out };
-            pl::add_rmsnorm::dispatch(be.gpu(), None, p, binds, rows_grid(be, r))
+            pl::add_rmsnorm::dispatch_variant(be.gpu(), op, None, p, binds, grid)
         }
     }
+}
+
+/// The out of an activation op (the norms, silu_mul): `rows * dim` f32, or one row of x8 digits
+/// (DType::X8, `Caps::act_x8_dtypes`: dim a row length `Caps::x8_row_fits` takes, x8_bytes(dim)
+/// bytes). Whether it is X8.
+pub(crate) fn need_act(be: &WgpuBackend, out: &WgpuBuffer, rows: usize, dim: usize, what: &str) -> Result<bool> {
+    if out.dtype != DType::X8 {
+        need(out, DType::F32, rows * dim, what)?;
+        return Ok(false);
+    }
+    let c = be.caps();
+    if rows != 1 || !c.x8_row_fits(dim) {
+        return Err(err(format!(
+            "{what}: an X8 out is one row of a multiple of {} up to {}, not {rows} x {dim}",
+            c.act_x8_k_multiple, c.act_x8_max_k
+        )));
+    }
+    need(out, DType::X8, x8_bytes(dim), what)?;
+    Ok(true)
 }
 
 pub fn add(be: &WgpuBackend, p: &AddParams, a: &mut WgpuBuffer, b: &WgpuBuffer) -> Result<()> {
@@ -73,8 +97,12 @@ pub fn add(be: &WgpuBackend, p: &AddParams, a: &mut WgpuBuffer, b: &WgpuBuffer) 
 pub fn silu_mul(be: &WgpuBackend, p: &SiluMulParams, gate_up: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {
     let (r, d) = (u(p.rows), u(p.dim));
     need(gate_up, DType::F32, r * 2 * d, "silu_mul gate_up")?;
-    need(out, DType::F32, r * d, "silu_mul out")?;
-    pl::silu_mul::dispatch(be.gpu(), None, p, pl::silu_mul::Binds { gate_up, out }, grid(be, r * d))
+    let binds = pl::silu_mul::Binds { gate_up, out };
+    if need_act(be, binds.out, r, d, "silu_mul out")? {
+        // A thread per vec4 of the row (silu_mul_x8.wgsl).
+        return pl::silu_mul::dispatch_variant(be.gpu(), pl::silu_mul::X8, None, p, binds, grid(be, d / 4));
+    }
+    pl::silu_mul::dispatch(be.gpu(), None, p, binds, grid(be, r * d))
 }
 
 pub fn gelu_tanh_mul(

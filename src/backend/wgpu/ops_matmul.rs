@@ -145,7 +145,11 @@ pub fn matmul(
     out: &mut WgpuBuffer,
 ) -> Result<()> {
     let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
-    need(x, DType::F32, m * k, "matmul x")?;
+    if x.dtype == DType::X8 {
+        need_x8(be, p, x, w)?;
+    } else {
+        need(x, DType::F32, m * k, "matmul x")?;
+    }
     need_weights(w, n, k, "matmul w")?;
     if (p.ldo as usize) < n {
         return Err(err(format!("matmul: ldo {} < n {n}", p.ldo)));
@@ -165,6 +169,16 @@ pub fn matmul(
     }
     if m == 0 || n == 0 {
         return Ok(());
+    }
+    if x.dtype == DType::X8 {
+        let binds = pl::matmul_gemv_x8::Binds { xq: x, w, bias, out };
+        return pl::matmul_gemv_x8::dispatch(
+            be.gpu(),
+            Some(w.dtype),
+            p,
+            binds,
+            rows_grid(be, n.div_ceil(GEMV_SUBGROUP_ROWS)),
+        );
     }
     if m == 1 && k % 32 == 0 && be.has_subgroup() && shaders::has_x8(w.dtype) {
         return gemv_x8(be, p, (x, w, bias), out);
@@ -236,6 +250,20 @@ fn coop_128(
     let tiles = m.div_ceil(COOP128_TILE) * n.div_ceil(COOP128_TILE);
     let binds = pl::matmul_coop_128::Binds { xh: &xh, w, bias, out };
     pl::matmul_coop_128::dispatch(be.gpu(), Some(w.dtype), p, binds, rows_grid(be, tiles))
+}
+
+/// An X8 x (one row of x8 digits in the device layout, shaders/x8_store.wgsl): what the batch-1
+/// GEMV reads without its pack pass; the weights' dtype in `Caps::act_x8_dtypes`, one row of
+/// k that `Caps::x8_row_fits`, x8_bytes(k) bytes.
+fn need_x8(be: &WgpuBackend, p: &MatmulParams, x: &WgpuBuffer, w: &WgpuBuffer) -> Result<()> {
+    let (c, k) = (be.caps(), p.k as usize);
+    if p.m != 1 || !c.act_x8_dtypes.contains(&w.dtype) || !c.x8_row_fits(k) {
+        return Err(err(format!(
+            "matmul: an X8 x is one row of k a multiple of {} up to {} for weights of {:?}, not {} x {k} for {:?}",
+            c.act_x8_k_multiple, c.act_x8_max_k, c.act_x8_dtypes, p.m, w.dtype
+        )));
+    }
+    need(x, DType::X8, x8_bytes(k), "matmul x")
 }
 
 /// Words of the two-digit x of `matmul_gemv_x8_pack` for m rows of k (k % 32 == 0): per block of

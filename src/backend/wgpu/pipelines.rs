@@ -125,10 +125,11 @@ pipelines! {
     matmul_gemv_x8(MatmulParams) { xq: read, w: read, bias: read, out: read_write }
     /// Pass 1 of `matmul_gemv_x8`: x to int8 blocks of 32.
     matmul_gemv_x8_pack(MatmulParams) { x: read, xq: read_write }
-    rmsnorm(RmsnormParams) { x: read, wn: read, out: read_write }
-    add_rmsnorm(RmsnormParams) { residual: read_write, x: read, wn: read, out: read_write }
+    /// The row norms; `_x8`: one row's out as x8 digits (DType::X8).
+    rmsnorm(RmsnormParams) [X8 = rmsnorm_x8] { x: read, wn: read, out: read_write }
+    add_rmsnorm(RmsnormParams) [X8 = add_rmsnorm_x8] { residual: read_write, x: read, wn: read, out: read_write }
     add(AddParams) { a: read_write, b: read }
-    silu_mul(SiluMulParams) { gate_up: read, out: read_write }
+    silu_mul(SiluMulParams) [X8 = silu_mul_x8] { gate_up: read, out: read_write }
     gelu_tanh_mul(GeluTanhMulParams) { gate_up: read, out: read_write }
     head_rmsnorm(HeadRmsnormParams) { x: read_write, wn: read }
     scale(ScaleParams) { x: read_write }
@@ -176,7 +177,7 @@ pipelines! {
         kv_len: read, ring_table: read, selected: read, counts: read, seq_slot: read, tail_start: read,
         out: read_write, part: read_write,
     }
-    sparse_decode_attention_merge(AttentionParams) { part: read, out: read_write }
+    sparse_decode_attention_merge(AttentionParams) [X8 = sparse_decode_attention_merge_x8] { part: read, out: read_write }
     lambda_mass(LambdaMassParams) {
         q: read, k_pool: read, head_map: read, page_indptr: read, page_table: read, kv_len: read,
         out: read_write,

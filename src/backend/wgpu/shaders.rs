@@ -179,6 +179,43 @@ macro_rules! norm_body {
     };
 }
 
+/// The quantizer of x8 digits (shaders/x8_store.wgsl: `x8_store`, over the module's `x8_put`),
+/// part of `matmul_gemv_x8_pack` and of the ops that write a [`DType::X8`] out.
+macro_rules! x8_store {
+    () => {
+        include_str!("../../../shaders/x8_store.wgsl")
+    };
+}
+
+/// A row norm with an optional X8 out (`rmsnorm`, `add_rmsnorm` and their `_x8` variants): the
+/// op's hooks, the shared body, the X8 tail and the quantizer, after `X8_OUT`.
+macro_rules! norm_x8_src {
+    ($x8:literal, $op:literal) => {
+        concat!(
+            "const X8_OUT: bool = ",
+            $x8,
+            ";\n",
+            include_str!(concat!("../../../shaders/", $op, ".wgsl")),
+            norm_body!(),
+            include_str!("../../../shaders/row_norm_x8.wgsl"),
+            x8_store!()
+        )
+    };
+}
+
+/// `sparse_decode_attention_merge` and its `_x8` variant (`X8_OUT`).
+macro_rules! merge_src {
+    ($x8:literal) => {
+        concat!(
+            "const X8_OUT: bool = ",
+            $x8,
+            ";\n",
+            include_str!("../../../shaders/sparse_decode_attention_merge.wgsl"),
+            x8_store!()
+        )
+    };
+}
+
 /// The KV snippet of the cooperative-matrix prefill ([`Reads::KvCoop`]) for KV dtype `d` (None
 /// for the dtypes it does not take).
 fn kv_coop_snippet(d: DType) -> Option<String> {
@@ -277,11 +314,19 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         Reads::X8,
         true,
     ),
-    ("matmul_gemv_x8_pack", include_str!("../../../shaders/matmul_gemv_x8_pack.wgsl"), Reads::Nothing, false),
-    ("rmsnorm", concat!(include_str!("../../../shaders/rmsnorm.wgsl"), norm_body!()), Reads::Nothing, false),
-    ("add_rmsnorm", concat!(include_str!("../../../shaders/add_rmsnorm.wgsl"), norm_body!()), Reads::Nothing, false),
+    (
+        "matmul_gemv_x8_pack",
+        concat!(include_str!("../../../shaders/matmul_gemv_x8_pack.wgsl"), x8_store!()),
+        Reads::Nothing,
+        false,
+    ),
+    ("rmsnorm", norm_x8_src!("false", "rmsnorm"), Reads::Nothing, false),
+    ("rmsnorm_x8", norm_x8_src!("true", "rmsnorm"), Reads::Nothing, false),
+    ("add_rmsnorm", norm_x8_src!("false", "add_rmsnorm"), Reads::Nothing, false),
+    ("add_rmsnorm_x8", norm_x8_src!("true", "add_rmsnorm"), Reads::Nothing, false),
     ("add", include_str!("../../../shaders/add.wgsl"), Reads::Nothing, false),
     ("silu_mul", include_str!("../../../shaders/silu_mul.wgsl"), Reads::Nothing, false),
+    ("silu_mul_x8", concat!(include_str!("../../../shaders/silu_mul_x8.wgsl"), x8_store!()), Reads::Nothing, false),
     ("gelu_tanh_mul", include_str!("../../../shaders/gelu_tanh_mul.wgsl"), Reads::Nothing, false),
     ("head_rmsnorm", concat!(include_str!("../../../shaders/head_rmsnorm.wgsl"), norm_body!()), Reads::Nothing, false),
     ("scale", include_str!("../../../shaders/scale.wgsl"), Reads::Nothing, false),
@@ -307,12 +352,8 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         true,
     ),
     ("sparse_decode_attention", include_str!("../../../shaders/sparse_decode_attention.wgsl"), Reads::Kv, false),
-    (
-        "sparse_decode_attention_merge",
-        include_str!("../../../shaders/sparse_decode_attention_merge.wgsl"),
-        Reads::Nothing,
-        false,
-    ),
+    ("sparse_decode_attention_merge", merge_src!("false"), Reads::Nothing, false),
+    ("sparse_decode_attention_merge_x8", merge_src!("true"), Reads::Nothing, false),
     ("page_select", include_str!("../../../shaders/page_select.wgsl"), Reads::Nothing, false),
     ("page_select_norm", include_str!("../../../shaders/page_select_norm.wgsl"), Reads::Nothing, false),
     ("page_select_topk", include_str!("../../../shaders/page_select_topk.wgsl"), Reads::Nothing, false),
