@@ -18,6 +18,9 @@
 //!   bytes as the Q4_K weights themselves, plus a barrier and the quantizing ALU in every
 //!   workgroup); the pre-pass reads x once, for one more dispatch (and barrier) per matmul. The
 //!   result is the weights times x to ~16 bits (`Caps::matmul_x8_max_m`, docs/backends.md).
+//!   Where x comes as [`DType::X8`] (one row of digits in the device layout of
+//!   shaders/x8_store.wgsl, written by the decode step's norms, silu_mul and attention merge:
+//!   `Caps::act_x8_dtypes`), `matmul_gemv_x8` reads it as it is and the pack pass is not run.
 //! - m <= [`GEMV_MAX_M`] (decode, batches up to 16), one pass over the weights for all m rows:
 //!   - adapters with SUBGROUP, 16-bit or quantized weights, k % 8 == 0 ("pairs": 16-byte words
 //!     of 8 16-bit weights, or groups of 8 quantized weights of one sub-block, decoded in
