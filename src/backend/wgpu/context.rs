@@ -45,6 +45,9 @@ pub struct Gpu {
     pub use_coop: bool,
     /// The runtime checks of the shader modules ([`ShaderChecks`]).
     pub checks: ShaderChecks,
+    /// Ops whose dispatches are not recorded (`LSERVE_WGPU_SKIP_OPS`, a comma list of shader op
+    /// names): for timing ablations of `lserve bench` only; their outputs are left as they were.
+    skip_ops: Vec<String>,
     slot_size: u64,
     arena: wgpu::Buffer,
     state: RefCell<State>,
@@ -174,6 +177,23 @@ impl WgpuOptions {
     }
 }
 
+/// `LSERVE_WGPU_SKIP_OPS` (measurement only: a step without these ops computes wrong values; the
+/// difference of two `lserve bench` times is what the ops cost in the unprofiled step, launch and
+/// barrier included). Announced on stderr, so no result is taken for a real one.
+fn skip_ops_from_env() -> Vec<String> {
+    let ops: Vec<String> = std::env::var("LSERVE_WGPU_SKIP_OPS")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|o| !o.is_empty())
+        .map(String::from)
+        .collect();
+    if !ops.is_empty() {
+        eprintln!("LSERVE_WGPU_SKIP_OPS: not recording {ops:?}: results are wrong (timing ablation only)");
+    }
+    ops
+}
+
 /// Workgroup memory an adapter needs for the cooperative-matrix GEMMs: 22 KiB (`matmul_coop`
 /// itself declares 14 KiB; 22 was the need of a since-removed decode kernel, kept so that the
 /// adapters which take these kernels stay the same). `matmul_coop_128` (44 KiB) runs only where
@@ -275,6 +295,7 @@ impl Gpu {
             use_subgroup: features.contains(wgpu::Features::SUBGROUP),
             use_coop: coop,
             checks: opts.checks,
+            skip_ops: skip_ops_from_env(),
             slot_size,
             arena,
             state: RefCell::new(State {
@@ -423,7 +444,7 @@ impl Gpu {
         binds: &[Bind],
         groups: (u32, u32, u32),
     ) -> Result<()> {
-        if groups.0 == 0 || groups.1 == 0 || groups.2 == 0 {
+        if groups.0 == 0 || groups.1 == 0 || groups.2 == 0 || self.skip_ops.iter().any(|o| o == op) {
             return Ok(());
         }
         let max = self.limits.max_compute_workgroups_per_dimension;

@@ -26,6 +26,23 @@ use crate::error::Result;
 use context::{Gpu, err};
 pub use context::{ShaderChecks, WgpuOptions, has_coop_f16_f32};
 
+/// The slots of [`WgpuBackend::scratch_in`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Scratch {
+    /// The decode attention's split partials, the GEMV's x digits, the GEMM's f16 x.
+    Main,
+    /// `rope_append_kv`'s staged rows for packed pools (k, v) and the unused streaming bindings
+    /// of its identity pass.
+    StagedK,
+    StagedV,
+    SpareK,
+    SpareV,
+}
+
+impl Scratch {
+    const COUNT: usize = 5;
+}
+
 /// A device buffer and what it holds.
 #[derive(Clone, Debug)]
 pub struct WgpuBuffer {
@@ -50,7 +67,10 @@ pub struct WgpuBackend {
     /// partials), grown on demand. One op's dispatches finish before the next op's start (wgpu
     /// orders the dispatches of a pass, with barriers between them) and recorded dispatches keep
     /// a replaced buffer alive, so one buffer serves every call.
-    scratch: RefCell<Option<WgpuBuffer>>,
+    /// Scratch buffers by slot ([`Scratch`]), each grown on demand and never shrunk.
+    scratch: RefCell<[Option<WgpuBuffer>; Scratch::COUNT]>,
+    /// `[0, 1, 2, ...]` as u32 ([`WgpuBackend::iota`]), grown on demand.
+    iota: RefCell<Option<WgpuBuffer>>,
 }
 
 impl WgpuBackend {
@@ -85,7 +105,7 @@ impl WgpuBackend {
             act_x8_max_k: if gpu.use_subgroup { u32::MAX as usize / 4 } else { 0 },
             act_x8_k_multiple: 32,
         };
-        Ok(WgpuBackend { gpu, caps, scratch: RefCell::new(None) })
+        Ok(WgpuBackend { gpu, caps, scratch: RefCell::new(Default::default()), iota: RefCell::new(None) })
     }
 
     /// Whether the native-f16 shader variants are in use (SHADER_F16 present and allowed).
@@ -105,13 +125,35 @@ impl WgpuBackend {
     }
 
     /// A scratch buffer of at least `words` 32-bit words (contents undefined; typed f32, the
-    /// shaders bind it as they need).
+    /// shaders bind it as they need): [`Scratch::Main`].
     pub(crate) fn scratch(&self, words: usize) -> Result<WgpuBuffer> {
+        self.scratch_in(Scratch::Main, words)
+    }
+
+    /// The scratch buffer of `slot`, at least `words` 32-bit words (contents undefined). One
+    /// buffer a slot, reused by every op that takes it (wgpu orders the dispatches), so an op
+    /// needing several at once takes distinct slots; a new buffer would cost an allocation and,
+    /// on the device, wgpu's zero-fill before its first use.
+    pub(crate) fn scratch_in(&self, slot: Scratch, words: usize) -> Result<WgpuBuffer> {
         let mut s = self.scratch.borrow_mut();
+        let s = &mut s[slot as usize];
         if let Some(b) = s.as_ref().filter(|b| b.len >= words) {
             return Ok(b.clone());
         }
         let b = self.alloc(DType::F32, words.max(1 << 16).next_power_of_two())?;
+        *s = Some(b.clone());
+        Ok(b)
+    }
+
+    /// A u32 buffer holding at least `[0, 1, ..., len - 1]` (an identity map), uploaded once and
+    /// grown on demand.
+    pub(crate) fn iota(&self, len: usize) -> Result<WgpuBuffer> {
+        let mut s = self.iota.borrow_mut();
+        if let Some(b) = s.as_ref().filter(|b| b.len >= len) {
+            return Ok(b.clone());
+        }
+        let n = len.max(1024).next_power_of_two();
+        let b = self.upload_u32(&(0..n as u32).collect::<Vec<u32>>())?;
         *s = Some(b.clone());
         Ok(b)
     }

@@ -31,7 +31,7 @@
 use super::context::err;
 use super::ops_basic::{grid, rows_grid};
 use super::pipelines as pl;
-use super::{WgpuBackend, WgpuBuffer, need, need_kv};
+use super::{Scratch, WgpuBackend, WgpuBuffer, need, need_kv};
 use crate::backend::*;
 use crate::error::Result;
 
@@ -110,12 +110,13 @@ fn append_packed(
     threads: usize,
 ) -> Result<()> {
     let (n, nkv, hd, kt) = (u(p.n_tokens), u(p.n_kv_heads), u(p.head_dim), kv.k.dtype);
-    let mut staged_k = be.alloc(DType::F32, n * nkv * hd)?;
-    let mut staged_v = be.alloc(DType::F32, n * nkv * hd)?;
+    // Scratch slots of their own, reused every call (no allocation, no zero-fill per layer).
+    let mut staged_k = be.scratch_in(Scratch::StagedK, n * nkv * hd)?;
+    let mut staged_v = be.scratch_in(Scratch::StagedV, n * nkv * hd)?;
     // Bound where the identity layout never writes (no streaming heads); two buffers, so no
     // writable binding aliases another.
-    let (mut spare_k, mut spare_v) = (be.alloc(DType::F32, 1)?, be.alloc(DType::F32, 1)?);
-    let ids = be.upload_u32(&(0..n.max(nkv) as u32).collect::<Vec<u32>>())?;
+    let (mut spare_k, mut spare_v) = (be.scratch_in(Scratch::SpareK, 1)?, be.scratch_in(Scratch::SpareV, 1)?);
+    let ids = be.iota(n.max(nkv))?;
     let identity = RopeAppendKvParams {
         page_size: 1,
         num_pages: p.n_tokens,
