@@ -1,8 +1,7 @@
 // add_rmsnorm: residual += x, then out = rmsnorm(residual) * w. One workgroup per row; the body
 // is shaders/row_norm.wgsl, which these hooks feed (the new residual is stored as soon as it is
-// summed and, for rows past NORM_HELD, read back for the scaling). X8_OUT (prepended by
-// shaders.rs): the `add_rmsnorm_x8` variant, one row's out as x8 digits
-// (shaders/row_norm_x8.wgsl, which reads the new residual back); out holds f32 bits otherwise.
+// summed and, for rows past NORM_HELD, read back for the scaling; out holds f32 bits), or for
+// the `add_rmsnorm_x8` variant, one row's out as x8 digits, shaders/row_norm_x8.wgsl (x8_put).
 @group(0) @binding(0) var<uniform> p: RmsnormParams;
 @group(0) @binding(1) var<storage, read_write> residual: array<f32>;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
@@ -17,5 +16,5 @@ fn norm_wbase(r: u32) -> u32 { return 0u; }
 fn norm_load(i: u32) -> f32 { return residual[i] + x[i]; }
 fn norm_keep(i: u32, v: f32) { residual[i] = v; }
 fn norm_reload(i: u32) -> f32 { return residual[i]; }
-fn norm_store(i: u32, v: f32) { if (!X8_OUT) { out[i] = bitcast<u32>(v); } }
+fn norm_store(i: u32, v: f32) { out[i] = bitcast<u32>(v); }
 fn x8_put(i: u32, v: u32) { out[i] = v; }

@@ -14,4 +14,3 @@ fn norm_load(i: u32) -> f32 { return x[i]; }
 fn norm_keep(i: u32, v: f32) {}
 fn norm_reload(i: u32) -> f32 { return x[i]; }
 fn norm_store(i: u32, v: f32) { x[i] = v; }
-fn norm_tail(base: u32, wb: u32, d: u32, inv: f32, l: u32) {}

@@ -1,7 +1,6 @@
 // rmsnorm: out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w. One workgroup per row; the body is
-// shaders/row_norm.wgsl, which these hooks feed. X8_OUT (prepended by shaders.rs): the
-// `rmsnorm_x8` variant, one row's out as x8 digits (shaders/row_norm_x8.wgsl); out holds f32
-// bits otherwise.
+// shaders/row_norm.wgsl, which these hooks feed (out holds f32 bits), or for the `rmsnorm_x8`
+// variant, one row's out as x8 digits, shaders/row_norm_x8.wgsl (x8_put).
 @group(0) @binding(0) var<uniform> p: RmsnormParams;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> wn: array<f32>;
@@ -15,5 +14,5 @@ fn norm_wbase(r: u32) -> u32 { return 0u; }
 fn norm_load(i: u32) -> f32 { return x[i]; }
 fn norm_keep(i: u32, v: f32) {}
 fn norm_reload(i: u32) -> f32 { return x[i]; }
-fn norm_store(i: u32, v: f32) { if (!X8_OUT) { out[i] = bitcast<u32>(v); } }
+fn norm_store(i: u32, v: f32) { out[i] = bitcast<u32>(v); }
 fn x8_put(i: u32, v: u32) { out[i] = v; }

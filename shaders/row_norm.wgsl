@@ -2,45 +2,17 @@
 // op's shader, which declares `wn` and the hooks: norm_segs() (segments to normalize),
 // norm_dim(), norm_eps(), norm_base(seg) / norm_wbase(seg) (first element of a segment in the
 // data and in wn), norm_load(i) (the value to normalize), norm_keep(i, v) (add_rmsnorm stores the
-// new residual), norm_reload(i) (the value again, from memory), norm_store(i, v) and
-// norm_tail(base, wbase, dim, inv, lid), called last by every thread (the X8 outs of rmsnorm_x8
-// and add_rmsnorm_x8 are written there, shaders/row_norm_x8.wgsl; empty elsewhere).
+// new residual), norm_reload(i) (the value again, from memory) and norm_store(i, v).
 //
 // One workgroup of 256 per segment. Latency is the point (a decode step has 8 rows or fewer):
 // a thread holds columns lid + 256 j in chunks of four (chunk k: j = 4k .. 4k+3), and for
 // segments up to NORM_HELD floats it issues every load it needs (value and weight, 8 chunks at
 // most, chunks wholly past the segment skipped by uniform branches) before it uses any, keeps the
 // values in registers for the scaling, and reduces the sum of squares in two barrier rounds
-// (row_sum), so a segment costs about one memory latency. Wider segments loop over chunks (four
+// (row_sum, shaders/row_sum.wgsl), so a segment costs about one memory latency. Wider segments loop over chunks (four
 // loads in flight) and read the values again for the scaling. Reads past the segment's end are
 // clamped to its last element and their values dropped, so each chunk's loads are unconditional.
 const NORM_HELD: u32 = 8192u;
-
-var<workgroup> row_sum_a: array<f32, 256>;
-var<workgroup> row_sum_b: array<f32, 16>;
-
-// The sum of one f32 per thread over the workgroup, returned to every thread: threads 0..15 each
-// add 16 partials (strided: distinct banks), then every thread adds the 16 sums in the same
-// order, so all get the same value. Two barriers instead of a tree of eight.
-fn row_sum(v: f32, lid: u32) -> f32 {
-    row_sum_a[lid] = v;
-    workgroupBarrier();
-    if (lid < 16u) {
-        let a = vec4(row_sum_a[lid], row_sum_a[lid + 16u], row_sum_a[lid + 32u], row_sum_a[lid + 48u]);
-        let b = vec4(row_sum_a[lid + 64u], row_sum_a[lid + 80u], row_sum_a[lid + 96u], row_sum_a[lid + 112u]);
-        let c = vec4(row_sum_a[lid + 128u], row_sum_a[lid + 144u], row_sum_a[lid + 160u], row_sum_a[lid + 176u]);
-        let d = vec4(row_sum_a[lid + 192u], row_sum_a[lid + 208u], row_sum_a[lid + 224u], row_sum_a[lid + 240u]);
-        let s = (a + b) + (c + d);
-        row_sum_b[lid] = (s.x + s.y) + (s.z + s.w);
-    }
-    workgroupBarrier();
-    let a = vec4(row_sum_b[0], row_sum_b[1], row_sum_b[2], row_sum_b[3]);
-    let b = vec4(row_sum_b[4], row_sum_b[5], row_sum_b[6], row_sum_b[7]);
-    let c = vec4(row_sum_b[8], row_sum_b[9], row_sum_b[10], row_sum_b[11]);
-    let d = vec4(row_sum_b[12], row_sum_b[13], row_sum_b[14], row_sum_b[15]);
-    let s = (a + b) + (c + d);
-    return (s.x + s.y) + (s.z + s.w);
-}
 
 // The four columns of the chunk that starts at column c0.
 fn norm_cols(c0: u32) -> vec4<u32> {
@@ -144,5 +116,4 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
             norm_store4(base, c0, d, norm_reload4(base, c0, d) * inv * norm_w4(wb, c0, d));
         }
     }
-    norm_tail(base, wb, d, inv, l);
 }

@@ -187,16 +187,21 @@ macro_rules! x8_store {
     };
 }
 
-/// A row norm with an optional X8 out (`rmsnorm`, `add_rmsnorm` and their `_x8` variants): the
-/// op's hooks, the shared body, the X8 tail and the quantizer, after `X8_OUT`.
-macro_rules! norm_x8_src {
-    ($x8:literal, $op:literal) => {
+/// The row norms (`rmsnorm`, `add_rmsnorm`, `head_rmsnorm`): the op's hooks, the workgroup sum
+/// and the f32 body (shaders/row_norm.wgsl); `_x8` (`rmsnorm_x8`, `add_rmsnorm_x8`): the same
+/// hooks with the X8 body (shaders/row_norm_x8.wgsl) and the quantizer.
+macro_rules! norm_src {
+    ($op:literal) => {
         concat!(
-            "const X8_OUT: bool = ",
-            $x8,
-            ";\n",
             include_str!(concat!("../../../shaders/", $op, ".wgsl")),
-            norm_body!(),
+            include_str!("../../../shaders/row_sum.wgsl"),
+            norm_body!()
+        )
+    };
+    ($op:literal, x8) => {
+        concat!(
+            include_str!(concat!("../../../shaders/", $op, ".wgsl")),
+            include_str!("../../../shaders/row_sum.wgsl"),
             include_str!("../../../shaders/row_norm_x8.wgsl"),
             x8_store!()
         )
@@ -320,15 +325,15 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         Reads::Nothing,
         false,
     ),
-    ("rmsnorm", norm_x8_src!("false", "rmsnorm"), Reads::Nothing, false),
-    ("rmsnorm_x8", norm_x8_src!("true", "rmsnorm"), Reads::Nothing, false),
-    ("add_rmsnorm", norm_x8_src!("false", "add_rmsnorm"), Reads::Nothing, false),
-    ("add_rmsnorm_x8", norm_x8_src!("true", "add_rmsnorm"), Reads::Nothing, false),
+    ("rmsnorm", norm_src!("rmsnorm"), Reads::Nothing, false),
+    ("rmsnorm_x8", norm_src!("rmsnorm", x8), Reads::Nothing, false),
+    ("add_rmsnorm", norm_src!("add_rmsnorm"), Reads::Nothing, false),
+    ("add_rmsnorm_x8", norm_src!("add_rmsnorm", x8), Reads::Nothing, false),
     ("add", include_str!("../../../shaders/add.wgsl"), Reads::Nothing, false),
     ("silu_mul", include_str!("../../../shaders/silu_mul.wgsl"), Reads::Nothing, false),
     ("silu_mul_x8", concat!(include_str!("../../../shaders/silu_mul_x8.wgsl"), x8_store!()), Reads::Nothing, false),
     ("gelu_tanh_mul", include_str!("../../../shaders/gelu_tanh_mul.wgsl"), Reads::Nothing, false),
-    ("head_rmsnorm", concat!(include_str!("../../../shaders/head_rmsnorm.wgsl"), norm_body!()), Reads::Nothing, false),
+    ("head_rmsnorm", norm_src!("head_rmsnorm"), Reads::Nothing, false),
     ("scale", include_str!("../../../shaders/scale.wgsl"), Reads::Nothing, false),
     ("gather_rows", include_str!("../../../shaders/gather_rows.wgsl"), Reads::Nothing, false),
     ("mean_rows", include_str!("../../../shaders/mean_rows.wgsl"), Reads::Nothing, false),
