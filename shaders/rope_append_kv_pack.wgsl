@@ -5,7 +5,8 @@
 // (token, KV head) then stores both rows into the head's pool per head_map (retrieval pool at
 // slots[t], streaming pool at ring_slots[t]), and rope_append_kv_summary.wgsl runs after it.
 // - f16 / bf16 (KV_KIND 1 / 2): two values per word, round-to-nearest-even by bit operations
-//   (the `half` crate's conversions, bit for bit; pack2x16float's rounding is the driver's).
+//   (shaders/kv_round16.wgsl). The backend takes this path for 16-bit pools only where
+//   head_dim % 4 != 0; otherwise rope_append_kv16.wgsl does all in one pass.
 // - int8 / fp8 (KV_KIND 3 / 4): the row's max |x| as u32 bits (atomicMax: exact, order-free),
 //   then four codes per word and the f32 scale word, exactly as src/kv/quant.rs defines them
 //   (integer arithmetic and one multiply); a (page, head) block is [page_size][head_dim] code
@@ -25,40 +26,6 @@
 
 var<workgroup> kmax: atomic<u32>;
 var<workgroup> vmax: atomic<u32>;
-
-fn f32_to_bf16_bits(x: f32) -> u32 {
-    let b = bitcast<u32>(x);
-    if ((b & 0x7fffffffu) > 0x7f800000u) { return (b >> 16u) | 0x40u; }
-    return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;
-}
-
-fn f32_to_f16_bits(x: f32) -> u32 {
-    let b = bitcast<u32>(x);
-    let sign = (b >> 16u) & 0x8000u;
-    let ex = b & 0x7f800000u;
-    let man = b & 0x007fffffu;
-    if (ex == 0x7f800000u) {
-        return sign | 0x7c00u | select(0u, 0x200u, man != 0u) | (man >> 13u);
-    }
-    let he = i32(ex >> 23u) - 127 + 15;
-    if (he >= 31) { return sign | 0x7c00u; }
-    if (he <= 0) {
-        if (14 - he > 24) { return sign; }
-        let m = man | 0x00800000u;
-        var hm = m >> u32(14 - he);
-        let rb = 1u << u32(13 - he);
-        if ((m & rb) != 0u && (m & (3u * rb - 1u)) != 0u) { hm = hm + 1u; }
-        return sign | hm;
-    }
-    let h = sign | (u32(he) << 10u) | (man >> 13u);
-    if ((man & 0x1000u) != 0u && (man & 0x2fffu) != 0u) { return h + 1u; }
-    return h;
-}
-
-fn pack16(a: f32, b: f32) -> u32 {
-    if (KV_KIND == 2u) { return f32_to_bf16_bits(a) | (f32_to_bf16_bits(b) << 16u); }
-    return f32_to_f16_bits(a) | (f32_to_f16_bits(b) << 16u);
-}
 
 // round-half-even(127 |x| / amax) for bits 0 <= xb <= ab (ab normal, finite), exactly.
 fn int8_level(xb: u32, ab: u32) -> u32 {

@@ -12,7 +12,10 @@
 //!    head, slot t for token t) into two f32 staging buffers `[n_tokens][n_kv_heads][head_dim]`,
 //!    and `rope_append_kv_pack` (one workgroup per token and KV head) stores the rows into the
 //!    real pools: 16-bit values rounded to nearest even, 8-bit rows quantized as src/backend/reference/kv_quant.rs
-//!    defines (so the rotation is the same code for every dtype);
+//!    defines (so the rotation is the same code for every dtype). 16-bit pools with head_dim % 4
+//!    == 0 take `rope_append_kv16` instead, one pass: a thread per (token, head, two rotation
+//!    pairs) rotates and stores two whole u32 words of k and of v (the same rounding,
+//!    shaders/kv_round16.wgsl; the same rotation text, shaders/rope_sincos.wgsl);
 //! 2. `rope_append_kv_summary`: one workgroup per token; the workgroup of the token that wrote the
 //!    largest offset of a logical page in this call recomputes that page's min/max over its tokens.
 //!    It runs after 1 (wgpu orders dispatches), since threads of one dispatch cannot order writes.
@@ -88,6 +91,23 @@ pub fn rope_append_kv(
             sv: &mut *kv.sv,
         };
         pl::rope_append_kv::dispatch(be.gpu(), None, p, binds, grid(be, threads))?;
+    } else if matches!(kt, DType::F16 | DType::BF16) && hd.is_multiple_of(4) {
+        // One pass: a thread per (token, head, four dims), rounded and stored as it rotates.
+        let binds = pl::rope_append_kv::Binds {
+            qkv,
+            positions: m.positions,
+            slots: m.slots,
+            ring_slots: m.ring_slots,
+            inv_freq: m.inv_freq,
+            head_map: kv.head_map,
+            q,
+            k: &mut *kv.k,
+            v: &mut *kv.v,
+            sk: &mut *kv.sk,
+            sv: &mut *kv.sv,
+        };
+        let quads = n * (nh + nkv) * hd / 4;
+        pl::rope_append_kv::dispatch_variant(be.gpu(), pl::rope_append_kv::KV16, Some(kt), p, binds, grid(be, quads))?;
     } else {
         append_packed(be, p, qkv, m, q, &mut kv, threads)?;
     }

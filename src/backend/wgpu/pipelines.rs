@@ -138,7 +138,8 @@ pipelines! {
     argmax(ArgmaxParams) { x: read, out: read_write }
     sample(SampleParams) { x: read, settings: read, out: read_write }
     fill_random(FillRandomParams) { out: read_write }
-    rope_append_kv(RopeAppendKvParams) {
+    /// `_16`: the same in one pass for 16-bit pools (head_dim % 4 == 0; ops_kv.rs).
+    rope_append_kv(RopeAppendKvParams) [KV16 = rope_append_kv16] {
         qkv: read, positions: read, slots: read, ring_slots: read, inv_freq: read, head_map: read,
         q: read_write, k: read_write, v: read_write, sk: read_write, sv: read_write,
     }

@@ -339,8 +339,35 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ("mean_rows", include_str!("../../../shaders/mean_rows.wgsl"), Reads::Nothing, false),
     ("argmax", include_str!("../../../shaders/argmax.wgsl"), Reads::Nothing, false),
     ("sample", include_str!("../../../shaders/sample.wgsl"), Reads::Nothing, false),
-    ("rope_append_kv", include_str!("../../../shaders/rope_append_kv.wgsl"), Reads::Nothing, false),
-    ("rope_append_kv_pack", include_str!("../../../shaders/rope_append_kv_pack.wgsl"), Reads::Kv, false),
+    (
+        "rope_append_kv",
+        concat!(
+            include_str!("../../../shaders/rope_append_kv.wgsl"),
+            include_str!("../../../shaders/rope_sincos.wgsl")
+        ),
+        Reads::Nothing,
+        false,
+    ),
+    // rope_append_kv in one pass for the 16-bit pools (modules for f16 and bf16 only).
+    (
+        "rope_append_kv16",
+        concat!(
+            include_str!("../../../shaders/rope_append_kv16.wgsl"),
+            include_str!("../../../shaders/rope_sincos.wgsl"),
+            include_str!("../../../shaders/kv_round16.wgsl")
+        ),
+        Reads::Kv,
+        false,
+    ),
+    (
+        "rope_append_kv_pack",
+        concat!(
+            include_str!("../../../shaders/rope_append_kv_pack.wgsl"),
+            include_str!("../../../shaders/kv_round16.wgsl")
+        ),
+        Reads::Kv,
+        false,
+    ),
     ("rope_append_kv_summary", include_str!("../../../shaders/rope_append_kv_summary.wgsl"), Reads::Kv, false),
     ("prefill_attention", include_str!("../../../shaders/prefill_attention.wgsl"), Reads::Kv, false),
     // One source, two head dims (ops_attention.rs `coop_prefill`).
@@ -547,6 +574,7 @@ pub fn assemble(op: &str, v: Variant) -> Option<String> {
         Reads::Nothing => return None,
         // The store pass exists for the packed KV dtypes only.
         Reads::Kv if op == "rope_append_kv_pack" && v.weights == Some(DType::F32) => return None,
+        Reads::Kv if op == "rope_append_kv16" && !matches!(v.weights, Some(DType::F16 | DType::BF16)) => return None,
         Reads::Kv => kv_snippet(op, v.weights?)?,
         Reads::KvCoop => kv_coop_snippet(v.weights?)?,
         r => weight_snippet(r, v)?,

@@ -1,0 +1,95 @@
+// rope_append_kv16: rope_append_kv (shaders/rope_append_kv.wgsl has the layouts, the rotation and
+// the skipping of slots and head_map entries outside the pools) in one pass for 16-bit pools
+// (KV_KIND 1 = f16, 2 = bf16, from the KV snippet), where the backend would otherwise stage f32
+// rows and store them with rope_append_kv_pack: the backend picks it where head_dim % 4 == 0.
+//
+// One thread per (token, head, quad u < head_dim / 4): rope pairs 2u and 2u + 1, i.e. dims 2u,
+// 2u + 1, hh + 2u and hh + 2u + 1 (hh = head_dim / 2, even). q heads write their four rotated f32
+// values; KV heads round k (rotated) and v (copied) to the pool's type (shaders/kv_round16.wgsl,
+// the values rope_append_kv_pack stores, bit for bit) and store two u32 words of each row: word
+// u (dims 2u, 2u + 1) and word hh / 2 + u (dims hh + 2u, hh + 2u + 1). The page summaries are
+// refreshed afterwards by rope_append_kv_summary.wgsl, as for every pool.
+@group(0) @binding(0) var<uniform> p: RopeAppendKvParams;
+@group(0) @binding(1) var<storage, read> qkv: array<f32>;
+@group(0) @binding(2) var<storage, read> positions: array<u32>;
+@group(0) @binding(3) var<storage, read> slots: array<u32>;
+@group(0) @binding(4) var<storage, read> ring_slots: array<u32>;
+@group(0) @binding(5) var<storage, read> inv_freq: array<f32>;
+@group(0) @binding(6) var<storage, read> head_map: array<u32>;
+@group(0) @binding(7) var<storage, read_write> q: array<f32>;
+@group(0) @binding(8) var<storage, read_write> k: array<u32>;
+@group(0) @binding(9) var<storage, read_write> v: array<u32>;
+@group(0) @binding(10) var<storage, read_write> sk: array<u32>;
+@group(0) @binding(11) var<storage, read_write> sv: array<u32>;
+
+// Pair (x[j], x[j + hh]) rotated by (c, s), as rope_append_kv.wgsl computes it.
+fn rot(x0: f32, x1: f32, cs: vec2<f32>) -> vec2<f32> {
+    return vec2(x0 * cs.x - x1 * cs.y, x1 * cs.x + x0 * cs.y);
+}
+
+// (c, s) of pair j at position pos, scaled by attention_scaling.
+fn angle(pos: u32, j: u32) -> vec2<f32> {
+    let sc = sin_cos(f32(pos) * inv_freq[j]);
+    return vec2(sc.y * p.attention_scaling, sc.x * p.attention_scaling);
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    let hd = p.head_dim;
+    let hh = hd / 2u;
+    let quads = hd / 4u;
+    let heads = p.n_heads + p.n_kv_heads;
+    if (i >= p.n_tokens * heads * quads) { return; }
+    let u = i % quads;
+    let h = (i / quads) % heads;
+    let t = i / (quads * heads);
+    let row = t * (heads + p.n_kv_heads) * hd;
+    let j = 2u * u;
+    let pos = positions[t];
+    let c0 = angle(pos, j);
+    let c1 = angle(pos, j + 1u);
+
+    if (h < p.n_heads) {
+        let src = row + h * hd;
+        let dst = (t * p.n_heads + h) * hd;
+        let a = rot(qkv[src + j], qkv[src + j + hh], c0);
+        let b = rot(qkv[src + j + 1u], qkv[src + j + 1u + hh], c1);
+        q[dst + j] = a.x;
+        q[dst + j + hh] = a.y;
+        q[dst + j + 1u] = b.x;
+        q[dst + j + 1u + hh] = b.y;
+        return;
+    }
+
+    let kh = h - p.n_heads;
+    let m = head_map[kh];
+    let streaming = (m & STREAMING_BIT) != 0u;
+    let idx = m & ~STREAMING_BIT;
+    let ksrc = row + (p.n_heads + kh) * hd;
+    let vsrc = row + (p.n_heads + p.n_kv_heads + kh) * hd;
+    let a = rot(qkv[ksrc + j], qkv[ksrc + j + hh], c0);
+    let b = rot(qkv[ksrc + j + 1u], qkv[ksrc + j + 1u + hh], c1);
+    let k_lo = pack16(a.x, b.x);
+    let k_hi = pack16(a.y, b.y);
+    let v_lo = pack16(qkv[vsrc + j], qkv[vsrc + j + 1u]);
+    let v_hi = pack16(qkv[vsrc + j + hh], qkv[vsrc + j + 1u + hh]);
+    let ps = p.page_size;
+    if (streaming) {
+        let slot = ring_slots[t];
+        if (idx >= p.n_str || slot >= p.num_str_pages * ps) { return; }
+        let w = (((slot / ps) * p.n_str + idx) * ps + slot % ps) * hd / 2u + u;
+        sk[w] = k_lo;
+        sk[w + hh / 2u] = k_hi;
+        sv[w] = v_lo;
+        sv[w + hh / 2u] = v_hi;
+    } else {
+        let slot = slots[t];
+        if (idx >= p.n_ret || slot >= p.num_pages * ps) { return; }
+        let w = (((slot / ps) * p.n_ret + idx) * ps + slot % ps) * hd / 2u + u;
+        k[w] = k_lo;
+        k[w + hh / 2u] = k_hi;
+        v[w] = v_lo;
+        v[w + hh / 2u] = v_hi;
+    }
+}
