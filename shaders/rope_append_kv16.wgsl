@@ -22,6 +22,22 @@
 @group(0) @binding(10) var<storage, read_write> sk: array<u32>;
 @group(0) @binding(11) var<storage, read_write> sv: array<u32>;
 
+// Words w and w + half of a K row and a V row (kv = k_lo, k_hi, v_lo, v_hi), in the streaming
+// pools or the retrieval pools.
+fn put(streaming: bool, w: u32, half: u32, kv: vec4<u32>) {
+    if (streaming) {
+        sk[w] = kv.x;
+        sk[w + half] = kv.y;
+        sv[w] = kv.z;
+        sv[w + half] = kv.w;
+    } else {
+        k[w] = kv.x;
+        k[w + half] = kv.y;
+        v[w] = kv.z;
+        v[w + half] = kv.w;
+    }
+}
+
 // Pair (x[j], x[j + hh]) rotated by (c, s), as rope_append_kv.wgsl computes it.
 fn rot(x0: f32, x1: f32, cs: vec2<f32>) -> vec2<f32> {
     return vec2(x0 * cs.x - x1 * cs.y, x1 * cs.x + x0 * cs.y);
@@ -78,18 +94,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (streaming) {
         let slot = ring_slots[t];
         if (idx >= p.n_str || slot >= p.num_str_pages * ps) { return; }
-        let w = (((slot / ps) * p.n_str + idx) * ps + slot % ps) * hd / 2u + u;
-        sk[w] = k_lo;
-        sk[w + hh / 2u] = k_hi;
-        sv[w] = v_lo;
-        sv[w + hh / 2u] = v_hi;
+        put(true, (((slot / ps) * p.n_str + idx) * ps + slot % ps) * hd / 2u + u, hh / 2u, vec4(k_lo, k_hi, v_lo, v_hi));
     } else {
         let slot = slots[t];
         if (idx >= p.n_ret || slot >= p.num_pages * ps) { return; }
-        let w = (((slot / ps) * p.n_ret + idx) * ps + slot % ps) * hd / 2u + u;
-        k[w] = k_lo;
-        k[w + hh / 2u] = k_hi;
-        v[w] = v_lo;
-        v[w + hh / 2u] = v_hi;
+        put(false, (((slot / ps) * p.n_ret + idx) * ps + slot % ps) * hd / 2u + u, hh / 2u, vec4(k_lo, k_hi, v_lo, v_hi));
     }
 }

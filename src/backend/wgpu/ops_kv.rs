@@ -76,7 +76,16 @@ pub fn rope_append_kv(
     }
     let threads = n * (nh + nkv) * hd.div_ceil(2);
     let mut kv = kv;
-    if kt == DType::F32 {
+    // f32 pools: a thread per (token, head, rotation pair); 16-bit pools with head_dim % 4 == 0:
+    // one pass too, a thread per two pairs, rounded and stored as it rotates (rope_append_kv16).
+    let one_pass = match kt {
+        DType::F32 => Some((pl::rope_append_kv::OP, None, threads)),
+        DType::F16 | DType::BF16 if hd.is_multiple_of(4) => {
+            Some((pl::rope_append_kv::KV16, Some(kt), n * (nh + nkv) * hd / 4))
+        }
+        _ => None,
+    };
+    if let Some((op, pools, threads)) = one_pass {
         let binds = pl::rope_append_kv::Binds {
             qkv,
             positions: m.positions,
@@ -90,24 +99,7 @@ pub fn rope_append_kv(
             sk: &mut *kv.sk,
             sv: &mut *kv.sv,
         };
-        pl::rope_append_kv::dispatch(be.gpu(), None, p, binds, grid(be, threads))?;
-    } else if matches!(kt, DType::F16 | DType::BF16) && hd.is_multiple_of(4) {
-        // One pass: a thread per (token, head, four dims), rounded and stored as it rotates.
-        let binds = pl::rope_append_kv::Binds {
-            qkv,
-            positions: m.positions,
-            slots: m.slots,
-            ring_slots: m.ring_slots,
-            inv_freq: m.inv_freq,
-            head_map: kv.head_map,
-            q,
-            k: &mut *kv.k,
-            v: &mut *kv.v,
-            sk: &mut *kv.sk,
-            sv: &mut *kv.sv,
-        };
-        let quads = n * (nh + nkv) * hd / 4;
-        pl::rope_append_kv::dispatch_variant(be.gpu(), pl::rope_append_kv::KV16, Some(kt), p, binds, grid(be, quads))?;
+        pl::rope_append_kv::dispatch_variant(be.gpu(), op, pools, p, binds, grid(be, threads))?;
     } else {
         append_packed(be, p, qkv, m, q, &mut kv, threads)?;
     }
