@@ -358,6 +358,20 @@ pub fn test_rmsnorm<B: Backend>(gpu: &B) {
         t.cpu.rmsnorm(&p, &x.1, &w.1, &mut out.1).unwrap();
         check_x8(&t, &format!("rmsnorm 1x{dim} out X8"), &out, dim, TOL_REDUCTION);
     }
+    // An X8 out holds one row of a length the backend takes (`Caps::x8_row_fits`): two rows, or
+    // a length it does not take, are refused.
+    if !gpu.caps().act_x8_dtypes.is_empty() {
+        for (rows, dim) in [(2usize, 64usize), (1, 36), (1, 6)] {
+            if rows == 1 && gpu.caps().x8_row_fits(dim) {
+                continue;
+            }
+            let x = t.rand(DType::F32, rows * dim, 2.0);
+            let w = t.rand(DType::F32, dim, 1.0);
+            let p = RmsnormParams { rows: rows as u32, dim: dim as u32, eps: 1e-5, _pad: 0 };
+            let mut out = t.gpu.upload_raw(DType::X8, &vec![0xff; x8_bytes(rows * dim)]).unwrap();
+            assert!(t.gpu.rmsnorm(&p, &x.0, &w.0, &mut out).is_err(), "rmsnorm {rows}x{dim}: X8 out not refused");
+        }
+    }
 }
 
 pub fn test_add_rmsnorm<B: Backend>(gpu: &B) {

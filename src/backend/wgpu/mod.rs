@@ -63,11 +63,10 @@ fn bytes_for(dtype: DType, len: usize) -> u64 {
 pub struct WgpuBackend {
     gpu: Gpu,
     caps: Caps,
-    /// Scratch space of multi-dispatch ops (page_select's keys, decode attention's split
-    /// partials), grown on demand. One op's dispatches finish before the next op's start (wgpu
-    /// orders the dispatches of a pass, with barriers between them) and recorded dispatches keep
-    /// a replaced buffer alive, so one buffer serves every call.
-    /// Scratch buffers by slot ([`Scratch`]), each grown on demand and never shrunk.
+    /// Scratch space of multi-dispatch ops by slot ([`Scratch`]), each grown on demand and never
+    /// shrunk. One op's dispatches finish before the next op's start (wgpu orders the dispatches
+    /// of a pass, with barriers between them) and recorded dispatches keep a replaced buffer
+    /// alive, so one buffer a slot serves every call.
     scratch: RefCell<[Option<WgpuBuffer>; Scratch::COUNT]>,
     /// `[0, 1, 2, ...]` as u32 ([`WgpuBackend::iota`]), grown on demand.
     iota: RefCell<Option<WgpuBuffer>>,
@@ -258,6 +257,18 @@ fn raw_range(b: &WgpuBuffer, offset: usize, len: usize, what: &str) -> Result<()
     Ok(())
 }
 
+/// An X8 transfer covers one whole row from the buffer's start: offset 0, whole blocks of 80
+/// bytes (the two layouts place every part by the row's block count).
+fn x8_whole(offset: usize, len: usize, what: &str) -> Result<()> {
+    if offset != 0 || !len.is_multiple_of(80) {
+        return Err(err(format!(
+            "{what}: an X8 row is moved whole from byte 0 in blocks of 80, not {offset}..{}",
+            offset + len
+        )));
+    }
+    Ok(())
+}
+
 fn pack16(data: &[f32], f: impl Fn(f32) -> u16) -> Vec<u32> {
     data.chunks(2).map(|c| f(c[0]) as u32 | (c.get(1).map_or(0, |&x| f(x)) as u32) << 16).collect()
 }
@@ -290,6 +301,9 @@ impl Backend for WgpuBackend {
     /// the buffer (16-byte padded) gets the bytes and zero padding in one write.
     /// X8 rows are converted to the device layout (x8.rs).
     fn upload_raw(&self, dtype: DType, data: &[u8]) -> Result<WgpuBuffer> {
+        if dtype == DType::X8 {
+            x8_whole(0, data.len(), "upload_raw")?;
+        }
         let b = self.alloc(dtype, data.len())?;
         let mut padded = if dtype == DType::X8 { x8::to_device(data) } else { data.to_vec() };
         padded.resize(data.len().div_ceil(4) * 4, 0);
@@ -322,23 +336,23 @@ impl Backend for WgpuBackend {
         Ok(())
     }
 
-    /// An X8 row comes back in the trait's layout (the whole row is read and converted, x8.rs).
+    /// An X8 row comes back in the trait's layout (x8.rs): read whole from its start, `len` =
+    /// x8_bytes(k) for a row of k (the device layout places its parts by the row's block count,
+    /// not by the buffer's length, which a pooled buffer may exceed).
     fn download_raw(&self, src: &WgpuBuffer, offset: usize, len: usize) -> Result<Vec<u8>> {
         raw_range(src, offset, len, "download_raw")?;
         if src.dtype == DType::X8 {
-            let row = x8::from_device(&self.gpu.read(&src.buf, 0, src.len as u64)?);
-            return Ok(row[offset..offset + len].to_vec());
+            x8_whole(offset, len, "download_raw")?;
+            return Ok(x8::from_device(&self.gpu.read(&src.buf, 0, len as u64)?));
         }
         self.gpu.read(&src.buf, offset as u64, len as u64)
     }
 
-    /// An X8 row is written whole (its layouts differ in where each byte goes).
+    /// An X8 row is written whole from the buffer's start (as `download_raw` reads it).
     fn write_raw_at(&self, dst: &mut WgpuBuffer, offset: usize, data: &[u8]) -> Result<()> {
         raw_range(dst, offset, data.len(), "write_raw_at")?;
         if dst.dtype == DType::X8 {
-            if offset != 0 || data.len() != dst.len {
-                return Err(err("write_raw_at: an X8 row is written whole"));
-            }
+            x8_whole(offset, data.len(), "write_raw_at")?;
             self.gpu.submit();
             self.gpu.queue.write_buffer(&dst.buf, 0, &x8::to_device(data));
             return Ok(());
