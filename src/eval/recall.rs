@@ -12,6 +12,8 @@
 //! kernels read). [`Rank::Max`], [`Rank::HeadNorm`], [`Rank::MaxSink`] and [`Rank::HeadNormSink`]
 //! are what `page_select` computes with `page_rank` max / head_norm and the sink pin off / on
 //! (tested against the op; the op computes head_norm in log space, the same order).
+//! [`Rank::Mean`] / [`Rank::MeanSink`] rank by each logical page's mean key instead of its bound
+//! (a diagnostic of what a centroid summary would select; the op has none).
 
 use serde::Serialize;
 
@@ -37,10 +39,25 @@ pub enum Rank {
     MaxSink,
     /// [`Rank::HeadNorm`] with the first page always kept.
     HeadNormSink,
+    /// [`Rank::Max`] over each logical page's mean key instead of its bound: `q . mean(k)` (an
+    /// estimate of the page's typical score, where the bound is an upper limit of its largest).
+    /// A diagnostic: `page_select` keeps no mean keys.
+    Mean,
+    /// [`Rank::Mean`] with the first page always kept.
+    MeanSink,
 }
 
 impl Rank {
-    pub const ALL: [Rank; 6] = [Rank::Max, Rank::Lse, Rank::HeadNorm, Rank::LseNorm, Rank::MaxSink, Rank::HeadNormSink];
+    pub const ALL: [Rank; 8] = [
+        Rank::Max,
+        Rank::Lse,
+        Rank::HeadNorm,
+        Rank::LseNorm,
+        Rank::MaxSink,
+        Rank::HeadNormSink,
+        Rank::Mean,
+        Rank::MeanSink,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             Rank::Max => "max",
@@ -49,6 +66,8 @@ impl Rank {
             Rank::LseNorm => "lse_norm",
             Rank::MaxSink => "max+sink",
             Rank::HeadNormSink => "hnorm+sink",
+            Rank::Mean => "mean",
+            Rank::MeanSink => "mean+sink",
         }
     }
 }
@@ -120,6 +139,23 @@ impl HeadView<'_> {
             .collect()
     }
 
+    /// `[group][logical page]` scores of each logical page's mean key, `q . mean(k)`.
+    pub fn mean_scores(&self) -> Vec<Vec<f64>> {
+        let (hd, lp, t) = (self.head_dim, self.logical_page, self.tokens());
+        let mut sum = vec![vec![0f64; hd]; t.div_ceil(lp)];
+        for (pos, k) in self.keys.chunks_exact(hd).enumerate() {
+            sum[pos / lp].iter_mut().zip(k).for_each(|(s, &x)| *s += x as f64);
+        }
+        let n = |l: usize| ((l + 1) * lp).min(t) - l * lp;
+        self.q
+            .chunks_exact(hd)
+            .map(|q| {
+                let dot = |m: &[f64]| q.iter().zip(m).map(|(&a, b)| a as f64 * b).sum::<f64>();
+                sum.iter().enumerate().map(|(l, m)| dot(m) / n(l) as f64).collect()
+            })
+            .collect()
+    }
+
     /// `[group][physical page]` exact softmax mass of each page.
     pub fn page_mass(&self) -> Vec<Vec<f64>> {
         let (hd, ps, t) = (self.head_dim, self.page_size, self.tokens());
@@ -171,6 +207,9 @@ impl HeadView<'_> {
             Rank::LseNorm => combine_norm(per_head(&lsef), 1.0),
             Rank::MaxSink => pin(combine_max(per_head(&max))),
             Rank::HeadNormSink => pin(combine_norm(per_head(&max), s)),
+            // `bounds` holds the mean scores for these (`recall` passes them).
+            Rank::Mean => combine_max(per_head(&max)),
+            Rank::MeanSink => pin(combine_max(per_head(&max))),
         }
     }
 
@@ -185,8 +224,14 @@ impl HeadView<'_> {
                 mass.iter().map(|m| pages.iter().map(|&p| m[p]).sum::<f64>() + m[newest]).collect();
             per_head.iter().sum::<f64>() / per_head.len() as f64
         };
-        let bounds = self.bounds();
-        let recalls = Rank::ALL.iter().map(|&r| kept(&top_k(&self.rank_scores(r, &bounds), k))).collect();
+        let (bounds, means) = (self.bounds(), self.mean_scores());
+        let recalls = Rank::ALL
+            .iter()
+            .map(|&r| {
+                let per_page = if matches!(r, Rank::Mean | Rank::MeanSink) { &means } else { &bounds };
+                kept(&top_k(&self.rank_scores(r, per_page), k))
+            })
+            .collect();
         let group_mass: Vec<f64> = (0..newest).map(|p| mass.iter().map(|m| m[p]).sum()).collect();
         (recalls, kept(&top_k(&group_mass, k)))
     }
