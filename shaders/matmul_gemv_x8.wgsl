@@ -1,8 +1,9 @@
 // matmul_gemv_x8 (batch-1 decode on quantized weights, adapters with SUBGROUP; the host sends m
 // == 1 and k % 32 == 0 here, every format with an integer form: not fp8): out[out_off + c] =
-// x[0][k] . w[c][k]^T (+ bias[c]), with x as the two int8 digits per element matmul_gemv_x8_pack
-// wrote to xq (its header has the layout: with B = m k / 32 blocks, block b's hi digits are vec4s
-// b and B + b, its lo digits 2B + b and 3B + b, its (d, code sum) pair half of vec4 4B + b / 2). The weights are read as u32 words and multiplied in integers
+// x[0][k] . w[c][k]^T (+ bias[c]), with x as the two int8 digits per element in xq, written by
+// matmul_gemv_x8_pack or by the op that produced x (shaders/x8_store.wgsl has the layout: with
+// B = m k / 32 blocks, block b's hi digits are vec4s b and B + b, its lo digits 2B + b and 3B +
+// b, its (d, code sum) pair half of vec4 4B + b / 2). The weights are read as u32 words and multiplied in integers
 // by the format's slice function `wx8` (shaders/quant_weights_x8.wgsl): d_w d_x sum(q_w q_x),
 // f32 only per 32-weight block. The result is the dequantized weights times x to ~16 bits
 // (reference/weight_quant.rs x8_blocks).

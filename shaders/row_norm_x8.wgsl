@@ -5,8 +5,9 @@
 // One workgroup of 256. Thread l takes the row's vec4s g = l + 256 r (elements 4g .. 4g + 3),
 // round r, which is also x8_store's mapping (8 threads a block of 32), so the values the norm
 // reduces are the ones it quantizes without a second read: rows up to X8_HELD rounds (8192
-// elements) keep each round's value and weight in registers (all loads issued before the first
-// use; rounds past the row skipped by uniform branches). Longer rows loop over rounds and read
+// elements) keep each round's value and weight in registers (every round loaded before the sum
+// of squares, add_rmsnorm's new residual stored after each round's loads; rounds past the row
+// skipped by uniform branches). Longer rows loop over rounds and read
 // the values again for the quantizing (norm_reload; storageBarrier makes add_rmsnorm's residual
 // stores visible to the workgroup first). The f32 result is the same expression as
 // row_norm.wgsl's, v * inv * w.

@@ -173,17 +173,7 @@ pub fn matmul(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    if x.dtype == DType::X8 {
-        let binds = pl::matmul_gemv_x8::Binds { xq: x, w, bias, out };
-        return pl::matmul_gemv_x8::dispatch(
-            be.gpu(),
-            Some(w.dtype),
-            p,
-            binds,
-            rows_grid(be, n.div_ceil(GEMV_SUBGROUP_ROWS)),
-        );
-    }
-    if m == 1 && k % 32 == 0 && be.has_subgroup() && shaders::has_x8(w.dtype) {
+    if x.dtype == DType::X8 || (m == 1 && k % 32 == 0 && be.has_subgroup() && shaders::has_x8(w.dtype)) {
         return gemv_x8(be, p, (x, w, bias), out);
     }
     if m >= COOP_FROM_M && be.has_coop() && w.dtype != DType::F32 {
@@ -270,14 +260,15 @@ fn need_x8(be: &WgpuBackend, p: &MatmulParams, x: &WgpuBuffer, w: &WgpuBuffer) -
 }
 
 /// Words of the two-digit x of `matmul_gemv_x8_pack` for m rows of k (k % 32 == 0): per block of
-/// 32, 8 code words per digit and 2 header words.
+/// 32, 8 code words per digit, the (d, code sum) pair and the block's sum of x (x8_store.wgsl
+/// writes all three, the GEMV reads the pair).
 pub fn x8_words(m: usize, k: usize) -> usize {
-    m * (k / 32) * 18
+    m * (k / 32) * 19
 }
 
 /// m == 1 on quantized weights with an integer form (module header): x to int8 blocks in the
-/// backend's scratch buffer (pass 1), then the integer-dot GEMV (pass 2; wgpu orders the two
-/// dispatches and puts a barrier between them). On the H200 (Llama-3-8B, 32K sparse, warm
+/// backend's scratch buffer (pass 1; not where x already comes as [`DType::X8`]), then the
+/// integer-dot GEMV (pass 2; wgpu orders the two dispatches and puts a barrier between them). On the H200 (Llama-3-8B, 32K sparse, warm
 /// clocks; docs/data/wq-h200-2026-12-02) a q4_k step took 9.25-9.44 ms with one weight row per
 /// subgroup, 9.48 / 10.0 with 2 / 4 rows sharing a slice's x loads (removed: the shared loads did
 /// not pay for the fewer warps) and 14.5 with f32 x through `matmul_gemv_subgroup`, which serves
@@ -289,10 +280,17 @@ fn gemv_x8(
     out: &mut WgpuBuffer,
 ) -> Result<()> {
     let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
-    let mut xq = be.scratch(x8_words(m, k))?;
-    let pack = pl::matmul_gemv_x8_pack::Binds { x, xq: &mut xq };
-    let blocks = m * (k / 32);
-    pl::matmul_gemv_x8_pack::dispatch(be.gpu(), None, p, pack, rows_grid(be, blocks.div_ceil(X8_PACK_BLOCKS)))?;
-    let binds = pl::matmul_gemv_x8::Binds { xq: &xq, w, bias, out };
+    let packed;
+    let xq = if x.dtype == DType::X8 {
+        x
+    } else {
+        let mut xq = be.scratch(x8_words(m, k))?;
+        let pack = pl::matmul_gemv_x8_pack::Binds { x, xq: &mut xq };
+        let blocks = m * (k / 32);
+        pl::matmul_gemv_x8_pack::dispatch(be.gpu(), None, p, pack, rows_grid(be, blocks.div_ceil(X8_PACK_BLOCKS)))?;
+        packed = xq;
+        &packed
+    };
+    let binds = pl::matmul_gemv_x8::Binds { xq, w, bias, out };
     pl::matmul_gemv_x8::dispatch(be.gpu(), Some(w.dtype), p, binds, rows_grid(be, n.div_ceil(GEMV_SUBGROUP_ROWS)))
 }
