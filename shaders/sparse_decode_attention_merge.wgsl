@@ -5,13 +5,13 @@
 // accumulator, and only splits below the last one with l > 0 are read. out
 // [num_seqs][n_heads][head_dim]. One workgroup of 128 threads per (sequence, head) row:
 // out = sum_i acc_i w_i / sum_i l_i w_i with w_i = e^(m_i - M), M = max_i m_i (tree reductions in
-// workgroup memory); each thread then sums its dims over the splits, 8 loads at a time. A row
+// workgroup memory); each thread then sums its dims over the splits, 16 loads at a time. A row
 // that saw no key (every l_i = 0) gets zeros, like the CPU reference. X8_OUT (prepended by
 // shaders.rs): the `sparse_decode_attention_merge_x8` variant, one sequence's row
 // [n_heads][head_dim] as x8 digits (head_dim % 32 == 0: the op checks), by chunks of X8_CHUNK
 // of the head's values staged in workgroup memory and quantized a vec4 a thread
-// (shaders/x8_store.wgsl); out holds f32 bits otherwise. X8_CHUNK is small so that the parity
-// tests' head_dim 128 crosses chunks (a merge is one workgroup a head, once a layer).
+// (shaders/x8_store.wgsl); out holds f32 bits otherwise. X8_CHUNK is the workgroup's width,
+// so head_dim up to 128 merges in one pass (the parity tests' head_dim 256 crosses chunks).
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
 @group(0) @binding(1) var<storage, read> part: array<f32>;
@@ -24,25 +24,31 @@ const WG: u32 = 128u;
 var<workgroup> w: array<f32, 256>;
 var<workgroup> red: array<f32, 128>;
 var<workgroup> used: atomic<u32>;
-const X8_CHUNK: u32 = 64u;
+const X8_CHUNK: u32 = 128u;
 var<workgroup> ov: array<f32, X8_CHUNK>;
 
-// Dim d of the row whose splits start at part[base]: sum_i acc_i w_i over the nu used splits
-// (8 loads at a time; reads past the last used split are clamped to it and weigh w = 0).
+// Splits i..i+8 of dim d (at = its first split's index): sum of acc w (reads past the last
+// used split are clamped to it, `last`, and weigh w = 0).
+fn merged8(at: u32, st: u32, last: u32, i: u32) -> f32 {
+    let x0 = part[min(at, last)];
+    let x1 = part[min(at + st, last)];
+    let x2 = part[min(at + 2u * st, last)];
+    let x3 = part[min(at + 3u * st, last)];
+    let x4 = part[min(at + 4u * st, last)];
+    let x5 = part[min(at + 5u * st, last)];
+    let x6 = part[min(at + 6u * st, last)];
+    let x7 = part[min(at + 7u * st, last)];
+    return x0 * w[i] + x1 * w[i + 1u] + x2 * w[i + 2u] + x3 * w[i + 3u] + x4 * w[i + 4u] + x5 * w[i + 5u] + x6 * w[i + 6u] + x7 * w[i + 7u];
+}
+
+// Dim d of the row whose splits start at part[base]: sum_i acc_i w_i over the nu used splits,
+// 16 loads in flight at a time.
 fn merged(d: u32, base: u32, st: u32, nu: u32) -> f32 {
-    let last = base + (max(nu, 1u) - 1u) * st;
+    let last = base + (max(nu, 1u) - 1u) * st + d;
     var o = 0.0;
-    for (var i = 0u; i < nu; i = i + 8u) {
+    for (var i = 0u; i < nu; i = i + 16u) {
         let at = base + i * st + d;
-        let x0 = part[min(at, last + d)];
-        let x1 = part[min(at + st, last + d)];
-        let x2 = part[min(at + 2u * st, last + d)];
-        let x3 = part[min(at + 3u * st, last + d)];
-        let x4 = part[min(at + 4u * st, last + d)];
-        let x5 = part[min(at + 5u * st, last + d)];
-        let x6 = part[min(at + 6u * st, last + d)];
-        let x7 = part[min(at + 7u * st, last + d)];
-        o = o + x0 * w[i] + x1 * w[i + 1u] + x2 * w[i + 2u] + x3 * w[i + 3u] + x4 * w[i + 4u] + x5 * w[i + 5u] + x6 * w[i + 6u] + x7 * w[i + 7u];
+        o = o + (merged8(at, st, last, i) + merged8(at + 8u * st, st, last, i + 8u));
     }
     return o;
 }
@@ -75,9 +81,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     }
     let m = red[0];
     workgroupBarrier();
-    // w_i = e^(m_i - M) (0 past the last split, up to a multiple of 8), L = sum l_i w_i.
+    // w_i = e^(m_i - M) (0 past the last split, up to a multiple of 16), L = sum l_i w_i.
     var l = 0.0;
-    for (var i = t; i < (ns + 7u) / 8u * 8u; i = i + WG) {
+    for (var i = t; i < (ns + 15u) / 16u * 16u; i = i + WG) {
         if (i < ns) {
             w[i] = exp(w[i] - m);
             l = l + part[base + i * st + hd + 1u] * w[i];

@@ -13,6 +13,12 @@
 //! says when: 16-bit KV, head_dim 64 or 128, no block lists, an adapter with the tensor-core
 //! kernels; `LSERVE_WGPU_PREFILL_COOP=0` turns it off), else the scalar `prefill_attention`.
 //!
+//! Decode kernels: `sparse_decode_attention_kv16` ([`kv16_decode`] says when: 16-bit KV, head_dim
+//! 16/32/64/128, an adapter that binds 16 storage buffers; `LSERVE_WGPU_DECODE_KV16=0` turns it
+//! off) binds both kinds' pools and takes both head kinds in one dispatch, its chunk loop
+//! instantiated once per kind (shaders.rs), so it keeps the loads-back-to-back property below
+//! without a pass per kind; else the general `sparse_decode_attention`, a pass per kind.
+//!
 //! Head kinds: each attention op records one pass per kind present, binding that kind's pool
 //! (retrieval k/v, or streaming sk/sv with `n_ret = 0` in its params, which is how the shaders
 //! tell the passes apart); a workgroup of the other kind's head returns at once. So no shader
@@ -22,7 +28,8 @@
 //! Split-KV decode: the split count comes from an upper bound of the longest key list (the page
 //! table's length for retrieval heads, the Lambda window for streaming heads) at
 //! [`PAGES_PER_SPLIT`] pages a split, capped so the grid stays near [`target_workgroups`] and at
-//! [`MAX_SPLITS`]; on the device a split takes at least one chunk of 128 keys, so short lists
+//! [`MAX_SPLITS`]; on the device a split takes at least one chunk (128 keys; 64 in the kv16
+//! kernel), so short lists
 //! leave the last splits empty (they report m = -inf, l = 0 and the merge skips them). The
 //! partials scratch (4-word header + `[num_seqs][n_heads][n_splits][head_dim + 2]` f32) is cached
 //! per thread for the latest device ([`scratch`]): grown on demand, never shrunk, shared by all
@@ -232,6 +239,33 @@ fn decode_splits(p: &AttentionParams, page_table_len: usize, head_chunks: usize)
     by_len.min(by_grid).clamp(1, MAX_SPLITS)
 }
 
+/// Whether `sparse_decode_attention_kv16` may run where it applies: yes unless
+/// `LSERVE_WGPU_DECODE_KV16=0` (for comparing the two kernels in one build).
+fn kv16_allowed() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LSERVE_WGPU_DECODE_KV16").as_deref() != Ok("0"))
+}
+
+/// Storage buffers `sparse_decode_attention_kv16` binds.
+const KV16_BUFFERS: u32 = 16;
+
+/// Whether this decode can take `sparse_decode_attention_kv16`: 16-bit pools, head_dim 16, 32,
+/// 64 or 128 (whole 16-byte words a half row, a power of two of them), an adapter that binds its
+/// 16 storage buffers.
+fn kv16_decode(be: &WgpuBackend, p: &AttentionParams, kv: DType) -> bool {
+    matches!(kv, DType::F16 | DType::BF16)
+        && matches!(p.head_dim, 16 | 32 | 64 | 128)
+        && be.gpu().limits.max_storage_buffers_per_shader_stage >= KV16_BUFFERS
+}
+
+/// What a test may force in `decode`: the split count, the kernel (`Some(true)`:
+/// `sparse_decode_attention_kv16` where it applies; `None`: [`kv16_allowed`]).
+#[derive(Clone, Copy, Default)]
+struct DecodeForce {
+    splits: Option<usize>,
+    kv16: Option<bool>,
+}
+
 pub fn sparse_decode_attention(
     be: &WgpuBackend,
     p: &AttentionParams,
@@ -241,7 +275,7 @@ pub fn sparse_decode_attention(
     pages: &HeadPages<WgpuBackend>,
     out: &mut WgpuBuffer,
 ) -> Result<()> {
-    decode(be, p, q, kv, meta, pages, out, None)
+    decode(be, p, q, kv, meta, pages, out, DecodeForce::default())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -253,7 +287,7 @@ fn decode(
     meta: &PagedMeta<WgpuBackend>,
     pages: &HeadPages<WgpuBackend>,
     out: &mut WgpuBuffer,
-    splits: Option<usize>,
+    force: DecodeForce,
 ) -> Result<()> {
     check_common(p, &kv, meta, "sparse_decode_attention")?;
     let (ns, nh, hd, nkv) = (u(p.num_seqs), u(p.n_heads), u(p.head_dim), u(p.n_kv_heads));
@@ -283,12 +317,57 @@ fn decode(
     if ns == 0 {
         return Ok(());
     }
-    let head_chunks = (nh / nkv).div_ceil(DECODE_HEADS);
-    let splits = splits.unwrap_or_else(|| decode_splits(p, meta.page_table.len, head_chunks)).clamp(1, MAX_SPLITS);
+    let kv16 = force.kv16.unwrap_or_else(kv16_allowed) && kv16_decode(be, p, kv.k.dtype);
+    let head_chunks = (nh / nkv).div_ceil(if kv16 { super::shaders::kv16_heads() } else { DECODE_HEADS });
+    let splits =
+        force.splits.unwrap_or_else(|| decode_splits(p, meta.page_table.len, head_chunks)).clamp(1, MAX_SPLITS);
     let splits = if x8 { splits.max(2) } else { splits };
     let mut part = be.scratch(if splits > 1 { 4 + ns * nh * splits * (hd + 2) } else { 1 })?;
-    for (pp, k_pool, v_pool) in passes(p, &kv) {
-        let groups = (splits as u32, (nkv * head_chunks) as u32, ns as u32);
+    let groups = (splits as u32, (nkv * head_chunks) as u32, ns as u32);
+    if kv16 {
+        let binds = pl::sparse_decode_attention_kv16::Binds {
+            q,
+            k_pool: kv.k,
+            v_pool: kv.v,
+            sk_pool: kv.sk,
+            sv_pool: kv.sv,
+            head_map: kv.head_map,
+            page_indptr: meta.page_indptr,
+            page_table: meta.page_table,
+            kv_len: meta.kv_len,
+            ring_table: meta.ring_table,
+            selected: pages.selected,
+            counts: pages.counts,
+            seq_slot: pages.seq_slot,
+            tail_start: pages.tail_start,
+            out: &mut *out,
+            part: &mut part,
+        };
+        pl::sparse_decode_attention_kv16::dispatch(be.gpu(), Some(kv.k.dtype), p, binds, groups)?;
+    } else {
+        decode_passes(be, p, q, &kv, meta, pages, (&mut *out, &mut part), groups)?;
+    }
+    if splits > 1 {
+        let binds = pl::sparse_decode_attention_merge::Binds { part: &part, out };
+        let op = if x8 { pl::sparse_decode_attention_merge::X8 } else { pl::sparse_decode_attention_merge::OP };
+        pl::sparse_decode_attention_merge::dispatch_variant(be.gpu(), op, None, p, binds, rows_grid(be, ns * nh))?;
+    }
+    Ok(())
+}
+
+/// The general decode kernel: one pass per head kind present (see the module docs).
+#[allow(clippy::too_many_arguments)]
+fn decode_passes(
+    be: &WgpuBackend,
+    p: &AttentionParams,
+    q: &WgpuBuffer,
+    kv: &LayerKv<WgpuBackend>,
+    meta: &PagedMeta<WgpuBackend>,
+    pages: &HeadPages<WgpuBackend>,
+    (out, part): (&mut WgpuBuffer, &mut WgpuBuffer),
+    groups: (u32, u32, u32),
+) -> Result<()> {
+    for (pp, k_pool, v_pool) in passes(p, kv) {
         let binds = pl::sparse_decode_attention::Binds {
             q,
             k_pool,
@@ -303,14 +382,9 @@ fn decode(
             seq_slot: pages.seq_slot,
             tail_start: pages.tail_start,
             out: &mut *out,
-            part: &mut part,
+            part: &mut *part,
         };
         pl::sparse_decode_attention::dispatch(be.gpu(), Some(kv.k.dtype), &pp, binds, groups)?;
-    }
-    if splits > 1 {
-        let binds = pl::sparse_decode_attention_merge::Binds { part: &part, out };
-        let op = if x8 { pl::sparse_decode_attention_merge::X8 } else { pl::sparse_decode_attention_merge::OP };
-        pl::sparse_decode_attention_merge::dispatch_variant(be.gpu(), op, None, p, binds, rows_grid(be, ns * nh))?;
     }
     Ok(())
 }
@@ -523,6 +597,12 @@ mod tests {
             (36, 3, 0, vec![false, true], vec![300, 17], DType::F16),
             (72, 2, 0, vec![true, false], vec![151], DType::BF16),
             (20, 5, 0, vec![false, false], vec![200], DType::BF16),
+            // sparse_decode_attention_kv16 as well (16-bit pools, head_dim 16/32/64/128): heads
+            // 4-7 of a group (5, 8), two head chunks (10), a window.
+            (16, 2, 0, vec![false, true, false], vec![151, 40], DType::F16),
+            (32, 5, 30, vec![false, true], vec![300, 17], DType::BF16),
+            (64, 10, 0, vec![true, false], vec![700], DType::F16),
+            (128, 8, 0, vec![false, true], vec![151, 40], DType::BF16),
         ] {
             let shape = Shape { hd, group, streaming: &streaming, lens: &lens, window, kv };
             let (p, b, table) = layer(&t, &mut rng, &shape);
@@ -547,12 +627,16 @@ mod tests {
                 let hg = HeadPages { selected: &sel.0, counts: &cnt.0, seq_slot: &sl.0, tail_start: &tl.0 };
                 let hc = HeadPages { selected: &sel.1, counts: &cnt.1, seq_slot: &sl.1, tail_start: &tl.1 };
                 // The op's own split count, then one split and two (several chunks each).
-                for splits in [None, Some(1), Some(2)] {
+                // Both kernels where the kv16 one applies.
+                let kernels: &[bool] = if kv16_decode(&t.0, &p, kv) { &[false, true] } else { &[false] };
+                for (&kv16, splits) in kernels.iter().flat_map(|k| [None, Some(1), Some(2)].map(|s| (k, s))) {
                     let mut out = t.f32s(&vec![f32::NAN; q.0.len]);
                     let ((kg, mg), (kc, mc)) = views(&b);
-                    decode(&t.0, &p, &q.0, kg, &mg, &hg, &mut out.0, splits).unwrap();
+                    let force = DecodeForce { splits, kv16: Some(kv16) };
+                    decode(&t.0, &p, &q.0, kg, &mg, &hg, &mut out.0, force).unwrap();
                     t.1.sparse_decode_attention(&p, &q.1, kc, &mc, &hc, &mut out.1).unwrap();
-                    let name = format!("decode hd {hd} group {group} tail {tail} kv {kv:?} splits {splits:?}");
+                    let name =
+                        format!("decode hd {hd} group {group} tail {tail} kv {kv:?} splits {splits:?} kv16 {kv16}");
                     t.check(&name, &out);
                 }
             }

@@ -178,6 +178,13 @@ pipelines! {
         kv_len: read, ring_table: read, selected: read, counts: read, seq_slot: read, tail_start: read,
         out: read_write, part: read_write,
     }
+    /// The same for 16-bit pools and head_dim 16/32/64/128, both head kinds in one dispatch
+    /// (ops_attention.rs `kv16_decode`).
+    sparse_decode_attention_kv16(AttentionParams) {
+        q: read, k_pool: read, v_pool: read, sk_pool: read, sv_pool: read, head_map: read,
+        page_indptr: read, page_table: read, kv_len: read, ring_table: read, selected: read,
+        counts: read, seq_slot: read, tail_start: read, out: read_write, part: read_write,
+    }
     sparse_decode_attention_merge(AttentionParams) [X8 = sparse_decode_attention_merge_x8] { part: read, out: read_write }
     lambda_mass(LambdaMassParams) {
         q: read, k_pool: read, head_map: read, page_indptr: read, page_table: read, kv_len: read,

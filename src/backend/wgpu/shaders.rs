@@ -384,6 +384,14 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         true,
     ),
     ("sparse_decode_attention", include_str!("../../../shaders/sparse_decode_attention.wgsl"), Reads::Kv, false),
+    // The latency-bound variant for 16-bit pools (modules for f16 and bf16 only); `assemble`
+    // appends its chunk loop once per head kind ([`kv16_runs`]).
+    (
+        "sparse_decode_attention_kv16",
+        include_str!("../../../shaders/sparse_decode_attention_kv16.wgsl"),
+        Reads::Kv,
+        false,
+    ),
     ("sparse_decode_attention_merge", merge_src!("false"), Reads::Nothing, false),
     ("sparse_decode_attention_merge_x8", merge_src!("true"), Reads::Nothing, false),
     ("page_select", include_str!("../../../shaders/page_select.wgsl"), Reads::Nothing, false),
@@ -574,7 +582,12 @@ pub fn assemble(op: &str, v: Variant) -> Option<String> {
         Reads::Nothing => return None,
         // The store pass exists for the packed KV dtypes only.
         Reads::Kv if op == "rope_append_kv_pack" && v.weights == Some(DType::F32) => return None,
-        Reads::Kv if op == "rope_append_kv16" && !matches!(v.weights, Some(DType::F16 | DType::BF16)) => return None,
+        Reads::Kv
+            if matches!(op, "rope_append_kv16" | "sparse_decode_attention_kv16")
+                && !matches!(v.weights, Some(DType::F16 | DType::BF16)) =>
+        {
+            return None;
+        }
         Reads::Kv => kv_snippet(op, v.weights?)?,
         Reads::KvCoop => kv_coop_snippet(v.weights?)?,
         r => weight_snippet(r, v)?,
@@ -584,7 +597,14 @@ pub fn assemble(op: &str, v: Variant) -> Option<String> {
         (_, true) => "enable f16;\n",
         _ => "",
     };
-    Some(format!("{enable}{PARAMS}\n{snippet}\n{COMMON}\n{src}"))
+    let runs = if op == "sparse_decode_attention_kv16" { kv16_runs() } else { String::new() };
+    let cut = if op == "sparse_decode_attention_kv16" {
+        format!("const CUT: u32 = {}u;\nconst GMAX: u32 = {}u;\n", kv16_cut(), kv16_heads())
+    } else {
+        String::new()
+    };
+    let src = format!("{cut}{src}");
+    Some(format!("{enable}{PARAMS}\n{snippet}\n{COMMON}\n{src}{runs}"))
 }
 
 /// One module the backend can build, and the adapter features it needs.
@@ -620,4 +640,37 @@ pub fn all_modules() -> Vec<Module> {
         }
     }
     out
+}
+
+/// The chunk loop of `sparse_decode_attention_kv16` (shaders/sparse_decode_attention_kv16_run.wgsl)
+/// once per head kind: `run_ret` over the retrieval pools, `run_str` over the streaming ones.
+fn kv16_runs() -> String {
+    let src = include_str!("../../../shaders/sparse_decode_attention_kv16_run.wgsl");
+    [("ret", "k_pool", "v_pool"), ("str", "sk_pool", "sv_pool")]
+        .iter()
+        .map(|(kind, k, v)| format!("\n{}", src.replace("KIND", kind).replace("K_POOL", k).replace("V_POOL", v)))
+        .collect()
+}
+
+/// `LSERVE_WGPU_KV16_CUT` (1..=5; any other value or none: 0): where `sparse_decode_attention_kv16`
+/// ends early, for timing its phases (measurement only: the results are wrong; announced on
+/// stderr; the shader's header lists the phases).
+fn kv16_cut() -> u32 {
+    static CUT: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *CUT.get_or_init(|| {
+        let n = std::env::var("LSERVE_WGPU_KV16_CUT").ok().and_then(|v| v.parse().ok()).filter(|n| (1..=5).contains(n));
+        if let Some(n) = n {
+            eprintln!("LSERVE_WGPU_KV16_CUT={n}: sparse_decode_attention_kv16 ends early: results are wrong (timing ablation only)");
+        }
+        n.unwrap_or(0)
+    })
+}
+
+/// Query heads of one KV head a `sparse_decode_attention_kv16` workgroup takes (`GMAX` in the
+/// shader): 4 (larger GQA groups take more workgroups, which re-read K/V from L2), or 8 with
+/// `LSERVE_WGPU_KV16_GMAX=8` for measuring. 4 measured faster on the H200 (docs/benchmarks.md,
+/// session 22: the P.V accumulators of heads 4-7 and their stores fold away).
+pub fn kv16_heads() -> usize {
+    static G: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *G.get_or_init(|| if std::env::var("LSERVE_WGPU_KV16_GMAX").as_deref() == Ok("8") { 8 } else { 4 })
 }
