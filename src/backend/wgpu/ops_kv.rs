@@ -19,6 +19,8 @@
 //! 2. `rope_append_kv_summary`: one workgroup per token; the workgroup of the token that wrote the
 //!    largest offset of a logical page in this call recomputes that page's min/max over its tokens.
 //!    It runs after 1 (wgpu orders dispatches), since threads of one dispatch cannot order writes.
+//!    A call of one token on 16-bit pools skips it: `rope_append_kv16` folds that token into its
+//!    page's summary itself (the same values, bit for bit: its header says why).
 //!
 //! `page_select` is two dispatches:
 //! 1. `page_select`: one to 64 threads per (page-table entry, retrieval head), one per query head of
@@ -77,15 +79,10 @@ pub fn rope_append_kv(
     let threads = n * (nh + nkv) * hd.div_ceil(2);
     let mut kv = kv;
     // f32 pools: a thread per (token, head, rotation pair); 16-bit pools with head_dim % 4 == 0:
-    // one pass too, a thread per two pairs, rounded and stored as it rotates (rope_append_kv16).
-    let one_pass = match kt {
-        DType::F32 => Some((pl::rope_append_kv::OP, None, threads)),
-        DType::F16 | DType::BF16 if hd.is_multiple_of(4) => {
-            Some((pl::rope_append_kv::KV16, Some(kt), n * (nh + nkv) * hd / 4))
-        }
-        _ => None,
-    };
-    if let Some((op, pools, threads)) = one_pass {
+    // one pass too, a thread per two pairs, rounded and stored as it rotates (rope_append_kv16),
+    // which also folds a single token into the page summary.
+    let kv16 = matches!(kt, DType::F16 | DType::BF16) && hd.is_multiple_of(4);
+    if kt == DType::F32 {
         let binds = pl::rope_append_kv::Binds {
             qkv,
             positions: m.positions,
@@ -99,7 +96,26 @@ pub fn rope_append_kv(
             sk: &mut *kv.sk,
             sv: &mut *kv.sv,
         };
-        pl::rope_append_kv::dispatch_variant(be.gpu(), op, pools, p, binds, grid(be, threads))?;
+        pl::rope_append_kv::dispatch(be.gpu(), None, p, binds, grid(be, threads))?;
+    } else if kv16 {
+        let binds = pl::rope_append_kv16::Binds {
+            qkv,
+            positions: m.positions,
+            slots: m.slots,
+            ring_slots: m.ring_slots,
+            inv_freq: m.inv_freq,
+            head_map: kv.head_map,
+            q,
+            k: &mut *kv.k,
+            v: &mut *kv.v,
+            sk: &mut *kv.sk,
+            sv: &mut *kv.sv,
+            summary: &mut *kv.summary,
+        };
+        pl::rope_append_kv16::dispatch(be.gpu(), Some(kt), p, binds, grid(be, n * (nh + nkv) * hd / 4))?;
+        if n == 1 {
+            return Ok(());
+        }
     } else {
         append_packed(be, p, qkv, m, q, &mut kv, threads)?;
     }

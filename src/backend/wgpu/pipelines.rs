@@ -138,10 +138,15 @@ pipelines! {
     argmax(ArgmaxParams) { x: read, out: read_write }
     sample(SampleParams) { x: read, settings: read, out: read_write }
     fill_random(FillRandomParams) { out: read_write }
-    /// `_16`: the same in one pass for 16-bit pools (head_dim % 4 == 0; ops_kv.rs).
-    rope_append_kv(RopeAppendKvParams) [KV16 = rope_append_kv16] {
+    rope_append_kv(RopeAppendKvParams) {
         qkv: read, positions: read, slots: read, ring_slots: read, inv_freq: read, head_map: read,
         q: read_write, k: read_write, v: read_write, sk: read_write, sv: read_write,
+    }
+    /// The same in one pass for 16-bit pools (head_dim % 4 == 0; ops_kv.rs), which also folds a
+    /// single token's keys into the page summary.
+    rope_append_kv16(RopeAppendKvParams) {
+        qkv: read, positions: read, slots: read, ring_slots: read, inv_freq: read, head_map: read,
+        q: read_write, k: read_write, v: read_write, sk: read_write, sv: read_write, summary: read_write,
     }
     /// The store pass of a packed KV dtype (f32 staging rows into the pools).
     rope_append_kv_pack(RopeAppendKvParams) {
