@@ -76,26 +76,6 @@ fn kv16_unpack(w: vec4<u32>) -> array<vec4<f32>, 2> {
     );
 }
 
-fn window_lo(pos: u32) -> u32 {
-    if (p.window == 0u || pos + 1u <= p.window) { return 0u; }
-    return pos + 1u - p.window;
-}
-
-// What a workgroup's key list is; every field is workgroup-uniform.
-struct List {
-    streaming: bool,
-    hi: u32,
-    s: u32,
-    len: u32,
-    wlo: u32,
-    nsel: u32,      // retrieval: selected entries used, at sel_base
-    sel_base: u32,
-    tail0: u32,     // first tail page
-    a0: u32,        // streaming: sink range a0..a0+na, then b0..
-    na: u32,
-    b0: u32,
-}
-
 // The workgroup's heads and slots; workgroup-uniform.
 struct Job {
     hd: u32,
@@ -106,31 +86,6 @@ struct Job {
     n_splits: u32,
     b: u32,
     e: u32,
-}
-
-fn slot_offset(ls: List, slot: u32) -> u32 {
-    let ps = p.page_size;
-    if (ls.streaming) {
-        var pos = ls.a0 + slot;
-        if (slot >= ls.na) { pos = ls.b0 + (slot - ls.na); }
-        let r = ring_index(pos, p.sink, p.ring_tokens);
-        let at = ls.s * (p.ring_tokens / ps) + r / ps;
-        if (at >= arrayLength(&ring_table)) { return NONE; }
-        let page = ring_table[at];
-        if (page >= p.num_str_pages) { return NONE; }
-        return ((page * p.n_str + ls.hi) * ps + r % ps) * p.head_dim;
-    }
-    let e = slot / ps;
-    let off = slot % ps;
-    var j = ls.tail0 + (e - ls.nsel);
-    if (e < ls.nsel) { j = selected[ls.sel_base + e]; }
-    if (j >= (ls.len + ps - 1u) / ps) { return NONE; }
-    let pos = j * ps + off;
-    let at = page_indptr[ls.s] + j;
-    if (pos >= ls.len || pos < ls.wlo || at >= page_indptr[ls.s + 1u] || at >= arrayLength(&page_table)) { return NONE; }
-    let page = page_table[at];
-    if (page >= p.num_pages) { return NONE; }
-    return ((page * p.n_ret + ls.hi) * ps + off) * p.head_dim;
 }
 
 // Word c (< QW) of head g's query dotted with 8 K values.

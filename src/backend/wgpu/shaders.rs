@@ -383,12 +383,23 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         Reads::KvCoop,
         true,
     ),
-    ("sparse_decode_attention", include_str!("../../../shaders/sparse_decode_attention.wgsl"), Reads::Kv, false),
+    (
+        "sparse_decode_attention",
+        concat!(
+            include_str!("../../../shaders/sparse_decode_attention.wgsl"),
+            include_str!("../../../shaders/decode_key_list.wgsl")
+        ),
+        Reads::Kv,
+        false,
+    ),
     // The latency-bound variant for 16-bit pools (modules for f16 and bf16 only); `assemble`
     // appends its chunk loop once per head kind ([`kv16_runs`]).
     (
         "sparse_decode_attention_kv16",
-        include_str!("../../../shaders/sparse_decode_attention_kv16.wgsl"),
+        concat!(
+            include_str!("../../../shaders/sparse_decode_attention_kv16.wgsl"),
+            include_str!("../../../shaders/decode_key_list.wgsl")
+        ),
         Reads::Kv,
         false,
     ),
