@@ -1,10 +1,31 @@
-// rope_append_kv, pass 1 of 2 (pass 2: rope_append_kv_summary.cu). qkv [n_tokens][(n_heads +
+// rope_append_kv, pass 1 of 2 (pass 2: rope_append_kv_summary.cu, for calls of several tokens). qkv [n_tokens][(n_heads +
 // 2 n_kv_heads) head_dim] f32 -> q [n_tokens][n_heads][head_dim] rotated (rotate-half RoPE at
 // positions[t], cos/sin times attention_scaling); per KV head, the rotated k and the v go to the
 // retrieval pool at slots[t] or, for a streaming head (head_map & STREAMING_BIT), to the
 // streaming pool at ring_slots[t]. Pools [page][heads][page_size][head_dim] in KT (f32/f16/bf16).
 // Grid (n_tokens, n_heads + n_kv_heads); thread i rotates the pair (i, i + head_dim/2). Slots
 // outside their pool are skipped (the host checks the slots it uploads; this guards the rest).
+//
+// Page summaries: rope_append_kv_summary.cu refreshes them after a call of several tokens (tokens
+// of one logical page cannot order their writes within a launch). A call of one token (n_tokens
+// == 1: a batch-1 decode step) folds its stored key values (rounded, or dequantized for 8-bit
+// pools) into its logical page's min/max here instead, and the host skips the summary launch: the
+// summary pass computes fminf(...fminf(k_first, k_first+1)..., k_off) over the page's rows in
+// offset order, i.e. fminf(the page's summary so far, kept by every earlier call, this key), and a
+// token at a logical page's first offset starts it (min = max = its value). The same values, bit
+// for bit.
+__device__ __forceinline__ void fold_summary(const RopeAppendKvParams& p, float* sum, u32 slot, u32 hi, u32 c, float x) {
+    u32 ps = p.page_size, lp = p.logical_page, off = slot % ps, hd = p.head_dim;
+    u64 at = ((((u64)(slot / ps) * p.n_ret + hi) * (ps / lp) + off / lp) * 2) * hd + c;
+    float mn = x, mx = x;
+    if (off % lp != 0u) {
+        mn = fminf(sum[at], x);
+        mx = fmaxf(sum[at + hd], x);
+    }
+    sum[at] = mn;
+    sum[at + hd] = mx;
+}
+
 // Query head h of token t (h < n_heads): rotate into q.
 __device__ void rope_q_head(const RopeAppendKvParams& p, const float* row, float pos, const float* inv_freq, u32 t,
                             u32 h, float* q) {
@@ -24,7 +45,7 @@ __device__ void rope_q_head(const RopeAppendKvParams& p, const float* row, float
 template <typename KT>
 __device__ void rope_impl(RopeAppendKvParams p, const float* qkv, const u32* positions, const u32* slots,
                           const u32* ring_slots, const float* inv_freq, const u32* head_map, float* q,
-                          KT* k, KT* v, KT* sk, KT* sv) {
+                          KT* k, KT* v, KT* sk, KT* sv, float* sum) {
     u32 t = blockIdx.x, h = blockIdx.y, hd = p.head_dim, half = hd / 2;
     u32 width = (p.n_heads + 2 * p.n_kv_heads) * hd;
     const float* row = qkv + (u64)t * width;
@@ -46,22 +67,32 @@ __device__ void rope_impl(RopeAppendKvParams p, const float* qkv, const u32* pos
     KT* vd = (streaming ? sv : v) + at;
     const float* ks = row + (p.n_heads + kvh) * hd;
     const float* vs = row + (p.n_heads + p.n_kv_heads + kvh) * hd;
+    const bool fold = p.n_tokens == 1u && !streaming;
     for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
         float a = __fmul_rn(pos, inv_freq[i]);
         float c = cosf(a) * p.attention_scaling, s = sinf(a) * p.attention_scaling;
         float x0 = ks[i], x1 = ks[i + half];
-        kd[i] = from_f32<KT>(x0 * c - x1 * s);
-        kd[i + half] = from_f32<KT>(x1 * c + x0 * s);
+        KT k0 = from_f32<KT>(x0 * c - x1 * s), k1 = from_f32<KT>(x1 * c + x0 * s);
+        kd[i] = k0;
+        kd[i + half] = k1;
+        if (fold) {
+            fold_summary(p, sum, slot, hi, i, to_f32(k0));
+            fold_summary(p, sum, slot, hi, i + half, to_f32(k1));
+        }
     }
-    if ((hd & 1u) && threadIdx.x == 0) kd[hd - 1] = from_f32<KT>(ks[hd - 1]);
+    if ((hd & 1u) && threadIdx.x == 0) {
+        KT kl = from_f32<KT>(ks[hd - 1]);
+        kd[hd - 1] = kl;
+        if (fold) fold_summary(p, sum, slot, hi, hd - 1, to_f32(kl));
+    }
     for (u32 i = threadIdx.x; i < hd; i += blockDim.x) vd[i] = from_f32<KT>(vs[i]);
 }
 
 #define ROPE(name, KT) \
     extern "C" __global__ void name(RopeAppendKvParams p, const float* qkv, const u32* positions, const u32* slots, \
                                     const u32* ring_slots, const float* inv_freq, const u32* head_map, float* q, \
-                                    KT* k, KT* v, KT* sk, KT* sv) { \
-        rope_impl<KT>(p, qkv, positions, slots, ring_slots, inv_freq, head_map, q, k, v, sk, sv); \
+                                    KT* k, KT* v, KT* sk, KT* sv, float* sum) { \
+        rope_impl<KT>(p, qkv, positions, slots, ring_slots, inv_freq, head_map, q, k, v, sk, sv, sum); \
     }
 ROPE(rope_append_kv_f32, float)
 ROPE(rope_append_kv_f16, f16_t)
@@ -78,7 +109,7 @@ ROPE(rope_append_kv_bf16, bf16_t)
 template <bool FP8>
 __device__ void rope8_impl(RopeAppendKvParams p, const float* qkv, const u32* positions, const u32* slots,
                            const u32* ring_slots, const float* inv_freq, const u32* head_map, float* q,
-                           unsigned char* k, unsigned char* v, unsigned char* sk, unsigned char* sv) {
+                           unsigned char* k, unsigned char* v, unsigned char* sk, unsigned char* sv, float* sum) {
     __shared__ float kr[256], vr[256];
     __shared__ u32 wmax[2][ROPE8_WARPS];
     u32 t = blockIdx.x, h = blockIdx.y, hd = p.head_dim, half = hd / 2;
@@ -127,9 +158,13 @@ __device__ void rope8_impl(RopeAppendKvParams p, const float* qkv, const u32* po
     unsigned char* vd = streaming ? sv : v;
     u64 co = kv8_row_code_off(blk, slot % ps, ps, hd), so = kv8_row_scale_off(blk, slot % ps, ps, hd);
     u32 ka = km, va = vm;
+    const bool fold = p.n_tokens == 1u && !streaming;
+    const float ks_f = __uint_as_float(kv8_scale_bits(FP8, ka)); // the row's scale as stored
     for (u32 i = threadIdx.x; i < hd; i += blockDim.x) {
-        kd[co + i] = kv8_code(FP8, kr[i], ka);
+        unsigned char kc = kv8_code(FP8, kr[i], ka);
+        kd[co + i] = kc;
         vd[co + i] = kv8_code(FP8, vr[i], va);
+        if (fold) fold_summary(p, sum, slot, hi, i, __fmul_rn(FP8 ? kv8_value_e4m3(kc) : kv8_value_i8(kc), ks_f));
     }
     if (threadIdx.x == 0) {
         *reinterpret_cast<u32*>(kd + so) = kv8_scale_bits(FP8, ka);
@@ -140,8 +175,8 @@ __device__ void rope8_impl(RopeAppendKvParams p, const float* qkv, const u32* po
 #define ROPE8(name, FP8) \
     extern "C" __global__ void name(RopeAppendKvParams p, const float* qkv, const u32* positions, const u32* slots, \
                                     const u32* ring_slots, const float* inv_freq, const u32* head_map, float* q, \
-                                    unsigned char* k, unsigned char* v, unsigned char* sk, unsigned char* sv) { \
-        rope8_impl<FP8>(p, qkv, positions, slots, ring_slots, inv_freq, head_map, q, k, v, sk, sv); \
+                                    unsigned char* k, unsigned char* v, unsigned char* sk, unsigned char* sv, float* sum) { \
+        rope8_impl<FP8>(p, qkv, positions, slots, ring_slots, inv_freq, head_map, q, k, v, sk, sv, sum); \
     }
 ROPE8(rope_append_kv_int8, false)
 ROPE8(rope_append_kv_fp8, true)

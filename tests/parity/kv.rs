@@ -53,7 +53,7 @@ pub fn test_rope_append_kv<B: Backend>(gpu: &B, kvd: DType) {
         let (tol_pool, _) = kv_tols(kvd);
         let mut kv = kv_pair(&t, vec![false, true, false], (ps, lp, hd), kvd);
         // The ring holds 32 tokens, 4 of them sink: chunks of up to 28 never wrap onto themselves.
-        // Single tokens (wgpu's 16-bit pools fold those into the summary in the same pass) at
+        // Single tokens (wgpu's 16-bit pools and every CUDA pool fold those into the summary in the same pass) at
         // positions 22, 23 and 49 (inside logical pages) and 64 (the first of a logical and of a
         // physical page in both geometries).
         for n in [5, 17, 1, 1, 25, 1, 14, 1, 28] {

@@ -1,5 +1,6 @@
 //! Launches of the KV-side ops: `rope_append_kv` (cuda/rope_append_kv.cu, then
-//! cuda/rope_append_kv_summary.cu when the layer has retrieval heads) and `page_select`
+//! cuda/rope_append_kv_summary.cu when the layer has retrieval heads and the call several tokens;
+//! a one-token call folds its keys into the summaries itself) and `page_select`
 //! (cuda/page_select.cu). The kernel headers give layouts and block mappings.
 //!
 //! Invariants: the four pools of a layer share one KV dtype (8-bit pools: codes + per-row scales,
@@ -69,9 +70,11 @@ pub fn rope_append_kv(
         v: kv.v,
         sk: kv.sk,
         sv: kv.sv,
+        sum: &mut *kv.summary,
     };
     kern::rope_append_kv::launch_variant(g, name, Launch::new((n as u32, (nh + nkv) as u32, 1), 64), p, args)?;
-    if n_ret > 0 {
+    // One token: rope_append_kv folded its keys into the summaries (cuda/rope_append_kv.cu).
+    if n_ret > 0 && n > 1 {
         let name = entry(kern::rope_append_kv_summary::ENTRIES, kt, 0, 1)?;
         let args = kern::rope_append_kv_summary::Args { s: meta.slots, k: kv.k, sum: kv.summary };
         kern::rope_append_kv_summary::launch_variant(g, name, Launch::new((n as u32, n_ret as u32, 1), 128), p, args)?;
