@@ -1,6 +1,7 @@
 // decode_key_list: the key list of a split-KV decode workgroup, shared by
 // sparse_decode_attention.wgsl and sparse_decode_attention_kv16.wgsl (appended to both by
-// shaders.rs; they bind p, selected, page_indptr, page_table and ring_table and define NONE). A
+// shaders.rs; they bind p, kv_len, selected, page_indptr, page_table and ring_table and define
+// NONE). A
 // retrieval head's slots are its selected pages below tail_start, then the tail pages, page_size
 // slots each; a streaming head's are the Lambda window through its ring (the kernels' headers).
 
@@ -22,6 +23,39 @@ struct List {
     a0: u32,        // streaming: sink range a0..a0+na, then b0..
     na: u32,
     b0: u32,
+}
+
+// The list of KV head map entry hm (streaming bit and pool head) of sequence s, whose first tail
+// page is `tail` (tail_start[s]) and whose selection row is `ci` (seq_slot[s] * n_ret + head):
+// every field but nsel (the kernel's count of selected entries below the tail) and the streaming
+// ranges (list_slots).
+fn list_begin(hm: u32, s: u32, tail: u32, ci: u32) -> List {
+    var ls: List;
+    ls.streaming = (hm & STREAMING_BIT) != 0u;
+    ls.hi = hm & ~STREAMING_BIT;
+    ls.s = s;
+    ls.len = kv_len[s];
+    ls.wlo = window_lo(max(ls.len, 1u) - 1u);
+    ls.tail0 = min(tail, (ls.len + p.page_size - 1u) / p.page_size);
+    ls.sel_base = ci * p.sel_stride;
+    return ls;
+}
+
+// The number of slots of a list whose nsel is set; for a streaming head it also sets the sink
+// range a0 .. a0 + na and the window start b0.
+fn list_slots(ls: ptr<function, List>) -> u32 {
+    let len = (*ls).len;
+    if (len == 0u) { return 0u; }
+    let pos = len - 1u;
+    if (!(*ls).streaming) {
+        return ((*ls).nsel + (len + p.page_size - 1u) / p.page_size - (*ls).tail0) * p.page_size;
+    }
+    (*ls).a0 = (*ls).wlo;
+    let a1 = min(p.sink, pos + 1u);
+    (*ls).na = select(0u, a1 - (*ls).a0, a1 > (*ls).a0);
+    let recent = select(0u, pos + 1u - p.local, pos + 1u > p.local);
+    (*ls).b0 = max(max(p.sink, (*ls).wlo), recent);
+    return (*ls).na + select(0u, pos + 1u - (*ls).b0, pos + 1u > (*ls).b0);
 }
 
 fn slot_offset(ls: List, slot: u32) -> u32 {

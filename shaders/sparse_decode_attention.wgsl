@@ -106,7 +106,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let t = lid.x;
     let hd = p.head_dim;
     let nh = p.n_heads;
-    let ps = p.page_size;
     let group = nh / p.n_kv_heads;
     let hchunks = (group + GMAX - 1u) / GMAX;
     let s = wg.z;
@@ -137,19 +136,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     }
 
     // This head's key list.
-    var ls: List;
-    ls.streaming = (hm & STREAMING_BIT) != 0u;
-    ls.hi = hm & ~STREAMING_BIT;
-    ls.s = s;
-    ls.len = kv_len[s];
-    let pos = max(ls.len, 1u) - 1u;
-    ls.wlo = window_lo(pos);
     // Retrieval: the selected entries below tail_start (first one at or above it, in parallel).
-    let n_pages = (ls.len + ps - 1u) / ps;
     let tail = tail_start[s];
-    ls.tail0 = min(tail, n_pages);
-    let ci = seq_slot[s] * p.n_ret + ls.hi;
-    ls.sel_base = ci * p.sel_stride;
+    let ci = seq_slot[s] * p.n_ret + (hm & ~STREAMING_BIT);
+    var ls = list_begin(hm, s, tail, ci);
     var cnt = 0u;
     if (!ls.streaming && ci < arrayLength(&counts) && ls.sel_base < arrayLength(&selected)) {
         cnt = min(min(counts[ci], p.sel_stride), arrayLength(&selected) - ls.sel_base);
@@ -162,19 +152,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     workgroupBarrier();
     if (t == 0u) { nsel_u = atomicLoad(&nsel_w); }
     ls.nsel = workgroupUniformLoad(&nsel_u);
-    var n_slots = 0u;
-    if (ls.len == 0u) {
-        n_slots = 0u;
-    } else if (ls.streaming) {
-        ls.a0 = ls.wlo;
-        let a1 = min(p.sink, pos + 1u);
-        ls.na = select(0u, a1 - ls.a0, a1 > ls.a0);
-        let recent = select(0u, pos + 1u - p.local, pos + 1u > p.local);
-        ls.b0 = max(max(p.sink, ls.wlo), recent);
-        n_slots = ls.na + select(0u, pos + 1u - ls.b0, pos + 1u > ls.b0);
-    } else {
-        n_slots = (ls.nsel + n_pages - ls.tail0) * ps;
-    }
+    let n_slots = list_slots(&ls);
     // Splits of at least one chunk; the ones left without keys only report (m, l) = (-inf, 0).
     let per = max((n_slots + n_splits - 1u) / n_splits, WG);
     let b = min(split * per, n_slots);
