@@ -2,7 +2,8 @@
 // (n_kv_heads, num_seqs)); blocks of streaming heads and of rows with select_mask[s] == 0 return.
 // For retrieval head r (head_map) of sequence s, candidate j < n_pages - 1 (the newest page is
 // always read, never selected) scores max over its logical pages l and the KV head's query heads
-// g of sum_c max(q_c * max_c, q_c * min_c) (summary [page][n_ret][lpp][2][head_dim] f32). The
+// g of sum_c max(q_c * max_c, q_c * min_c) (summary [page][n_ret][lpp][2][head_dim] f32; with
+// p.bound_shrink > 0 the box shrunk toward its centre, box_term). The
 // k_pages best (ties to the lower index) go ascending to
 // selected[(seq_slot[s] * n_ret + r) * sel_stride ..], their number to counts[seq_slot[s] * n_ret + r].
 //
@@ -26,6 +27,13 @@
 __device__ __forceinline__ u32 ordered(float f) {
     u32 b = __float_as_uint(f);
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// Term c of a logical page's score: max(q_c * max_c, q_c * min_c) (bound_shrink 0), or the box
+// shrunk toward its centre, q_c * mid_c + |q_c| * ((1 - shrink) * half_c).
+__device__ __forceinline__ float box_term(float qc, float lo, float hi, float shrink) {
+    if (shrink == 0.0f) return fmaxf(qc * hi, qc * lo);
+    return qc * ((hi + lo) * 0.5f) + fabsf(qc) * ((1.0f - shrink) * ((hi - lo) * 0.5f));
 }
 
 #define PS_MAX_HD 256
@@ -73,7 +81,7 @@ extern "C" __global__ void page_select_score(PageSelectParams p, const float* q,
 #pragma unroll
                 for (int i = 0; i < PS_MAX_HD / 32; i++) {
                     u32 c = lane + 32 * i;
-                    if (c < hd) { float qc = qg[c]; acc += fmaxf(qc * hi[i], qc * lo[i]); }
+                    if (c < hd) { acc += box_term(qg[c], lo[i], hi[i], p.bound_shrink); }
                 }
                 float v = warp_sum(acc);
                 best = fmaxf(best, v);

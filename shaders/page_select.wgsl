@@ -5,8 +5,9 @@
 // Candidates are its pages j = 0..n_pages-2 (the newest is always read by attention). Score of j
 // for retrieval head r (KV head h with head_map[h] == r, query heads h*group..(h+1)*group,
 // group = n_heads / n_kv_heads): max over its logical pages and those query heads of
-// sum_c max(q_c * max_c, q_c * min_c), the sum taken sequentially over c exactly as the CPU
-// reference does, so scores (and hence ties) are bitwise equal.
+// sum_c max(q_c * max_c, q_c * min_c) (p.bound_shrink 0; see `term` otherwise), the sum taken
+// sequentially over c exactly as the CPU reference does, so scores (and hence ties) are bitwise
+// equal.
 //
 // Scores are written as u32 keys ordered like f32::total_cmp (key(-inf) = 0x007fffff; NaN
 // scores are skipped by the max, as f32::max does; key 1 marks a page id outside the pool).
@@ -38,10 +39,17 @@ fn f32_key(v: f32) -> u32 {
     return select(b ^ 0x80000000u, ~b, (b >> 31u) == 1u);
 }
 
-// Term c of a score: max(q_c * max_c, q_c * min_c) for the 4 dims of vec4 c (summary row at).
+// Term c of a score for the 4 dims of vec4 c (summary row at): max(q_c * max_c, q_c * min_c),
+// or with p.bound_shrink > 0 the box shrunk toward its centre, q_c * mid_c + |q_c| * ((1 -
+// bound_shrink) * half_c), the CPU reference's order of operations (a GPU may fuse them: the
+// parity test allows ulps there, not with bound_shrink 0).
 fn term(qb: u32, at: u32, hv: u32, c: u32) -> vec4<f32> {
     let qc = q[qb + c];
-    return max(qc * summary[at + hv + c], qc * summary[at + c]);
+    let hi = summary[at + hv + c];
+    let lo = summary[at + c];
+    if (p.bound_shrink == 0.0) { return max(qc * hi, qc * lo); }
+    let w = 1.0 - p.bound_shrink;
+    return qc * ((hi + lo) * 0.5) + abs(qc) * (w * ((hi - lo) * 0.5));
 }
 
 // sc plus the 4 components of t, one at a time; the first term starts the sum (t.x + t.y, so a

@@ -162,7 +162,11 @@ params! {
         pub pin_first: u32,
         /// [`PAGE_RANK_HEAD_NORM`]'s softmax scale (the attention score scale); finite and > 0.
         pub scale: f32,
-        pub _pad0: u32,
+        /// In [0, 1]: each logical page's min/max box shrinks toward its centre by this fraction
+        /// before it is scored, so a page scores `sum_c q_c mid_c + (1 - bound_shrink) |q_c|
+        /// half_c` (mid = (max + min) / 2, half = (max - min) / 2). 0: the Quest bound itself,
+        /// computed as `sum_c max(q_c max_c, q_c min_c)`; 1: the box's mid-point key.
+        pub bound_shrink: f32,
         pub _pad1: u32,
     }
     pub struct LambdaMassParams {
@@ -332,8 +336,22 @@ impl PageSelectParams {
             rank: PAGE_RANK_MAX,
             pin_first: 0,
             scale: ap.scale,
-            _pad0: 0,
+            bound_shrink: 0.0,
             _pad1: 0,
+        }
+    }
+
+    /// Whether the ranking is [`PAGE_RANK_HEAD_NORM`] (false: [`PAGE_RANK_MAX`]), or why the
+    /// ranking fields are invalid: an unknown rank, head_norm without a finite scale > 0, or a
+    /// `bound_shrink` outside [0, 1]. Every backend's `page_select` checks this first.
+    pub fn head_norm(&self) -> std::result::Result<bool, &'static str> {
+        if !(0.0..=1.0).contains(&self.bound_shrink) {
+            return Err("page_select: bound_shrink must lie in [0, 1]");
+        }
+        match self.rank {
+            PAGE_RANK_MAX => Ok(false),
+            PAGE_RANK_HEAD_NORM if self.scale.is_finite() && self.scale > 0.0 => Ok(true),
+            _ => Err("page_select: unknown rank, or head_norm without a finite scale > 0"),
         }
     }
 }

@@ -45,10 +45,15 @@ pub enum Rank {
     Mean,
     /// [`Rank::Mean`] with the first page always kept.
     MeanSink,
+    /// [`Rank::MaxSink`] over each logical page's mid-range key `(min + max) / 2` instead of its
+    /// bound (the bound is `q . mid + |q| . (max - min) / 2`; this drops the spread term).
+    MidSink,
+    /// [`Rank::MaxSink`] over `q . mid + |q| . (max - min) / 4`: half the bound's spread term.
+    HalfSink,
 }
 
 impl Rank {
-    pub const ALL: [Rank; 8] = [
+    pub const ALL: [Rank; 10] = [
         Rank::Max,
         Rank::Lse,
         Rank::HeadNorm,
@@ -57,6 +62,8 @@ impl Rank {
         Rank::HeadNormSink,
         Rank::Mean,
         Rank::MeanSink,
+        Rank::MidSink,
+        Rank::HalfSink,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -68,6 +75,8 @@ impl Rank {
             Rank::HeadNormSink => "hnorm+sink",
             Rank::Mean => "mean",
             Rank::MeanSink => "mean+sink",
+            Rank::MidSink => "mid+sink",
+            Rank::HalfSink => "half+sink",
         }
     }
 }
@@ -123,6 +132,12 @@ impl HeadView<'_> {
 
     /// `[group][logical page]` Quest bounds over the keys (each logical page's min/max).
     pub fn bounds(&self) -> Vec<Vec<f64>> {
+        self.spread_bounds(1.0)
+    }
+
+    /// `[group][logical page]` `sum_c q_c mid_c + alpha |q_c| (max_c - min_c) / 2`: the Quest
+    /// bound at `alpha = 1` (summed in the bound's own form then), the mid-range key at 0.
+    pub fn spread_bounds(&self, alpha: f64) -> Vec<Vec<f64>> {
         let (hd, lp, t) = (self.head_dim, self.logical_page, self.tokens());
         let n_log = t.div_ceil(lp);
         let mut mm = vec![(vec![f32::INFINITY; hd], vec![f32::NEG_INFINITY; hd]); n_log];
@@ -135,7 +150,16 @@ impl HeadView<'_> {
         }
         self.q
             .chunks_exact(hd)
-            .map(|q| mm.iter().map(|(lo, hi)| (0..hd).map(|c| (q[c] * hi[c]).max(q[c] * lo[c]) as f64).sum()).collect())
+            .map(|q| {
+                let term = |c: usize, lo: &[f32], hi: &[f32]| -> f64 {
+                    if alpha == 1.0 {
+                        return (q[c] * hi[c]).max(q[c] * lo[c]) as f64;
+                    }
+                    let (l, h, qc) = (lo[c] as f64, hi[c] as f64, q[c] as f64);
+                    qc * (h + l) / 2.0 + alpha * qc.abs() * (h - l) / 2.0
+                };
+                mm.iter().map(|(lo, hi)| (0..hd).map(|c| term(c, lo, hi)).sum()).collect()
+            })
             .collect()
     }
 
@@ -207,9 +231,9 @@ impl HeadView<'_> {
             Rank::LseNorm => combine_norm(per_head(&lsef), 1.0),
             Rank::MaxSink => pin(combine_max(per_head(&max))),
             Rank::HeadNormSink => pin(combine_norm(per_head(&max), s)),
-            // `bounds` holds the mean scores for these (`recall` passes them).
+            // `bounds` holds the mean / mid-range / half-spread scores for these (`recall` passes them).
             Rank::Mean => combine_max(per_head(&max)),
-            Rank::MeanSink => pin(combine_max(per_head(&max))),
+            Rank::MeanSink | Rank::MidSink | Rank::HalfSink => pin(combine_max(per_head(&max))),
         }
     }
 
@@ -225,10 +249,16 @@ impl HeadView<'_> {
             per_head.iter().sum::<f64>() / per_head.len() as f64
         };
         let (bounds, means) = (self.bounds(), self.mean_scores());
+        let (mid, half) = (self.spread_bounds(0.0), self.spread_bounds(std::env::var("LSERVE_ALPHA").ok().and_then(|v| v.parse().ok()).unwrap_or(0.5)));
         let recalls = Rank::ALL
             .iter()
             .map(|&r| {
-                let per_page = if matches!(r, Rank::Mean | Rank::MeanSink) { &means } else { &bounds };
+                let per_page = match r {
+                    Rank::Mean | Rank::MeanSink => &means,
+                    Rank::MidSink => &mid,
+                    Rank::HalfSink => &half,
+                    _ => &bounds,
+                };
                 kept(&top_k(&self.rank_scores(r, per_page), k))
             })
             .collect();

@@ -1,6 +1,7 @@
 //! CPU reference for the KV-side ops: `rope_append_kv` (rotate, write to the retrieval pool or the
-//! streaming ring, refresh page summaries) and `page_select` (Quest scores ranked by
-//! `PAGE_RANK_MAX` or `PAGE_RANK_HEAD_NORM`, the first page optionally pinned, top-k).
+//! streaming ring, refresh page summaries) and `page_select` (Quest scores, optionally from boxes
+//! shrunk toward their centres, ranked by `PAGE_RANK_MAX` or `PAGE_RANK_HEAD_NORM`, the first
+//! page optionally pinned, top-k).
 //!
 //! Pool addressing (HND): token `t` of head `h` in page `p` of a pool holding `nh` heads starts at
 //! `((p * nh + h) * page_size + t) * head_dim`. Summaries: logical page `l` of retrieval head `r` in
@@ -128,9 +129,17 @@ pub fn rope_append_kv(
     Ok(())
 }
 
-/// Quest upper bound of q.k over a logical page: sum_c max(q_c * max_c, q_c * min_c).
-pub fn quest_score(q: &[f32], min: &[f32], max: &[f32]) -> f32 {
-    q.iter().zip(min.iter().zip(max)).map(|(&q, (&lo, &hi))| (q * hi).max(q * lo)).sum()
+/// A logical page's score (`PageSelectParams::bound_shrink`): with `shrink == 0` the Quest upper
+/// bound of q.k, `sum_c max(q_c * max_c, q_c * min_c)`; otherwise the box shrunk toward its
+/// centre, `sum_c q_c * mid_c + |q_c| * ((1 - shrink) * half_c)` with `mid_c = (max_c + min_c) *
+/// 0.5` and `half_c = (max_c - min_c) * 0.5`. Sums run over c in order.
+pub fn page_score(q: &[f32], min: &[f32], max: &[f32], shrink: f32) -> f32 {
+    let terms = q.iter().zip(min.iter().zip(max));
+    if shrink == 0.0 {
+        return terms.map(|(&q, (&lo, &hi))| (q * hi).max(q * lo)).sum();
+    }
+    let w = 1.0 - shrink;
+    terms.map(|(&q, (&lo, &hi))| q * ((hi + lo) * 0.5) + q.abs() * (w * ((hi - lo) * 0.5))).sum()
 }
 
 /// `PAGE_RANK_HEAD_NORM` scores of the candidates from `m[g][j]` (query head g's max bound over
@@ -192,9 +201,7 @@ pub fn page_select(
         CpuBuffer::U32(v) if v.len() >= max_slot * n_ret => v,
         _ => return Err(err("page_select: counts buffer too small")),
     };
-    if p.rank > PAGE_RANK_HEAD_NORM || (p.rank == PAGE_RANK_HEAD_NORM && !(p.scale.is_finite() && p.scale > 0.0)) {
-        return Err(err("page_select: unknown rank, or head_norm without a finite scale > 0"));
-    }
+    let head_norm = p.head_norm().map_err(err)?;
     let group = nh / nkv;
     for s in (0..ns).filter(|&s| mask[s] != 0) {
         let pages = &page_table[u(page_indptr[s])..u(page_indptr[s + 1])];
@@ -209,7 +216,7 @@ pub fn page_select(
                     let qv = &q[(s * nh + qh) * hd..(s * nh + qh + 1) * hd];
                     let bound = |page: usize, l: usize| {
                         let at = (((page * n_ret + r) * lpp + l) * 2) * hd;
-                        quest_score(qv, &summary[at..at + hd], &summary[at + hd..at + 2 * hd])
+                        page_score(qv, &summary[at..at + hd], &summary[at + hd..at + 2 * hd], p.bound_shrink)
                     };
                     candidates
                         .iter()
@@ -217,7 +224,7 @@ pub fn page_select(
                         .collect()
                 })
                 .collect();
-            let mut scores = if p.rank == PAGE_RANK_HEAD_NORM {
+            let mut scores = if head_norm {
                 head_norm_scores(&per_head, p.scale)
             } else {
                 (0..candidates.len()).map(|j| per_head.iter().map(|m| m[j]).fold(f32::NEG_INFINITY, f32::max)).collect()

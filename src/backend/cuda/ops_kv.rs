@@ -113,11 +113,7 @@ pub fn page_select(
     if hd > 256 {
         return Err(err("page_select: head_dim above 256 is not supported"));
     }
-    let hn = match p.rank {
-        PAGE_RANK_MAX => false,
-        PAGE_RANK_HEAD_NORM if p.scale.is_finite() && p.scale > 0.0 => true,
-        _ => return Err(err("page_select: unknown rank, or head_norm without a finite scale > 0")),
-    };
+    let hn = p.head_norm().map_err(err)?;
     let ptl = meta.page_table.len;
     // Keys per row: a power of two covering the longest sequence's candidates.
     let longest = if p.max_seq_pages == 0 { ptl } else { u(p.max_seq_pages).min(ptl) };

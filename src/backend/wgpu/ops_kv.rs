@@ -218,11 +218,7 @@ pub fn page_select(
     if ns == 0 || n_ret == 0 {
         return Ok(());
     }
-    let norm = match p.rank {
-        PAGE_RANK_MAX => false,
-        PAGE_RANK_HEAD_NORM if p.scale.is_finite() && p.scale > 0.0 => true,
-        _ => return Err(err("page_select: unknown rank, or head_norm without a finite scale > 0")),
-    };
+    let norm = p.head_norm().map_err(err)?;
     let entries = m.page_table.len;
     // head_norm: one key per (entry, retrieval head, query head), combined in place.
     let width = if norm { nh / nkv.max(1) } else { 1 };
