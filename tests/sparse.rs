@@ -407,16 +407,18 @@ fn lambda_mass_matches_brute_force() {
 }
 
 /// The recall diagnostic's `Rank::Max`, `HeadNorm`, `MaxSink` and `HeadNormSink` are exactly what
-/// `page_select` keeps with `rank` max / head_norm (the probe's scale) and `pin_first` off / on
-/// (so its recall numbers describe the engine's selection); the query heads' scales differ so
-/// max and head_norm disagree somewhere (asserted); the oracle bounds every ranking; a budget
+/// `page_select` keeps with `rank` max / head_norm (the probe's scale) and `pin_first` off / on,
+/// and `MidSink` / `ShrinkSink` what it keeps with `bound_shrink` 1 / 0.5 and the pin on (so its
+/// recall numbers describe the engine's selection; the probe scores in f64, the op in f32); the
+/// query heads' scales differ so max and head_norm disagree somewhere, and the shrink changes
+/// some selection (both asserted); the oracle bounds every ranking; a budget
 /// covering every page recalls all the mass.
 #[test]
 fn recall_probe_ranks_like_page_select() {
     use lserve::eval::recall::{HeadView, Rank, top_k};
     let mut rng = Rng(common::seed() | 1);
     let be = CpuBackend::new();
-    let mut disagreements = 0;
+    let (mut disagreements, mut shrink_changes) = (0, 0);
     for _ in 0..4 {
         for (ps, lp) in PAGE_SIZES {
             let (hd, nh) = (8, 4);
@@ -457,24 +459,36 @@ fn recall_probe_ranks_like_page_select() {
             let (slot, mask) = (be.upload_u32(&[seq.slot]).unwrap(), be.upload_u32(&[1]).unwrap());
             let qb = be.upload_f32(DType::F32, q.clone()).unwrap();
             let store = &mut cache.layers[0];
-            let view = HeadView { q: &q, keys: &keys, head_dim: hd, page_size: ps, logical_page: lp, scale: 0.35 };
+            let view = HeadView {
+                q: &q,
+                keys: &keys,
+                head_dim: hd,
+                page_size: ps,
+                logical_page: lp,
+                scale: 0.35,
+                shrink: 0.5,
+            };
             let mut lists = vec![];
-            for (rank, pin, probe) in [
-                (PAGE_RANK_MAX, 0, Rank::Max),
-                (PAGE_RANK_HEAD_NORM, 0, Rank::HeadNorm),
-                (PAGE_RANK_MAX, 1, Rank::MaxSink),
-                (PAGE_RANK_HEAD_NORM, 1, Rank::HeadNormSink),
+            for (rank, pin, shrink, probe) in [
+                (PAGE_RANK_MAX, 0, 0.0, Rank::Max),
+                (PAGE_RANK_HEAD_NORM, 0, 0.0, Rank::HeadNorm),
+                (PAGE_RANK_MAX, 1, 0.0, Rank::MaxSink),
+                (PAGE_RANK_HEAD_NORM, 1, 0.0, Rank::HeadNormSink),
+                (PAGE_RANK_MAX, 1, 1.0, Rank::MidSink),
+                (PAGE_RANK_MAX, 1, 0.5, Rank::ShrinkSink),
             ] {
                 store.selected = CpuBuffer::U32(vec![u32::MAX; as_u32(&store.selected).len()]); // poisoned
-                let p = PageSelectParams { rank, pin_first: pin, scale: 0.35, ..p };
+                let p = PageSelectParams { rank, pin_first: pin, scale: 0.35, bound_shrink: shrink, ..p };
                 let (kv, out) = store.select_view();
                 be.page_select(&p, &qb, kv, &meta, &slot, &mask, out).unwrap();
                 let base = seq.slot as usize * 8;
                 let got: Vec<usize> = as_u32(&store.selected)[base..base + k].iter().map(|&x| x as usize).collect();
-                assert_eq!(top_k(&view.rank_scores(probe, &view.bounds()), k), got, "{} pages {ps}/{lp}", probe.name());
+                let scores = view.rank_scores(probe, &view.shrunk_bounds(shrink));
+                assert_eq!(top_k(&scores, k), got, "{} pages {ps}/{lp}", probe.name());
                 lists.push(got);
             }
             disagreements += (lists[0] != lists[1]) as usize;
+            shrink_changes += (lists[2] != lists[5]) as usize;
             let (recalls, oracle) = view.recall(k);
             assert!(recalls.iter().all(|&r| r <= oracle + 1e-9 && r > 0.0), "{recalls:?} vs oracle {oracle}");
             let (all, oracle_all) = view.recall(100);
@@ -483,6 +497,8 @@ fn recall_probe_ranks_like_page_select() {
     }
     eprintln!("cases where max and head_norm select differently: {disagreements} of 16");
     assert!(disagreements > 0, "max and head_norm never disagree: head_norm is not exercised");
+    eprintln!("cases where bound_shrink 0.5 changes the pinned max selection: {shrink_changes} of 16");
+    assert!(shrink_changes > 0, "bound_shrink never changes a selection: it is not exercised");
 }
 
 /// `pin_sink_page`: after a selecting decode step every retrieval head of every layer has the

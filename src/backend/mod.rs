@@ -465,9 +465,9 @@ pub trait Backend: Send {
     /// `0..n_pages-1` (the newest page is excluded: attention always reads it) as
     /// `sum_c max(q_c * max_c, q_c * min_c)` (or from the box shrunk by `p.bound_shrink`, see
     /// [`PageSelectParams`]), take the max over the KV head's query heads and over a physical
-    /// page's logical pages (`p.rank`: or the head-normalized sum), and write the `k_pages` best physical pages (ties to the
-    /// lower index) in ascending order to the row's slot (`seq_slot`). Rows not selected keep
-    /// their previous selection.
+    /// page's logical pages (`p.rank`: or the head-normalized sum), and write the `k_pages` best
+    /// physical pages (ties to the lower index) in ascending order to the row's slot
+    /// (`seq_slot`). Rows not selected keep their previous selection.
     #[allow(clippy::too_many_arguments)]
     fn page_select(
         &self,

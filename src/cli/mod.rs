@@ -377,6 +377,10 @@ pub struct SparseArgs {
     /// (each query head's bounds normalized by a softmax over pages, summed over the group).
     #[arg(long, value_enum)]
     pub page_rank: Option<PageRankArg>,
+    /// Shrink each logical page's min/max box toward its centre by this fraction (0..1) before
+    /// page selection scores it (0: the Quest bound).
+    #[arg(long)]
+    pub bound_shrink: Option<f32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]

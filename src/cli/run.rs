@@ -159,6 +159,7 @@ pub fn resolve_config(sparse: Option<OnOff>, a: &SparseArgs) -> Result<Config> {
     }
     s.prefill_budget = a.prefill_budget.unwrap_or(s.prefill_budget);
     s.prefill_dense_below = a.prefill_dense_below.unwrap_or(s.prefill_dense_below);
+    s.bound_shrink = a.bound_shrink.unwrap_or(s.bound_shrink);
     if let Some(v) = a.page_rank {
         s.page_rank = match v {
             PageRankArg::Max => PageRank::Max,

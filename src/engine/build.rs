@@ -96,6 +96,7 @@ pub fn build_engine_tp<B: Backend>(shards: Shards<B>, opts: &EngineOptions) -> R
         local: s.local_tokens,
         k_pages: k_pages(s.token_budget, ps),
         page_rank: s.page_rank,
+        bound_shrink: s.bound_shrink,
         pin_sink_page: s.pin_sink_page,
         dense_layer: (0..cfg.num_layers).map(|l| !s.enabled || s.dense_layers.contains(&l)).collect(),
         window: cfg.sliding_window.unwrap_or(0),

@@ -13,7 +13,9 @@
 //! are what `page_select` computes with `page_rank` max / head_norm and the sink pin off / on
 //! (tested against the op; the op computes head_norm in log space, the same order).
 //! [`Rank::Mean`] / [`Rank::MeanSink`] rank by each logical page's mean key instead of its bound
-//! (a diagnostic of what a centroid summary would select; the op has none).
+//! (a diagnostic of what a centroid summary would select; the op has none). [`Rank::MidSink`] and
+//! [`Rank::ShrinkSink`] score the min/max boxes shrunk toward their centres (by 1, and by the
+//! engine's `bound_shrink`): what `page_select` computes with that `bound_shrink` and the pin on.
 
 use serde::Serialize;
 
@@ -46,10 +48,13 @@ pub enum Rank {
     /// [`Rank::Mean`] with the first page always kept.
     MeanSink,
     /// [`Rank::MaxSink`] over each logical page's mid-range key `(min + max) / 2` instead of its
-    /// bound (the bound is `q . mid + |q| . (max - min) / 2`; this drops the spread term).
+    /// bound (the bound is `q . mid + |q| . (max - min) / 2`; this drops the spread term):
+    /// `page_select` with `bound_shrink = 1` and the sink pinned.
     MidSink,
-    /// [`Rank::MaxSink`] over `q . mid + |q| . (max - min) / 4`: half the bound's spread term.
-    HalfSink,
+    /// [`Rank::MaxSink`] over the boxes shrunk by [`HeadView::shrink`] (`--bound-shrink`),
+    /// `q . mid + (1 - shrink) |q| . (max - min) / 2`: `page_select` with that `bound_shrink` and
+    /// the sink pinned (equal to [`Rank::MaxSink`] at shrink 0).
+    ShrinkSink,
 }
 
 impl Rank {
@@ -63,7 +68,7 @@ impl Rank {
         Rank::Mean,
         Rank::MeanSink,
         Rank::MidSink,
-        Rank::HalfSink,
+        Rank::ShrinkSink,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -76,7 +81,7 @@ impl Rank {
             Rank::Mean => "mean",
             Rank::MeanSink => "mean+sink",
             Rank::MidSink => "mid+sink",
-            Rank::HalfSink => "half+sink",
+            Rank::ShrinkSink => "shrink+sink",
         }
     }
 }
@@ -101,6 +106,8 @@ pub struct HeadView<'a> {
     pub page_size: usize,
     pub logical_page: usize,
     pub scale: f32,
+    /// [`Rank::ShrinkSink`]'s box shrink, in [0, 1] (`PageSelectParams::bound_shrink`).
+    pub shrink: f32,
 }
 
 fn lse(xs: impl Iterator<Item = f64>) -> f64 {
@@ -132,12 +139,13 @@ impl HeadView<'_> {
 
     /// `[group][logical page]` Quest bounds over the keys (each logical page's min/max).
     pub fn bounds(&self) -> Vec<Vec<f64>> {
-        self.spread_bounds(1.0)
+        self.shrunk_bounds(0.0)
     }
 
-    /// `[group][logical page]` `sum_c q_c mid_c + alpha |q_c| (max_c - min_c) / 2`: the Quest
-    /// bound at `alpha = 1` (summed in the bound's own form then), the mid-range key at 0.
-    pub fn spread_bounds(&self, alpha: f64) -> Vec<Vec<f64>> {
+    /// `[group][logical page]` scores of the boxes shrunk toward their centres by `shrink`,
+    /// `sum_c q_c mid_c + (1 - shrink) |q_c| (max_c - min_c) / 2` in f64: the Quest bound at 0
+    /// (then summed in the bound's own form, `max(q_c max_c, q_c min_c)`), the mid-range key at 1.
+    pub fn shrunk_bounds(&self, shrink: f32) -> Vec<Vec<f64>> {
         let (hd, lp, t) = (self.head_dim, self.logical_page, self.tokens());
         let n_log = t.div_ceil(lp);
         let mut mm = vec![(vec![f32::INFINITY; hd], vec![f32::NEG_INFINITY; hd]); n_log];
@@ -152,11 +160,11 @@ impl HeadView<'_> {
             .chunks_exact(hd)
             .map(|q| {
                 let term = |c: usize, lo: &[f32], hi: &[f32]| -> f64 {
-                    if alpha == 1.0 {
+                    if shrink == 0.0 {
                         return (q[c] * hi[c]).max(q[c] * lo[c]) as f64;
                     }
                     let (l, h, qc) = (lo[c] as f64, hi[c] as f64, q[c] as f64);
-                    qc * (h + l) / 2.0 + alpha * qc.abs() * (h - l) / 2.0
+                    qc * (h + l) / 2.0 + (1.0 - shrink as f64) * qc.abs() * (h - l) / 2.0
                 };
                 mm.iter().map(|(lo, hi)| (0..hd).map(|c| term(c, lo, hi)).sum()).collect()
             })
@@ -231,9 +239,9 @@ impl HeadView<'_> {
             Rank::LseNorm => combine_norm(per_head(&lsef), 1.0),
             Rank::MaxSink => pin(combine_max(per_head(&max))),
             Rank::HeadNormSink => pin(combine_norm(per_head(&max), s)),
-            // `bounds` holds the mean / mid-range / half-spread scores for these (`recall` passes them).
+            // `bounds` holds the mean / mid-range / shrunk-box scores for these (`recall` passes them).
             Rank::Mean => combine_max(per_head(&max)),
-            Rank::MeanSink | Rank::MidSink | Rank::HalfSink => pin(combine_max(per_head(&max))),
+            Rank::MeanSink | Rank::MidSink | Rank::ShrinkSink => pin(combine_max(per_head(&max))),
         }
     }
 
@@ -249,14 +257,14 @@ impl HeadView<'_> {
             per_head.iter().sum::<f64>() / per_head.len() as f64
         };
         let (bounds, means) = (self.bounds(), self.mean_scores());
-        let (mid, half) = (self.spread_bounds(0.0), self.spread_bounds(std::env::var("LSERVE_ALPHA").ok().and_then(|v| v.parse().ok()).unwrap_or(0.5)));
+        let (mid, shrunk) = (self.shrunk_bounds(1.0), self.shrunk_bounds(self.shrink));
         let recalls = Rank::ALL
             .iter()
             .map(|&r| {
                 let per_page = match r {
                     Rank::Mean | Rank::MeanSink => &means,
                     Rank::MidSink => &mid,
-                    Rank::HalfSink => &half,
+                    Rank::ShrinkSink => &shrunk,
                     _ => &bounds,
                 };
                 kept(&top_k(&self.rank_scores(r, per_page), k))
@@ -282,14 +290,16 @@ pub struct RecallProbe {
     pub layers: Vec<LayerRecall>,
     k_pages: usize,
     scale: f32,
+    shrink: f32,
 }
 
 impl RecallProbe {
-    pub fn new(num_layers: usize, k_pages: usize, scale: f32) -> Self {
+    /// `shrink`: [`Rank::ShrinkSink`]'s box shrink.
+    pub fn new(num_layers: usize, k_pages: usize, scale: f32, shrink: f32) -> Self {
         let layers = (0..num_layers)
             .map(|layer| LayerRecall { layer, recall: vec![0.0; Rank::ALL.len()], ..Default::default() })
             .collect();
-        RecallProbe { layers, k_pages, scale }
+        RecallProbe { layers, k_pages, scale, shrink }
     }
 
     /// Measure one layer of a one-sequence decode step (called from the layer hook).
@@ -335,6 +345,7 @@ impl RecallProbe {
                 page_size: ps,
                 logical_page: lp,
                 scale: self.scale,
+                shrink: self.shrink,
             };
             let (rec, oracle) = view.recall(self.k_pages);
             let l = &mut self.layers[layer];
@@ -361,7 +372,7 @@ pub fn measure<B: Backend>(e: &mut Engine<B>, ids: &[u32], steps: usize, every: 
     let c = e.model.cfg.clone();
     let s = e.cache.shape.clone();
     let scale = c.gemma.as_ref().map_or(c.head_dim as f32, |g| g.query_pre_attn_scalar).sqrt().recip();
-    let mut probe = RecallProbe::new(c.num_layers, e.attn.k_pages, scale);
+    let mut probe = RecallProbe::new(c.num_layers, e.attn.k_pages, scale, e.attn.bound_shrink);
     let split = ids.len().saturating_sub(steps).max(1);
     let mut seq = e.cache.admit()?;
     let r = (|| -> Result<()> {

@@ -31,6 +31,8 @@ pub struct AttnSettings {
     pub k_pages: usize,
     /// How `page_select` ranks pages.
     pub page_rank: crate::sparse::PageRank,
+    /// `PageSelectParams::bound_shrink`: logical pages' boxes shrunk toward their centres.
+    pub bound_shrink: f32,
     /// `page_select` always keeps each sequence's first page (the attention sink).
     pub pin_sink_page: bool,
     /// `[layer]`: never select pages in this layer.
@@ -52,6 +54,7 @@ impl AttnSettings {
             local: 1,
             k_pages: 0,
             page_rank: crate::sparse::PageRank::Max,
+            bound_shrink: 0.0,
             pin_sink_page: false,
             dense_layer: vec![true; cfg.num_layers],
             window: cfg.sliding_window.unwrap_or(0),

@@ -191,11 +191,12 @@ impl<B: Backend> StepMeta<B> {
     }
 
     /// `page_select` parameters of a layer whose attention runs with `ap`: `attn`'s budget,
-    /// ranking and sink pin; the head_norm scale is the layer's attention score scale.
+    /// ranking, box shrink and sink pin; the head_norm scale is the layer's attention score scale.
     pub fn select_params(&self, cache: &KvCache<B>, ap: &AttentionParams, attn: &AttnSettings) -> PageSelectParams {
         PageSelectParams {
             rank: attn.page_rank.code(),
             pin_first: attn.pin_sink_page as u32,
+            bound_shrink: attn.bound_shrink,
             ..PageSelectParams::new(ap, cache.shape.logical_page as u32, attn.k_pages, self.max_seq_pages)
         }
     }

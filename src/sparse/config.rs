@@ -16,6 +16,8 @@
 //!                           # reads besides page 0 and its tail (0 = off, dense prefill)
 //! prefill_dense_below = 32768  # query blocks starting before this position attend densely
 //! page_rank = "max"         # max | head_norm: how page_select ranks pages
+//! bound_shrink = 0.0        # 0..1: logical pages' min/max boxes shrunk toward their centres
+//!                           # before scoring (0 = the Quest bound; docs/sparse-attention.md)
 //! [cache]
 //! physical_page = 64
 //! logical_page = 16
@@ -62,6 +64,9 @@ pub struct SparseConfig {
     pub prefill_dense_below: usize,
     /// How `page_select` ranks pages (docs/sparse-attention.md "Page selection").
     pub page_rank: PageRank,
+    /// In [0, 1]: each logical page's min/max box shrinks toward its centre by this fraction
+    /// before it is scored (`PageSelectParams::bound_shrink`; 0 = the Quest bound).
+    pub bound_shrink: f32,
 }
 
 /// How `page_select` ranks physical pages from their logical pages' Quest bounds.
@@ -110,6 +115,7 @@ impl Default for SparseConfig {
             prefill_budget: 0,
             prefill_dense_below: 32768,
             page_rank: PageRank::Max,
+            bound_shrink: 0.0,
         }
     }
 }
@@ -165,6 +171,9 @@ impl Config {
         let bad = |m: String| Err(Error::Config(m));
         if !(0.0..=1.0).contains(&s.streaming_ratio) {
             return bad(format!("streaming_ratio {} must be between 0 and 1", s.streaming_ratio));
+        }
+        if !(0.0..=1.0).contains(&s.bound_shrink) {
+            return bad(format!("bound_shrink {} must be between 0 and 1", s.bound_shrink));
         }
         if s.selector_interval == 0 {
             return bad("selector_interval must be at least 1".into());

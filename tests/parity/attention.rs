@@ -384,9 +384,16 @@ fn page_select_case<B: Backend>(gpu: &B, num_pages: usize, lens: [usize; 4], max
 }
 
 /// An independent f64 score of every candidate of one (row, retrieval head): per query head the
-/// max over the page's logical pages of the Quest bound, combined by max (`PAGE_RANK_MAX`) or as
-/// `ln sum_g softmax_j(scale * m_g(j))` (`PAGE_RANK_HEAD_NORM`, whose order is the sum's).
-fn rank_scores_f64(summary: &[f32], q: &[f32], pages: &[u32], dims: [usize; 5], rank: u32, scale: f64) -> Vec<f64> {
+/// max over the page's logical pages of the Quest bound (with `shrink` > 0 of the box shrunk
+/// toward its centre, `q . mid + (1 - shrink) |q| . half`), combined by max (`PAGE_RANK_MAX`) or
+/// as `ln sum_g softmax_j(scale * m_g(j))` (`PAGE_RANK_HEAD_NORM`, whose order is the sum's).
+fn rank_scores_f64(
+    summary: &[f32],
+    q: &[f32],
+    pages: &[u32],
+    dims: [usize; 5],
+    (rank, scale, shrink): (u32, f64, f64),
+) -> Vec<f64> {
     let [n_ret, lpp, hd, group, r] = dims;
     let m: Vec<Vec<f64>> = q
         .chunks_exact(hd)
@@ -395,7 +402,14 @@ fn rank_scores_f64(summary: &[f32], q: &[f32], pages: &[u32], dims: [usize; 5], 
             let bound = |page: usize, l: usize| -> f64 {
                 let at = (((page * n_ret + r) * lpp + l) * 2) * hd;
                 (0..hd)
-                    .map(|c| (qg[c] as f64 * summary[at + hd + c] as f64).max(qg[c] as f64 * summary[at + c] as f64))
+                    .map(|c| {
+                        let (q, lo, hi) = (qg[c] as f64, summary[at + c] as f64, summary[at + hd + c] as f64);
+                        // The bound's own form at 0: the random summaries need not have lo <= hi.
+                        if shrink == 0.0 {
+                            return (q * hi).max(q * lo);
+                        }
+                        q * (hi + lo) / 2.0 + (1.0 - shrink) * q.abs() * (hi - lo) / 2.0
+                    })
                     .sum()
             };
             pages.iter().map(|&pg| (0..lpp).map(|l| bound(pg as usize, l)).fold(f64::NEG_INFINITY, f64::max)).collect()
@@ -441,12 +455,14 @@ fn assert_top_k(name: &str, scores: &[f64], sel: &[u32], k: usize, pinned: bool,
     }
 }
 
-/// Both rankings (`rank` max and head_norm), each with and without the pinned first page, on
-/// random seeded summaries where the query heads' scales differ (so the rankings disagree: that
-/// is asserted), three selecting rows of 1, 300 and 700 pages and one not selecting, a streaming
-/// head between two retrieval heads. Max: the backend selects exactly the CPU's pages. head_norm
-/// (exp/log and the sums' order are the backend's own): both the backend's and the CPU's lists
-/// are a top-k of an independent f64 score up to 1e-4 relative, and their counts agree.
+/// Both rankings (`rank` max and head_norm), each with and without the pinned first page, and
+/// `bound_shrink` 0.5 / 1 beside the bound itself, on random seeded summaries where the query
+/// heads' scales differ (so the rankings disagree, and the shrink changes selections: both
+/// asserted), three selecting rows of 1, 300 and 700 pages and one not selecting, a streaming
+/// head between two retrieval heads. Max of the bound: the backend selects exactly the CPU's
+/// pages. head_norm (exp/log and the sums' order are the backend's own) and shrunk boxes (a GPU
+/// may fuse the shrunk term's multiply-adds): both the backend's and the CPU's lists are a top-k
+/// of an independent f64 score up to 1e-4 relative, and their counts agree.
 pub fn test_page_select_ranks<B: Backend>(gpu: &B) {
     let mut t = pair(gpu);
     let (nh, n_kv, n_ret, hd, ps, lp, num_pages) = (12, 3, 2usize, 16, 16, 4, 1100);
@@ -474,7 +490,16 @@ pub fn test_page_select_ranks<B: Backend>(gpu: &B) {
     let (ip, tab, kvl, ring) = (t.up_u32(&indptr), t.up_u32(&perm), t.up_u32(&[0; 4]), t.up_u32(&[0; 4]));
     let (slot, maskb) = (t.up_u32(&slots), t.up_u32(&mask));
     let mut cpu_lists: Vec<Vec<Vec<u32>>> = vec![];
-    for (rank, pin) in [(PAGE_RANK_MAX, 0), (PAGE_RANK_HEAD_NORM, 0), (PAGE_RANK_MAX, 1), (PAGE_RANK_HEAD_NORM, 1)] {
+    let cases = [
+        (PAGE_RANK_MAX, 0, 0.0),
+        (PAGE_RANK_HEAD_NORM, 0, 0.0),
+        (PAGE_RANK_MAX, 1, 0.0),
+        (PAGE_RANK_HEAD_NORM, 1, 0.0),
+        (PAGE_RANK_MAX, 1, 0.5),
+        (PAGE_RANK_HEAD_NORM, 1, 0.5),
+        (PAGE_RANK_MAX, 0, 1.0),
+    ];
+    for (rank, pin, shrink) in cases {
         let p = PageSelectParams {
             num_seqs: 4,
             n_heads: nh as u32,
@@ -489,6 +514,7 @@ pub fn test_page_select_ranks<B: Backend>(gpu: &B) {
             rank,
             pin_first: pin,
             scale: 0.6,
+            bound_shrink: shrink,
             ..Default::default()
         };
         let (mut sel, mut cnt) = (t.out_u32(4 * n_ret * sel_stride), t.out_u32(4 * n_ret));
@@ -502,9 +528,9 @@ pub fn test_page_select_ranks<B: Backend>(gpu: &B) {
         t.gpu.page_select(&p, &q.0, kvg, &mg, &slot.0, &maskb.0, out).unwrap();
         let out = SelectedMut { selected: &mut sel.1, counts: &mut cnt.1 };
         t.cpu.page_select(&p, &q.1, kvc, &mc, &slot.1, &maskb.1, out).unwrap();
-        let name = format!("page_select rank {rank} pin {pin}");
+        let name = format!("page_select rank {rank} pin {pin} shrink {shrink}");
         t.check_u32(&format!("{name} counts"), &cnt, 4 * n_ret);
-        if rank == PAGE_RANK_MAX {
+        if rank == PAGE_RANK_MAX && shrink == 0.0 {
             t.check_u32(&format!("{name} selected"), &sel, 4 * n_ret * sel_stride);
         }
         let (gs, cs) = (download_u32_all(t.gpu, &sel.0), download_u32_all(&t.cpu, &sel.1));
@@ -520,7 +546,8 @@ pub fn test_page_select_ranks<B: Backend>(gpu: &B) {
                 let k = counts[row] as usize;
                 assert_eq!(k, cand.len().min(k_pages as usize), "{name}: row {s} head {r} count");
                 let qs = &q_h[(s * nh + kvh * group) * hd..];
-                let scores = rank_scores_f64(&summary_h, qs, cand, [n_ret, lpp, hd, group, r], rank, 0.6);
+                let scores =
+                    rank_scores_f64(&summary_h, qs, cand, [n_ret, lpp, hd, group, r], (rank, 0.6, shrink as f64));
                 let (g, c) = (&gs[row * sel_stride..][..k], &cs[row * sel_stride..][..k]);
                 assert_top_k(&format!("{name} cpu row {s} head {r}"), &scores, c, k, pin != 0, 1e-4);
                 assert_top_k(&format!("{name} backend row {s} head {r}"), &scores, g, k, pin != 0, 1e-4);
@@ -535,4 +562,11 @@ pub fn test_page_select_ranks<B: Backend>(gpu: &B) {
     let (unpinned, pinned) = (disagree(&cpu_lists[0], &cpu_lists[1]), disagree(&cpu_lists[2], &cpu_lists[3]));
     eprintln!("rows where max and head_norm select differently: {unpinned} unpinned, {pinned} pinned");
     assert!(unpinned > 0 && pinned > 0, "the rankings never disagree: head_norm is not exercised");
+    let shrunk = [
+        disagree(&cpu_lists[2], &cpu_lists[4]),
+        disagree(&cpu_lists[3], &cpu_lists[5]),
+        disagree(&cpu_lists[0], &cpu_lists[6]),
+    ];
+    eprintln!("rows where the shrunk boxes select differently from the bound: {shrunk:?}");
+    assert!(shrunk.iter().all(|&d| d > 0), "bound_shrink never changes a selection: it is not exercised");
 }
