@@ -273,6 +273,10 @@ fn bad_flags_are_refused() {
     let out = lserve(&["generate", "--model", &m, "-p", "hi", "--max-tokens", "-3"]);
     assert_eq!(out.status.code(), Some(2));
     assert_fails(&lserve(&["score", "--model", &m, "--file", "/nonexistent.txt"]), "reading --file");
+    for v in ["1.5", "-0.5", "nan"] {
+        let out = lserve(&["generate", "--model", &m, "-p", "hi", "--sparse", "on", &format!("--bound-shrink={v}")]);
+        assert_fails(&out, "bound_shrink");
+    }
     // Counts of zero are refused, each naming its flag (not clamped to 1, nor run as an empty sweep).
     assert_fails(&lserve(&["bench", "--device", "cpu", "--shape", "smollm2-135m", "--batch", "1,0"]), "--batch: `0`");
     assert_fails(

@@ -331,6 +331,19 @@ mod tests {
     }
 
     #[test]
+    fn bound_shrink_lies_in_zero_to_one() {
+        assert_eq!(Config::default().sparse.bound_shrink, 0.0, "the Quest bound by default");
+        let c: Config = toml::from_str("[sparse]\nbound_shrink = 0.75\n").unwrap();
+        assert_eq!(c.sparse.bound_shrink, 0.75);
+        c.validate().unwrap();
+        for bad in ["-0.1", "1.5", "nan", "inf"] {
+            let c: Config = toml::from_str(&format!("[sparse]\nbound_shrink = {bad}\n")).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("bound_shrink"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn token_budget_must_hold_a_page_when_sparse() {
         let c: Config = toml::from_str("[sparse]\nenabled = true\ntoken_budget = 0\n").unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("token_budget 0"));
