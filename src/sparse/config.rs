@@ -65,7 +65,8 @@ pub struct SparseConfig {
     /// How `page_select` ranks pages (docs/sparse-attention.md "Page selection").
     pub page_rank: PageRank,
     /// In [0, 1]: each logical page's min/max box shrinks toward its centre by this fraction
-    /// before it is scored (`PageSelectParams::bound_shrink`; 0 = the Quest bound).
+    /// before decode selection scores it (`PageSelectParams::bound_shrink`; 0 = the Quest
+    /// bound; block-sparse prefill keeps the bound, as it keeps `page_rank` max).
     pub bound_shrink: f32,
 }
 
