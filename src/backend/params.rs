@@ -344,7 +344,7 @@ impl PageSelectParams {
     /// Whether the ranking is [`PAGE_RANK_HEAD_NORM`] (false: [`PAGE_RANK_MAX`]), or why the
     /// ranking fields are invalid: an unknown rank, head_norm without a finite scale > 0, or a
     /// `bound_shrink` outside [0, 1]. Every backend's `page_select` checks this first.
-    pub fn head_norm(&self) -> std::result::Result<bool, &'static str> {
+    pub fn checked_rank(&self) -> std::result::Result<bool, &'static str> {
         if !(0.0..=1.0).contains(&self.bound_shrink) {
             return Err("page_select: bound_shrink must lie in [0, 1]");
         }

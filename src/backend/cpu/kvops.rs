@@ -201,7 +201,7 @@ pub fn page_select(
         CpuBuffer::U32(v) if v.len() >= max_slot * n_ret => v,
         _ => return Err(err("page_select: counts buffer too small")),
     };
-    let head_norm = p.head_norm().map_err(err)?;
+    let head_norm = p.checked_rank().map_err(err)?;
     let group = nh / nkv;
     for s in (0..ns).filter(|&s| mask[s] != 0) {
         let pages = &page_table[u(page_indptr[s])..u(page_indptr[s + 1])];

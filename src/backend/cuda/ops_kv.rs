@@ -113,7 +113,7 @@ pub fn page_select(
     if hd > 256 {
         return Err(err("page_select: head_dim above 256 is not supported"));
     }
-    let hn = p.head_norm().map_err(err)?;
+    let hn = p.checked_rank().map_err(err)?;
     let ptl = meta.page_table.len;
     // Keys per row: a power of two covering the longest sequence's candidates.
     let longest = if p.max_seq_pages == 0 { ptl } else { u(p.max_seq_pages).min(ptl) };

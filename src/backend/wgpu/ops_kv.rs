@@ -218,7 +218,7 @@ pub fn page_select(
     if ns == 0 || n_ret == 0 {
         return Ok(());
     }
-    let norm = p.head_norm().map_err(err)?;
+    let norm = p.checked_rank().map_err(err)?;
     let entries = m.page_table.len;
     // head_norm: one key per (entry, retrieval head, query head), combined in place.
     let width = if norm { nh / nkv.max(1) } else { 1 };
