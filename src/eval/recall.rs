@@ -146,9 +146,13 @@ impl HeadView<'_> {
     /// `sum_c q_c mid_c + (1 - shrink) |q_c| (max_c - min_c) / 2` in f64: the Quest bound at 0
     /// (then summed in the bound's own form, `max(q_c max_c, q_c min_c)`), the mid-range key at 1.
     pub fn shrunk_bounds(&self, shrink: f32) -> Vec<Vec<f64>> {
+        self.score_boxes(&self.boxes(), shrink)
+    }
+
+    /// Each logical page's channel-wise (min, max) over the keys.
+    fn boxes(&self) -> Vec<(Vec<f32>, Vec<f32>)> {
         let (hd, lp, t) = (self.head_dim, self.logical_page, self.tokens());
-        let n_log = t.div_ceil(lp);
-        let mut mm = vec![(vec![f32::INFINITY; hd], vec![f32::NEG_INFINITY; hd]); n_log];
+        let mut mm = vec![(vec![f32::INFINITY; hd], vec![f32::NEG_INFINITY; hd]); t.div_ceil(lp)];
         for (pos, k) in self.keys.chunks_exact(hd).enumerate() {
             let (lo, hi) = &mut mm[pos / lp];
             for c in 0..hd {
@@ -156,6 +160,12 @@ impl HeadView<'_> {
                 hi[c] = hi[c].max(k[c]);
             }
         }
+        mm
+    }
+
+    /// [`HeadView::shrunk_bounds`] of boxes already computed by [`HeadView::boxes`].
+    fn score_boxes(&self, mm: &[(Vec<f32>, Vec<f32>)], shrink: f32) -> Vec<Vec<f64>> {
+        let hd = self.head_dim;
         self.q
             .chunks_exact(hd)
             .map(|q| {
@@ -256,8 +266,10 @@ impl HeadView<'_> {
                 mass.iter().map(|m| pages.iter().map(|&p| m[p]).sum::<f64>() + m[newest]).collect();
             per_head.iter().sum::<f64>() / per_head.len() as f64
         };
-        let (bounds, means) = (self.bounds(), self.mean_scores());
-        let (mid, shrunk) = (self.shrunk_bounds(1.0), self.shrunk_bounds(self.shrink));
+        // The boxes once, scored three ways (the bound, the centre key, the run's shrink).
+        let boxes = self.boxes();
+        let (bounds, means) = (self.score_boxes(&boxes, 0.0), self.mean_scores());
+        let (mid, shrunk) = (self.score_boxes(&boxes, 1.0), self.score_boxes(&boxes, self.shrink));
         let recalls = Rank::ALL
             .iter()
             .map(|&r| {
