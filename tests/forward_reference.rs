@@ -110,3 +110,53 @@ fn dynamic_ntk_one_shot_prefill() {
         assert!(max_diff(row, &want[i]) < 2e-4, "position {i}");
     }
 }
+
+/// The accuracy suite's perplexity (`lserve accuracy --tasks ppl`, dense): the mean NLL of the
+/// last `score` tokens, each predicted by a decode step, equals the naive model's mean of
+/// -log softmax(logits at p - 1)[ids[p]] over the same tokens. Feeding any token twice (the bug
+/// fixed on 2026-12-06) shifts the positions and fails this.
+#[test]
+fn accuracy_ppl_scores_each_token_once() {
+    let c = base_config();
+    let mut rng = Rng(common::seed() | 1);
+    let w = random_weights(&c, &mut rng);
+    let ids: Vec<u32> = (0..37).map(|_| (rng.next() * c.vocab_size as f64) as u32).collect();
+    let want_logits = naive_logits(&c, &w, &ids);
+    let nll = |p: usize| {
+        let row = &want_logits[p - 1];
+        let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        m + row.iter().map(|x| (x - m).exp()).sum::<f64>().ln() - row[ids[p] as usize]
+    };
+    for score in [1, 12, 36, 50] {
+        let model = Llama::load(&CpuBackend::new(), &c, &w, |_, _| {}).unwrap();
+        let mut e = common::engine(model, ids.len(), common::paged_config(16, 4), 5);
+        let (got, _) = lserve::eval::accuracy::ppl_sample(&mut e, &ids, score).unwrap();
+        let first = ids.len().saturating_sub(score).max(1);
+        let want = (first..ids.len()).map(nll).sum::<f64>() / (ids.len() - first) as f64;
+        assert!((got - want).abs() < 1e-4 * want.abs().max(1.0), "score {score}: {got} vs naive {want}");
+        assert_eq!(e.cache.alloc.num_free(), e.cache.alloc.num_pages(), "pages released");
+    }
+}
+
+/// The bench's floor bytes (`Llama::step_weight_bytes`): an untied embedding table counts only
+/// the batch's rows, a tied one (the LM head) whole; every other weight counts once. Expected
+/// sizes from the config (f32 on the CPU).
+#[test]
+fn step_weight_bytes_counts_what_a_step_reads() {
+    let mut rng = Rng(common::seed() | 1);
+    for tied in [false, true] {
+        let c = ModelConfig { tie_word_embeddings: tied, ..base_config() };
+        let w = random_weights(&c, &mut rng);
+        let be = CpuBackend::new();
+        let model = Llama::load(&be, &c, &w, |_, _| {}).unwrap();
+        let (h, v, f) = (c.hidden_size, c.vocab_size, c.intermediate_size);
+        let qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim * h;
+        let layer = 2 * h + qkv + c.num_heads * c.head_dim * h + 2 * f * h + f * h;
+        let all = 4 * (v * h + if tied { 0 } else { v * h } + h + c.num_layers * layer);
+        assert_eq!(model.weight_bytes(&be), all, "tied {tied}");
+        for batch in [1, 3, 500] {
+            let want = if tied { all } else { all - 4 * v * h + 4 * h * batch.min(v) };
+            assert_eq!(model.step_weight_bytes(&be, batch), want, "tied {tied}, batch {batch}");
+        }
+    }
+}

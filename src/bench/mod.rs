@@ -168,6 +168,8 @@ pub struct BenchRow {
     /// Mean over the measured steps: unlike the median it includes the page-selection steps
     /// (one in `selector_interval`).
     pub decode_ms_mean: f64,
+    /// Weight bytes a step reads at least (`Llama::step_weight_bytes`: an untied embedding
+    /// table counts only the batch's rows).
     pub weight_bytes: u64,
     pub kv_bytes_read: u64,
     pub floor_ms: f64,
@@ -220,7 +222,7 @@ fn point<B: Backend>(
     let layout = sparse.then(|| synthetic_layout(&cfg, o.streaming_ratio));
     let opts = EngineOptions { layout, max_seqs: batch, ..EngineOptions::new(config, context + max_steps(o) + 1) };
     let tp = shards.len();
-    let weight_bytes = shards.iter().map(|(be, m)| m.weight_bytes(be) as u64).max().unwrap_or(0);
+    let weight_bytes = shards.iter().map(|(be, m)| m.step_weight_bytes(be, batch) as u64).max().unwrap_or(0);
     let backend = backend_label(&shards[0].0, tp);
     let mut e = build_engine_tp(shards, &opts)?;
     let mut seqs = vec![];

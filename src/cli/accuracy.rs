@@ -62,9 +62,7 @@ pub fn accuracy(a: AccuracyArgs) -> Result<()> {
     let dtype = load_options(&a.model)?;
     let m = open_model(&a.model)?;
     let lengths = parse_lengths("--lengths", &a.lengths)?;
-    if let Some(&l) = lengths.iter().find(|&&l| l + 64 > m.config.context_len()) {
-        bail!("--lengths: {l} tokens do not fit the model's {}-token context", m.config.context_len());
-    }
+    fits_context(&lengths, m.config.context_len())?;
     at_least_one(&[("--samples", a.samples), ("--score-tokens", a.score_tokens)])?;
     let tasks = Task::parse_list(&a.tasks)?;
     let ratios: Vec<f32> = a
@@ -139,11 +137,21 @@ fn suite_on<B: Backend>(
     Ok(rows)
 }
 
+/// Every length must fit the model's context: a sample is at most `length` tokens, prompt and
+/// answer together.
+fn fits_context(lengths: &[usize], ctx: usize) -> Result<()> {
+    match lengths.iter().find(|&&l| l > ctx) {
+        Some(l) => bail!("--lengths: {l} tokens do not fit the model's {ctx}-token context"),
+        None => Ok(()),
+    }
+}
+
 pub fn recall(a: RecallArgs) -> Result<()> {
     let device = parse_device(&a.model.device)?;
     let dtype = load_options(&a.model)?;
     let m = open_model(&a.model)?;
     let lengths = parse_lengths("--lengths", &a.lengths)?;
+    fits_context(&lengths, m.config.context_len())?;
     at_least_one(&[("--steps", a.steps), ("--every", a.every)])?;
     let pages = parse_pages(&a.pages)?;
     let budgets = Budget::parse_list(&a.budgets)?;
@@ -216,7 +224,7 @@ fn recall_on<B: Backend>(
                 c.sparse.dense_below = 0;
                 c.sparse.token_budget = b.tokens(len).max(p);
                 let (be, model) = parts.take().expect("returned after each run");
-                let mut e = build_engine(be, model, &EngineOptions::new(c, len + 1))?;
+                let mut e = build_engine(be, model, &EngineOptions::new(c, len))?;
                 let r = measure(&mut e, &ids, a.steps, a.every);
                 let budget = e.attn.k_pages * p + p;
                 parts = Some((e.backend, e.model));

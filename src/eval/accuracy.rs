@@ -161,12 +161,13 @@ pub fn run_suite<B: Backend>(
 ) -> Result<(Vec<Row>, B, Llama<B>)> {
     let mut parts = Some((be, model));
     let mut rows = vec![];
-    let max_answer = o.tasks.iter().map(|t| t.answer_tokens()).max().unwrap_or(0);
     for &length in &o.lengths {
         let samples = build_samples(tok, corpus, o, length)?;
         for v in &o.variants {
             let (be, model) = parts.take().expect("returned after each variant");
-            let mut opts = EngineOptions::new(v.config(&o.base, length), length + max_answer + 1);
+            // A ppl window is `length` tokens; a task's prompt is `length - answer` tokens and its
+            // answer the rest, so `length` tokens hold every sample (32K fits a 32K model).
+            let mut opts = EngineOptions::new(v.config(&o.base, length), length.max(1));
             opts.prefill_chunk = o.prefill_chunk;
             let mut e = build_engine(be, model, &opts)?;
             let result = run_variant(&mut e, tok, o, length, v, &samples, on_row);
@@ -191,7 +192,10 @@ fn build_samples(
             let s = (0..o.samples)
                 .map(|i| match t {
                     Task::Ppl => Ok(Sample { prompt: ppl_window(corpus, bos, length, i)?, expect: vec![] }),
-                    _ => make_sample(tok, t, length - t.answer_tokens(), i, o.seed),
+                    _ => match length.checked_sub(t.answer_tokens()) {
+                        Some(prompt) => make_sample(tok, t, prompt, i, o.seed),
+                        None => Err(Error::InvalidArgument(format!("length {length} is too short for {}", t.name()))),
+                    },
                 })
                 .collect::<Result<Vec<_>>>()?;
             Ok((t, s))
@@ -237,12 +241,16 @@ fn run_variant<B: Backend>(
     Ok(rows)
 }
 
-/// Mean NLL of the last `score` tokens of `ids`, each predicted by a decode step.
-fn ppl_sample<B: Backend>(e: &mut Engine<B>, ids: &[u32], score: usize) -> Result<(f64, KvReads)> {
+/// Mean NLL of the last `score` tokens of `ids` (all but the first when `score` >= its length),
+/// each predicted by a decode step: `ids[..split - 1]` is prefilled, then token p - 1 is fed as
+/// one decode step and its logits score token p, for p = split .. len. Each token enters the
+/// cache once (until 2026-12-06 token split - 1 was prefilled and then fed again, which shifted
+/// every scored position by one; tests/forward_reference.rs checks this against a naive model).
+pub fn ppl_sample<B: Backend>(e: &mut Engine<B>, ids: &[u32], score: usize) -> Result<(f64, KvReads)> {
     let split = ids.len().saturating_sub(score).max(1);
     let mut seq = e.cache.admit()?;
     let r = (|| -> Result<(f64, KvReads)> {
-        for part in ids[..split].chunks(e.prefill_chunk.max(1)) {
+        for part in ids[..split - 1].chunks(e.prefill_chunk.max(1)) {
             e.step(&mut seq, part, Logits::None, None)?;
         }
         let (mut nll, mut n, mut reads) = (0f64, 0usize, KvReads::default());

@@ -379,7 +379,8 @@ impl RecallProbe {
     }
 }
 
-/// Prefill `ids[..len - steps]`, then feed the rest as decode steps, measuring every `every`-th.
+/// Prefill `ids[..len - steps - 1]`, then feed the rest one token at a time as decode steps (each
+/// token enters the cache once), measuring every `every`-th.
 pub fn measure<B: Backend>(e: &mut Engine<B>, ids: &[u32], steps: usize, every: usize) -> Result<Vec<LayerRecall>> {
     let c = e.model.cfg.clone();
     let s = e.cache.shape.clone();
@@ -388,7 +389,7 @@ pub fn measure<B: Backend>(e: &mut Engine<B>, ids: &[u32], steps: usize, every: 
     let split = ids.len().saturating_sub(steps).max(1);
     let mut seq = e.cache.admit()?;
     let r = (|| -> Result<()> {
-        for part in ids[..split].chunks(e.prefill_chunk.max(1)) {
+        for part in ids[..split - 1].chunks(e.prefill_chunk.max(1)) {
             e.step(&mut seq, part, Logits::None, None)?;
         }
         for (i, p) in (split..ids.len()).enumerate() {

@@ -318,6 +318,19 @@ impl<B: Backend> Llama<B> {
         total
     }
 
+    /// Weight bytes one decode step of `batch` sequences reads at least (the bench's floor):
+    /// every matrix and norm, and of an untied embedding table only the batch's rows (a tied
+    /// table is the LM head and read whole).
+    pub fn step_weight_bytes(&self, be: &B, batch: usize) -> usize {
+        let all = self.weight_bytes(be);
+        if self.gemma.is_some() || self.lm_head.is_none() {
+            return all;
+        }
+        let table = be.len(&self.embed) * be.dtype(&self.embed).size();
+        let rows = self.shard_cfg().vocab_size.max(1);
+        all - table + (table / rows) * batch.min(rows)
+    }
+
     /// Device bytes per weight storage type (`weight_name` spelling: q4_1, q8_0, f32, ...),
     /// vectors included; what `generate --output json` reports.
     pub fn weight_bytes_by_type(&self, be: &B) -> std::collections::BTreeMap<String, usize> {
