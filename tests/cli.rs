@@ -285,6 +285,11 @@ fn bad_flags_are_refused() {
     );
     let acc = ["accuracy", "--model", &m, "--lengths", "1k", "--ratios", "0", "--out-dir", "/tmp/never"];
     assert_fails(&lserve(&[&acc[..], &["--samples", "0"]].concat()), "--samples must be at least 1");
+    // A length below a task's answer once wrapped around and built a filler without end.
+    let short = ["accuracy", "--model", &m, "--lengths", "10", "--ratios", "0", "--tasks", "niah", "--out-dir", "/tmp/never"];
+    assert_fails(&lserve(&short), "length 10 is too short for niah");
+    assert_fails(&lserve(&[&acc[..4], &["9k"], &acc[5..]].concat()), "--lengths: 9216 tokens do not fit");
+    assert_fails(&lserve(&["recall", "--model", &m, "--lengths", "9k"]), "--lengths: 9216 tokens do not fit");
     assert_fails(&lserve(&["recall", "--model", &m, "--lengths", "1k", "--steps", "0"]), "--steps must be at least 1");
     assert_fails(&lserve(&["recall", "--model", &m, "--lengths", "1k", "--every", "0"]), "--every must be at least 1");
     // Sizes without an upper bound used to allocate without end, overflow or panic inside tokio
