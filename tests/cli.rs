@@ -286,7 +286,8 @@ fn bad_flags_are_refused() {
     let acc = ["accuracy", "--model", &m, "--lengths", "1k", "--ratios", "0", "--out-dir", "/tmp/never"];
     assert_fails(&lserve(&[&acc[..], &["--samples", "0"]].concat()), "--samples must be at least 1");
     // A length below a task's answer once wrapped around and built a filler without end.
-    let short = ["accuracy", "--model", &m, "--lengths", "10", "--ratios", "0", "--tasks", "niah", "--out-dir", "/tmp/never"];
+    let short =
+        ["accuracy", "--model", &m, "--lengths", "10", "--ratios", "0", "--tasks", "niah", "--out-dir", "/tmp/never"];
     assert_fails(&lserve(&short), "length 10 is too short for niah");
     assert_fails(&lserve(&[&acc[..4], &["9k"], &acc[5..]].concat()), "--lengths: 9216 tokens do not fit");
     assert_fails(&lserve(&["recall", "--model", &m, "--lengths", "9k"]), "--lengths: 9216 tokens do not fit");
@@ -690,4 +691,20 @@ fn vocab_only_file_serves_synthetic_weights() {
     let out = lserve(&["serve", "--device", "cpu", "--synthetic-context", "9000"]);
     assert_eq!(out.status.code(), Some(2), "--synthetic-context needs --synthetic");
     assert_fails(&lserve(&["vocab-only", "--model", "/nonexistent.gguf", "--out", "/tmp/x.gguf"]), "no such file");
+}
+
+/// `--quantize int8` on a file whose matrices are all quantized (the default model: Q4_1 / Q8_0,
+/// kept native) changes nothing, and says so; with `--weights dequant` it quantizes and does not.
+#[test]
+fn quantize_on_a_quantized_file_warns() {
+    let m = model();
+    let base = ["generate", "--model", &m, "-p", "hi", "--max-tokens", "1", "--quantize", "int8"];
+    let out = lserve(&base);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("none was quantized"), "no warning: {err}");
+    let out = lserve(&[&base[..], &["--weights", "dequant"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("none was quantized"), "warned with --weights dequant: {err}");
 }

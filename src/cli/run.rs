@@ -193,7 +193,23 @@ pub fn load_weights<B: Backend>(be: &B, m: &LoadedModel, opts: LoadOptions) -> R
     bar.set_message(m.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());
     let model = Llama::load_with(be, &m.config, m.weights.as_ref(), &opts, |i, _| bar.set_position(i as u64));
     bar.finish_and_clear();
-    Ok(model?)
+    let model = model?;
+    warn_if_nothing_quantized(&opts, &model.weight_bytes_by_type(be));
+    Ok(model)
+}
+
+/// `--quantize` applies to matrices held as floats; a file whose matrices are all quantized
+/// already keeps them as they are (`--weights native`), so the flag changed nothing: say so.
+fn warn_if_nothing_quantized(opts: &LoadOptions, by_type: &std::collections::BTreeMap<String, usize>) {
+    if let Some(q) = opts.quantize {
+        if !by_type.contains_key(&q.weight_name()) {
+            tracing::warn!(
+                "--quantize {q}: every matrix of this model is quantized in the file and kept as it is, so none was \
+                 quantized (add --weights dequant to quantize the dequantized values instead)",
+                q = q.weight_name()
+            );
+        }
+    }
 }
 
 /// Every rank's model (`tp::load`) with `load_weights`'s progress bar (rank 0's layers).
@@ -207,7 +223,11 @@ pub fn load_ranks<B: Backend>(
     bar.set_message(m.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());
     let shards = super::tp::load(ranks, &m.config, m.weights.as_ref(), &opts, &|i, _| bar.set_position(i as u64));
     bar.finish_and_clear();
-    shards
+    let shards = shards?;
+    if let Some((be, model)) = shards.first() {
+        warn_if_nothing_quantized(&opts, &model.weight_bytes_by_type(be));
+    }
+    Ok(shards)
 }
 
 /// `--sparse on` without `--head-pattern`: the shipped pattern for this model (by identity), or
