@@ -210,3 +210,58 @@ fn gemma3_native_quantized_matches_dequantized_cpu() {
     let long = common::ids(&r["prompts"]["g4_long"]["ids"]);
     native_vs_dequant(be, &common::gemma_path(), &prompts, &long[..512], 12);
 }
+
+/// A small Llama shape whose rows are whole K-quant super-blocks (8 layers: Q4_K_M's Q6_K layers
+/// are 0, 3, 6 and 7).
+fn k_shape() -> lserve::model::config::ModelConfig {
+    let mut c = lserve::bench::synthetic_shape("smollm2-135m", 300, Some(256)).unwrap();
+    (c.hidden_size, c.intermediate_size, c.num_layers) = (256, 512, 8);
+    (c.num_heads, c.num_kv_heads, c.head_dim) = (4, 2, 64);
+    c.tie_word_embeddings = false;
+    c
+}
+
+/// `bench --dtype q4_k_m`: synthetic weights in llama.cpp's Q4_K_M mix. Their device bytes equal
+/// the recipe's count from the shapes (Q4_K 144 and Q6_K 210 bytes per 256 weights; Q6_K for the
+/// output and, in layers 0, 3, 6, 7, for attn_v and ffn_down), and a decode step on wgpu (when an
+/// adapter exists) gives the CPU's logits: the same host-made blocks on both.
+#[test]
+fn q4_k_m_synthetic_mix() {
+    use lserve::model::mix::WeightMix;
+    let c = k_shape();
+    let (h, f, v, hd) = (c.hidden_size, c.intermediate_size, c.vocab_size, c.head_dim);
+    let (q4, q6) = (|n: usize, k: usize| n * k / 256 * 144, |n: usize, k: usize| n * k / 256 * 210);
+    let mut want = q4(v, h) + q6(v, h) + 4 * h;
+    for i in 0..c.num_layers {
+        let more = [0, 3, 6, 7].contains(&i);
+        let (nq, nkv) = (c.num_heads * hd, c.num_kv_heads * hd);
+        let t = |n: usize, k: usize| if more { q6(n, k) } else { q4(n, k) };
+        want += q4(nq + nkv, h) + t(nkv, h) + q4(h, nq) + q4(2 * f, h) + t(h, f) + 2 * 4 * h;
+    }
+    let cpu = CpuBackend::new();
+    let m = Llama::synthetic(&cpu, &c, WeightMix::Q4KM, 5).unwrap();
+    assert_eq!(m.weight_bytes(&cpu), want);
+    let q6_bytes = q6(v, h) + 4 * (q6(c.num_kv_heads * hd, h) + q6(h, f));
+    assert_eq!(m.weight_bytes_by_type(&cpu).get("q6_k"), Some(&q6_bytes), "the Q6_K share");
+    fn logits<B: Backend>(e: &mut Engine<B>) -> Vec<f32> {
+        let ids = [3u32, 77, 150, 299, 8];
+        let mut seq = e.cache.admit().unwrap();
+        e.step(&mut seq, &ids[..4], Logits::None, None).unwrap();
+        let out = e.step(&mut seq, &ids[4..], Logits::Last, None).unwrap();
+        e.cache.release(&mut seq).unwrap();
+        out
+    }
+    let opts = || EngineOptions::new(common::paged_config(16, 4), 16);
+    let want_logits = logits(&mut build_engine(cpu, m, &opts()).unwrap());
+    assert!(want_logits.iter().all(|x| x.is_finite()));
+    #[cfg(feature = "wgpu")]
+    if let Some(be) = common::wgpu_backend() {
+        if has_formats(&be, &[GgmlType::Q4_K, GgmlType::Q6_K]) {
+            let m = Llama::synthetic(&be, &c, WeightMix::Q4KM, 5).unwrap();
+            let got = logits(&mut build_engine(be, m, &opts()).unwrap());
+            let d = got.iter().zip(&want_logits).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            let scale = want_logits.iter().map(|x| x.abs()).fold(0f32, f32::max);
+            assert!(d <= 2e-2 * scale.max(1.0), "wgpu vs CPU logits: max |diff| {d} (scale {scale})");
+        }
+    }
+}

@@ -31,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::kv::HeadLayout;
 use crate::model::config::ModelConfig;
 use crate::model::llama::{Llama, Logits};
+use crate::model::mix::WeightMix;
 use crate::model::rope::RopeScaling;
 use crate::sampling::{Sampler, SamplingParams};
 use crate::sparse::Config;
@@ -118,7 +119,8 @@ pub struct BenchOptions {
     /// Tokens per prefill step (the engine's chunk; the streaming rings grow with it).
     pub prefill_chunk: usize,
     pub bandwidth_gbs: f64,
-    pub dtype: Option<DType>,
+    /// What the synthetic weights are stored as (`--dtype`).
+    pub dtype: WeightMix,
     pub seed: u32,
     /// Time each kernel with GPU timestamps during the measured steps (a separate pass would be
     /// cleaner; the timestamps add a sync per submission, so the wall times of profiled runs

@@ -91,8 +91,9 @@ pub struct BenchArgs {
     #[arg(long, default_value = "auto")]
     pub device: String,
     /// Weight storage: auto | f32 | f16 | bf16, or synthetic quantized weights of a type:
-    /// q4_0 | q4_1 | q5_0 | q5_1 | q8_0 | q4_k | q5_k | q6_k | int8 | fp8 (the floor column counts
-    /// their bytes).
+    /// q4_0 | q4_1 | q5_0 | q5_1 | q8_0 | q4_k | q5_k | q6_k | int8 | fp8, or q4_k_m (llama.cpp's
+    /// Q4_K_M mix: Q4_K, with Q6_K for the output and for attn_v / ffn_down in half the layers);
+    /// the floor column counts their bytes.
     #[arg(long, default_value = "auto")]
     pub dtype: String,
     /// Context lengths for decode (k = 1024).

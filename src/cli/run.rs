@@ -11,6 +11,7 @@ use lserve::chat::ChatMessage;
 use lserve::engine::{EngineOptions, GenerateRequest, build_engine, build_engine_tp};
 use lserve::loader::{self, LoadedModel};
 use lserve::model::llama::Llama;
+use lserve::model::mix::WeightMix;
 use lserve::model::weights::{LoadOptions, WeightMode};
 use lserve::sampling::SamplingParams;
 use lserve::sparse::{Config, PageRank};
@@ -112,17 +113,20 @@ pub fn weight_types() -> Vec<DType> {
     v
 }
 
-/// `bench --dtype`: any weight type (synthetic weights are made in it).
-pub fn parse_weight_dtype(s: &str) -> Result<Option<DType>> {
-    if s == "auto" {
-        return Ok(None);
+/// `bench --dtype`: any weight type (synthetic weights are made in it), or `q4_k_m` (llama.cpp's
+/// Q4_K_M mix of Q4_K and Q6_K, `lserve::model::mix`).
+pub fn parse_weight_dtype(s: &str) -> Result<WeightMix> {
+    match s {
+        "auto" => return Ok(WeightMix::Auto),
+        "q4_k_m" => return Ok(WeightMix::Q4KM),
+        _ => {}
     }
     let all = weight_types();
     match all.iter().find(|d| d.weight_name() == s) {
-        Some(&d) => Ok(Some(d)),
+        Some(&d) => Ok(WeightMix::Uniform(d)),
         None => {
             let names: Vec<String> = all.iter().map(|d| d.weight_name()).collect();
-            bail!("--dtype {s}: expected auto or one of {}", names.join(", "))
+            bail!("--dtype {s}: expected auto, q4_k_m or one of {}", names.join(", "))
         }
     }
 }

@@ -41,6 +41,19 @@ impl<B: Backend> Linear<B> {
         Linear { parts: vec![Part { w, bias, rows: n, off: 0 }], n, k }
     }
 
+    /// A matrix of row parts stacked in order (synthetic weights with mixed types), no biases.
+    pub fn stacked(parts: Vec<(B::Buffer, usize)>, k: usize) -> Self {
+        let mut off = 0;
+        let parts: Vec<Part<B>> = parts
+            .into_iter()
+            .map(|(w, rows)| {
+                off += rows;
+                Part { w, bias: None, rows, off: off - rows }
+            })
+            .collect();
+        Linear { parts, n: off, k }
+    }
+
     /// out `[m][n]` = x `[m][k]` . w^T (+ bias), one matmul per part.
     pub fn matmul(&self, be: &B, m: usize, x: &B::Buffer, out: &mut B::Buffer) -> Result<()> {
         for p in &self.parts {

@@ -13,6 +13,7 @@ pub use super::batch::{AttnSettings, LayerHook, Logits, SeqStep};
 use super::batch::{GraphRegion, Head};
 use super::blocks::PrefillBlocks;
 use super::linear::{Linear, WeightLoader};
+use super::mix::{Tensor, WeightMix};
 use super::pool::BufferPool;
 use super::shard::{ShardSpec, ShardedSource, shard_config};
 use super::step::StepMeta;
@@ -166,13 +167,13 @@ impl<B: Backend> Llama<B> {
     pub fn synthetic_shard(
         be: &B,
         cfg: &ModelConfig,
-        dtype: Option<DType>,
+        weights: impl Into<WeightMix>,
         seed: u32,
         comm: Box<dyn Collective<B>>,
     ) -> Result<Self> {
         let local = shard_config(cfg, comm.size())?;
         let model =
-            Self::synthetic(be, &local, dtype, seed.wrapping_add(0x9e37_79b9u32.wrapping_mul(comm.rank() as u32)))?;
+            Self::synthetic(be, &local, weights, seed.wrapping_add(0x9e37_79b9u32.wrapping_mul(comm.rank() as u32)))?;
         Ok(model.into_shard(cfg, local, comm))
     }
 
@@ -231,25 +232,24 @@ impl<B: Backend> Llama<B> {
     /// type (`DType::is_weight_quant`: q4_k, q8_0, int8, ...): every matrix, the embedding table
     /// included, is `weight_quant::random_weights` of that type made on the host and uploaded
     /// as it is (k must be a whole number of the type's blocks).
-    pub fn synthetic(be: &B, cfg: &ModelConfig, dtype: Option<DType>, seed: u32) -> Result<Self> {
+    pub fn synthetic(be: &B, cfg: &ModelConfig, weights: impl Into<WeightMix>, seed: u32) -> Result<Self> {
         if cfg.gemma.is_some() {
             return Err(Error::InvalidArgument("synthetic weights are made for Llama-family shapes only".into()));
         }
-        let dt = dtype.unwrap_or(be.caps().weight_dtypes[0]);
-        if !be.caps().weight_dtypes.contains(&dt) {
-            return Err(Error::InvalidArgument(format!(
-                "{} weights are not supported by the {} backend",
-                dt.weight_name(),
-                be.caps().name
-            )));
+        let mix = weights.into();
+        let auto = be.caps().weight_dtypes[0];
+        for dt in mix.types(auto) {
+            if !be.caps().weight_dtypes.contains(&dt) {
+                return Err(Error::InvalidArgument(format!(
+                    "{} weights are not supported by the {} backend",
+                    dt.weight_name(),
+                    be.caps().name
+                )));
+            }
+            if !(dt.is_weight_quant() || matches!(dt, DType::F32 | DType::F16 | DType::BF16)) {
+                return Err(Error::InvalidArgument(format!("synthetic weights cannot be {dt:?}")));
+            }
         }
-        let code = match dt {
-            DType::F32 => 0,
-            DType::F16 => 1,
-            DType::BF16 => 2,
-            d if d.is_weight_quant() => u32::MAX,
-            d => return Err(Error::InvalidArgument(format!("synthetic weights cannot be {d:?}"))),
-        };
         let mut next = seed;
         let mut fill = |dtype: DType, n: usize, k: usize, scale: f32, offset: f32| -> Result<B::Buffer> {
             next = next.wrapping_add(1);
@@ -262,7 +262,11 @@ impl<B: Backend> Llama<B> {
                 })?;
                 return be.upload_weight(dtype, n, k, &bytes);
             }
-            let code = if dtype == DType::F32 { 0 } else { code };
+            let code = match dtype {
+                DType::F16 => 1,
+                DType::BF16 => 2,
+                _ => 0,
+            };
             let mut b = be.alloc(dtype, n * k)?;
             let p =
                 FillRandomParams { n: (n * k) as u32, seed: next, scale, offset, dtype: code, ..Default::default() };
@@ -270,23 +274,33 @@ impl<B: Backend> Llama<B> {
             Ok(b)
         };
         let (h, hd, ffn, v) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size);
-        let (nq, qkv) = (cfg.num_heads * hd, cfg.qkv_dim());
+        let (nq, nkv, qkv, nl) = (cfg.num_heads * hd, cfg.num_kv_heads * hd, cfg.qkv_dim(), cfg.num_layers);
+        let ty = |t: Tensor, layer: usize| mix.matrix(auto, t, layer, nl);
         let mat = |k: usize| (3.0 / k as f32).sqrt();
-        let embed = fill(dt, v, h, 1.0, 0.0)?;
+        let tied = cfg.tie_word_embeddings;
+        let embed = fill(ty(if tied { Tensor::Output } else { Tensor::Embed }, 0), v, h, 1.0, 0.0)?;
         let lm_head =
-            if cfg.tie_word_embeddings { None } else { Some(Linear::single(fill(dt, v, h, mat(h), 0.0)?, None, v, h)) };
+            if tied { None } else { Some(Linear::single(fill(ty(Tensor::Output, 0), v, h, mat(h), 0.0)?, None, v, h)) };
         let norm = fill(DType::F32, 1, h, 0.1, 1.0)?;
-        let mut layers = Vec::with_capacity(cfg.num_layers);
-        for _ in 0..cfg.num_layers {
-            let w = fill(dt, qkv, h, mat(h), 0.0)?;
+        let mut layers = Vec::with_capacity(nl);
+        for i in 0..nl {
+            // q | k | v as one part, or two where v is stored in another type (Q4_K_M).
+            let (tq, tv) = (ty(Tensor::AttnQ, i), ty(Tensor::AttnV, i));
+            debug_assert_eq!(tq, ty(Tensor::AttnK, i), "q and k share a type in every mix");
             let b = if cfg.attention_bias { Some(fill(DType::F32, 1, qkv, 0.1, 0.0)?) } else { None };
+            let w_qkv = if tq == tv || b.is_some() {
+                Linear::single(fill(tq, qkv, h, mat(h), 0.0)?, b, qkv, h)
+            } else {
+                let qk = fill(tq, nq + nkv, h, mat(h), 0.0)?;
+                Linear::stacked(vec![(qk, nq + nkv), (fill(tv, nkv, h, mat(h), 0.0)?, nkv)], h)
+            };
             layers.push(Layer {
                 attn_norm: fill(DType::F32, 1, h, 0.1, 1.0)?,
-                w_qkv: Linear::single(w, b, qkv, h),
-                w_o: Linear::single(fill(dt, h, nq, mat(nq), 0.0)?, None, h, nq),
+                w_qkv,
+                w_o: Linear::single(fill(ty(Tensor::AttnO, i), h, nq, mat(nq), 0.0)?, None, h, nq),
                 ffn_norm: fill(DType::F32, 1, h, 0.1, 1.0)?,
-                w_gate_up: Linear::single(fill(dt, 2 * ffn, h, mat(h), 0.0)?, None, 2 * ffn, h),
-                w_down: Linear::single(fill(dt, h, ffn, mat(ffn), 0.0)?, None, h, ffn),
+                w_gate_up: Linear::single(fill(ty(Tensor::FfnGateUp, i), 2 * ffn, h, mat(h), 0.0)?, None, 2 * ffn, h),
+                w_down: Linear::single(fill(ty(Tensor::FfnDown, i), h, ffn, mat(ffn), 0.0)?, None, h, ffn),
             });
         }
         Ok(Llama {

@@ -6,6 +6,7 @@ pub mod config;
 pub mod gemma3;
 pub mod linear;
 pub mod llama;
+pub mod mix;
 pub mod pool;
 pub mod rope;
 pub mod shard;
