@@ -81,6 +81,10 @@ pub struct CudaBackend {
     /// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 matrices of whole super-blocks are stored packed (packed.rs;
     /// `LSERVE_CUDA_PACK`).
     pack: bool,
+    /// Bytes of the f16 scratch a quantized GEMM at large m dequantizes weight rows into, one
+    /// chunk of rows per cuBLAS GEMM (`LSERVE_CUDA_DEQUANT_MB`, default
+    /// `ops_matmul::DEQUANT_SCRATCH_BYTES`).
+    dequant_bytes: usize,
 }
 
 /// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md, CUDA).
@@ -150,7 +154,8 @@ impl CudaBackend {
             caps.act_x8_max_k = gpu.smem_optin as usize / 80 * 32;
             caps.act_x8_k_multiple = 4;
         }
-        Ok(CudaBackend { gpu, caps, mmv, pack })
+        let dequant_bytes = mib_from_env("LSERVE_CUDA_DEQUANT_MB", ops_matmul::DEQUANT_SCRATCH_BYTES)?;
+        Ok(CudaBackend { gpu, caps, mmv, pack, dequant_bytes })
     }
 
     pub(crate) fn gpu(&self) -> &Gpu {
@@ -223,6 +228,18 @@ fn switch_from_env(name: &str) -> Result<bool> {
         Err(_) | Ok("" | "1" | "on") => Ok(true),
         Ok("0" | "off") => Ok(false),
         Ok(v) => Err(Error::InvalidArgument(format!("{name}: `{v}` is not 0, 1, on or off"))),
+    }
+}
+
+/// A size in MiB read at open (`LSERVE_CUDA_DEQUANT_MB`: the quantized GEMM's dequantization
+/// scratch, a measurement knob), `default` bytes when unset; 1..=65536 MiB.
+fn mib_from_env(name: &str, default: usize) -> Result<usize> {
+    match std::env::var(name).as_deref().map(str::trim) {
+        Err(_) | Ok("") => Ok(default),
+        Ok(v) => match v.parse::<usize>() {
+            Ok(mb @ 1..=65536) => Ok(mb << 20),
+            _ => Err(Error::InvalidArgument(format!("{name}: `{v}` is not a size in MiB from 1 to 65536"))),
+        },
     }
 }
 

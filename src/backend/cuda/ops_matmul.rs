@@ -32,7 +32,8 @@
 //! - fp8 rows, m <= [`QUANT_GEMV_MAX_M`] (and m == 1 where the integer GEMV does not fit): the
 //!   f32 GEMV (`_m16`), which dequantizes in registers and reads each weight byte once for all
 //!   rows, x in f32.
-//! - Quantized weights, larger m: chunks of at most [`DEQUANT_SCRATCH_BYTES`] of weight rows are
+//! - Quantized weights, larger m: chunks of at most [`DEQUANT_SCRATCH_BYTES`] (or
+//!   `LSERVE_CUDA_DEQUANT_MB`) of weight rows are
 //!   dequantized to f16 (`matmul_dequant`, the reference's values rounded to nearest even) into a
 //!   scratch, and each chunk is one f16 cuBLAS GEMM with x rounded to f16, writing its column
 //!   block of out (ldc = ldo, the pointer offset to the chunk's first column). docs/backends.md
@@ -62,7 +63,8 @@ pub const X16_FROM_M: usize = 2;
 pub const MMQ_MAX_M: usize = 64;
 /// Rows of x up to which fp8 weights take the f32 GEMV (dequantizing in registers).
 pub const QUANT_GEMV_MAX_M: usize = 16;
-/// Bound of the f16 scratch a quantized GEMM dequantizes its weight rows into (one chunk).
+/// Bound of the f16 scratch a quantized GEMM dequantizes its weight rows into (one chunk), unless
+/// `LSERVE_CUDA_DEQUANT_MB` says otherwise at open.
 pub const DEQUANT_SCRATCH_BYTES: usize = 64 << 20;
 
 fn u(x: u32) -> usize {
@@ -187,7 +189,7 @@ fn matmul_quant(
     }
     let dequant = entry_w(kern::matmul_dequant::ENTRIES, &QUANT_DTYPES, w, 0, 1)?;
     let x16 = round_x(be, p, x, false)?;
-    let rows = (DEQUANT_SCRATCH_BYTES / (2 * k)).max(1).min(n);
+    let rows = (be.dequant_bytes / (2 * k)).max(1).min(n);
     let w16 = g.scratch("matmul_w16", rows * k * 2)?;
     for r0 in (0..n).step_by(rows) {
         let nr = rows.min(n - r0);
