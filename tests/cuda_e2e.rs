@@ -39,12 +39,12 @@ fn config(sparse: bool, kv: &str) -> Config {
 }
 
 fn engine<B: Backend>(be: B, sparse: bool, kv: &str) -> Engine<B> {
-    engine_w(be, sparse, kv, DType::F32)
+    engine_w(be, sparse, kv, DType::F32, 64)
 }
 
 /// `engine` with synthetic weights of `w` (quantized ones are the same host-made blocks on every
-/// backend, `weight_quant::random_weights`).
-fn engine_w<B: Backend>(be: B, sparse: bool, kv: &str, w: DType) -> Engine<B> {
+/// backend, `weight_quant::random_weights`), prefilling in steps of `chunk` tokens.
+fn engine_w<B: Backend>(be: B, sparse: bool, kv: &str, w: DType, chunk: usize) -> Engine<B> {
     // Quantized: rows of whole K-quant super-blocks (256), 8 query heads over 2 KV heads.
     let cfg = match w {
         DType::F32 => model_cfg(),
@@ -52,7 +52,7 @@ fn engine_w<B: Backend>(be: B, sparse: bool, kv: &str, w: DType) -> Engine<B> {
     };
     let model = Llama::synthetic(&be, &cfg, Some(w), 7).unwrap();
     let layout = sparse.then(|| synthetic_layout(&cfg, 0.5));
-    let opts = EngineOptions { config: config(sparse, kv), max_tokens: 512, max_seqs: 1, prefill_chunk: 64, layout };
+    let opts = EngineOptions { config: config(sparse, kv), max_tokens: 512, max_seqs: 1, prefill_chunk: chunk, layout };
     build_engine(be, model, &opts).unwrap()
 }
 
@@ -69,13 +69,13 @@ fn margin(e: &mut Engine<CpuBackend>, prefix: &[u32]) -> f32 {
 }
 
 fn compare(sparse: bool, kv: &str, max_margin: f32) {
-    compare_w(sparse, kv, DType::F32, max_margin)
+    compare_w(sparse, kv, DType::F32, max_margin, 64)
 }
 
-fn compare_w(sparse: bool, kv: &str, w: DType, max_margin: f32) {
+fn compare_w(sparse: bool, kv: &str, w: DType, max_margin: f32, chunk: usize) {
     let Some(gpu) = common::cuda_backend() else { return };
-    let mut cpu = engine_w(CpuBackend::new(), sparse, "f32", w);
-    let mut cu = engine_w(gpu, sparse, kv, w);
+    let mut cpu = engine_w(CpuBackend::new(), sparse, "f32", w, chunk);
+    let mut cu = engine_w(gpu, sparse, kv, w, chunk);
     let seed = common::seed();
     let mut rng = common::naive::Rng(seed | 1);
     for len in [9, 150, 300] {
@@ -142,9 +142,32 @@ fn quantized_weights_with_x8_activations_match_cpu() {
             continue;
         }
         assert!(gpu.caps().act_x8_dtypes.contains(&w), "{w:?}: no x8 activations (LSERVE_CUDA_ACT_X8=0?)");
-        compare_w(false, "f32", w, 0.01);
-        compare_w(true, "f32", w, 0.01);
+        compare_w(false, "f32", w, 0.01, 64);
+        compare_w(true, "f32", w, 0.01, 64);
     }
+}
+
+/// Quantized weights prefilled in steps of 256 tokens (the 150- and 300-token prompts: steps of
+/// 150, 256 and 44 rows), so the prefill takes the dequantize-then-f16-GEMM path (m > 64), with
+/// the norms and silu_mul writing its x in f16 (`Backend::weight_x16_dtype`): x and the weights
+/// are rounded to f16 there, so a divergence must be a near tie (margin < 0.05, as bf16 KV).
+#[test]
+fn quantized_prefill_on_the_f16_gemm_path_matches_cpu() {
+    let Some(gpu) = common::cuda_backend() else { return };
+    let ggml = |t| DType::Ggml(t);
+    for w in [ggml(GgmlType::Q4_K), ggml(GgmlType::Q8_0), DType::I8Row, DType::F8Row] {
+        assert_eq!(
+            gpu.weight_x16_dtype(&gpu.upload_weight(w, 1, 512, &weight_bytes(w)).unwrap(), 150),
+            Some(DType::F16)
+        );
+        compare_w(false, "f32", w, 0.05, 256);
+        compare_w(true, "f32", w, 0.05, 256);
+    }
+}
+
+/// One row of 512 random weights of `w` as the bytes its upload takes.
+fn weight_bytes(w: DType) -> Vec<u8> {
+    lserve::backend::reference::weight_quant::random_weights(w, 1, 512, 3).expect("512 is whole blocks")
 }
 
 /// A ragged batch on CUDA equals the same batch on the CPU: three sequences of different lengths
