@@ -1,6 +1,7 @@
 //! A naive float64 Llama-family transformer written from the model definitions, used as the
 //! independent reference of the forward-pass tests, with an optional Lambda mask (sink + local
-//! window) for streaming heads.
+//! window) for streaming heads; and a naive Gemma 3 (HF's `1 + w` norms, per-head q/k norms,
+//! local sliding-window layers with their own RoPE base).
 #![allow(dead_code)]
 
 use lserve::loader::MemWeights;
@@ -176,4 +177,97 @@ pub fn naive_logits_lambda(c: &ModelConfig, w: &MemWeights, ids: &[u32], lambda:
 
 pub fn max_diff(a: &[f32], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| (*x as f64 - y).abs()).fold(0.0, f64::max)
+}
+
+/// Gemma's RMSNorm as HF writes it: the weight `w` multiplies as `1 + w`.
+pub fn gemma_rmsnorm(x: &[f64], w: &[f32], eps: f64) -> Vec<f64> {
+    let ms = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+    x.iter().zip(w).map(|(v, w)| v / (ms + eps).sqrt() * (1.0 + *w as f64)).collect()
+}
+
+fn gelu_tanh(x: f64) -> f64 {
+    0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// Causal GQA attention of every position, scores scaled by `scale`; a query sees the keys with
+/// `q - k < window` (`usize::MAX`: all of them).
+fn attend(
+    c: &ModelConfig,
+    qs: &[Vec<f64>],
+    ks: &[Vec<f64>],
+    vs: &[Vec<f64>],
+    scale: f64,
+    window: usize,
+) -> Vec<Vec<f64>> {
+    let (hd, nh, nkv) = (c.head_dim, c.num_heads, c.num_kv_heads);
+    (0..qs.len())
+        .map(|i| {
+            let mut out = vec![0f64; nh * hd];
+            for hh in 0..nh {
+                let kvh = hh / (nh / nkv);
+                let keys = (i + 1).saturating_sub(window)..=i;
+                let dot = |j: usize| (0..hd).map(|d| qs[i][hh * hd + d] * ks[j][kvh * hd + d]).sum::<f64>() * scale;
+                let scores: Vec<f64> = keys.clone().map(dot).collect();
+                let m = scores.iter().cloned().fold(f64::MIN, f64::max);
+                let z: f64 = scores.iter().map(|s| (s - m).exp()).sum();
+                for (j, s) in keys.zip(&scores) {
+                    (0..hd).for_each(|d| out[hh * hd + d] += (s - m).exp() / z * vs[j][kvh * hd + d]);
+                }
+            }
+            out
+        })
+        .collect()
+}
+
+/// Logits of every position of a Gemma 3 text model (HF `Gemma3ForCausalLM`) from scratch in
+/// f64: embeddings scaled by sqrt(hidden); per layer input norm, q/k/v, per-head q/k norms, RoPE
+/// (the local layers with their own base and a sliding window), post-attention norm, residual,
+/// pre-FFN norm, GELU-tanh(gate) * up, down, post-FFN norm, residual; final norm; the tied head.
+/// Every norm weight is the HF `w`, applied as `1 + w`.
+pub fn naive_gemma_logits(c: &ModelConfig, w: &MemWeights, ids: &[u32]) -> Vec<Vec<f64>> {
+    let g = c.gemma.as_ref().expect("a Gemma 3 config");
+    let (h, hd, nh, nkv) = (c.hidden_size, c.head_dim, c.num_heads, c.num_kv_heads);
+    let eps = c.rms_norm_eps as f64;
+    let global = c.rope().freqs(ids.len());
+    let local = lserve::model::rope::RopeConfig { theta: g.local_rope_theta, scaling: RopeScaling::None, ..c.rope() }
+        .freqs(ids.len());
+    let emb = get(w, "model.embed_tokens.weight");
+    let mut xs: Vec<Vec<f64>> = ids
+        .iter()
+        .map(|&t| emb[t as usize * h..][..h].iter().map(|&v| v as f64 * (h as f32).sqrt() as f64).collect())
+        .collect();
+    for l in 0..c.num_layers {
+        let p = |s: &str| format!("model.layers.{l}.{s}");
+        let n = |s: &str, x: &[f64]| gemma_rmsnorm(x, get(w, &p(&format!("{s}.weight"))), eps);
+        let (f, window) = if g.is_local(l) { (&local, g.sliding_window) } else { (&global, usize::MAX) };
+        let (mut qs, mut ks, mut vs) = (vec![], vec![], vec![]);
+        for (pos, x) in xs.iter().enumerate() {
+            let xn = n("input_layernorm", x);
+            let mut q = linear(&xn, get(w, &p("self_attn.q_proj.weight")), None, nh * hd);
+            let mut k = linear(&xn, get(w, &p("self_attn.k_proj.weight")), None, nkv * hd);
+            for (v, norm) in [(&mut q, "self_attn.q_norm"), (&mut k, "self_attn.k_norm")] {
+                for head in v.chunks_mut(hd) {
+                    let normed = n(norm, head);
+                    head.copy_from_slice(&normed);
+                    rope(head, pos, &f.inv_freq, f.attention_scaling);
+                }
+            }
+            qs.push(q);
+            ks.push(k);
+            vs.push(linear(&xn, get(w, &p("self_attn.v_proj.weight")), None, nkv * hd));
+        }
+        let attn = attend(c, &qs, &ks, &vs, 1.0 / (g.query_pre_attn_scalar as f64).sqrt(), window);
+        for (x, a) in xs.iter_mut().zip(&attn) {
+            let o = n("post_attention_layernorm", &linear(a, get(w, &p("self_attn.o_proj.weight")), None, h));
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            let xn = n("pre_feedforward_layernorm", x);
+            let gate = linear(&xn, get(w, &p("mlp.gate_proj.weight")), None, c.intermediate_size);
+            let up = linear(&xn, get(w, &p("mlp.up_proj.weight")), None, c.intermediate_size);
+            let act: Vec<f64> = gate.iter().zip(&up).map(|(g, u)| gelu_tanh(*g) * u).collect();
+            let d = n("post_feedforward_layernorm", &linear(&act, get(w, &p("mlp.down_proj.weight")), None, h));
+            x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
+        }
+    }
+    let norm = get(w, "model.norm.weight");
+    xs.iter().map(|x| linear(&gemma_rmsnorm(x, norm, eps), emb, None, c.vocab_size)).collect()
 }
