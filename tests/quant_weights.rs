@@ -255,13 +255,13 @@ fn q4_k_m_synthetic_mix() {
     let want_logits = logits(&mut build_engine(cpu, m, &opts()).unwrap());
     assert!(want_logits.iter().all(|x| x.is_finite()));
     #[cfg(feature = "wgpu")]
-    if let Some(be) = common::wgpu_backend() {
-        if has_formats(&be, &[GgmlType::Q4_K, GgmlType::Q6_K]) {
-            let m = Llama::synthetic(&be, &c, WeightMix::Q4KM, 5).unwrap();
-            let got = logits(&mut build_engine(be, m, &opts()).unwrap());
-            let d = got.iter().zip(&want_logits).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-            let scale = want_logits.iter().map(|x| x.abs()).fold(0f32, f32::max);
-            assert!(d <= 2e-2 * scale.max(1.0), "wgpu vs CPU logits: max |diff| {d} (scale {scale})");
-        }
+    if let Some(be) = common::wgpu_backend()
+        && has_formats(&be, &[GgmlType::Q4_K, GgmlType::Q6_K])
+    {
+        let m = Llama::synthetic(&be, &c, WeightMix::Q4KM, 5).unwrap();
+        let got = logits(&mut build_engine(be, m, &opts()).unwrap());
+        let d = got.iter().zip(&want_logits).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let scale = want_logits.iter().map(|x| x.abs()).fold(0f32, f32::max);
+        assert!(d <= 2e-2 * scale.max(1.0), "wgpu vs CPU logits: max |diff| {d} (scale {scale})");
     }
 }

@@ -205,14 +205,14 @@ pub fn load_weights<B: Backend>(be: &B, m: &LoadedModel, opts: LoadOptions) -> R
 /// `--quantize` applies to matrices held as floats; a file whose matrices are all quantized
 /// already keeps them as they are (`--weights native`), so the flag changed nothing: say so.
 fn warn_if_nothing_quantized(opts: &LoadOptions, by_type: &std::collections::BTreeMap<String, usize>) {
-    if let Some(q) = opts.quantize {
-        if !by_type.contains_key(&q.weight_name()) {
-            tracing::warn!(
-                "--quantize {q}: every matrix of this model is quantized in the file and kept as it is, so none was \
-                 quantized (add --weights dequant to quantize the dequantized values instead)",
-                q = q.weight_name()
-            );
-        }
+    if let Some(q) = opts.quantize
+        && !by_type.contains_key(&q.weight_name())
+    {
+        tracing::warn!(
+            "--quantize {q}: every matrix of this model is quantized in the file and kept as it is, so none was \
+             quantized (add --weights dequant to quantize the dequantized values instead)",
+            q = q.weight_name()
+        );
     }
 }
 

@@ -40,7 +40,7 @@ impl From<Option<DType>> for WeightMix {
 
 /// llama.cpp's `use_more_bits(i, n)`.
 pub fn more_bits(layer: usize, layers: usize) -> bool {
-    layer < layers / 8 || layer >= 7 * layers / 8 || (layer >= layers / 8 && (layer - layers / 8) % 3 == 2)
+    layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2
 }
 
 impl WeightMix {

@@ -6,7 +6,7 @@
 # per cuBLAS GEMM). Parity of every quantized matmul (with the f16-x runs), cuda_e2e (with the new
 # 256-token-step quantized prefill test), then Q4_K prefill at 4K / 32K: before (lserve_prev =
 # call 1's binary) vs new at 64 / 256 / 1024 MiB, profiled at 32K, bf16 beside it.
-BINS=.gpu/s25c/bins.tgz LIMIT=${LIMIT:-520} # lserve, lserve_prev, backend_parity, cuda_e2e
+BINS=.gpu/s25c/bins.tgz LIMIT=${LIMIT:-430} # lserve, lserve_prev, backend_parity, cuda_e2e
 . scripts/gpu_call_lib.sh
 export LSERVE_REQUIRE_CUDA=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$L"
