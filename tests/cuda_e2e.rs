@@ -148,26 +148,20 @@ fn quantized_weights_with_x8_activations_match_cpu() {
 }
 
 /// Quantized weights prefilled in steps of 256 tokens (the 150- and 300-token prompts: steps of
-/// 150, 256 and 44 rows), so the prefill takes the dequantize-then-f16-GEMM path (m > 64), with
-/// the norms and silu_mul writing its x in f16 (`Backend::weight_x16_dtype`): x and the weights
-/// are rounded to f16 there, so a divergence must be a near tie (margin < 0.05, as bf16 KV).
+/// 150, 256 and 44 rows), so the prefill takes the dequantize-then-f16-GEMM path (m > 64; the
+/// other tests prefill in 64-token steps, the MMQ GEMM): x and the weights are rounded to f16
+/// there, so a divergence must be a near tie (margin < 0.05, as bf16 KV). (Written 2026-12-06;
+/// not yet run on a GPU when it landed.)
 #[test]
 fn quantized_prefill_on_the_f16_gemm_path_matches_cpu() {
-    let Some(gpu) = common::cuda_backend() else { return };
+    if common::cuda_backend().is_none() {
+        return;
+    }
     let ggml = |t| DType::Ggml(t);
     for w in [ggml(GgmlType::Q4_K), ggml(GgmlType::Q8_0), DType::I8Row, DType::F8Row] {
-        assert_eq!(
-            gpu.weight_x16_dtype(&gpu.upload_weight(w, 1, 512, &weight_bytes(w)).unwrap(), 150),
-            Some(DType::F16)
-        );
         compare_w(false, "f32", w, 0.05, 256);
         compare_w(true, "f32", w, 0.05, 256);
     }
-}
-
-/// One row of 512 random weights of `w` as the bytes its upload takes.
-fn weight_bytes(w: DType) -> Vec<u8> {
-    lserve::backend::reference::weight_quant::random_weights(w, 1, 512, 3).expect("512 is whole blocks")
 }
 
 /// A ragged batch on CUDA equals the same batch on the CPU: three sequences of different lengths

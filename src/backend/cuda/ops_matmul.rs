@@ -38,8 +38,7 @@
 //!   scratch, and each chunk is one f16 cuBLAS GEMM with x rounded to f16, writing its column
 //!   block of out (ldc = ldo, the pointer offset to the chunk's first column). docs/backends.md
 //!   argues this against per-tile dequantization into shared memory.
-//! - An x already in the 16-bit dtype the GEMM multiplies ([`x16_dtype`]: the 16-bit weights' own
-//!   from m = 2, f16 for quantized weights on the dequantize path; `Caps::act16_from`: rmsnorm,
+//! - An x already in the 16-bit weights' dtype (m >= 2; `Caps::act16_from`: rmsnorm,
 //!   add_rmsnorm and silu_mul wrote it rounded) skips the rounding pass: the same GEMM operands.
 //! - f32 weights (tests): SGEMM at m >= 2. A bias is added by a small kernel afterwards.
 //!
@@ -72,19 +71,6 @@ fn u(x: u32) -> usize {
     x as usize
 }
 
-/// The 16-bit x the GEMM paths take as it is at m rows (`Backend::weight_x16_dtype`): f16 / bf16
-/// weights their dtype from [`X16_FROM_M`]; quantized weights f16 where they take the
-/// dequantize-then-cuBLAS path (above [`MMQ_MAX_M`], fp8 above [`QUANT_GEMV_MAX_M`]), whose GEMM
-/// multiplies x rounded to f16: the producers' rounding replaces `matmul_round_x`'s.
-pub fn x16_dtype(w: DType, m: usize) -> Option<DType> {
-    match w {
-        DType::F16 | DType::BF16 if m >= X16_FROM_M => Some(w),
-        DType::F8Row if m > QUANT_GEMV_MAX_M => Some(DType::F16),
-        w if w.is_weight_quant() && w != DType::F8Row && m > MMQ_MAX_M => Some(DType::F16),
-        _ => None,
-    }
-}
-
 pub fn matmul(
     be: &CudaBackend,
     p: &MatmulParams,
@@ -94,13 +80,12 @@ pub fn matmul(
     out: &mut CudaBuffer,
 ) -> Result<()> {
     let (m, n, k) = (u(p.m), u(p.n), u(p.k));
-    // x in the 16-bit dtype the GEMM multiplies (x16_dtype: Caps::act16_from) goes to it as it is.
-    let x16 = x16_dtype(w.dtype, m);
-    let x_act16 = x16.is_some() && x16 == Some(x.dtype);
+    // x in the weights' own 16-bit dtype (Caps::act16_from) goes to the GEMM as it is.
+    let x_act16 = m >= X16_FROM_M && matches!(w.dtype, DType::F16 | DType::BF16) && x.dtype == w.dtype;
     if x.dtype == DType::X8 {
         need_x8(be, p, x, w)?;
     } else {
-        need(x, if x_act16 { x.dtype } else { DType::F32 }, m * k, "matmul x")?;
+        need(x, if x_act16 { w.dtype } else { DType::F32 }, m * k, "matmul x")?;
     }
     if w.dtype.is_weight_quant() {
         need_weights(w, n, k, "matmul w")?;
@@ -123,7 +108,7 @@ pub fn matmul(
         return Ok(());
     }
     if w.dtype.is_weight_quant() {
-        return matmul_quant(be, p, x, x_act16, w, bias, out);
+        return matmul_quant(be, p, x, w, bias, out);
     }
     if m < X16_FROM_M {
         // Entries [weight dtype][plain | _vec].
@@ -175,7 +160,6 @@ fn matmul_quant(
     be: &CudaBackend,
     p: &MatmulParams,
     x: &CudaBuffer,
-    x_act16: bool,
     w: &CudaBuffer,
     bias: Option<&CudaBuffer>,
     out: &mut CudaBuffer,
@@ -204,7 +188,7 @@ fn matmul_quant(
         );
     }
     let dequant = entry_w(kern::matmul_dequant::ENTRIES, &QUANT_DTYPES, w, 0, 1)?;
-    let x16 = if x_act16 { x.ptr() } else { round_x(be, p, x, false)? };
+    let x16 = round_x(be, p, x, false)?;
     let rows = (be.dequant_bytes / (2 * k)).max(1).min(n);
     let w16 = g.scratch("matmul_w16", rows * k * 2)?;
     for r0 in (0..n).step_by(rows) {
