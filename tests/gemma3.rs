@@ -150,7 +150,7 @@ fn long_text_nll_and_decode_past_the_window() {
 }
 
 /// A small random Gemma 3 (6 layers, layer 5 global, window 16, vocab 512) under HF names.
-#[cfg(feature = "wgpu")]
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn tiny_gemma(seed: u64) -> (lserve::model::config::ModelConfig, lserve::loader::MemWeights) {
     let v = serde_json::json!({
         "architectures": ["Gemma3ForCausalLM"], "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
@@ -192,17 +192,7 @@ fn tiny_gemma(seed: u64) -> (lserve::model::config::ModelConfig, lserve::loader:
     (c, w)
 }
 
-#[cfg(feature = "wgpu")]
-fn tiny_engine<B: lserve::backend::Backend>(
-    be: B,
-    c: &lserve::model::config::ModelConfig,
-    w: &lserve::loader::MemWeights,
-    dtype: Option<lserve::backend::DType>,
-) -> Engine<B> {
-    tiny_engine_with(be, c, w, dtype, lserve::sparse::Config::default())
-}
-
-#[cfg(feature = "wgpu")]
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn tiny_engine_with<B: lserve::backend::Backend>(
     be: B,
     c: &lserve::model::config::ModelConfig,
@@ -222,13 +212,29 @@ fn tiny_engine_with<B: lserve::backend::Backend>(
 /// Gemma 3 (the real model's 262,144 x 640 embedding exceeds lavapipe's 128 MiB storage binding,
 /// which the wgpu backend refuses with a clear error): 150 tokens prefilled in 16-token chunks,
 /// so the local layers' ring (sink 4 + window 16 + chunk 16 = 48 tokens) wraps three times, then
-/// 10 decode steps; every logits row within 1e-3 with f32 weights. The CPU path itself is the
-/// one tested against transformers above.
+/// 10 decode steps; every logits row within 1e-3 with f32 weights and f32 KV. The CPU path itself
+/// is the one tested against transformers above.
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_gemma_matches_cpu_past_the_window() {
+    if let Some(gpu) = common::wgpu_backend() {
+        gpu_gemma_matches_cpu(gpu, "wgpu");
+    }
+}
+
+/// The same on CUDA (f32 weights and KV; skipped without a device unless LSERVE_REQUIRE_CUDA=1):
+/// the local layers' ring, the QK norms, the post norms and GELU-tanh FFN through CUDA's kernels.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_gemma_matches_cpu_past_the_window() {
+    if let Some(gpu) = common::cuda_backend() {
+        gpu_gemma_matches_cpu(gpu, "cuda");
+    }
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn gpu_gemma_matches_cpu<G: lserve::backend::Backend>(gpu: G, name: &str) {
     use lserve::backend::{Backend, DType};
-    let Some(gpu) = common::wgpu_backend() else { return };
     let seed = common::seed();
     let (c, w) = tiny_gemma(seed);
     let mut rng = common::naive::Rng(seed ^ 0x5eed);
@@ -245,12 +251,16 @@ fn wgpu_gemma_matches_cpu_past_the_window() {
         }
         rows
     }
-    let got = run(&mut tiny_engine(gpu, &c, &w, f32w), &ids);
-    let want = run(&mut tiny_engine(CpuBackend::new(), &c, &w, None), &ids);
+    let mut config = lserve::sparse::Config::default();
+    if gpu.caps().kv_dtypes.contains(&DType::F32) {
+        config.cache.kv_dtype = "f32".into();
+    }
+    let got = run(&mut tiny_engine_with(gpu, &c, &w, f32w, config.clone()), &ids);
+    let want = run(&mut tiny_engine_with(CpuBackend::new(), &c, &w, None, config), &ids);
     let tol = if f32w.is_some() { 1e-3 } else { 3e-2 };
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         let err = g.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        assert!(err < tol, "step {i}: max |logit diff| wgpu vs cpu {err} (weights {f32w:?})");
+        assert!(err < tol, "step {i}: max |logit diff| {name} vs cpu {err} (weights {f32w:?})");
     }
 }
 
