@@ -242,17 +242,12 @@ fn run_variant<B: Backend>(
 }
 
 /// Mean NLL of the last `score` tokens of `ids` (all but the first when `score` >= its length),
-/// each predicted by a decode step: `ids[..split - 1]` is prefilled, then token p - 1 is fed as
-/// one decode step and its logits score token p, for p = split .. len. Each token enters the
-/// cache once (until 2026-12-06 token split - 1 was prefilled and then fed again, which shifted
-/// every scored position by one; tests/forward_reference.rs checks this against a naive model).
+/// each predicted by a decode step ([`super::prefill_for_decode`]: each token enters the cache
+/// once; tests/forward_reference.rs checks this against a naive model).
 pub fn ppl_sample<B: Backend>(e: &mut Engine<B>, ids: &[u32], score: usize) -> Result<(f64, KvReads)> {
-    let split = ids.len().saturating_sub(score).max(1);
     let mut seq = e.cache.admit()?;
     let r = (|| -> Result<(f64, KvReads)> {
-        for part in ids[..split - 1].chunks(e.prefill_chunk.max(1)) {
-            e.step(&mut seq, part, Logits::None, None)?;
-        }
+        let split = super::prefill_for_decode(e, &mut seq, ids, score)?;
         let (mut nll, mut n, mut reads) = (0f64, 0usize, KvReads::default());
         for p in split..ids.len() {
             let row = e.step(&mut seq, &ids[p - 1..p], Logits::Last, None)?;

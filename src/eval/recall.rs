@@ -379,19 +379,16 @@ impl RecallProbe {
     }
 }
 
-/// Prefill `ids[..len - steps - 1]`, then feed the rest one token at a time as decode steps (each
+/// Decode steps predicting the last `steps` tokens of `ids` ([`super::prefill_for_decode`]: each
 /// token enters the cache once), measuring every `every`-th.
 pub fn measure<B: Backend>(e: &mut Engine<B>, ids: &[u32], steps: usize, every: usize) -> Result<Vec<LayerRecall>> {
     let c = e.model.cfg.clone();
     let s = e.cache.shape.clone();
     let scale = c.gemma.as_ref().map_or(c.head_dim as f32, |g| g.query_pre_attn_scalar).sqrt().recip();
     let mut probe = RecallProbe::new(c.num_layers, e.attn.k_pages, scale, e.attn.bound_shrink);
-    let split = ids.len().saturating_sub(steps).max(1);
     let mut seq = e.cache.admit()?;
     let r = (|| -> Result<()> {
-        for part in ids[..split - 1].chunks(e.prefill_chunk.max(1)) {
-            e.step(&mut seq, part, Logits::None, None)?;
-        }
+        let split = super::prefill_for_decode(e, &mut seq, ids, steps)?;
         for (i, p) in (split..ids.len()).enumerate() {
             if i % every.max(1) != 0 {
                 e.step(&mut seq, &ids[p - 1..p], Logits::None, None)?;
