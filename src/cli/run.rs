@@ -116,17 +116,13 @@ pub fn weight_types() -> Vec<DType> {
 /// `bench --dtype`: any weight type (synthetic weights are made in it), or `q4_k_m` (llama.cpp's
 /// Q4_K_M mix of Q4_K and Q6_K, `lserve::model::mix`).
 pub fn parse_weight_dtype(s: &str) -> Result<WeightMix> {
-    match s {
-        "auto" => return Ok(WeightMix::Auto),
-        "q4_k_m" => return Ok(WeightMix::Q4KM),
-        _ => {}
-    }
-    let all = weight_types();
-    match all.iter().find(|d| d.weight_name() == s) {
-        Some(&d) => Ok(WeightMix::Uniform(d)),
+    let uniform = weight_types().into_iter().map(WeightMix::Uniform);
+    let all: Vec<WeightMix> = [WeightMix::Auto, WeightMix::Q4KM].into_iter().chain(uniform).collect();
+    match all.iter().find(|m| m.name() == s) {
+        Some(&m) => Ok(m),
         None => {
-            let names: Vec<String> = all.iter().map(|d| d.weight_name()).collect();
-            bail!("--dtype {s}: expected auto, q4_k_m or one of {}", names.join(", "))
+            let names: Vec<String> = all.iter().map(|m| m.name()).collect();
+            bail!("--dtype {s}: expected one of {}", names.join(", "))
         }
     }
 }
