@@ -22,19 +22,11 @@ shape, context, ms_per_token (the whole step), attention_ms, floor_ms.
   python3 scripts/torch_decode_bench.py --contexts 4096,32768,131072 --csv torch.csv
 """
 import argparse
-import os
-import sys
 import time
 
-# Our GPU scripts source scripts/cuda_env.sh, which puts /usr/local/cuda/lib64 (cuDNN 9.14 on the
-# GPU machine) on LD_LIBRARY_PATH for cudarc; torch 2.11 bundles cuDNN 9.19 and, finding the older
-# one first, runs without cuDNN: no cuDNN attention, so SDPA fell back to flash attention at half
-# the speed (the anchor of docs/benchmarks.md sessions 11-24). Torch brings its own libraries:
-# start again without that path.
-if os.environ.get("LD_LIBRARY_PATH") and os.environ.get("LSERVE_TORCH_KEEP_LD_PATH") != "1":
-    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    env["LSERVE_TORCH_KEEP_LD_PATH"] = "1"
-    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+import torch_env
+
+torch_env.outside_cuda_env()
 
 import torch
 import torch.nn.functional as F
@@ -159,8 +151,7 @@ def main():
     ap.add_argument("--batch", default="", help="also time dense batched steps, e.g. 1,8,16 (at --contexts)")
     ap.add_argument("--max-kv-gb", type=float, default=100.0, help="skip batch points whose KV exceeds this")
     a = ap.parse_args()
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {cudnn}, {torch.cuda.get_device_name()}")
+    torch_env.print_versions()
     dev, dt = "cuda", torch.bfloat16
     s = SHAPES[a.shape]
     hd = s["hidden"] // s["heads"]
