@@ -129,32 +129,50 @@ __device__ void rgemv_impl(MatmulParams p, const float* x, const u8* w, const fl
     }
 }
 
-// Weight rows row0 .. row0 + p.n (p.n = the chunk's rows) as f16 into w16 [p.n][k]: one thread
-// per decode chunk, grid-stride.
+// Weight rows row0 .. row0 + p.n (p.n = the chunk's rows) as f16 into w16 [p.n][k]. A block of
+// DQ_THREADS threads takes a span of DQ_THREADS consecutive decode chunks (grid-stride over spans):
+// each thread decodes its chunk into shared memory, then the block stores the span, which is one
+// contiguous run of w16 (the chunks of a row are whole blocks in order, and a span starts on a
+// block: LANES divides DQ_THREADS), with consecutive threads writing consecutive 16-byte words.
+// (Each thread storing its own 32-element runs had a warp's store touch 16 bytes of every 64-128:
+// ~640 GB/s on the H100, docs/benchmarks.md session 26.) The staging is padded one word in nine so
+// that neither the chunk-strided writes nor the sequential reads meet in a bank.
+#define DQ_THREADS 256
+__device__ __forceinline__ u32 dq_pad(u32 q) { return q + (q >> 3); }
 template <class Q>
 __device__ void qdequant_impl(MatmulParams p, const u8* w, f16_t* w16, u32 row0) {
-    u32 nb = p.k / Q::QK, per_row = nb * Q::LANES;
-    u64 total = (u64)p.n * per_row;
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
-        u64 r = i / per_row;
-        u32 c = (u32)(i % per_row), blk = c / Q::LANES;
-        int sub = (int)(c % Q::LANES);
-        float y[32 * Q::RUNS];
-        Q::template decode<true>(w + ((u64)(row0 + r) * nb + blk) * Q::BYTES, sub, y);
+    const u32 NE = 32 * Q::RUNS; // elements per chunk (LANES * NE = QK)
+    __shared__ uint4 span[DQ_THREADS * NE / 8 + DQ_THREADS * NE / 64];
+    const u32 nb = p.k / Q::QK, per_row = nb * Q::LANES;
+    const u64 total = (u64)p.n * per_row;
+    uint4* out = reinterpret_cast<uint4*>(w16);
+    for (u64 c0 = (u64)blockIdx.x * DQ_THREADS; c0 < total; c0 += (u64)gridDim.x * DQ_THREADS) {
+        const u64 i = c0 + threadIdx.x;
+        if (i < total) {
+            u64 r = i / per_row;
+            u32 c = (u32)(i % per_row), blk = c / Q::LANES;
+            int sub = (int)(c % Q::LANES);
+            float y[NE];
+            Q::template decode<true>(w + ((u64)(row0 + r) * nb + blk) * Q::BYTES, sub, y);
+            const u32 base = (threadIdx.x / Q::LANES) * Q::QK;
 #pragma unroll
-        for (int run = 0; run < Q::RUNS; run++) {
-            uint4* o = reinterpret_cast<uint4*>(w16 + r * p.k + (u64)blk * Q::QK + Q::xoff(sub, run));
+            for (int run = 0; run < Q::RUNS; run++)
 #pragma unroll
-            for (int i8 = 0; i8 < 4; i8++) {
-                const float* v = y + 32 * run + 8 * i8;
-                uint4 pk;
-                pk.x = (u32)f32_to_f16(v[0]) | ((u32)f32_to_f16(v[1]) << 16);
-                pk.y = (u32)f32_to_f16(v[2]) | ((u32)f32_to_f16(v[3]) << 16);
-                pk.z = (u32)f32_to_f16(v[4]) | ((u32)f32_to_f16(v[5]) << 16);
-                pk.w = (u32)f32_to_f16(v[6]) | ((u32)f32_to_f16(v[7]) << 16);
-                o[i8] = pk;
-            }
+                for (int i8 = 0; i8 < 4; i8++) {
+                    const float* v = y + 32 * run + 8 * i8;
+                    uint4 pk;
+                    pk.x = (u32)f32_to_f16(v[0]) | ((u32)f32_to_f16(v[1]) << 16);
+                    pk.y = (u32)f32_to_f16(v[2]) | ((u32)f32_to_f16(v[3]) << 16);
+                    pk.z = (u32)f32_to_f16(v[4]) | ((u32)f32_to_f16(v[5]) << 16);
+                    pk.w = (u32)f32_to_f16(v[6]) | ((u32)f32_to_f16(v[7]) << 16);
+                    span[dq_pad((base + Q::xoff(sub, run)) / 8 + i8)] = pk;
+                }
         }
+        __syncthreads();
+        const u64 chunks = total - c0 < DQ_THREADS ? total - c0 : DQ_THREADS;
+        const u32 words = (u32)chunks * (NE / 8);
+        for (u32 q = threadIdx.x; q < words; q += DQ_THREADS) out[c0 * (NE / 8) + q] = span[dq_pad(q)];
+        __syncthreads();
     }
 }
 

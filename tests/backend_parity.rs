@@ -306,6 +306,17 @@ parity_tests!(wgpu_plain, crate::common::wgpu_backend_with(lserve::backend::wgpu
 #[cfg(feature = "cuda")]
 parity_tests!(cuda, crate::common::cuda_backend());
 
+/// The dequantize + cuBLAS path (m > 64) in chunks of whole 128-row tiles (a 16 KiB scratch;
+/// `ops_matmul::dequant_rows`): the tests' 300-row matrices take chunks of 128, 128 and 44 (256
+/// and 44 at k = 32), each its own dequantization span and GEMM writing its column block of out.
+#[cfg(feature = "cuda")]
+fn cuda_dequant_chunks() -> Option<lserve::backend::cuda::CudaBackend> {
+    let opts = lserve::backend::cuda::CudaOptions { dequant_bytes: Some(16 << 10), ..Default::default() };
+    crate::common::cuda_backend_with(opts)
+}
+#[cfg(feature = "cuda")]
+matmul_quant_tests!(cuda_dequant_chunks, crate::cuda_dequant_chunks());
+
 /// The batch-1 quantized GEMV in each mode whatever LSERVE_CUDA_MMV says (`cuda::matmul` takes
 /// the default, `MmvMode::Auto`, which picks one per weight format): x quantized in every block
 /// (`cuda_mmv_inblock`); x quantized once per call (`MmvMode::Pre`) on the in-block grid (one row

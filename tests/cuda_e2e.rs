@@ -149,18 +149,22 @@ fn quantized_weights_with_x8_activations_match_cpu() {
 
 /// Quantized weights prefilled in steps of 256 tokens (the 150- and 300-token prompts: steps of
 /// 150, 256 and 44 rows), so the prefill takes the dequantize-then-f16-GEMM path (m > 64; the
-/// other tests prefill in 64-token steps, the MMQ GEMM): x and the weights are rounded to f16
-/// there, so a divergence must be a near tie (margin < 0.05, as bf16 KV). (Written 2026-12-06;
-/// not yet run on a GPU when it landed.)
+/// other tests prefill in 64-token steps, the MMQ GEMM), with the norms and silu_mul writing its x
+/// in f16 (`Backend::weight_x16_dtype`): x and the weights are rounded to f16 there, so a
+/// divergence must be a near tie (margin < 0.05, as bf16 KV). Dense attention only: with page
+/// selection on, a 16-bit rounding in the prefill moves the pages' bounds a little, and where two
+/// pages' bounds nearly tie a different page is selected and later logits move by whole units,
+/// which the logit-margin rule cannot see (2026-12-06, H100: int8 rows, prompt 150, a margin of
+/// 2.5 at step 18 of a sparse run whose dense run agreed up to a near tie). Q6_K beside Q4_K:
+/// the Q4_K test model's greedy run repeats one token.
 #[test]
 fn quantized_prefill_on_the_f16_gemm_path_matches_cpu() {
-    if common::cuda_backend().is_none() {
-        return;
-    }
+    let Some(gpu) = common::cuda_backend() else { return };
     let ggml = |t| DType::Ggml(t);
-    for w in [ggml(GgmlType::Q4_K), ggml(GgmlType::Q8_0), DType::I8Row, DType::F8Row] {
+    for w in [ggml(GgmlType::Q4_K), ggml(GgmlType::Q6_K), ggml(GgmlType::Q8_0), DType::I8Row, DType::F8Row] {
+        let bytes = lserve::backend::reference::weight_quant::random_weights(w, 1, 512, 3).expect("whole blocks");
+        assert_eq!(gpu.weight_x16_dtype(&gpu.upload_weight(w, 1, 512, &bytes).unwrap(), 150), Some(DType::F16));
         compare_w(false, "f32", w, 0.05, 256);
-        compare_w(true, "f32", w, 0.05, 256);
     }
 }
 

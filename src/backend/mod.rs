@@ -310,6 +310,14 @@ pub trait Backend: Send {
         let c = self.caps();
         c.x8_row_fits(k) && c.act_x8_dtypes.contains(&self.dtype(w))
     }
+    /// The 16-bit dtype `matmul` takes an x of `m` rows in for weights `w`, as it is (the values
+    /// its own rounding would have made; `Caps::act16_from`): f16 / bf16 weights their own dtype
+    /// from `act16_from` rows on. A backend may add others (CUDA: quantized weights f16 from the
+    /// rows where it dequantizes them to f16 for a cuBLAS GEMM). None: an f32 x.
+    fn weight_x16_dtype(&self, w: &Self::Buffer, m: usize) -> Option<DType> {
+        let d = self.dtype(w);
+        (self.caps().act16_from.is_some_and(|from| m >= from) && matches!(d, DType::F16 | DType::BF16)).then_some(d)
+    }
     /// Overwrite elements `offset..offset + data.len()` of an f32 buffer (KV swap-in).
     fn write_f32_at(&self, dst: &mut Self::Buffer, offset: usize, data: &[f32]) -> Result<()>;
     /// Overwrite elements `offset..offset + data.len()` of a u32 buffer.

@@ -66,13 +66,13 @@ impl<B: Backend> Linear<B> {
         Ok(())
     }
 
-    /// The 16-bit dtype its x may come in where the backend takes 16-bit activations
-    /// (`Caps::act16_from`): every part stored as that one f16/bf16 type, so the GEMM takes such
-    /// an x as it is. None: f32 x.
-    pub fn x16_dtype(&self, be: &B) -> Option<DType> {
-        let d = be.dtype(&self.parts.first()?.w);
-        let one = self.parts.iter().all(|p| be.dtype(&p.w) == d);
-        (one && matches!(d, DType::F16 | DType::BF16)).then_some(d)
+    /// The 16-bit dtype its x of `m` rows may come in where the backend takes 16-bit activations
+    /// (`Caps::act16_from`): every part's `Backend::weight_x16_dtype` is that one type (f16 / bf16
+    /// weights their own; CUDA's quantized weights f16 on its dequantize path), so the GEMM takes
+    /// such an x as it is. None: f32 x.
+    pub fn x16_dtype(&self, be: &B, m: usize) -> Option<DType> {
+        let d = be.weight_x16_dtype(&self.parts.first()?.w, m)?;
+        self.parts.iter().all(|p| be.weight_x16_dtype(&p.w, m) == Some(d)).then_some(d)
     }
 
     /// Its matmul takes x as one row of x8 digits (`DType::X8`): every part does

@@ -591,8 +591,8 @@ impl<B: Backend> Llama<B> {
         if be.caps().act16_from.is_none_or(|from| n < from) {
             return (DType::F32, DType::F32, DType::F32);
         }
-        let xn = common_x16(be, ls.iter().flat_map(|l| [&l.w_qkv, &l.w_gate_up]));
-        (xn, DType::F32, common_x16(be, ls.iter().map(|l| &l.w_down)))
+        let xn = common_x16(be, n, ls.iter().flat_map(|l| [&l.w_qkv, &l.w_gate_up]));
+        (xn, DType::F32, common_x16(be, n, ls.iter().map(|l| &l.w_down)))
     }
 
     /// The logits `[nl][vocab]` of the `nl` normed rows `sel`. Under tensor parallelism each rank
@@ -660,10 +660,11 @@ fn act_len(d: DType, n: usize, k: usize) -> usize {
     if d == DType::X8 { x8_bytes(k) } else { n * k }
 }
 
-/// The one 16-bit dtype every matrix of `ls` takes its x in (`Linear::x16_dtype`), else f32.
-fn common_x16<'a, B: Backend + 'a>(be: &B, mut ls: impl Iterator<Item = &'a Linear<B>>) -> DType {
-    match ls.next().and_then(|l| l.x16_dtype(be)) {
-        Some(d) if ls.all(|l| l.x16_dtype(be) == Some(d)) => d,
+/// The one 16-bit dtype every matrix of `ls` takes its x of `n` rows in (`Linear::x16_dtype`),
+/// else f32.
+fn common_x16<'a, B: Backend + 'a>(be: &B, n: usize, mut ls: impl Iterator<Item = &'a Linear<B>>) -> DType {
+    match ls.next().and_then(|l| l.x16_dtype(be, n)) {
+        Some(d) if ls.all(|l| l.x16_dtype(be, n) == Some(d)) => d,
         _ => DType::F32,
     }
 }

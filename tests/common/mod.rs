@@ -112,11 +112,13 @@ pub fn cuda_backend() -> Option<lserve::backend::cuda::CudaBackend> {
 /// [`cuda_backend`] opened with the batch-1 GEMV mode `mmv` (None: `LSERVE_CUDA_MMV`, default
 /// `auto`); its `Caps::act_x8_dtypes` follow that mode.
 pub fn cuda_backend_mmv(mmv: Option<lserve::backend::cuda::MmvMode>) -> Option<lserve::backend::cuda::CudaBackend> {
-    let opts = lserve::backend::cuda::CudaOptions {
-        kernel_cache: Some(lserve::fetch::cache_dir().join("cuda")),
-        mmv,
-        ..Default::default()
-    };
+    cuda_backend_with(lserve::backend::cuda::CudaOptions { mmv, ..Default::default() })
+}
+
+/// [`cuda_backend`] opened with `opts` (the kernel cache added).
+pub fn cuda_backend_with(opts: lserve::backend::cuda::CudaOptions) -> Option<lserve::backend::cuda::CudaBackend> {
+    let opts =
+        lserve::backend::cuda::CudaOptions { kernel_cache: Some(lserve::fetch::cache_dir().join("cuda")), ..opts };
     match lserve::backend::cuda::CudaBackend::with_options(0, opts) {
         Ok(b) => Some(b),
         Err(e) if std::env::var("LSERVE_REQUIRE_CUDA").is_ok_and(|v| v == "1") => panic!("CUDA required: {e}"),

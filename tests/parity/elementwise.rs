@@ -298,6 +298,17 @@ fn quant_case<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, p: &MatmulPa
     let x8 = dtype != DType::F8Row && m <= t.gpu.caps().matmul_x8_max_m;
     let x16 = t.gpu.caps().matmul_x16_from.is_some_and(|r| m >= r) && !x8;
     t.check(&name, &out, len, if x16 { TOL_QUANT } else { TOL_REDUCTION });
+    // The same x already in the 16-bit dtype the backend multiplies (`weight_x16_dtype`: CUDA's
+    // dequantize + f16 GEMM path, the rows a prefill's norms and silu_mul write in f16): the
+    // operands the GEMM would have rounded itself, so the f32 x's output bit for bit.
+    if let Some(d) = t.gpu.weight_x16_dtype(&w.0, m) {
+        let xv = t.cpu.download_f32(&x.1, 0, m * k).unwrap();
+        let x16 = t.gpu.upload_f32(d, xv).unwrap();
+        let mut o16 = t.out(len);
+        t.gpu.matmul(p, &x16, &w.0, bias.map(|b| &b.0), &mut o16.0).unwrap();
+        let want = t.gpu.download_f32(&out.0, 0, len).unwrap();
+        close(&format!("{name} x {d:?}"), &t.gpu.download_f32(&o16.0, 0, len).unwrap(), &want, 0.0);
+    }
     // The same x as its digits (DType::X8, `weight_quant::x8_encode`) where the backend takes
     // them: the same product as the reference's.
     let c = t.gpu.caps();

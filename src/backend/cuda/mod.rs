@@ -102,11 +102,15 @@ pub struct CudaOptions {
     /// Where the batch-1 quantized GEMV gets x's int8 digits ([`MmvMode`]); `None` reads
     /// `LSERVE_CUDA_MMV` once, at open (unset: [`MmvMode::Auto`], per weight format).
     pub mmv: Option<MmvMode>,
+    /// Bytes of the f16 scratch a quantized GEMM dequantizes a chunk of weight rows into
+    /// (`ops_matmul::dequant_rows`); `None` reads `LSERVE_CUDA_DEQUANT_MB` once, at open (unset:
+    /// `ops_matmul::DEQUANT_SCRATCH_BYTES`).
+    pub dequant_bytes: Option<usize>,
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        CudaOptions { kernel_cache: None, graph_replay: true, mmv: None }
+        CudaOptions { kernel_cache: None, graph_replay: true, mmv: None, dequant_bytes: None }
     }
 }
 
@@ -154,7 +158,10 @@ impl CudaBackend {
             caps.act_x8_max_k = gpu.smem_optin as usize / 80 * 32;
             caps.act_x8_k_multiple = 4;
         }
-        let dequant_bytes = mib_from_env("LSERVE_CUDA_DEQUANT_MB", ops_matmul::DEQUANT_SCRATCH_BYTES)?;
+        let dequant_bytes = match opts.dequant_bytes {
+            Some(b) => b.max(1),
+            None => mib_from_env("LSERVE_CUDA_DEQUANT_MB", ops_matmul::DEQUANT_SCRATCH_BYTES)?,
+        };
         Ok(CudaBackend { gpu, caps, mmv, pack, dequant_bytes })
     }
 
@@ -384,6 +391,9 @@ impl Backend for CudaBackend {
     /// The listed dtypes (`Caps::act_x8_dtypes`), but a matrix of a format that packs takes X8 only
     /// where it is stored packed: its GGML-block GEMV quantizes x in every block, faster than
     /// reading the digits (`ops_matmul::x8_dtypes`).
+    fn weight_x16_dtype(&self, w: &CudaBuffer, m: usize) -> Option<DType> {
+        ops_matmul::x16_dtype(w.dtype, m)
+    }
     fn weight_takes_x8(&self, w: &CudaBuffer, k: usize) -> bool {
         let c = &self.caps;
         let listed = c.x8_row_fits(k) && c.act_x8_dtypes.contains(&w.dtype);

@@ -38,7 +38,8 @@
 //!   scratch, and each chunk is one f16 cuBLAS GEMM with x rounded to f16, writing its column
 //!   block of out (ldc = ldo, the pointer offset to the chunk's first column). docs/backends.md
 //!   argues this against per-tile dequantization into shared memory.
-//! - An x already in the 16-bit weights' dtype (m >= 2; `Caps::act16_from`: rmsnorm,
+//! - An x already in the 16-bit dtype the GEMM multiplies ([`x16_dtype`]: the 16-bit weights' own
+//!   from m = 2, f16 for quantized weights on the dequantize path; `Caps::act16_from`: rmsnorm,
 //!   add_rmsnorm and silu_mul wrote it rounded) skips the rounding pass: the same GEMM operands.
 //! - f32 weights (tests): SGEMM at m >= 2. A bias is added by a small kernel afterwards.
 //!
@@ -64,11 +65,27 @@ pub const MMQ_MAX_M: usize = 64;
 /// Rows of x up to which fp8 weights take the f32 GEMV (dequantizing in registers).
 pub const QUANT_GEMV_MAX_M: usize = 16;
 /// Bound of the f16 scratch a quantized GEMM dequantizes its weight rows into (one chunk), unless
-/// `LSERVE_CUDA_DEQUANT_MB` says otherwise at open.
-pub const DEQUANT_SCRATCH_BYTES: usize = 64 << 20;
+/// `LSERVE_CUDA_DEQUANT_MB` says otherwise at open: 256 MiB holds every matrix of an 8B model whole
+/// (gate|up, 235 MB), one GEMM per matrix as with 16-bit weights (64 MiB cut gate|up in four and
+/// down in two: 4K prefill 121.0 / 122.6 ms against 112.3 / 112.6, H100, docs/benchmarks.md session
+/// 26). The scratch is only as large as the largest matrix that uses it.
+pub const DEQUANT_SCRATCH_BYTES: usize = 256 << 20;
 
 fn u(x: u32) -> usize {
     x as usize
+}
+
+/// The 16-bit x the GEMM paths take as it is at m rows (`Backend::weight_x16_dtype`): f16 / bf16
+/// weights their dtype from [`X16_FROM_M`]; quantized weights f16 where they take the
+/// dequantize-then-cuBLAS path (above [`MMQ_MAX_M`], fp8 above [`QUANT_GEMV_MAX_M`]), whose GEMM
+/// multiplies x rounded to f16: the producers' rounding replaces `matmul_round_x`'s.
+pub fn x16_dtype(w: DType, m: usize) -> Option<DType> {
+    match w {
+        DType::F16 | DType::BF16 if m >= X16_FROM_M => Some(w),
+        DType::F8Row if m > QUANT_GEMV_MAX_M => Some(DType::F16),
+        w if w.is_weight_quant() && w != DType::F8Row && m > MMQ_MAX_M => Some(DType::F16),
+        _ => None,
+    }
 }
 
 pub fn matmul(
@@ -80,12 +97,13 @@ pub fn matmul(
     out: &mut CudaBuffer,
 ) -> Result<()> {
     let (m, n, k) = (u(p.m), u(p.n), u(p.k));
-    // x in the weights' own 16-bit dtype (Caps::act16_from) goes to the GEMM as it is.
-    let x_act16 = m >= X16_FROM_M && matches!(w.dtype, DType::F16 | DType::BF16) && x.dtype == w.dtype;
+    // x in the 16-bit dtype the GEMM multiplies (x16_dtype: Caps::act16_from) goes to it as it is.
+    let x16 = x16_dtype(w.dtype, m);
+    let x_act16 = x16.is_some() && x16 == Some(x.dtype);
     if x.dtype == DType::X8 {
         need_x8(be, p, x, w)?;
     } else {
-        need(x, if x_act16 { w.dtype } else { DType::F32 }, m * k, "matmul x")?;
+        need(x, if x_act16 { x.dtype } else { DType::F32 }, m * k, "matmul x")?;
     }
     if w.dtype.is_weight_quant() {
         need_weights(w, n, k, "matmul w")?;
@@ -108,7 +126,7 @@ pub fn matmul(
         return Ok(());
     }
     if w.dtype.is_weight_quant() {
-        return matmul_quant(be, p, x, w, bias, out);
+        return matmul_quant(be, p, x, x_act16, w, bias, out);
     }
     if m < X16_FROM_M {
         // Entries [weight dtype][plain | _vec].
@@ -160,6 +178,7 @@ fn matmul_quant(
     be: &CudaBackend,
     p: &MatmulParams,
     x: &CudaBuffer,
+    x_act16: bool,
     w: &CudaBuffer,
     bias: Option<&CudaBuffer>,
     out: &mut CudaBuffer,
@@ -188,14 +207,14 @@ fn matmul_quant(
         );
     }
     let dequant = entry_w(kern::matmul_dequant::ENTRIES, &QUANT_DTYPES, w, 0, 1)?;
-    let x16 = round_x(be, p, x, false)?;
-    let rows = (be.dequant_bytes / (2 * k)).max(1).min(n);
+    let x16 = if x_act16 { x.ptr() } else { round_x(be, p, x, false)? };
+    let rows = dequant_rows(be.dequant_bytes, n, k);
     let w16 = g.scratch("matmul_w16", rows * k * 2)?;
     for r0 in (0..n).step_by(rows) {
         let nr = rows.min(n - r0);
         let pc = MatmulParams { n: nr as u32, ..*p };
         let args = kern::matmul_dequant::Args { w, w16: Scratch(w16), row0: r0 as u32, n_total: p.n };
-        kern::matmul_dequant::launch_variant(g, dequant, Launch::elems(nr * k / 32), &pc, args)?;
+        kern::matmul_dequant::launch_variant(g, dequant, dequant_launch(w.dtype, nr * k), &pc, args)?;
         let out0 = out.ptr() + 4 * (p.out_off as u64 + r0 as u64);
         let rec = GemmRec {
             m: m as i32,
@@ -210,6 +229,28 @@ fn matmul_quant(
         g.gemm16(rec)?;
     }
     add_bias(be, p, bias, out)
+}
+
+/// Weight rows per dequantize + GEMM chunk: all `n` where `n x k` f16 fit `bytes`, else as many
+/// whole 128-row tiles as fit (a chunk of a ragged row count, 2,340 of the 8B shape's down
+/// projection at 64 MiB, left cuBLAS a partial tile per chunk), at least one tile (or one row).
+pub fn dequant_rows(bytes: usize, n: usize, k: usize) -> usize {
+    let fit = bytes / (2 * k).max(1);
+    if fit >= n {
+        return n.max(1);
+    }
+    (fit / 128 * 128).max(128.min(n)).max(1)
+}
+
+/// The launch of `matmul_dequant` over `elems` weights: GGML formats a 256-thread block per span
+/// of 256 decode chunks (`qdequant_impl`: 32 weights a chunk, 64 for the K-quants), the row-scaled
+/// ones a thread per weight (grid-stride).
+fn dequant_launch(d: DType, elems: usize) -> Launch {
+    match d {
+        DType::Ggml(GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) => Launch::elems(elems / 64),
+        DType::Ggml(_) => Launch::elems(elems / 32),
+        _ => Launch::elems(elems),
+    }
 }
 
 /// The weight formats whose batch-1 GEMV reads x's digits from memory in mode `mode` (`Reg` or
@@ -582,6 +623,21 @@ fn sgemm(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer, w: &CudaBuffer, out
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dequant_chunks_are_whole_matrices_or_whole_tiles() {
+        let mib = 1 << 20;
+        // The 8B shape: gate|up (28672 x 4096) and down (4096 x 14336).
+        assert_eq!(dequant_rows(64 * mib, 28672, 4096), 8192);
+        assert_eq!(dequant_rows(64 * mib, 4096, 14336), 2304); // 2340 rows fit: 18 whole tiles
+        assert_eq!(dequant_rows(256 * mib, 28672, 4096), 28672);
+        assert_eq!(dequant_rows(256 * mib, 4096, 14336), 4096);
+        // Below one tile: one tile (or the whole matrix where it is smaller).
+        assert_eq!(dequant_rows(16 << 10, 300, 4096), 128);
+        assert_eq!(dequant_rows(16 << 10, 100, 4096), 100);
+        assert_eq!(dequant_rows(16 << 10, 300, 32), 256);
+        assert_eq!(dequant_rows(1, 1, 32), 1);
+    }
 
     #[test]
     fn x8_dtypes_are_the_formats_that_read_digits() {
