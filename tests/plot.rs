@@ -294,6 +294,7 @@ fn row(backend: &str, mode: &str, context: usize, batch: usize, ms: f64, floor: 
         prefill_tokens: 0,
         prefill_ms: None,
         kernels: vec![],
+        device_memory: None,
     }
 }
 

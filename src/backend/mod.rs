@@ -366,6 +366,12 @@ pub trait Backend: Send {
     fn buffer_id(&self, _b: &Self::Buffer) -> u64 {
         0
     }
+    /// Device memory the backend's allocator holds: live buffers and the memory blocks they sit
+    /// in (wgpu; what a memory budget is charged beyond the driver's own context). None where the
+    /// backend does not know (CPU, CUDA).
+    fn device_memory(&self) -> Option<DeviceMemory> {
+        None
+    }
 
     /// out[i, :] = table[ids[i], :] as f32. table `[vocab][dim]`, ids `[n_tokens]` u32, out `[n_tokens][dim]`.
     fn embed(&self, p: &EmbedParams, table: &Self::Buffer, ids: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
@@ -524,4 +530,13 @@ pub trait Backend: Send {
         settings: &Self::Buffer,
         out: &mut Self::Buffer,
     ) -> Result<()>;
+}
+
+/// Device memory an allocator reports (`Backend::device_memory`), bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceMemory {
+    /// The live buffers' sizes.
+    pub buffers: u64,
+    /// The memory blocks the allocator obtained from the driver to hold them (at least `buffers`).
+    pub reserved: u64,
 }

@@ -25,7 +25,7 @@ pub mod plot;
 use serde::Serialize;
 
 use crate::backend::collective::Collective;
-use crate::backend::{Backend, DType, FillRandomParams};
+use crate::backend::{Backend, DType, DeviceMemory, FillRandomParams};
 use crate::engine::{Engine, EngineOptions, KvReads, Shards, StepHead, StepRow, build_engine_tp};
 use crate::error::{Error, Result};
 use crate::kv::HeadLayout;
@@ -181,6 +181,9 @@ pub struct BenchRow {
     /// Per op: (op, dispatches per step, GPU microseconds per step), from GPU timestamps over
     /// the measured steps (empty where the backend has no device clock).
     pub kernels: KernelTimes,
+    /// Device memory the backend's allocator held at the end of the point, every rank's
+    /// (`Backend::device_memory`; None where the backend does not report it).
+    pub device_memory: Option<DeviceMemory>,
 }
 
 /// Per op: (op, dispatches per step, GPU microseconds per step).
@@ -285,6 +288,7 @@ fn point<B: Backend>(
             e.backend.take_profile().into_iter().map(|(op, calls, ns)| (op, calls as f64 / n, ns / n / 1e3)).collect();
         set_profiling(&e, false)?;
     }
+    let device_memory = device_memory(&e);
     for seq in seqs.iter_mut() {
         e.cache.release(seq)?;
     }
@@ -311,8 +315,20 @@ fn point<B: Backend>(
         prefill_tokens: 0,
         prefill_ms: None,
         kernels,
+        device_memory,
     };
     Ok((row, e.into_shards()))
+}
+
+/// Every rank's `Backend::device_memory`, summed; None if a rank does not report it.
+fn device_memory<B: Backend>(e: &Engine<B>) -> Option<DeviceMemory> {
+    let mut all = e.backend.device_memory()?;
+    for r in &e.ranks {
+        let m = r.backend.device_memory()?;
+        all.buffers += m.buffers;
+        all.reserved += m.reserved;
+    }
+    Some(all)
 }
 
 /// The backend column: the backend's name, `-tp<N>` under tensor parallelism.
@@ -378,7 +394,7 @@ fn prefill<B: Backend>(
     tokens: usize,
     sparse: bool,
     o: &BenchOptions,
-) -> Result<(f64, KernelTimes, Shards<B>)> {
+) -> Result<(f64, KernelTimes, Option<DeviceMemory>, Shards<B>)> {
     let mut config = o.config.clone();
     config.sparse.enabled = sparse;
     let layout = sparse.then(|| synthetic_layout(&shards[0].1.cfg, o.streaming_ratio));
@@ -413,7 +429,8 @@ fn prefill<B: Backend>(
             e.backend.take_profile().into_iter().map(|(op, calls, ns)| (op, calls as f64 / n, ns / n / 1e3)).collect();
         set_profiling(&e, false)?;
     }
-    Ok((median(&mut times), kernels, e.into_shards()))
+    let memory = device_memory(&e);
+    Ok((median(&mut times), kernels, memory, e.into_shards()))
 }
 
 /// Run the whole sweep for one shape on `be`.
@@ -456,7 +473,7 @@ pub fn run_tp<B: Backend>(
     );
     let mut rows = vec![];
     for &sparse in o.sparse.iter().filter(|_| o.prefill_tokens > 0) {
-        let (ms, kernels, s) = prefill(shards, o.prefill_tokens, sparse, o)?;
+        let (ms, kernels, device_memory, s) = prefill(shards, o.prefill_tokens, sparse, o)?;
         shards = s;
         let row = BenchRow {
             backend: backend_label(&shards[0].0, tp),
@@ -476,6 +493,7 @@ pub fn run_tp<B: Backend>(
             prefill_tokens: o.prefill_tokens,
             prefill_ms: Some(ms),
             kernels,
+            device_memory,
         };
         log(&row);
         rows.push(row);

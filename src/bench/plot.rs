@@ -132,14 +132,14 @@ pub fn read_compare(path: &Path) -> Result<Vec<CompareRow>> {
 }
 
 /// The bench CSV columns, in order.
-pub const CSV_HEADER: &str = "backend,shape,mode,context,batch,kv_dtype,kv_bytes_per_token,decode_ms,decode_ms_min,decode_ms_mean,weight_bytes,kv_bytes_read,floor_ms,kv_read_fraction,prefill_tokens,prefill_ms";
+pub const CSV_HEADER: &str = "backend,shape,mode,context,batch,kv_dtype,kv_bytes_per_token,decode_ms,decode_ms_min,decode_ms_mean,weight_bytes,kv_bytes_read,floor_ms,kv_read_fraction,prefill_tokens,prefill_ms,device_memory_buffers,device_memory_reserved";
 
 /// `rows` as the bench CSV (`bench.csv`).
 pub fn to_csv(rows: &[BenchRow]) -> String {
     let mut csv = format!("{CSV_HEADER}\n");
     for r in rows {
         csv += &format!(
-            "{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{:.4},{:.4},{},{}\n",
+            "{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{:.4},{:.4},{},{},{},{}\n",
             r.backend,
             r.shape,
             r.mode,
@@ -155,7 +155,9 @@ pub fn to_csv(rows: &[BenchRow]) -> String {
             r.floor_ms,
             r.kv_read_fraction,
             r.prefill_tokens,
-            r.prefill_ms.map_or(String::new(), |m| format!("{m:.3}"))
+            r.prefill_ms.map_or(String::new(), |m| format!("{m:.3}")),
+            r.device_memory.map_or(String::new(), |m| m.buffers.to_string()),
+            r.device_memory.map_or(String::new(), |m| m.reserved.to_string())
         );
     }
     csv
@@ -187,6 +189,10 @@ pub fn read_bench_csv(path: &Path) -> Result<Vec<BenchRow>> {
             prefill_tokens: t.num(i, "prefill_tokens")?.unwrap_or(0),
             prefill_ms: t.num(i, "prefill_ms")?,
             kernels: vec![],
+            device_memory: match (t.num(i, "device_memory_buffers")?, t.num(i, "device_memory_reserved")?) {
+                (Some(buffers), Some(reserved)) => Some(crate::backend::DeviceMemory { buffers, reserved }),
+                _ => None,
+            },
         });
     }
     Ok(rows)

@@ -250,6 +250,15 @@ pub fn bench(a: BenchArgs) -> Result<()> {
                 .filter(|&m| m > 0.0)
                 .map_or(String::new(), |m| format!("{:.0}", r.prefill_tokens as f64 * 1e3 / m))
         );
+        if let Some(m) = r.device_memory {
+            let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+            println!(
+                "{:>18} device memory: buffers {:.1} MiB, reserved {:.1} MiB",
+                "",
+                mib(m.buffers),
+                mib(m.reserved)
+            );
+        }
         // The hot kernels, and the tensor-parallel collectives wherever they rank.
         let shown = r.kernels.iter().enumerate().filter(|(i, k)| *i < 8 || k.0.starts_with("all_"));
         for (_, (op, calls, us)) in shown {

@@ -524,6 +524,11 @@ impl Backend for WgpuBackend {
         self.gpu.take_profile()
     }
 
+    fn device_memory(&self) -> Option<DeviceMemory> {
+        let r = self.gpu.device.generate_allocator_report()?;
+        Some(DeviceMemory { buffers: r.total_allocated_bytes, reserved: r.total_reserved_bytes })
+    }
+
     fn fill_random(&self, p: &FillRandomParams, out: &mut WgpuBuffer) -> Result<()> {
         ops_basic::fill_random(self, p, out)
     }
