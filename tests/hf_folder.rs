@@ -123,14 +123,20 @@ fn write_shards(
     mem
 }
 
+/// A model folder's text files in `d` (config.json, tokenizer.json, tokenizer_config.json), and
+/// the config as lserve reads it.
+fn write_folder(d: &Path, config: &str, tokenizer: &str, tokenizer_config: &str) -> lserve::model::config::ModelConfig {
+    std::fs::write(d.join("config.json"), config).unwrap();
+    std::fs::write(d.join("tokenizer.json"), tokenizer).unwrap();
+    std::fs::write(d.join("tokenizer_config.json"), tokenizer_config).unwrap();
+    lserve::model::config::ModelConfig::from_hf_json(&serde_json::from_str(config).unwrap()).unwrap()
+}
+
 #[test]
 fn hf_folder_loads_like_memory_weights() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("config.json"), CONFIG).unwrap();
-    std::fs::write(d.join("tokenizer.json"), TOKENIZER).unwrap();
-    std::fs::write(d.join("tokenizer_config.json"), TOKENIZER_CONFIG).unwrap();
-    let cfg = lserve::model::config::ModelConfig::from_hf_json(&serde_json::from_str(CONFIG).unwrap()).unwrap();
+    let cfg = write_folder(d, CONFIG, TOKENIZER, TOKENIZER_CONFIG);
     assert_eq!(cfg.arch, "qwen2");
     assert!(cfg.attention_bias && !cfg.tie_word_embeddings && cfg.sliding_window.is_none());
     assert_eq!(cfg.eos_token_ids, vec![1, 2]);
@@ -254,10 +260,7 @@ fn gemma_tensors(c: &lserve::model::config::ModelConfig, seed: u64) -> Vec<(Stri
 fn hf_gemma3_folder_loads_like_memory_weights() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("config.json"), GEMMA_CONFIG).unwrap();
-    std::fs::write(d.join("tokenizer.json"), GEMMA_TOKENIZER).unwrap();
-    std::fs::write(d.join("tokenizer_config.json"), GEMMA_TOKENIZER_CONFIG).unwrap();
-    let cfg = lserve::model::config::ModelConfig::from_hf_json(&serde_json::from_str(GEMMA_CONFIG).unwrap()).unwrap();
+    let cfg = write_folder(d, GEMMA_CONFIG, GEMMA_TOKENIZER, GEMMA_TOKENIZER_CONFIG);
     assert_eq!(cfg.arch, "gemma3");
     assert!(cfg.tie_word_embeddings && !cfg.attention_bias);
     assert_eq!((cfg.bos_token_id, cfg.eos_token_ids.clone()), (Some(2), vec![1, 106]));
