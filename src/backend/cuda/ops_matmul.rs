@@ -98,8 +98,7 @@ pub fn matmul(
 ) -> Result<()> {
     let (m, n, k) = (u(p.m), u(p.n), u(p.k));
     // x in the 16-bit dtype the GEMM multiplies (x16_dtype: Caps::act16_from) goes to it as it is.
-    let x16 = x16_dtype(w.dtype, m);
-    let x_act16 = x16.is_some() && x16 == Some(x.dtype);
+    let x_act16 = x16_dtype(w.dtype, m) == Some(x.dtype);
     if x.dtype == DType::X8 {
         need_x8(be, p, x, w)?;
     } else {

@@ -276,8 +276,9 @@ impl Gpu {
             // Sub-allocated device-memory blocks of 4-8 MiB: every larger buffer (weights, KV
             // pools, summaries: allocated once, at load) gets its own allocation of its own size.
             // Performance's 128-256 MiB blocks (and MemoryUsage's 8-64) leave each block's tail
-            // unused: 3 KV pools of 17 MB in a 64 MiB block held 13 MiB for nothing, 330 MiB over
-            // an 8B model at 8K (docs/weights.md), memory a laptop GPU does not have.
+            // unused: an 8B Q4_K_M at 8K peaked at 6,369 MiB with Performance, 6,301 with
+            // MemoryUsage, 6,195 with these (H100, docs/benchmarks.md session 26), memory a
+            // laptop GPU does not have.
             memory_hints: wgpu::MemoryHints::Manual { suballocated_device_memory_block_size: (4 << 20)..(8 << 20) },
             trace: wgpu::Trace::Off,
         };
