@@ -37,9 +37,12 @@
 
 #define PW_THREADS 256  // the two computing warpgroups
 #define PW_WS_THREADS (PW_THREADS + 128)  // and _ws's producer warpgroup
-// _ws's registers per thread after setmaxnreg: 128 x 56 + 256 x 224 <= 65,536.
+// _ws's registers per thread after setmaxnreg: the producer gives back exactly what the computing
+// warpgroups take (a block starts with 65,536 / 384 = 168 a thread, rounded down to 8).
 #define PW_WS_PRODUCER_REGS 56
 #define PW_WS_CONSUMER_REGS 224
+static_assert(128 * PW_WS_PRODUCER_REGS + PW_THREADS * PW_WS_CONSUMER_REGS == PW_WS_THREADS * 168,
+              "setmaxnreg: the consumers take exactly the registers the producer frees");
 #define PW_TILE (128u * 128u * 2u)  // bytes of one 128-row, 128-dim 16-bit tile
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -81,6 +84,20 @@ __device__ __forceinline__ void pw_mb_wait(u32 a, u32 parity) {
 __device__ __forceinline__ void pw_mb_arrive_cp_async(u32 a) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(a) : "memory");
 }
+// `_tma`: the mbarrier's phase also waits for `bytes` more bytes of async copies (issued before
+// the copies that complete them, and before this thread's own arrival on it); a 2D box of the
+// tensor map at coordinates (c0, c1), 128-byte swizzled by the map, copied into shared memory,
+// completing on the mbarrier (cp.async.bulk.tensor: TMA).
+__device__ __forceinline__ void pw_mb_expect_tx(u32 a, u32 bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void pw_tma_2d(u32 dst, u64 tmap, u32 c0, u32 c1, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        ::"r"(dst), "l"(tmap), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+// Barrier initialisations visible to the async proxy (TMA's complete_tx) as well.
+__device__ __forceinline__ void pw_fence_mb_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 // Named barriers 1.. among the two computing warpgroups (256 threads): wait for the other's
 // arrival, or arrive without waiting.
 __device__ __forceinline__ void pw_bar_sync(u32 id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
@@ -149,12 +166,13 @@ PW_MMA(f16_t, "f16")
 // copies land, cp.async.mbarrier.arrive) and `empty` (each computing warp arrives once S, or P V,
 // finished reading it); a burst issues S(ti) and P V(ti - 1) together, the two warpgroups take
 // turns at the tensor cores (named barriers), and the softmax of ti overlaps P V(ti - 1).
-template <typename KT, bool WS>
+template <typename KT, bool WS, bool TMA>
 __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v,
                                    const KT* sk, const KT* sv, const u32* head_map, const u32* page_indptr,
                                    const u32* page_table, const u32* kv_len, const u32* ring_table, float* out,
                                    u32 page_table_len, u32 ring_table_len, const u32* blk_sel, const u32* blk_cnt,
-                                   u32 bsl, u32 bcl) {
+                                   u32 bsl, u32 bcl, const u64* tmaps) {
+    static_assert(!(WS && TMA), "_tma stages with every thread, as the plain kernel does");
     constexpr u32 D = 128, BQ = 128, BK = 128;
     constexpr u32 CH = D / 8;                    // 16-byte chunks per row
     constexpr u32 WR = 32 / CH;                  // rows a warp copies per pass
@@ -212,32 +230,72 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
     // WR) (+ warp * WR); in pass n every lane copies chunk c of row r0 + RP n, its offset taken by
     // shuffle. RP is a multiple of 8, so the swizzle's row phase is the same in every pass and pass
     // n's chunk lies RP * 128 n bytes after pass 0's. Keys outside the visible ranges are zero-filled.
+    //
+    // _tma: warp w stages rows 16 w .. 16 w + 15, lane l < 16 finding row 16 w + l. When those 16
+    // keys are one run of a page (every key visible, consecutive pool rows), lane 0 copies them as
+    // four TMA boxes (K and V, two 64-dim halves each: the map's 128-byte swizzle is the tile's);
+    // any other warp copies its rows with cp.async (pass n: rows 16 w + 2 n + lane / 16), zero
+    // filling keys outside the visible ranges as above. Either way the tile lands on the stage's
+    // mbarrier `full`: the box bytes (expect_tx) and every thread's cp.async (arrive.noinc).
     static_assert(RP % 8 == 0, "a pass must keep the swizzle's row phase");
     const u32 c = lane % CH, o0 = pw_swz(warp * WR + lane / CH, c);
-    u32 npg = NONE_U32, nrow = 0;  // this lane's key of the next tile to stage (phase 1 done)
-    auto lookup = [&](u32 ti) {
-        npg = NONE_U32;
-        if (lane < WR * NP && ti < n_tiles) npg = key_page(ti, warp * WR + lane % WR + RP * (lane / WR), nrow);
-    };
-    auto stage = [&](u32 ti) {
-        const u32 kd = base + (1 + ti % 2) * PW_TILE + o0, vd = base + (3 + ti % 2) * PW_TILE + o0;
-        const u32 mine = key_off(npg, nrow);
-#pragma unroll
-        for (u32 n = 0; n < NP; n++) {
-            const u32 off = __shfl_sync(0xffffffffu, mine, lane / CH + WR * n);
-            const bool ok = off != NONE_U32;
-            const u32 at = ok ? off + 8 * c : 0u;
-            cp_async16z(kd + n * RP * 128u, kpool + at, ok);
-            cp_async16z(vd + n * RP * 128u, vpool + at, ok);
-        }
-        cp_async_commit();
-        lookup(ti + 1);  // a tile before its copies
-    };
-    // WS: the stages' mbarriers, K and V apart (K's stage is free once S read it, V's once P V
-    // did): fullK[0..1], fullV[0..1], emptyK[0..1], emptyV[0..1].
+    // _tma: this block's pools' tensor maps (K, V; the streaming pools' two after them).
+    const u64 tmk = TMA ? (u64)(tmaps + (t.streaming ? 32 : 0)) : 0ull, tmv = tmk + 128u;
+    // The stages' mbarriers. _tma: full[0..1] (both of a tile's K and V). WS: K and V apart (K's
+    // stage is free once S read it, V's once P V did): fullK[0..1], fullV[0..1], emptyK[0..1],
+    // emptyV[0..1].
     __shared__ __align__(8) u64 bars[8];
     const u32 bar = smem_addr(bars);
     const u32 full_k = bar, full_v = bar + 16, empty_k = bar + 32, empty_v = bar + 48;
+    u32 npg = NONE_U32, nrow = 0;  // this lane's key of the next tile to stage (phase 1 done)
+    auto lookup = [&](u32 ti) {
+        npg = NONE_U32;
+        if (TMA ? lane < 16 : lane < WR * NP) {
+            const u32 j = TMA ? 16 * warp + lane : warp * WR + lane % WR + RP * (lane / WR);
+            if (ti < n_tiles) npg = key_page(ti, j, nrow);
+        }
+    };
+    auto stage = [&](u32 ti) {
+        const u32 kd = base + (1 + ti % 2) * PW_TILE, vd = base + (3 + ti % 2) * PW_TILE;
+        const u32 mine = key_off(npg, nrow);
+        if constexpr (TMA) {
+            const u32 fb = full_k + 8 * (ti % 2);
+            const u32 first = __shfl_sync(0xffffffffu, mine, 0);
+            const bool run = lane >= 16 || (mine != NONE_U32 && first != NONE_U32 && mine == first + lane * D);
+            if (__all_sync(0xffffffffu, run)) {
+                if (lane == 0) {
+                    pw_mb_expect_tx(fb, 4u * 16u * 128u);  // four boxes of 16 rows x 128 bytes
+                    const u32 r0 = 16u * warp * 128u, row = mine / D;
+                    pw_tma_2d(kd + r0, tmk, 0, row, fb);
+                    pw_tma_2d(kd + r0 + 128u * 128u, tmk, 64, row, fb);
+                    pw_tma_2d(vd + r0, tmv, 0, row, fb);
+                    pw_tma_2d(vd + r0 + 128u * 128u, tmv, 64, row, fb);
+                }
+            } else {
+#pragma unroll
+                for (u32 n = 0; n < 8; n++) {
+                    const u32 r = 16 * warp + 2 * n + lane / 16;
+                    const u32 off = __shfl_sync(0xffffffffu, mine, 2 * n + lane / 16);
+                    const bool ok = off != NONE_U32;
+                    const u32 at = ok ? off + 8 * c : 0u;
+                    cp_async16z(kd + pw_swz(r, c), kpool + at, ok);
+                    cp_async16z(vd + pw_swz(r, c), vpool + at, ok);
+                }
+            }
+            pw_mb_arrive_cp_async(fb);
+        } else {
+#pragma unroll
+            for (u32 n = 0; n < NP; n++) {
+                const u32 off = __shfl_sync(0xffffffffu, mine, lane / CH + WR * n);
+                const bool ok = off != NONE_U32;
+                const u32 at = ok ? off + 8 * c : 0u;
+                cp_async16z(kd + o0 + n * RP * 128u, kpool + at, ok);
+                cp_async16z(vd + o0 + n * RP * 128u, vpool + at, ok);
+            }
+            cp_async_commit();
+        }
+        lookup(ti + 1);  // a tile before its copies
+    };
     if (WS && tid == 0) {
         for (u32 i = 0; i < 2; i++) {
             pw_mb_init(full_k + 8 * i, 128);  // the producer's threads, as their copies land
@@ -246,12 +304,15 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
             pw_mb_init(empty_v + 8 * i, 8);
         }
     }
-    if (!WS) {
-        lookup(0);
-        if (n_tiles > 0) stage(0);
+    if (TMA && tid == 0) {
+        for (u32 i = 0; i < 2; i++) pw_mb_init(full_k + 8 * i, PW_THREADS);  // every thread's arrival
+        pw_fence_mb_init();
     }
-    pw_fence_proxy();  // Q's stores (and the WS barriers' init) before any wgmma and any wait
+    if (!WS) lookup(0);
+    if (!WS && !TMA && n_tiles > 0) stage(0);
+    pw_fence_proxy();  // Q's stores (and the barriers' init) before any wgmma and any wait
     __syncthreads();
+    if (TMA && n_tiles > 0) stage(0);
     if (WS && warp >= PW_THREADS / 32) {
         // The producer, with few registers (the computing warpgroups take the rest): K(ti) into
         // K stage ti % 2 once S(ti - 2) released it, V(ti) likewise after P V(ti - 2); each
@@ -443,9 +504,14 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
         }
     } else {
         for (u32 ti = 0; ti < n_tiles; ti++) {
-            // Tile ti landed (every thread's copies), visible to the async proxy, for every warp;
-            // and every warpgroup is done with tile ti - 1, whose stages tile ti + 1 refills.
-            cp_async_wait<0>();
+            // Tile ti landed (every thread's copies; _tma: and its boxes), visible to the async
+            // proxy, for every warp; and every warpgroup is done with tile ti - 1, whose stages tile
+            // ti + 1 refills.
+            if constexpr (TMA) {
+                pw_mb_wait(full_k + 8 * (ti % 2), (ti / 2) % 2);
+            } else {
+                cp_async_wait<0>();
+            }
             pw_fence_proxy();
             __syncthreads();
             pw_pin(sc);
@@ -484,21 +550,33 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define PW_BODY(KT, WS) \
-    prefill_wgmma_impl<KT, WS>(p, q, q_indptr, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, out, \
-                           ptl, rtl, blk_sel, blk_cnt, bsl, bcl);
+#define PW_BODY(KT, WS, TMA, TMAPS) \
+    prefill_wgmma_impl<KT, WS, TMA>(p, q, q_indptr, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, \
+                                    out, ptl, rtl, blk_sel, blk_cnt, bsl, bcl, TMAPS);
 #else
-#define PW_BODY(KT, WS)
+#define PW_BODY(KT, WS, TMA, TMAPS)
 #endif
 #define PW(name, KT, WS) \
     extern "C" __global__ void __launch_bounds__(WS ? PW_WS_THREADS : PW_THREADS, 1) name( \
         AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v, const KT* sk, const KT* sv, \
         const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, \
         float* out, const u32* blk_sel, const u32* blk_cnt, u32 ptl, u32 rtl, u32 bsl, u32 bcl) { \
-        PW_BODY(KT, WS) \
+        PW_BODY(KT, WS, false, nullptr) \
+    }
+// _tma: the plain kernel staging runs of 16 keys by TMA. tmaps: four CUtensorMaps (128 bytes each,
+// src/backend/cuda/tma.rs: the K, V, streaming K and streaming V pools as [rows][128] 16-bit
+// elements, boxes of 64 x 16 in the 128-byte swizzle) in global memory.
+#define PWT(name, KT) \
+    extern "C" __global__ void __launch_bounds__(PW_THREADS, 1) name( \
+        AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v, const KT* sk, const KT* sv, \
+        const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, \
+        float* out, const u32* blk_sel, const u32* blk_cnt, const u64* tmaps, u32 ptl, u32 rtl, u32 bsl, u32 bcl) { \
+        PW_BODY(KT, false, true, tmaps) \
     }
 // _ws: a producer warpgroup stages the key tiles (WS above).
 PW(prefill_attention_wgmma_f16_d128, f16_t, false)
 PW(prefill_attention_wgmma_f16_d128_ws, f16_t, true)
 PW(prefill_attention_wgmma_bf16_d128, bf16_t, false)
 PW(prefill_attention_wgmma_bf16_d128_ws, bf16_t, true)
+PWT(prefill_attention_wgmma_f16_d128_tma, f16_t)
+PWT(prefill_attention_wgmma_bf16_d128_tma, bf16_t)

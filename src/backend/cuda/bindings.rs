@@ -387,6 +387,18 @@ kernels! {
         blk_sel: In U32, blk_cnt: In U32, ptl: U32 Scalar, rtl: U32 Scalar, bsl: U32 Scalar, bcl: U32 Scalar,
     }
 
+    /// The Hopper prefill with TMA page loads `[f16 | bf16 KV]` at head_dim 128: tmaps holds the
+    /// four pools' tensor maps (tma.rs).
+    prefill_attention_wgmma_tma: "prefill_attention" (AttentionParams) [
+        "prefill_attention_wgmma_f16_d128_tma", "prefill_attention_wgmma_bf16_d128_tma",
+    ]
+    {
+        q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,
+        page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out F32,
+        blk_sel: In U32, blk_cnt: In U32, tmaps: ScratchIn U64, ptl: U32 Scalar, rtl: U32 Scalar, bsl: U32 Scalar,
+        bcl: U32 Scalar,
+    }
+
     /// The tensor-core prefill over 8-bit KV `[int8 | fp8][head_dim 64 | 128 | 256]`, head_dim
     /// == D only (same arguments).
     prefill_attention_mma8: "prefill_attention" (AttentionParams) [

@@ -23,6 +23,7 @@ use super::graph::{self, Cached, GemmRec, GraphStats, Graphs, NcclRec, Plan, Rec
 /// Bytes of cuBLAS workspace.
 const BLAS_WORKSPACE: usize = 32 << 20;
 use super::kernels;
+use super::tma::{self, TensorMaps};
 use crate::backend::DType;
 use crate::error::{Error, Result};
 
@@ -65,6 +66,8 @@ pub struct Gpu {
     graphs: RefCell<Graphs>,
     /// Whether recorded lists may be replayed as graphs (else they always launch eagerly).
     replay: std::cell::Cell<bool>,
+    /// TMA tensor maps per set of KV pools (tma.rs).
+    tmaps: RefCell<TensorMaps>,
 }
 
 /// Events around every launch (recorded on the stream), folded into per-op totals at each sync.
@@ -145,6 +148,7 @@ impl Gpu {
             profile: RefCell::new(None),
             graphs: RefCell::new(Graphs::default()),
             replay: std::cell::Cell::new(opts.graph_replay),
+            tmaps: RefCell::new(TensorMaps::default()),
         })
     }
 
@@ -450,6 +454,21 @@ impl Gpu {
             std::mem::take(&mut p.totals).into_iter().map(|(k, (n, ns))| (k.to_string(), n, ns)).collect();
         out.sort_by(|a, b| b.2.total_cmp(&a.2));
         out
+    }
+
+    /// Device address of the TMA tensor maps of `pools` (rows of `cols` 16-bit elements; tma.rs),
+    /// encoded and uploaded on first use, in stream order before any launch that reads them.
+    pub fn tensor_maps(&self, pools: [tma::Pool; tma::SET], cols: usize) -> Result<u64> {
+        if let Some(ptr) = self.tmaps.borrow().get(&pools) {
+            return Ok(ptr);
+        }
+        let bytes = tma::encode_set(&pools, cols)?;
+        let mem = self.alloc_bytes(bytes.len())?;
+        // SAFETY: the allocation holds bytes.len() bytes; pageable host memory is staged before
+        // the call returns.
+        unsafe { cudarc::driver::result::memcpy_htod_async(mem.ptr, &bytes, self.cu_stream()?) }
+            .map_err(drv("uploading tensor maps"))?;
+        Ok(self.tmaps.borrow_mut().insert(pools, mem))
     }
 
     /// Device pointer of scratch buffer `key` with at least `bytes` bytes.

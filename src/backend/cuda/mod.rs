@@ -22,6 +22,7 @@ mod ops_basic;
 mod ops_kv;
 mod ops_matmul;
 pub mod packed;
+mod tma;
 
 use cudarc::driver::DeviceRepr;
 

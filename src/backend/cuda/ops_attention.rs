@@ -28,7 +28,7 @@
 //! 32 a warp (64 and 16 at D = 256); grid (heads, tiles)) — on sm_90 at head_dim 128 the Hopper
 //! kernel instead (`prefill_attention_wgmma_<kv>_d128`: wgmma, two warpgroups of 64 rows, 128-key
 //! tiles; every head kind and block-sparse list as the mma.sync one; `LSERVE_CUDA_PREFILL_WGMMA=0`
-//! turns it off, `=2` picks its warp-specialized `_ws` variant); an f32 KV cache keeps the scalar f32 kernel, the exact reference
+//! turns it off, `=2` picks its warp-specialized `_ws` variant, `=3` the plain one with TMA page loads, `_tma`); an f32 KV cache keeps the scalar f32 kernel, the exact reference
 //! (TF32 tensor cores would miss its tolerance); 8-bit KV at head_dim 64 / 128 / 256 runs the
 //! tensor-core kernel too (`prefill_attention_mma_<int8|fp8>_d<D>`: codes multiplied as exact f16
 //! values, K scales applied to the scores and V scales to P in f32), other head dims the scalar
@@ -38,7 +38,7 @@
 //! binding's table by dtype and variant, the arguments are named fields.
 
 use super::bindings::{self as kern, Scratch, entry, entry_in};
-use super::context::{Launch, err};
+use super::context::{Launch, bytes_for, err};
 use super::{CudaBackend, CudaBuffer, need, need_kv};
 use crate::backend::*;
 use crate::error::Result;
@@ -136,24 +136,35 @@ const PREFILL_WGMMA_ROWS: usize = 128;
 /// Its dynamic shared memory: Q, two stages of K and V, each a 128 x 128 tile of 16-bit elements,
 /// and 1 KiB to align them to the 1024 bytes of the 128-byte swizzle's pattern.
 const PREFILL_WGMMA_SMEM: usize = 5 * 128 * 128 * 2 + 1024;
-/// Its threads: two warpgroups, and for `_ws` (variant 1) a producer warpgroup.
-fn prefill_wgmma_threads(variant: usize) -> u32 {
-    if variant == 1 { 384 } else { 256 }
+/// Its threads: two warpgroups, and for `_ws` a producer warpgroup.
+fn prefill_wgmma_threads(variant: Wgmma) -> u32 {
+    if variant == Wgmma::Ws { 384 } else { 256 }
+}
+
+/// The Hopper kernels (cuda/prefill_attention_wgmma.cu).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wgmma {
+    /// Every thread stages key tiles (cp.async).
+    Plain,
+    /// `_ws`: a producer warpgroup stages them (cp.async).
+    Ws,
+    /// `_tma`: the plain kernel, copying runs of 16 keys of one page by TMA.
+    Tma,
 }
 
 /// Which Hopper kernel (wgmma, cuda/prefill_attention_wgmma.cu) takes a 16-bit KV prefill, if
-/// any: on sm_90 (its modules are compiled for compute_90a) at head_dim 128, the entry variant
-/// (0: every thread stages key tiles, 1: `_ws`, a producer warpgroup stages them), chosen by
-/// `LSERVE_CUDA_PREFILL_WGMMA` — `0` sends it to the mma.sync kernel, `2` picks `_ws`, anything
-/// else (or unset) the plain one; read per launch, so one process can compare them.
-fn prefill_wgmma(be: &CudaBackend, hd: usize) -> Option<usize> {
+/// any: on sm_90 (its modules are compiled for compute_90a) at head_dim 128, chosen by
+/// `LSERVE_CUDA_PREFILL_WGMMA` — `0` sends it to the mma.sync kernel, `2` picks `_ws`, `3` `_tma`,
+/// anything else (or unset) the plain one; read per launch, so one process can compare them.
+fn prefill_wgmma(be: &CudaBackend, hd: usize) -> Option<Wgmma> {
     if hd != 128 || be.gpu().arch != "compute_90a" {
         return None;
     }
     match std::env::var("LSERVE_CUDA_PREFILL_WGMMA").as_deref() {
         Ok("0") => None,
-        Ok("2") => Some(1),
-        _ => Some(0),
+        Ok("2") => Some(Wgmma::Ws),
+        Ok("3") => Some(Wgmma::Tma),
+        _ => Some(Wgmma::Plain),
     }
 }
 
@@ -194,8 +205,9 @@ pub fn prefill_attention(
     };
     // The scalar and the tensor-core kernels share one argument list (two declarations).
     macro_rules! args {
-        ($binding:ident) => {
+        ($binding:ident $(, $extra:ident)?) => {
             kern::$binding::Args {
+                $($extra,)?
                 q,
                 q_indptr,
                 k: kv.k,
@@ -229,9 +241,27 @@ pub fn prefill_attention(
         return kern::prefill_attention_mma8::launch_variant(be.gpu(), name, l, p, args!(prefill_attention_mma8));
     }
     if let Some(variant) = prefill_wgmma(be, hd).filter(|_| mma16) {
-        let name = entry_in(kern::prefill_attention_wgmma::ENTRIES, &PREFILL_MMA_DTYPES, kv.k.dtype, variant, 2)?;
         let tiles = n / PREFILL_WGMMA_ROWS + ns;
         let l = Launch::new((nh as u32, tiles as u32, 1), prefill_wgmma_threads(variant)).smem(PREFILL_WGMMA_SMEM);
+        if variant == Wgmma::Tma {
+            let name = entry_in(kern::prefill_attention_wgmma_tma::ENTRIES, &PREFILL_MMA_DTYPES, kv.k.dtype, 0, 1)?;
+            let pools = [kv.k, kv.v, kv.sk, kv.sv].map(|b| (b.ptr(), bytes_for(b.dtype, b.len)));
+            let tmaps = Scratch(be.gpu().tensor_maps(pools, hd)?);
+            return kern::prefill_attention_wgmma_tma::launch_variant(
+                be.gpu(),
+                name,
+                l,
+                p,
+                args!(prefill_attention_wgmma_tma, tmaps),
+            );
+        }
+        let name = entry_in(
+            kern::prefill_attention_wgmma::ENTRIES,
+            &PREFILL_MMA_DTYPES,
+            kv.k.dtype,
+            usize::from(variant == Wgmma::Ws),
+            2,
+        )?;
         return kern::prefill_attention_wgmma::launch_variant(be.gpu(), name, l, p, args!(prefill_attention_wgmma));
     }
     if mma16 {
