@@ -155,7 +155,7 @@ enum Wgmma {
 
 /// Which Hopper kernel (wgmma, cuda/prefill_attention_wgmma.cu) takes a 16-bit KV prefill, if
 /// any: on sm_90 (its modules are compiled for compute_90a) at head_dim 128, `_tma` (measured
-/// 3.6-4.3% faster than the plain one at 32K, docs/benchmarks.md session 27) unless
+/// 3.6-4.4% faster than the plain one at 32K, docs/benchmarks.md session 27) unless
 /// `LSERVE_CUDA_PREFILL_WGMMA` says otherwise — `0` sends it to the mma.sync kernel, `1` picks the
 /// plain one, `2` `_ws`; read per launch, so one process can compare them.
 fn prefill_wgmma(be: &CudaBackend, hd: usize) -> Option<Wgmma> {
