@@ -23,7 +23,7 @@ use super::graph::{self, Cached, GemmRec, GraphStats, Graphs, NcclRec, Plan, Rec
 /// Bytes of cuBLAS workspace.
 const BLAS_WORKSPACE: usize = 32 << 20;
 use super::kernels;
-use super::tma::{self, TensorMaps};
+use super::tma;
 use crate::backend::DType;
 use crate::error::{Error, Result};
 
@@ -66,8 +66,8 @@ pub struct Gpu {
     graphs: RefCell<Graphs>,
     /// Whether recorded lists may be replayed as graphs (else they always launch eagerly).
     replay: std::cell::Cell<bool>,
-    /// TMA tensor maps per set of KV pools (tma.rs).
-    tmaps: RefCell<TensorMaps>,
+    /// TMA tensor maps in device memory, per set of KV pools (tma.rs).
+    tmaps: RefCell<HashMap<[tma::Pool; tma::SET], Mem>>,
 }
 
 /// Events around every launch (recorded on the stream), folded into per-op totals at each sync.
@@ -148,7 +148,7 @@ impl Gpu {
             profile: RefCell::new(None),
             graphs: RefCell::new(Graphs::default()),
             replay: std::cell::Cell::new(opts.graph_replay),
-            tmaps: RefCell::new(TensorMaps::default()),
+            tmaps: RefCell::new(HashMap::new()),
         })
     }
 
@@ -459,8 +459,8 @@ impl Gpu {
     /// Device address of the TMA tensor maps of `pools` (rows of `cols` 16-bit elements; tma.rs),
     /// encoded and uploaded on first use, in stream order before any launch that reads them.
     pub fn tensor_maps(&self, pools: [tma::Pool; tma::SET], cols: usize) -> Result<u64> {
-        if let Some(ptr) = self.tmaps.borrow().get(&pools) {
-            return Ok(ptr);
+        if let Some(m) = self.tmaps.borrow().get(&pools) {
+            return Ok(m.ptr);
         }
         let bytes = tma::encode_set(&pools, cols)?;
         let mem = self.alloc_bytes(bytes.len())?;
@@ -468,7 +468,9 @@ impl Gpu {
         // the call returns.
         unsafe { cudarc::driver::result::memcpy_htod_async(mem.ptr, &bytes, self.cu_stream()?) }
             .map_err(drv("uploading tensor maps"))?;
-        Ok(self.tmaps.borrow_mut().insert(pools, mem))
+        let ptr = mem.ptr;
+        self.tmaps.borrow_mut().insert(pools, mem);
+        Ok(ptr)
     }
 
     /// Device pointer of scratch buffer `key` with at least `bytes` bytes.

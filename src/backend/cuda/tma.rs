@@ -6,15 +6,13 @@
 //! bytes / (2 cols), at least 1), with a box of [`BOX_COLS`] x [`BOX_ROWS`] elements in the
 //! 128-byte swizzle (the layout wgmma reads; a box row is 128 bytes, its 16-byte chunk c lands at
 //! chunk c ^ (row % 8)). Maps live in device memory, [`SET`] to a set of pools (K, V, streaming
-//! K, streaming V, in that order), encoded and uploaded once per set and kept for the backend's
-//! life (a cache's pools never move; a new set only appears with new pools).
-
-use std::collections::HashMap;
+//! K, streaming V, in that order): encoded here, uploaded once per set by the context
+//! (`Gpu::tensor_maps`), which keeps them for the backend's life (a cache's pools never move; a
+//! new set only appears with new pools). This file imports nothing else of the backend.
 
 use cudarc::driver::sys;
 
-use super::context::{Mem, drv, err};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Elements per box row (128 bytes of 16-bit elements: the 128-byte swizzle's width).
 pub const BOX_COLS: u32 = 64;
@@ -27,25 +25,6 @@ const MAP_BYTES: usize = std::mem::size_of::<sys::CUtensorMap>();
 
 /// A pool: its device address and its bytes.
 pub type Pool = (u64, usize);
-
-/// The uploaded map sets, by their pools.
-#[derive(Default)]
-pub struct TensorMaps {
-    sets: HashMap<[Pool; SET], Mem>,
-}
-
-impl TensorMaps {
-    /// The uploaded set for `pools`, if it was made before.
-    pub fn get(&self, pools: &[Pool; SET]) -> Option<u64> {
-        self.sets.get(pools).map(|m| m.ptr)
-    }
-
-    pub fn insert(&mut self, pools: [Pool; SET], mem: Mem) -> u64 {
-        let ptr = mem.ptr;
-        self.sets.insert(pools, mem);
-        ptr
-    }
-}
 
 /// The bytes of the [`SET`] maps of `pools` (rows of `cols` 16-bit elements), in order.
 pub fn encode_set(pools: &[Pool; SET], cols: usize) -> Result<Vec<u8>> {
@@ -61,12 +40,12 @@ pub fn encode_set(pools: &[Pool; SET], cols: usize) -> Result<Vec<u8>> {
 fn encode(ptr: u64, bytes: usize, cols: usize) -> Result<[u8; MAP_BYTES]> {
     let row_bytes = 2 * cols;
     if cols < BOX_COLS as usize || row_bytes % 16 != 0 || ptr % 16 != 0 {
-        return Err(err(format!("tensor map: rows of {cols} 16-bit elements at {ptr:#x} cannot be boxed")));
+        return Err(err(format!("rows of {cols} 16-bit elements at {ptr:#x} cannot be boxed")));
     }
     let rows = (bytes / row_bytes).max(1) as u64;
     // The kernels address rows with 32-bit signed coordinates.
     if rows > i32::MAX as u64 {
-        return Err(err(format!("tensor map: {rows} rows exceed TMA's 32-bit coordinates")));
+        return Err(err(format!("{rows} rows exceed TMA's 32-bit coordinates")));
     }
     let dims = [cols as u64, rows];
     let strides = [row_bytes as u64];
@@ -92,7 +71,11 @@ fn encode(ptr: u64, bytes: usize, cols: usize) -> Result<[u8; MAP_BYTES]> {
         )
         .result()
     }
-    .map_err(drv("cuTensorMapEncodeTiled"))?;
+    .map_err(|e| err(format!("cuTensorMapEncodeTiled: {e:?}")))?;
     // SAFETY: the call succeeded, so the map is initialised; CUtensorMap is 128 plain bytes.
     Ok(unsafe { std::mem::transmute::<sys::CUtensorMap, [u8; MAP_BYTES]>(map.assume_init()) })
+}
+
+fn err(msg: String) -> Error {
+    Error::Backend { backend: "cuda", msg: format!("tensor map: {msg}") }
 }
