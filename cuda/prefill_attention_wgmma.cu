@@ -17,10 +17,11 @@
 // across its quad); P rounded to the KV type stays in registers as the A operand of O += P V,
 // eight wgmma m64n128k16 with V from shared memory through an MN-major descriptor (the
 // transposed-B mode, so V keeps its [key][dim] rows).
-// Two variants: every thread stages key tiles (the plain one, the default), or (`_ws`,
-// warp-specialized, FlashAttention-3's schedule) a producer warpgroup does while the two others
-// only compute (WS below; the host's LSERVE_CUDA_PREFILL_WGMMA picks). `_ws` is correct and
-// measured 1.7x slower (docs/backends.md); it stays opt-in as the base for TMA page loads.
+// Three variants (the host's LSERVE_CUDA_PREFILL_WGMMA picks): `_ws` (the default;
+// warp-specialized, FlashAttention-3's schedule) — a producer warpgroup stages key tiles, by TMA
+// where 16 keys are one run of a page, while the two others only compute (WS below); every
+// thread stages them with cp.async (the plain one); or every warp stages its 16 rows by TMA
+// (`_tma`). Measured at 32K on an H100: 557 / ~780 / 767 ms (docs/benchmarks.md session 27).
 //
 // Shared memory, from a 1024-byte aligned base: Q, K[2], V[2], each a 128-row x 128-dim 16-bit tile
 // (32 KiB) in the 128-byte swizzle wgmma reads: two 64-dim halves [128 rows][128 bytes], 16 KiB
@@ -38,9 +39,10 @@
 #define PW_THREADS 256  // the two computing warpgroups
 #define PW_WS_THREADS (PW_THREADS + 128)  // and _ws's producer warpgroup
 // _ws's registers per thread after setmaxnreg: the producer gives back exactly what the computing
-// warpgroups take (a block starts with 65,536 / 384 = 168 a thread, rounded down to 8).
-#define PW_WS_PRODUCER_REGS 56
-#define PW_WS_CONSUMER_REGS 224
+// warpgroups take (a block starts with 65,536 / 384 = 168 a thread, rounded down to 8); the TMA
+// producer spills below 72.
+#define PW_WS_PRODUCER_REGS 72
+#define PW_WS_CONSUMER_REGS 216
 static_assert(128 * PW_WS_PRODUCER_REGS + PW_THREADS * PW_WS_CONSUMER_REGS == PW_WS_THREADS * 168,
               "setmaxnreg: the consumers take exactly the registers the producer frees");
 #define PW_TILE (128u * 128u * 2u)  // bytes of one 128-row, 128-dim 16-bit tile
@@ -161,18 +163,19 @@ PW_MMA(f16_t, "f16")
 // Without WS all 256 threads stage the next key tile (a warp's table lookups a tile ahead) while
 // the tensor cores run this tile's S, and one block barrier per tile guards the two stages. With WS
 // (as FlashAttention-3 splits producer and consumers) a third warpgroup stages every tile with few
-// registers (setmaxnreg: 56 for it, 224 for the two computing warpgroups) and the others only
-// compute: K and V stages each have an mbarrier `full` (the producer's threads arrive as their
-// copies land, cp.async.mbarrier.arrive) and `empty` (each computing warp arrives once S, or P V,
-// finished reading it); a burst issues S(ti) and P V(ti - 1) together, the two warpgroups take
-// turns at the tensor cores (named barriers), and the softmax of ti overlaps P V(ti - 1).
+// registers (setmaxnreg: 72 for it, 216 for the two computing warpgroups) and the others only
+// compute: K and V stages each have an mbarrier `full` (TMA boxes' bytes, and the producer's
+// threads arriving as their cp.async copies land, cp.async.mbarrier.arrive) and `empty` (each
+// computing warp arrives once S, or P V, finished reading it); a burst issues S(ti) and P V(ti -
+// 1) together, the two warpgroups take turns at the tensor cores (named barriers), and the softmax
+// of an unmasked tile ti overlaps P V(ti - 1) (a boundary tile's waits for it: its mask is a
+// branch, and no branch may sit between a wgmma and its wait).
 template <typename KT, bool WS, bool TMA>
 __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v,
                                    const KT* sk, const KT* sv, const u32* head_map, const u32* page_indptr,
                                    const u32* page_table, const u32* kv_len, const u32* ring_table, float* out,
                                    u32 page_table_len, u32 ring_table_len, const u32* blk_sel, const u32* blk_cnt,
                                    u32 bsl, u32 bcl, const u64* tmaps) {
-    static_assert(!(WS && TMA), "_tma stages with every thread, as the plain kernel does");
     constexpr u32 D = 128, BQ = 128, BK = 128;
     constexpr u32 CH = D / 8;                    // 16-byte chunks per row
     constexpr u32 WR = 32 / CH;                  // rows a warp copies per pass
@@ -304,7 +307,7 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
             pw_mb_init(empty_v + 8 * i, 8);
         }
     }
-    if (TMA && tid == 0) {
+    if (!WS && TMA && tid == 0) {
         for (u32 i = 0; i < 2; i++) pw_mb_init(full_k + 8 * i, PW_THREADS);  // every thread's arrival
         pw_fence_mb_init();
     }
@@ -312,32 +315,47 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
     if (!WS && !TMA && n_tiles > 0) stage(0);
     pw_fence_proxy();  // Q's stores (and the barriers' init) before any wgmma and any wait
     __syncthreads();
-    if (TMA && n_tiles > 0) stage(0);
+    if (!WS && TMA && n_tiles > 0) stage(0);
     if (WS && warp >= PW_THREADS / 32) {
         // The producer, with few registers (the computing warpgroups take the rest): K(ti) into
         // K stage ti % 2 once S(ti - 2) released it, V(ti) likewise after P V(ti - 2); each
         // thread's copies arrive on the stage's full barrier as they land (cp.async.mbarrier), so
         // the producer never waits on its own copies. Its warp pw copies rows 32 pw .. 32 pw + 31:
-        // lane l finds row 32 pw + l, pass i copies chunk c of row 32 pw + 2 i + lane / 16.
+        // lane l finds row 32 pw + l; when half-warp h's 16 keys are one run of the pool, its lane
+        // 0 copies them as two TMA boxes (the bytes expected on the full barrier before its own
+        // arrival), else pass i copies chunk c of row 32 pw + 16 h + i with cp.async.
         pw_setmaxnreg_dec<PW_WS_PRODUCER_REGS>();
-        const u32 pw = warp - PW_THREADS / 32;
+        const u32 pw = warp - PW_THREADS / 32, hw = lane / 16;
+        const u64 tmk = (u64)(tmaps + (t.streaming ? 32 : 0));
         for (u32 ti = 0; ti < n_tiles; ti++) {
             u32 row;
             const u32 pg = key_page(ti, 32 * pw + lane, row), mine = key_off(pg, row);
+            const u32 first = __shfl_sync(0xffffffffu, mine, lane & 16u);
+            const bool run = mine != NONE_U32 && first != NONE_U32 && mine == first + (lane % 16) * D;
+            const bool bulk = ((__ballot_sync(0xffffffffu, run) >> (lane & 16u)) & 0xffffu) == 0xffffu;
             const u32 s = ti % 2, ph = (ti / 2 + 1) % 2;  // the phase tile ti - 2 completed
 #pragma unroll
             for (u32 kv = 0; kv < 2; kv++) {
                 if (ti >= 2) pw_mb_wait((kv ? empty_v : empty_k) + 8 * s, ph);
                 const u32 dst = base + ((kv ? 3 : 1) + s) * PW_TILE;
-                const KT* pool = kv ? vpool : kpool;
+                const u32 fb = (kv ? full_v : full_k) + 8 * s;
+                if (bulk) {
+                    if (lane % 16 == 0) {
+                        pw_mb_expect_tx(fb, 2u * 16u * 128u);
+                        const u32 d0 = dst + (32 * pw + 16 * hw) * 128u;
+                        pw_tma_2d(d0, tmk + 128u * kv, 0, mine / D, fb);
+                        pw_tma_2d(d0 + 128u * 128u, tmk + 128u * kv, 64, mine / D, fb);
+                    }
+                } else {
+                    const KT* pool = kv ? vpool : kpool;
 #pragma unroll
-                for (u32 i = 0; i < 16; i++) {
-                    const u32 r = 32 * pw + 2 * i + lane / CH;
-                    const u32 off = __shfl_sync(0xffffffffu, mine, 2 * i + lane / CH);
-                    const bool ok = off != NONE_U32;
-                    cp_async16z(dst + pw_swz(r, c), pool + (ok ? off + 8 * c : 0u), ok);
+                    for (u32 i = 0; i < 16; i++) {
+                        const u32 off = __shfl_sync(0xffffu << (16 * hw), mine, 16 * hw + i);
+                        const bool ok = off != NONE_U32;
+                        cp_async16z(dst + pw_swz(32 * pw + 16 * hw + i, c), pool + (ok ? off + 8 * c : 0u), ok);
+                    }
                 }
-                pw_mb_arrive_cp_async((kv ? full_v : full_k) + 8 * s);
+                pw_mb_arrive_cp_async(fb);
             }
         }
         cp_async_commit();
@@ -380,27 +398,23 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
     };
     // Tile ti's mask (boundary tiles only) and online softmax on raw scores (qscale > 0): sc becomes
     // P (f32), m and l move on, corr is the factor the output must be rescaled by.
-    auto softmax = [&](u32 ti, float (&corr)[2]) {
+    // Tile ti needs no mask: every key visible to every row of the block.
+    auto tile_full = [&](u32 ti) {
+        const u32 k0 = tiles.k0(ti);
+        return ti < tiles.nvt ? k0 + BK <= t.nv
+                              : k0 + BK - 1 <= t.p_lo && k0 >= wlo_hi &&
+                                    (!t.streaming || k0 + BK <= p.sink || t.p_hi - k0 < p.local);
+    };
+    auto softmax = [&](u32 ti, float (&corr)[2], bool may_mask = true) {
         const u32 k0 = tiles.k0(ti);
         const bool virt = ti < tiles.nvt;
-        const bool full = virt ? k0 + BK <= t.nv
-                               : k0 + BK - 1 <= t.p_lo && k0 >= wlo_hi &&
-                                     (!t.streaming || k0 + BK <= p.sink || t.p_hi - k0 < p.local);
         // The mask: one branch per tile, selects inside (pm_mask).
-        if (!WS && !full) pm_mask<BK / 8>(p, t, virt, k0, tq, t.p_lo + r_lo, sc);
+        if (may_mask && !tile_full(ti)) pm_mask<BK / 8>(p, t, virt, k0, tq, t.p_lo + r_lo, sc);
         float mx[2] = {-LS_INF, -LS_INF};
 #pragma unroll
         for (u32 j = 0; j < BK / 8; j++) {
 #pragma unroll
             for (u32 e = 0; e < 4; e++) {
-                if (WS && !full) {  // _ws: the per-element form, which keeps its registers in budget
-                    const u32 kp = k0 + j * 8 + 2 * tq + (e & 1);
-                    const u32 ps = t.p_lo + r_lo + 8 * (e >> 1);
-                    const bool vis = virt ? kp < t.nv
-                                          : kp <= ps && kp >= max(window_lo(ps, p.window), t.klo) &&
-                                                (!t.streaming || kp < p.sink || ps - kp < p.local);
-                    if (!vis) sc[4 * j + e] = -LS_INF;
-                }
                 mx[e >> 1] = fmaxf(mx[e >> 1], sc[4 * j + e]);
             }
         }
@@ -474,7 +488,11 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
             release(empty_k);
             softmax(0, corr);
             rescale_pack(corr);
-            for (u32 ti = 1; ti < n_tiles; ti++) {
+            // A burst over an unmasked tile runs its softmax while P V(ti - 1) does; a boundary
+            // tile's burst waits for both products before its masked softmax. Runs of unmasked
+            // tiles and the branch between the two are decided where no wgmma is in flight (a
+            // branch between a wgmma and its wait makes ptxas serialize them all, C7518).
+            auto burst_full = [&](u32 ti) {
                 burst_begin(ti, true, true);
                 issue_s(ti);
                 issue_pv(ti - 1);
@@ -482,7 +500,7 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
                 pw_wait<1>();
                 pw_pin(sc);
                 release(empty_k + 8 * (ti % 2));
-                softmax(ti, corr);
+                softmax(ti, corr, false);
                 // The softmax done here, not sunk past the wait below (it is what overlaps P V):
                 // ptxas hoists a wgmma wait to the top of its basic block, so a branch on the
                 // softmax's sums (never taken: they are not negative) ends the block here.
@@ -495,6 +513,32 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
                 pw_pin(pa);  // P V(ti - 1) no longer reads them
                 release(empty_v + 8 * ((ti - 1) % 2));
                 rescale_pack(corr);
+            };
+            auto burst_masked = [&](u32 ti) {
+                burst_begin(ti, true, true);
+                issue_s(ti);
+                issue_pv(ti - 1);
+                pw_bar_arrive(1 + other);
+                pw_wait<0>();
+                pw_pin(sc);
+                pw_pin(acc);
+                pw_pin(pa);
+                release(empty_k + 8 * (ti % 2));
+                release(empty_v + 8 * ((ti - 1) % 2));
+                softmax(ti, corr);
+                rescale_pack(corr);
+            };
+            u32 ti = 1;
+            while (ti < n_tiles) {
+                if (tile_full(ti)) {
+                    do {
+                        burst_full(ti);
+                        ti++;
+                    } while (ti < n_tiles && tile_full(ti));
+                } else {
+                    burst_masked(ti);
+                    ti++;
+                }
             }
             burst_begin(n_tiles, false, true);
             issue_pv(n_tiles - 1);
@@ -566,17 +610,17 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
 // _tma: the plain kernel staging runs of 16 keys by TMA. tmaps: four CUtensorMaps (128 bytes each,
 // src/backend/cuda/tma.rs: the K, V, streaming K and streaming V pools as [rows][128] 16-bit
 // elements, boxes of 64 x 16 in the 128-byte swizzle) in global memory.
-#define PWT(name, KT) \
-    extern "C" __global__ void __launch_bounds__(PW_THREADS, 1) name( \
+#define PWT(name, KT, WS) \
+    extern "C" __global__ void __launch_bounds__(WS ? PW_WS_THREADS : PW_THREADS, 1) name( \
         AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v, const KT* sk, const KT* sv, \
         const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, \
         float* out, const u32* blk_sel, const u32* blk_cnt, const u64* tmaps, u32 ptl, u32 rtl, u32 bsl, u32 bcl) { \
-        PW_BODY(KT, false, true, tmaps) \
+        PW_BODY(KT, WS, true, tmaps) \
     }
 // _ws: a producer warpgroup stages the key tiles (WS above).
 PW(prefill_attention_wgmma_f16_d128, f16_t, false)
-PW(prefill_attention_wgmma_f16_d128_ws, f16_t, true)
 PW(prefill_attention_wgmma_bf16_d128, bf16_t, false)
-PW(prefill_attention_wgmma_bf16_d128_ws, bf16_t, true)
-PWT(prefill_attention_wgmma_f16_d128_tma, f16_t)
-PWT(prefill_attention_wgmma_bf16_d128_tma, bf16_t)
+PWT(prefill_attention_wgmma_f16_d128_tma, f16_t, false)
+PWT(prefill_attention_wgmma_f16_d128_ws, f16_t, true)
+PWT(prefill_attention_wgmma_bf16_d128_tma, bf16_t, false)
+PWT(prefill_attention_wgmma_bf16_d128_ws, bf16_t, true)

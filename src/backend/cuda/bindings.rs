@@ -375,11 +375,10 @@ kernels! {
         blk_sel: In U32, blk_cnt: In U32, ptl: U32 Scalar, rtl: U32 Scalar, bsl: U32 Scalar, bcl: U32 Scalar,
     }
 
-    /// The Hopper (sm_90a, wgmma) prefill `[f16 | bf16 KV][all threads stage | a producer
-    /// warpgroup stages]` at head_dim 128 (same arguments).
+    /// The Hopper (sm_90a, wgmma) prefill `[f16 | bf16 KV]` at head_dim 128, every thread
+    /// staging key tiles with cp.async (same arguments).
     prefill_attention_wgmma: "prefill_attention" (AttentionParams) [
-        "prefill_attention_wgmma_f16_d128", "prefill_attention_wgmma_f16_d128_ws",
-        "prefill_attention_wgmma_bf16_d128", "prefill_attention_wgmma_bf16_d128_ws",
+        "prefill_attention_wgmma_f16_d128", "prefill_attention_wgmma_bf16_d128",
     ]
     {
         q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,
@@ -387,10 +386,11 @@ kernels! {
         blk_sel: In U32, blk_cnt: In U32, ptl: U32 Scalar, rtl: U32 Scalar, bsl: U32 Scalar, bcl: U32 Scalar,
     }
 
-    /// The Hopper prefill with TMA page loads `[f16 | bf16 KV]` at head_dim 128: tmaps holds the
-    /// four pools' tensor maps (tma.rs).
+    /// The Hopper prefill with TMA page loads `[f16 | bf16 KV][every thread stages | a producer
+    /// warpgroup stages (`_ws`)]` at head_dim 128: tmaps holds the four pools' tensor maps (tma.rs).
     prefill_attention_wgmma_tma: "prefill_attention" (AttentionParams) [
-        "prefill_attention_wgmma_f16_d128_tma", "prefill_attention_wgmma_bf16_d128_tma",
+        "prefill_attention_wgmma_f16_d128_tma", "prefill_attention_wgmma_f16_d128_ws",
+        "prefill_attention_wgmma_bf16_d128_tma", "prefill_attention_wgmma_bf16_d128_ws",
     ]
     {
         q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,

@@ -27,9 +27,11 @@
 //! mma.sync m16n8k16, D = 64/128/256 with head_dim zero-padded up to it; query tiles of 128 rows,
 //! 32 a warp (64 and 16 at D = 256); grid (heads, tiles)) — on sm_90 at head_dim 128 the Hopper
 //! kernel instead (`prefill_attention_wgmma_<kv>_d128`: wgmma, two warpgroups of 64 rows, 128-key
-//! tiles; every head kind and block-sparse list as the mma.sync one; `_tma`, whose warps copy runs
-//! of 16 keys of a page as TMA boxes, unless `LSERVE_CUDA_PREFILL_WGMMA` is `0` (the mma.sync
-//! kernel), `1` (the plain one: cp.async copies) or `2` (the warp-specialized `_ws`)); an f32 KV cache keeps the scalar f32 kernel, the exact reference
+//! tiles; every head kind and block-sparse list as the mma.sync one; `_ws`, warp-specialized: a
+//! producer warpgroup copies runs of 16 keys of a page as TMA boxes, two computing warpgroups take
+//! turns at the tensor cores — unless `LSERVE_CUDA_PREFILL_WGMMA` is `0` (the mma.sync kernel),
+//! `1` (the plain one: every thread copies with cp.async) or `3` (`_tma`: the plain one copying
+//! by TMA)); an f32 KV cache keeps the scalar f32 kernel, the exact reference
 //! (TF32 tensor cores would miss its tolerance); 8-bit KV at head_dim 64 / 128 / 256 runs the
 //! tensor-core kernel too (`prefill_attention_mma_<int8|fp8>_d<D>`: codes multiplied as exact f16
 //! values, K scales applied to the scores and V scales to P in f32), other head dims the scalar
@@ -147,17 +149,17 @@ fn prefill_wgmma_threads(variant: Wgmma) -> u32 {
 enum Wgmma {
     /// Every thread stages key tiles (cp.async).
     Plain,
-    /// `_ws`: a producer warpgroup stages them (cp.async).
+    /// `_ws`: a producer warpgroup stages them (TMA boxes, cp.async off the runs).
     Ws,
     /// `_tma`: the plain kernel, copying runs of 16 keys of one page by TMA.
     Tma,
 }
 
 /// Which Hopper kernel (wgmma, cuda/prefill_attention_wgmma.cu) takes a 16-bit KV prefill, if
-/// any: on sm_90 (its modules are compiled for compute_90a) at head_dim 128, `_tma` (measured
-/// 3.6-4.4% faster than the plain one at 32K, docs/benchmarks.md session 27) unless
-/// `LSERVE_CUDA_PREFILL_WGMMA` says otherwise — `0` sends it to the mma.sync kernel, `1` picks the
-/// plain one, `2` `_ws`; read per launch, so one process can compare them.
+/// any: on sm_90 (its modules are compiled for compute_90a) at head_dim 128, `_ws` (measured 557
+/// ms of attention at 32K against `_tma`'s 767 and the plain kernel's ~780, docs/benchmarks.md
+/// session 27) unless `LSERVE_CUDA_PREFILL_WGMMA` says otherwise — `0` sends it to the mma.sync
+/// kernel, `1` picks the plain one, `3` `_tma`; read per launch, so one process can compare them.
 fn prefill_wgmma(be: &CudaBackend, hd: usize) -> Option<Wgmma> {
     if hd != 128 || be.gpu().arch != "compute_90a" {
         return None;
@@ -165,8 +167,8 @@ fn prefill_wgmma(be: &CudaBackend, hd: usize) -> Option<Wgmma> {
     match std::env::var("LSERVE_CUDA_PREFILL_WGMMA").as_deref() {
         Ok("0") => None,
         Ok("1") => Some(Wgmma::Plain),
-        Ok("2") => Some(Wgmma::Ws),
-        _ => Some(Wgmma::Tma),
+        Ok("3") => Some(Wgmma::Tma),
+        _ => Some(Wgmma::Ws),
     }
 }
 
@@ -245,12 +247,13 @@ pub fn prefill_attention(
     if let Some(variant) = prefill_wgmma(be, hd).filter(|_| mma16) {
         let tiles = n / PREFILL_WGMMA_ROWS + ns;
         let l = Launch::new((nh as u32, tiles as u32, 1), prefill_wgmma_threads(variant)).smem(PREFILL_WGMMA_SMEM);
-        // `_tma` needs the pools' tensor maps; where the driver cannot make them, the plain kernel
-        // (the same tiles, copied with cp.async) runs instead.
+        // `_tma` and `_ws` need the pools' tensor maps; where the driver cannot make them, the
+        // plain kernel (the same tiles, copied with cp.async) runs instead.
         let pools = [kv.k, kv.v, kv.sk, kv.sv].map(|b| (b.ptr(), bytes_for(b.dtype, b.len)));
-        let maps = (variant == Wgmma::Tma).then(|| be.gpu().tensor_maps(pools, hd).ok()).flatten();
+        let maps = (variant != Wgmma::Plain).then(|| be.gpu().tensor_maps(pools, hd).ok()).flatten();
         if let Some(tmaps) = maps.map(Scratch) {
-            let name = entry_in(kern::prefill_attention_wgmma_tma::ENTRIES, &PREFILL_MMA_DTYPES, kv.k.dtype, 0, 1)?;
+            let ws = usize::from(variant == Wgmma::Ws);
+            let name = entry_in(kern::prefill_attention_wgmma_tma::ENTRIES, &PREFILL_MMA_DTYPES, kv.k.dtype, ws, 2)?;
             return kern::prefill_attention_wgmma_tma::launch_variant(
                 be.gpu(),
                 name,
@@ -259,13 +262,8 @@ pub fn prefill_attention(
                 args!(prefill_attention_wgmma_tma, tmaps),
             );
         }
-        let name = entry_in(
-            kern::prefill_attention_wgmma::ENTRIES,
-            &PREFILL_MMA_DTYPES,
-            kv.k.dtype,
-            usize::from(variant == Wgmma::Ws),
-            2,
-        )?;
+        let name = entry_in(kern::prefill_attention_wgmma::ENTRIES, &PREFILL_MMA_DTYPES, kv.k.dtype, 0, 1)?;
+        let l = Launch::new((nh as u32, tiles as u32, 1), prefill_wgmma_threads(Wgmma::Plain)).smem(PREFILL_WGMMA_SMEM);
         return kern::prefill_attention_wgmma::launch_variant(be.gpu(), name, l, p, args!(prefill_attention_wgmma));
     }
     if mma16 {
