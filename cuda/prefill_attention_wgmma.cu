@@ -492,11 +492,14 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
             // tile's burst waits for both products before its masked softmax. Runs of unmasked
             // tiles and the branch between the two are decided where no wgmma is in flight (a
             // branch between a wgmma and its wait makes ptxas serialize them all, C7518).
-            auto burst_full = [&](u32 ti) {
+            auto burst_issue = [&](u32 ti) {
                 burst_begin(ti, true, true);
                 issue_s(ti);
                 issue_pv(ti - 1);
                 pw_bar_arrive(1 + other);
+            };
+            auto burst_full = [&](u32 ti) {
+                burst_issue(ti);
                 pw_wait<1>();
                 pw_pin(sc);
                 release(empty_k + 8 * (ti % 2));
@@ -515,10 +518,7 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
                 rescale_pack(corr);
             };
             auto burst_masked = [&](u32 ti) {
-                burst_begin(ti, true, true);
-                issue_s(ti);
-                issue_pv(ti - 1);
-                pw_bar_arrive(1 + other);
+                burst_issue(ti);
                 pw_wait<0>();
                 pw_pin(sc);
                 pw_pin(acc);
