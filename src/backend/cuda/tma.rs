@@ -39,7 +39,7 @@ pub fn encode_set(pools: &[Pool; SET], cols: usize) -> Result<Vec<u8>> {
 /// [`BOX_COLS`] x [`BOX_ROWS`], 128-byte swizzle, no out-of-bounds rows ever asked for.
 fn encode(ptr: u64, bytes: usize, cols: usize) -> Result<[u8; MAP_BYTES]> {
     let row_bytes = 2 * cols;
-    if cols < BOX_COLS as usize || row_bytes % 16 != 0 || ptr % 16 != 0 {
+    if cols < BOX_COLS as usize || !row_bytes.is_multiple_of(16) || !ptr.is_multiple_of(16) {
         return Err(err(format!("rows of {cols} 16-bit elements at {ptr:#x} cannot be boxed")));
     }
     let rows = (bytes / row_bytes).max(1) as u64;
