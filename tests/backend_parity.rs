@@ -306,6 +306,26 @@ parity_tests!(wgpu_plain, crate::common::wgpu_backend_with(lserve::backend::wgpu
 #[cfg(feature = "cuda")]
 parity_tests!(cuda, crate::common::cuda_backend());
 
+/// Every kernel that can take a 16-bit KV prefill at head_dim 128 on an sm_90 device, whatever
+/// LSERVE_CUDA_PREFILL_WGMMA says (`cuda::prefill_attention` runs the default, `_ws`): the plain
+/// wgmma kernel (also the fallback where the driver cannot make tensor maps), `_tma` and the
+/// mma.sync kernel. Elsewhere each runs the mma.sync kernel.
+#[cfg(feature = "cuda")]
+fn cuda_prefill(k: lserve::backend::cuda::HopperPrefill) -> Option<lserve::backend::cuda::CudaBackend> {
+    crate::common::cuda_backend_with(lserve::backend::cuda::CudaOptions {
+        hopper_prefill: Some(k),
+        ..Default::default()
+    })
+}
+#[cfg(feature = "cuda")]
+prefill_attention_tests!(cuda_prefill_plain, crate::cuda_prefill(lserve::backend::cuda::HopperPrefill::Plain));
+#[cfg(feature = "cuda")]
+prefill_attention_tests!(cuda_prefill_tma, crate::cuda_prefill(lserve::backend::cuda::HopperPrefill::Tma));
+#[cfg(feature = "cuda")]
+prefill_attention_tests!(cuda_prefill_mma, crate::cuda_prefill(lserve::backend::cuda::HopperPrefill::Mma));
+#[cfg(feature = "cuda")]
+prefill_attention_tests!(cuda_prefill_ws, crate::cuda_prefill(lserve::backend::cuda::HopperPrefill::Ws));
+
 /// The dequantize + cuBLAS path (m > 64) in chunks of whole 128-row tiles (a 16 KiB scratch;
 /// `ops_matmul::dequant_rows`): the tests' 300-row matrices take chunks of 128, 128 and 44 (256
 /// and 44 at k = 32), each its own dequantization span and GEMM writing its column block of out.

@@ -170,3 +170,21 @@ macro_rules! matmul_quant_tests {
         }
     };
 }
+
+/// The prefill-attention tests at head_dim 128 with 16-bit KV alone, for a backend built to take
+/// another of the kernels that serve them (CUDA on sm_90: `HopperPrefill`, tests/backend_parity.rs):
+/// `$name::prefill_attention::kv_<dtype>_hd128`.
+macro_rules! prefill_attention_tests {
+    ($name:ident, $ctor:expr) => {
+        mod $name {
+            static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+            fn backend() -> Option<impl lserve::backend::Backend> {
+                $ctor
+            }
+            mod prefill_attention {
+                axes!(kv_hd test_prefill_attention: F16 128 => kv_f16_hd128, BF16 128 => kv_bf16_hd128);
+            }
+        }
+    };
+}

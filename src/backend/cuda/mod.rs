@@ -31,6 +31,7 @@ use crate::error::{Error, Result};
 pub use context::driver_present;
 use context::{Gpu, Mem, bytes_for, drv, err};
 pub use graph::GraphStats;
+pub use ops_attention::HopperPrefill;
 pub use ops_matmul::MmvMode;
 
 // SAFETY: plain #[repr(C)] structs of u32/f32 fields, mirrored in cuda/params.cuh (layout test).
@@ -86,12 +87,16 @@ pub struct CudaBackend {
     /// chunk of rows per cuBLAS GEMM (`LSERVE_CUDA_DEQUANT_MB`, default
     /// `ops_matmul::DEQUANT_SCRATCH_BYTES`).
     dequant_bytes: usize,
+    /// The Hopper prefill kernel for 16-bit KV at head_dim 128 (`CudaOptions::hopper_prefill`);
+    /// `None` reads `LSERVE_CUDA_PREFILL_WGMMA` per launch.
+    hopper_prefill: Option<HopperPrefill>,
 }
 
 /// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md, CUDA).
 /// Kernel choices are not settings: each op runs the one kernel measured best for its dtype and
 /// shape (the measurements of the variants that were removed are in docs/benchmarks.md); `mmv`
-/// is the exception while its two variants await measurement.
+/// is the exception while its two variants await measurement, and `hopper_prefill` names a
+/// fallback or a measured variant so that the parity tests cover each.
 #[derive(Clone, Debug)]
 pub struct CudaOptions {
     /// Directory of the on-disk PTX cache (kernels.rs); `None` compiles every kernel at start
@@ -107,11 +112,14 @@ pub struct CudaOptions {
     /// (`ops_matmul::dequant_rows`); `None` reads `LSERVE_CUDA_DEQUANT_MB` once, at open (unset:
     /// `ops_matmul::DEQUANT_SCRATCH_BYTES`).
     pub dequant_bytes: Option<usize>,
+    /// Which kernel takes a 16-bit KV prefill at head_dim 128 on sm_90 ([`HopperPrefill`]);
+    /// `None` reads `LSERVE_CUDA_PREFILL_WGMMA` per launch (unset: [`HopperPrefill::Ws`]).
+    pub hopper_prefill: Option<HopperPrefill>,
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        CudaOptions { kernel_cache: None, graph_replay: true, mmv: None, dequant_bytes: None }
+        CudaOptions { kernel_cache: None, graph_replay: true, mmv: None, dequant_bytes: None, hopper_prefill: None }
     }
 }
 
@@ -163,7 +171,7 @@ impl CudaBackend {
             Some(b) => b.max(1),
             None => mib_from_env("LSERVE_CUDA_DEQUANT_MB", ops_matmul::DEQUANT_SCRATCH_BYTES)?,
         };
-        Ok(CudaBackend { gpu, caps, mmv, pack, dequant_bytes })
+        Ok(CudaBackend { gpu, caps, mmv, pack, dequant_bytes, hopper_prefill: opts.hopper_prefill })
     }
 
     pub(crate) fn gpu(&self) -> &Gpu {
@@ -173,6 +181,11 @@ impl CudaBackend {
     /// Replay recorded decode steps as CUDA graphs (initially `CudaOptions::graph_replay`).
     pub fn set_graph_replay(&self, on: bool) {
         self.gpu.set_graph_replay(on)
+    }
+
+    /// The Hopper prefill kernel chosen at open (`CudaOptions::hopper_prefill`), if any.
+    pub(crate) fn hopper_prefill(&self) -> Option<HopperPrefill> {
+        self.hopper_prefill
     }
 
     /// The batch-1 quantized GEMV's mode (`CudaOptions::mmv`, else `LSERVE_CUDA_MMV` at open).

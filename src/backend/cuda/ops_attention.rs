@@ -140,14 +140,18 @@ const PREFILL_WGMMA_ROWS: usize = 128;
 /// and 1 KiB to align them to the 1024 bytes of the 128-byte swizzle's pattern.
 const PREFILL_WGMMA_SMEM: usize = 5 * 128 * 128 * 2 + 1024;
 /// Its threads: two warpgroups, and for `_ws` a producer warpgroup.
-fn prefill_wgmma_threads(variant: Wgmma) -> u32 {
-    if variant == Wgmma::Ws { 384 } else { 256 }
+fn prefill_wgmma_threads(variant: HopperPrefill) -> u32 {
+    if variant == HopperPrefill::Ws { 384 } else { 256 }
 }
 
-/// The Hopper kernels (cuda/prefill_attention_wgmma.cu).
+/// The kernel that takes a 16-bit KV prefill at head_dim 128 on an sm_90 device: the Hopper
+/// kernels (cuda/prefill_attention_wgmma.cu), or `Mma`, the mma.sync kernel every other device
+/// runs (`CudaOptions::hopper_prefill`, `LSERVE_CUDA_PREFILL_WGMMA`: 0 Mma, 1 Plain, 2 Ws, 3 Tma).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Wgmma {
-    /// Every thread stages key tiles (cp.async).
+pub enum HopperPrefill {
+    /// The mma.sync kernel (prefill_attention.cu).
+    Mma,
+    /// Every thread stages key tiles (cp.async); also the fallback where tensor maps fail.
     Plain,
     /// `_ws`: a producer warpgroup stages them (TMA boxes, cp.async off the runs).
     Ws,
@@ -158,18 +162,20 @@ enum Wgmma {
 /// Which Hopper kernel (wgmma, cuda/prefill_attention_wgmma.cu) takes a 16-bit KV prefill, if
 /// any: on sm_90 (its modules are compiled for compute_90a) at head_dim 128, `_ws` (measured 557
 /// ms of attention at 32K against `_tma`'s 767 and the plain kernel's ~780, docs/benchmarks.md
-/// session 27) unless `LSERVE_CUDA_PREFILL_WGMMA` says otherwise — `0` sends it to the mma.sync
-/// kernel, `1` picks the plain one, `3` `_tma`; read per launch, so one process can compare them.
-fn prefill_wgmma(be: &CudaBackend, hd: usize) -> Option<Wgmma> {
+/// session 27) unless `CudaOptions::hopper_prefill` or else `LSERVE_CUDA_PREFILL_WGMMA` says
+/// otherwise — `0` sends it to the mma.sync kernel, `1` picks the plain one, `3` `_tma`; the
+/// variable is read per launch, so one process can compare them.
+fn prefill_wgmma(be: &CudaBackend, hd: usize) -> Option<HopperPrefill> {
     if hd != 128 || be.gpu().arch != "compute_90a" {
         return None;
     }
-    match std::env::var("LSERVE_CUDA_PREFILL_WGMMA").as_deref() {
-        Ok("0") => None,
-        Ok("1") => Some(Wgmma::Plain),
-        Ok("3") => Some(Wgmma::Tma),
-        _ => Some(Wgmma::Ws),
-    }
+    let chosen = be.hopper_prefill().unwrap_or_else(|| match std::env::var("LSERVE_CUDA_PREFILL_WGMMA").as_deref() {
+        Ok("0") => HopperPrefill::Mma,
+        Ok("1") => HopperPrefill::Plain,
+        Ok("3") => HopperPrefill::Tma,
+        _ => HopperPrefill::Ws,
+    });
+    (chosen != HopperPrefill::Mma).then_some(chosen)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -250,9 +256,9 @@ pub fn prefill_attention(
         // `_tma` and `_ws` need the pools' tensor maps; where the driver cannot make them, the
         // plain kernel (the same tiles, copied with cp.async) runs instead.
         let pools = [kv.k, kv.v, kv.sk, kv.sv].map(|b| (b.ptr(), bytes_for(b.dtype, b.len)));
-        let maps = (variant != Wgmma::Plain).then(|| be.gpu().tensor_maps(pools, hd).ok()).flatten();
+        let maps = (variant != HopperPrefill::Plain).then(|| be.gpu().tensor_maps(pools, hd).ok()).flatten();
         if let Some(tmaps) = maps.map(Scratch) {
-            let ws = usize::from(variant == Wgmma::Ws);
+            let ws = usize::from(variant == HopperPrefill::Ws);
             let name = entry_in(kern::prefill_attention_wgmma_tma::ENTRIES, &PREFILL_MMA_DTYPES, kv.k.dtype, ws, 2)?;
             return kern::prefill_attention_wgmma_tma::launch_variant(
                 be.gpu(),
@@ -263,7 +269,8 @@ pub fn prefill_attention(
             );
         }
         let name = entry_in(kern::prefill_attention_wgmma::ENTRIES, &PREFILL_MMA_DTYPES, kv.k.dtype, 0, 1)?;
-        let l = Launch::new((nh as u32, tiles as u32, 1), prefill_wgmma_threads(Wgmma::Plain)).smem(PREFILL_WGMMA_SMEM);
+        let l = Launch::new((nh as u32, tiles as u32, 1), prefill_wgmma_threads(HopperPrefill::Plain))
+            .smem(PREFILL_WGMMA_SMEM);
         return kern::prefill_attention_wgmma::launch_variant(be.gpu(), name, l, p, args!(prefill_attention_wgmma));
     }
     if mma16 {
