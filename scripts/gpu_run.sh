@@ -51,7 +51,8 @@ if [ "$CUDA" = 1 ]; then
   export LSERVE_REQUIRE_CUDA=1
   export LSERVE_CACHE=${LSERVE_CACHE:-/tmp/lserve-cache}
   if [ "${CUDA_COMPILE:-1}" = 1 ]; then "$B/cuda" > "$OUT/cuda_compile.txt" 2>&1; c_compile=$?; else c_compile=skipped; fi
-  "$B/backend_parity" ${PARITY_FILTER:-cuda::} > "$OUT/parity_cuda.txt" 2>&1; c_parity=$?
+  # Every CUDA module: cuda:: and the variant modules (cuda_mmv_*, cuda_dequant_chunks, cuda_prefill_*).
+  "$B/backend_parity" ${PARITY_FILTER:-cuda} > "$OUT/parity_cuda.txt" 2>&1; c_parity=$?
   "$B/cuda_e2e" --nocapture > "$OUT/e2e_cuda.txt" 2>&1; c_e2e=$?
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/backend_parity" ${MEMCHECK_FILTER:-cuda::} --test-threads 1 \
     > "$OUT/memcheck.txt" 2>&1; c_mem=$?
