@@ -152,22 +152,30 @@ macro_rules! parity_tests {
     };
 }
 
-/// The matmul tests of the quantized formats with integer codes (not fp8) alone, for a backend
-/// built to take another variant of their kernels (CUDA: `MmvMode`, tests/backend_parity.rs):
-/// `$name::matmul::w_<dtype>`.
-macro_rules! matmul_quant_tests {
-    ($name:ident, $ctor:expr) => {
+/// A module `$name` of tests for a backend built to take another variant of some ops' kernels:
+/// the backend from `$ctor`, one test at a time, and the op modules in `$body` (`axes!` lists).
+macro_rules! variant_tests {
+    ($name:ident, $ctor:expr, $($body:tt)*) => {
         mod $name {
             static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
             fn backend() -> Option<impl lserve::backend::Backend> {
                 $ctor
             }
-            mod matmul {
-                axes!(dtype test_matmul: I8Row => w_int8);
-                axes!(ggml test_matmul: Q4_0 => w_q4_0, Q4_1 => w_q4_1, Q5_0 => w_q5_0, Q5_1 => w_q5_1, Q8_0 => w_q8_0, Q4_K => w_q4_k, Q5_K => w_q5_k, Q6_K => w_q6_k);
-            }
+            $($body)*
         }
+    };
+}
+
+/// The matmul tests of the quantized formats with integer codes (not fp8) alone, for a backend
+/// built to take another variant of their kernels (CUDA: `MmvMode`, tests/backend_parity.rs):
+/// `$name::matmul::w_<dtype>`.
+macro_rules! matmul_quant_tests {
+    ($name:ident, $ctor:expr) => {
+        variant_tests!($name, $ctor, mod matmul {
+            axes!(dtype test_matmul: I8Row => w_int8);
+            axes!(ggml test_matmul: Q4_0 => w_q4_0, Q4_1 => w_q4_1, Q5_0 => w_q5_0, Q5_1 => w_q5_1, Q8_0 => w_q8_0, Q4_K => w_q4_k, Q5_K => w_q5_k, Q6_K => w_q6_k);
+        });
     };
 }
 
@@ -176,15 +184,8 @@ macro_rules! matmul_quant_tests {
 /// `$name::prefill_attention::kv_<dtype>_hd128`.
 macro_rules! prefill_attention_tests {
     ($name:ident, $ctor:expr) => {
-        mod $name {
-            static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-            fn backend() -> Option<impl lserve::backend::Backend> {
-                $ctor
-            }
-            mod prefill_attention {
-                axes!(kv_hd test_prefill_attention: F16 128 => kv_f16_hd128, BF16 128 => kv_bf16_hd128);
-            }
-        }
+        variant_tests!($name, $ctor, mod prefill_attention {
+            axes!(kv_hd test_prefill_attention: F16 128 => kv_f16_hd128, BF16 128 => kv_bf16_hd128);
+        });
     };
 }
