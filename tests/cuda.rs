@@ -134,8 +134,14 @@ fn hopper_prefill_kernels_neither_spill_nor_serialize_wgmma() {
         return;
     };
     let entries = ptxas_entries(&ptxas_report(&ptxas, "prefill_attention"));
-    let declared = bindings::ALL.iter().find(|b| b.name == "prefill_attention_wgmma").expect("declared").entries;
-    for f in declared {
+    // Every Hopper entry: the cp.async kernel's declaration and the TMA one's (`_tma`, `_ws`).
+    let declared: Vec<&str> = bindings::ALL
+        .iter()
+        .filter(|b| b.name.starts_with("prefill_attention_wgmma"))
+        .flat_map(|b| b.entries.iter().copied())
+        .collect();
+    assert!(declared.iter().any(|f| f.ends_with("_ws")), "the default `_ws` entries are checked: {declared:?}");
+    for f in &declared {
         let &(stores, loads, serialized) = entries.get(*f).unwrap_or_else(|| panic!("{f} not in ptxas's report"));
         eprintln!("{f}: spill stores {stores}, loads {loads}, wgmma serialized {serialized}");
         assert!(!serialized, "{f}: ptxas serializes its wgmma (C7518)");
