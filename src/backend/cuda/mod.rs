@@ -402,12 +402,14 @@ impl Backend for CudaBackend {
         self.write_bytes_at(dst, offset, data)
     }
 
-    /// The listed dtypes (`Caps::act_x8_dtypes`), but a matrix of a format that packs takes X8 only
-    /// where it is stored packed: its GGML-block GEMV quantizes x in every block, faster than
-    /// reading the digits (`ops_matmul::x8_dtypes`).
+    /// `ops_matmul::x16_dtype`: the 16-bit weights' own dtype, and f16 for quantized weights on
+    /// the dequantize + cuBLAS path.
     fn weight_x16_dtype(&self, w: &CudaBuffer, m: usize) -> Option<DType> {
         ops_matmul::x16_dtype(w.dtype, m)
     }
+    /// The listed dtypes (`Caps::act_x8_dtypes`), but a matrix of a format that packs takes X8 only
+    /// where it is stored packed: its GGML-block GEMV quantizes x in every block, faster than
+    /// reading the digits (`ops_matmul::x8_dtypes`).
     fn weight_takes_x8(&self, w: &CudaBuffer, k: usize) -> bool {
         let c = &self.caps;
         let listed = c.x8_row_fits(k) && c.act_x8_dtypes.contains(&w.dtype);
