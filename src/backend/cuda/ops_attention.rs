@@ -252,25 +252,19 @@ pub fn prefill_attention(
     }
     if let Some(variant) = prefill_wgmma(be, hd).filter(|_| mma16) {
         let tiles = n / PREFILL_WGMMA_ROWS + ns;
-        let l = Launch::new((nh as u32, tiles as u32, 1), prefill_wgmma_threads(variant)).smem(PREFILL_WGMMA_SMEM);
+        let launch = |v| Launch::new((nh as u32, tiles as u32, 1), prefill_wgmma_threads(v)).smem(PREFILL_WGMMA_SMEM);
         // `_tma` and `_ws` need the pools' tensor maps; where the driver cannot make them, the
         // plain kernel (the same tiles, copied with cp.async) runs instead.
-        let pools = [kv.k, kv.v, kv.sk, kv.sv].map(|b| (b.ptr(), bytes_for(b.dtype, b.len)));
-        let maps = (variant != HopperPrefill::Plain).then(|| be.gpu().tensor_maps(pools, hd).ok()).flatten();
+        let pools = || [kv.k, kv.v, kv.sk, kv.sv].map(|b| (b.ptr(), bytes_for(b.dtype, b.len)));
+        let maps = (variant != HopperPrefill::Plain).then(|| be.gpu().tensor_maps(pools(), hd).ok()).flatten();
         if let Some(tmaps) = maps.map(Scratch) {
             let ws = usize::from(variant == HopperPrefill::Ws);
             let name = entry_in(kern::prefill_attention_wgmma_tma::ENTRIES, &PREFILL_MMA_DTYPES, kv.k.dtype, ws, 2)?;
-            return kern::prefill_attention_wgmma_tma::launch_variant(
-                be.gpu(),
-                name,
-                l,
-                p,
-                args!(prefill_attention_wgmma_tma, tmaps),
-            );
+            let args = args!(prefill_attention_wgmma_tma, tmaps);
+            return kern::prefill_attention_wgmma_tma::launch_variant(be.gpu(), name, launch(variant), p, args);
         }
         let name = entry_in(kern::prefill_attention_wgmma::ENTRIES, &PREFILL_MMA_DTYPES, kv.k.dtype, 0, 1)?;
-        let l = Launch::new((nh as u32, tiles as u32, 1), prefill_wgmma_threads(HopperPrefill::Plain))
-            .smem(PREFILL_WGMMA_SMEM);
+        let l = launch(HopperPrefill::Plain);
         return kern::prefill_attention_wgmma::launch_variant(be.gpu(), name, l, p, args!(prefill_attention_wgmma));
     }
     if mma16 {

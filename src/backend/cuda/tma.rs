@@ -1,6 +1,6 @@
 //! TMA tensor maps (`CUtensorMap`, made by `cuTensorMapEncodeTiled`) for the kernels that copy
-//! tiles with `cp.async.bulk.tensor`: the Hopper prefill attention's `_tma` entries
-//! (cuda/prefill_attention_wgmma.cu), whose warps copy runs of 16 keys of one page as boxes.
+//! tiles with `cp.async.bulk.tensor`: the Hopper prefill attention's `_ws` and `_tma` entries
+//! (cuda/prefill_attention_wgmma.cu), which copy runs of 16 keys of one page as boxes.
 //!
 //! Invariants: a map describes a whole 16-bit pool as `[rows][cols]` elements (rows = the pool's
 //! bytes / (2 cols), at least 1), with a box of [`BOX_COLS`] x [`BOX_ROWS`] elements in the
@@ -16,7 +16,8 @@ use crate::error::{Error, Result};
 
 /// Elements per box row (128 bytes of 16-bit elements: the 128-byte swizzle's width).
 pub const BOX_COLS: u32 = 64;
-/// Rows per box (the keys a warp copies as one run).
+/// Rows per box (16 consecutive keys of one page, copied as one run). The kernel spells both box
+/// sizes as literals (16 rows, 64 columns, 2,048 bytes a box).
 pub const BOX_ROWS: u32 = 16;
 /// Maps per set of pools.
 pub const SET: usize = 4;
