@@ -14,18 +14,7 @@ dir=${LSERVE_CUDA_TOOLS:-$HOME/.cache/lserve/cuda-tools}
 if [ ! -x "$dir/bin/cuobjdump" ] || [ ! -x "$dir/bin/nvdisasm" ]; then
   mkdir -p "$dir/wheels"
   python3 -m pip download -q --no-deps -d "$dir/wheels" nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
-  python3 - "$dir" <<'PY'
-import glob, os, sys, zipfile
-d = sys.argv[1]
-for whl in glob.glob(os.path.join(d, "wheels", "*.whl")):
-    with zipfile.ZipFile(whl) as z:
-        for name in z.namelist():
-            if os.path.basename(name) in ("cuobjdump", "nvdisasm"):
-                out = os.path.join(d, "bin", os.path.basename(name))
-                with z.open(name) as src, open(out, "wb") as dst:
-                    dst.write(src.read())
-                os.chmod(out, 0o755)
-PY
+  python3 scripts/wheel_extract.py "$dir" cuobjdump:bin nvdisasm:bin
   rm -rf "$dir/wheels"
 fi
 tmp=$(mktemp -d)

@@ -5,26 +5,15 @@
 # ~/.cache/lserve/cuda-tools, kept between runs) and exports LD_LIBRARY_PATH (libnvrtc.so, which
 # cudarc loads by that name) and LSERVE_PTXAS. Best effort: without the registry it says so and
 # those tests skip, as they do on any machine without NVRTC.
+_lserve_scripts=$(dirname "${BASH_SOURCE[0]}")
 _lserve_cuda_tools() {
   local dir=${LSERVE_CUDA_TOOLS:-$HOME/.cache/lserve/cuda-tools} ver=12.9.86
   if [ ! -x "$dir/bin/ptxas" ] || [ ! -e "$dir/lib/libnvrtc.so" ]; then
     mkdir -p "$dir/wheels" "$dir/lib" "$dir/bin" || return 1
     python3 -m pip download -q --no-deps -d "$dir/wheels" \
       "nvidia-cuda-nvrtc-cu12==$ver" "nvidia-cuda-nvcc-cu12==$ver" || return 1
-    python3 - "$dir" <<'PY' || return 1
-import glob, os, sys, zipfile
-d = sys.argv[1]
-want = {"libnvrtc.so.12": "lib", "libnvrtc-builtins.so.12.9": "lib", "ptxas": "bin"}
-for whl in glob.glob(os.path.join(d, "wheels", "*.whl")):
-    with zipfile.ZipFile(whl) as z:
-        for name in z.namelist():
-            base = os.path.basename(name)
-            if base in want:
-                out = os.path.join(d, want[base], base)
-                with z.open(name) as src, open(out, "wb") as dst:
-                    dst.write(src.read())
-                os.chmod(out, 0o755)
-PY
+    python3 "$_lserve_scripts/wheel_extract.py" "$dir" \
+      libnvrtc.so.12:lib libnvrtc-builtins.so.12.9:lib ptxas:bin || return 1
     ln -sf libnvrtc.so.12 "$dir/lib/libnvrtc.so"
     rm -rf "$dir/wheels"
   fi
@@ -33,3 +22,4 @@ PY
 }
 _lserve_cuda_tools || echo "cuda_tools.sh: NVRTC / ptxas not installed (no registry?): the NVRTC and ptxas tests will skip" >&2
 unset -f _lserve_cuda_tools
+unset _lserve_scripts
