@@ -600,14 +600,16 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
 #else
 #define PW_BODY(KT, WS, TMA, TMAPS)
 #endif
-#define PW(name, KT, WS) \
-    extern "C" __global__ void __launch_bounds__(WS ? PW_WS_THREADS : PW_THREADS, 1) name( \
+// The plain kernel: every thread stages key tiles with cp.async.
+#define PW(name, KT) \
+    extern "C" __global__ void __launch_bounds__(PW_THREADS, 1) name( \
         AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v, const KT* sk, const KT* sv, \
         const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, \
         float* out, const u32* blk_sel, const u32* blk_cnt, u32 ptl, u32 rtl, u32 bsl, u32 bcl) { \
-        PW_BODY(KT, WS, false, nullptr) \
+        PW_BODY(KT, false, false, nullptr) \
     }
-// _tma: the plain kernel staging runs of 16 keys by TMA. tmaps: four CUtensorMaps (128 bytes each,
+// The TMA entries: `_tma` (WS false: the plain kernel, each warp's 16 keys as boxes) and `_ws`
+// (a producer warpgroup stages the key tiles, WS above). tmaps: four CUtensorMaps (128 bytes each,
 // src/backend/cuda/tma.rs: the K, V, streaming K and streaming V pools as [rows][128] 16-bit
 // elements, boxes of 64 x 16 in the 128-byte swizzle) in global memory.
 #define PWT(name, KT, WS) \
@@ -617,9 +619,8 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
         float* out, const u32* blk_sel, const u32* blk_cnt, const u64* tmaps, u32 ptl, u32 rtl, u32 bsl, u32 bcl) { \
         PW_BODY(KT, WS, true, tmaps) \
     }
-// _ws: a producer warpgroup stages the key tiles (WS above).
-PW(prefill_attention_wgmma_f16_d128, f16_t, false)
-PW(prefill_attention_wgmma_bf16_d128, bf16_t, false)
+PW(prefill_attention_wgmma_f16_d128, f16_t)
+PW(prefill_attention_wgmma_bf16_d128, bf16_t)
 PWT(prefill_attention_wgmma_f16_d128_tma, f16_t, false)
 PWT(prefill_attention_wgmma_f16_d128_ws, f16_t, true)
 PWT(prefill_attention_wgmma_bf16_d128_tma, bf16_t, false)
