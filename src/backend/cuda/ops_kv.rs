@@ -77,7 +77,7 @@ pub fn rope_append_kv(
     if n_ret > 0 && n > 1 {
         let name = entry(kern::rope_append_kv_summary::ENTRIES, kt, 0, 1)?;
         let args = kern::rope_append_kv_summary::Args { s: meta.slots, k: kv.k, sum: kv.summary };
-        kern::rope_append_kv_summary::launch_variant(g, name, Launch::new((n as u32, n_ret as u32, 1), 128), p, args)?;
+        kern::rope_append_kv_summary::launch_variant(g, name, Launch::new((n as u32, 1, 1), 256), p, args)?;
     }
     Ok(())
 }
