@@ -278,6 +278,13 @@ template <typename O> __device__ __forceinline__ void store4(O* o, float4 v) {
     *reinterpret_cast<uint2*>(o) = make_uint2(lo, hi);
 }
 template <> __device__ __forceinline__ void store4<float>(float* o, float4 v) { *reinterpret_cast<float4*>(o) = v; }
+// Four consecutive elements (f32, or f16/bf16 widened) at a 4-element aligned address.
+__device__ __forceinline__ float4 load4(const float* a) { return *reinterpret_cast<const float4*>(a); }
+template <typename T> __device__ __forceinline__ float4 load4(const T* a) {
+    const uint2 w = *reinterpret_cast<const uint2*>(a);
+    T e[4] = {{(u16)(w.x & 0xffffu)}, {(u16)(w.x >> 16)}, {(u16)(w.y & 0xffffu)}, {(u16)(w.y >> 16)}};
+    return make_float4(to_f32(e[0]), to_f32(e[1]), to_f32(e[2]), to_f32(e[3]));
+}
 
 // The sum of squares of a float4 (rmsnorm4 / add_rmsnorm4).
 __device__ __forceinline__ float sq4(float4 t) { return t.x * t.x + t.y * t.y + t.z * t.z + t.w * t.w; }

@@ -1,9 +1,11 @@
-// rope_append_kv, pass 1 of 2 (pass 2: rope_append_kv_summary.cu, for calls of several tokens). qkv [n_tokens][(n_heads +
-// 2 n_kv_heads) head_dim] f32 -> q [n_tokens][n_heads][head_dim] rotated (rotate-half RoPE at
-// positions[t], cos/sin times attention_scaling); per KV head, the rotated k and the v go to the
-// retrieval pool at slots[t] or, for a streaming head (head_map & STREAMING_BIT), to the
-// streaming pool at ring_slots[t]. Pools [page][heads][page_size][head_dim] in KT (f32/f16/bf16).
-// Grid (n_tokens, n_heads + n_kv_heads); thread i rotates the pair (i, i + head_dim/2). Slots
+// rope_append_kv, pass 1 of 2 (pass 2: rope_append_kv_summary.cu, for calls of several tokens).
+// qkv [n_tokens][(n_heads + 2 n_kv_heads) head_dim] f32, or f16 / bf16 (qkv16 = 1 / 2, QkvRow)
+// -> q [n_tokens][n_heads][head_dim] rotated (rotate-half RoPE at positions[t], cos/sin times
+// attention_scaling); per KV head, the rotated k and the v go to the retrieval pool at slots[t]
+// or, for a streaming head (head_map & STREAMING_BIT), to the streaming pool at ring_slots[t].
+// Pools [page][heads][page_size][head_dim] in KT (f32/f16/bf16). Grid (n_tokens, n_heads +
+// n_kv_heads); thread i rotates the pairs (i, i + head_dim/2), i + blockDim.x, ... (four heads a
+// block, 256 threads, measured 10% slower at 32K on an H100: docs/benchmarks.md session 28). Slots
 // outside their pool are skipped (the host checks the slots it uploads; this guards the rest).
 //
 // Page summaries: rope_append_kv_summary.cu refreshes them after a call of several tokens (tokens
@@ -14,6 +16,21 @@
 // offset order, i.e. fminf(the page's summary so far, kept by every earlier call, this key), and a
 // token at a logical page's first offset starts it (min = max = its value). The same values, bit
 // for bit.
+
+// A row of qkv as the call gave it: f32, or f16 / bf16 as the q|k|v GEMM wrote it (qkv16 = 1 / 2:
+// Backend::matmul_out16_dtype), read widened to f32.
+struct QkvRow {
+    const void* p;
+    u64 base;
+    u32 d;
+    __device__ __forceinline__ float operator[](u32 i) const {
+        const u64 j = base + i;
+        if (d == 0u) return reinterpret_cast<const float*>(p)[j];
+        const u16 b = reinterpret_cast<const u16*>(p)[j];
+        return d == 1u ? f16_to_f32(b) : bf16_to_f32(b);
+    }
+    __device__ __forceinline__ QkvRow operator+(u32 o) const { return QkvRow{p, base + o, d}; }
+};
 __device__ __forceinline__ void fold_summary(const RopeAppendKvParams& p, float* sum, u32 slot, u32 hi, u32 c, float x) {
     u32 ps = p.page_size, lp = p.logical_page, off = slot % ps, hd = p.head_dim;
     u64 at = ((((u64)(slot / ps) * p.n_ret + hi) * (ps / lp) + off / lp) * 2) * hd + c;
@@ -27,10 +44,10 @@ __device__ __forceinline__ void fold_summary(const RopeAppendKvParams& p, float*
 }
 
 // Query head h of token t (h < n_heads): rotate into q.
-__device__ void rope_q_head(const RopeAppendKvParams& p, const float* row, float pos, const float* inv_freq, u32 t,
+__device__ void rope_q_head(const RopeAppendKvParams& p, QkvRow row, float pos, const float* inv_freq, u32 t,
                             u32 h, float* q) {
     u32 hd = p.head_dim, half = hd / 2;
-    const float* src = row + h * hd;
+    const QkvRow src = row + h * hd;
     float* dst = q + ((u64)t * p.n_heads + h) * hd;
     for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
         float a = __fmul_rn(pos, inv_freq[i]);
@@ -43,12 +60,12 @@ __device__ void rope_q_head(const RopeAppendKvParams& p, const float* row, float
 }
 
 template <typename KT>
-__device__ void rope_impl(RopeAppendKvParams p, const float* qkv, const u32* positions, const u32* slots,
+__device__ void rope_impl(RopeAppendKvParams p, const void* qkv, const u32* positions, const u32* slots,
                           const u32* ring_slots, const float* inv_freq, const u32* head_map, float* q,
-                          KT* k, KT* v, KT* sk, KT* sv, float* sum) {
+                          KT* k, KT* v, KT* sk, KT* sv, float* sum, u32 qkv16) {
     u32 t = blockIdx.x, h = blockIdx.y, hd = p.head_dim, half = hd / 2;
     u32 width = (p.n_heads + 2 * p.n_kv_heads) * hd;
-    const float* row = qkv + (u64)t * width;
+    const QkvRow row{qkv, (u64)t * width, qkv16};
     float pos = (float)positions[t];
     if (h < p.n_heads) {
         rope_q_head(p, row, pos, inv_freq, t, h, q);
@@ -65,8 +82,8 @@ __device__ void rope_impl(RopeAppendKvParams p, const float* qkv, const u32* pos
     u64 at = (((u64)(slot / p.page_size) * heads + hi) * p.page_size + slot % p.page_size) * hd;
     KT* kd = (streaming ? sk : k) + at;
     KT* vd = (streaming ? sv : v) + at;
-    const float* ks = row + (p.n_heads + kvh) * hd;
-    const float* vs = row + (p.n_heads + p.n_kv_heads + kvh) * hd;
+    const QkvRow ks = row + (p.n_heads + kvh) * hd;
+    const QkvRow vs = row + (p.n_heads + p.n_kv_heads + kvh) * hd;
     const bool fold = p.n_tokens == 1u && !streaming;
     for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
         float a = __fmul_rn(pos, inv_freq[i]);
@@ -89,10 +106,10 @@ __device__ void rope_impl(RopeAppendKvParams p, const float* qkv, const u32* pos
 }
 
 #define ROPE(name, KT) \
-    extern "C" __global__ void name(RopeAppendKvParams p, const float* qkv, const u32* positions, const u32* slots, \
+    extern "C" __global__ void name(RopeAppendKvParams p, const void* qkv, const u32* positions, const u32* slots, \
                                     const u32* ring_slots, const float* inv_freq, const u32* head_map, float* q, \
-                                    KT* k, KT* v, KT* sk, KT* sv, float* sum) { \
-        rope_impl<KT>(p, qkv, positions, slots, ring_slots, inv_freq, head_map, q, k, v, sk, sv, sum); \
+                                    KT* k, KT* v, KT* sk, KT* sv, float* sum, u32 qkv16) { \
+        rope_impl<KT>(p, qkv, positions, slots, ring_slots, inv_freq, head_map, q, k, v, sk, sv, sum, qkv16); \
     }
 ROPE(rope_append_kv_f32, float)
 ROPE(rope_append_kv_f16, f16_t)
@@ -107,14 +124,15 @@ ROPE(rope_append_kv_bf16, bf16_t)
 #define ROPE8_WARPS 8
 
 template <bool FP8>
-__device__ void rope8_impl(RopeAppendKvParams p, const float* qkv, const u32* positions, const u32* slots,
+__device__ void rope8_impl(RopeAppendKvParams p, const void* qkv, const u32* positions, const u32* slots,
                            const u32* ring_slots, const float* inv_freq, const u32* head_map, float* q,
-                           unsigned char* k, unsigned char* v, unsigned char* sk, unsigned char* sv, float* sum) {
+                           unsigned char* k, unsigned char* v, unsigned char* sk, unsigned char* sv, float* sum,
+                           u32 qkv16) {
     __shared__ float kr[256], vr[256];
     __shared__ u32 wmax[2][ROPE8_WARPS];
     u32 t = blockIdx.x, h = blockIdx.y, hd = p.head_dim, half = hd / 2;
     u32 width = (p.n_heads + 2 * p.n_kv_heads) * hd;
-    const float* row = qkv + (u64)t * width;
+    const QkvRow row{qkv, (u64)t * width, qkv16};
     float pos = (float)positions[t];
     if (h < p.n_heads) {
         rope_q_head(p, row, pos, inv_freq, t, h, q);
@@ -128,8 +146,8 @@ __device__ void rope8_impl(RopeAppendKvParams p, const float* qkv, const u32* po
     u32 heads = streaming ? p.n_str : p.n_ret;
     u32 pages = streaming ? p.num_str_pages : p.num_pages;
     if (hi >= heads || slot >= pages * p.page_size || hd > 256u) return;  // block-uniform
-    const float* ks = row + (p.n_heads + kvh) * hd;
-    const float* vs = row + (p.n_heads + p.n_kv_heads + kvh) * hd;
+    const QkvRow ks = row + (p.n_heads + kvh) * hd;
+    const QkvRow vs = row + (p.n_heads + p.n_kv_heads + kvh) * hd;
     u32 km = 0u, vm = 0u;
     for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
         float a = __fmul_rn(pos, inv_freq[i]);
@@ -173,10 +191,11 @@ __device__ void rope8_impl(RopeAppendKvParams p, const float* qkv, const u32* po
 }
 
 #define ROPE8(name, FP8) \
-    extern "C" __global__ void name(RopeAppendKvParams p, const float* qkv, const u32* positions, const u32* slots, \
+    extern "C" __global__ void name(RopeAppendKvParams p, const void* qkv, const u32* positions, const u32* slots, \
                                     const u32* ring_slots, const float* inv_freq, const u32* head_map, float* q, \
-                                    unsigned char* k, unsigned char* v, unsigned char* sk, unsigned char* sv, float* sum) { \
-        rope8_impl<FP8>(p, qkv, positions, slots, ring_slots, inv_freq, head_map, q, k, v, sk, sv, sum); \
+                                    unsigned char* k, unsigned char* v, unsigned char* sk, unsigned char* sv, float* sum, \
+                                    u32 qkv16) { \
+        rope8_impl<FP8>(p, qkv, positions, slots, ring_slots, inv_freq, head_map, q, k, v, sk, sv, sum, qkv16); \
     }
 ROPE8(rope_append_kv_int8, false)
 ROPE8(rope_append_kv_fp8, true)

@@ -1,7 +1,9 @@
 // silu_mul: gate_up [rows][2 dim] (gate | up) f32 -> out [rows][dim] = silu(gate) * up, out f32
 // or f16/bf16 (rounded to nearest even: the x of the down projection's 16-bit GEMM,
-// Caps::act16_from). Grid: x covers a row's columns, 4 a thread (float4 loads when dim % 4 == 0,
-// rows then 16-byte aligned), y strides the rows — no per-element 64-bit division.
+// Caps::act16_from). silu_mul_<f16|bf16>_in: gate_up in that 16-bit dtype as the gate|up GEMM
+// wrote it (Backend::matmul_out16_dtype), out the same dtype. Grid: x covers a row's columns, 4 a
+// thread (16- or 8-byte loads when dim % 4 == 0, rows then aligned), y strides the rows — no
+// per-element 64-bit division.
 // silu_mul_x8: one row (dim % 4 == 0) as x8 digits (DType::X8, Caps::act_x8_dtypes): thread c
 // of the grid takes word c (the same f32 values as silu_mul_f32), whole warps while their first
 // word is below the row's 8 nxb words (x8_quantize4's shuffles), words past dim / 4 zero.
@@ -13,27 +15,27 @@ __device__ __forceinline__ float4 silu_mul4(float4 g, float4 u) {
 template <typename O>
 __device__ __forceinline__ void silu_store(O* o, float g, float u) { *o = from_f32<O>(silu(g) * u); }
 
-template <typename O>
-__device__ void silu_mul_impl(SiluMulParams p, const float* __restrict__ gu, O* __restrict__ out) {
+template <typename G, typename O>
+__device__ void silu_mul_impl(SiluMulParams p, const G* __restrict__ gu, O* __restrict__ out) {
     u32 c = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
     if (c >= p.dim) return;
     bool vec = (p.dim & 3) == 0;
     for (u32 r = blockIdx.y; r < p.rows; r += gridDim.y) {
-        const float* g = gu + (u64)r * 2 * p.dim;
-        const float* up = g + p.dim;
+        const G* g = gu + (u64)r * 2 * p.dim;
+        const G* up = g + p.dim;
         O* o = out + (u64)r * p.dim;
         if (vec) {
-            float4 a = *reinterpret_cast<const float4*>(g + c);
-            float4 b = *reinterpret_cast<const float4*>(up + c);
-            store4(o + c, silu_mul4(a, b));
+            store4(o + c, silu_mul4(load4(g + c), load4(up + c)));
         } else {
-            for (u32 j = c; j < c + 4 && j < p.dim; j++) silu_store(o + j, g[j], up[j]);
+            for (u32 j = c; j < c + 4 && j < p.dim; j++) silu_store(o + j, to_f32(g[j]), to_f32(up[j]));
         }
     }
 }
 extern "C" __global__ void silu_mul_f32(SiluMulParams p, const float* gu, float* out) { silu_mul_impl(p, gu, out); }
 extern "C" __global__ void silu_mul_f16(SiluMulParams p, const float* gu, f16_t* out) { silu_mul_impl(p, gu, out); }
 extern "C" __global__ void silu_mul_bf16(SiluMulParams p, const float* gu, bf16_t* out) { silu_mul_impl(p, gu, out); }
+extern "C" __global__ void silu_mul_f16_in(SiluMulParams p, const f16_t* gu, f16_t* out) { silu_mul_impl(p, gu, out); }
+extern "C" __global__ void silu_mul_bf16_in(SiluMulParams p, const bf16_t* gu, bf16_t* out) { silu_mul_impl(p, gu, out); }
 extern "C" __global__ void silu_mul_x8(SiluMulParams p, const float* __restrict__ gu, x8_t* __restrict__ out) {
     const u32 c = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x & 31;
     if (c - lane >= 8 * ((p.dim + 31) / 32)) return;

@@ -156,6 +156,9 @@ pub struct KvPair<B: Backend> {
     /// every backend), so that 8-bit pools, whose codes jump where a rotated key differs by one
     /// ulp between backends' sin/cos, can be compared bit for bit.
     pub rope_identity: bool,
+    /// The dtype qkv goes to the backend's rope_append_kv in: f32, or a 16-bit one of
+    /// [`out16_dtypes`] (the reference gets the same values in f32).
+    pub qkv_dtype: DType,
 }
 
 /// The backend's cache stores `kvd`; the CPU's [`cpu_kv`] of it.
@@ -189,7 +192,7 @@ pub fn kv_pair_shape<B: Backend>(t: &Pair<B>, shape: CacheShape, kvd: DType) -> 
     let _ = (gpu.admit().unwrap(), cpu.admit().unwrap()); // slot 0 taken by another sequence
     let seq = gpu.admit().unwrap();
     assert_eq!(seq, cpu.admit().unwrap());
-    KvPair { gpu, cpu, seq, rope_identity: kvd.is_kv8() }
+    KvPair { gpu, cpu, seq, rope_identity: kvd.is_kv8(), qkv_dtype: DType::F32 }
 }
 
 /// Append `n` tokens with random qkv and RoPE at their positions on both backends; returns the
@@ -220,7 +223,7 @@ pub fn append_data<B: Backend>(
     seq_cpu.pages.clear();
     seq_cpu.len = 0;
     assert_eq!(data.len(), n * (nh + 2 * n_kv) * hd);
-    let qkv = t.up(DType::F32, data);
+    let qkv = t.up(kv.qkv_dtype, data);
     let pos: Vec<u32> = (kv.seq.len..kv.seq.len + n).map(|p| p as u32).collect();
     let inv: Vec<f32> =
         (0..hd / 2).map(|i| if kv.rope_identity { 0.0 } else { 10000f32.powf(-2.0 * i as f32 / hd as f32) }).collect();
@@ -282,6 +285,16 @@ pub fn attn_params<B: Backend>(kv: &KvPair<B>, n_tokens: usize, nh: usize, windo
         num_str_pages: kv.gpu.num_str_pages() as u32,
         sel_stride: s.sel_stride as u32,
     }
+}
+
+/// The 16-bit dtypes the backend's matmul writes for some weights at a prefill's row count
+/// (`Backend::matmul_out16_dtype`: weights of the dtype itself), which its silu_mul and
+/// rope_append_kv then take as input.
+pub fn out16_dtypes<B: Backend>(gpu: &B) -> Vec<DType> {
+    [DType::F16, DType::BF16]
+        .into_iter()
+        .filter(|&d| gpu.upload_f32(d, vec![0.0; 64]).is_ok_and(|w| gpu.matmul_out16_dtype(&w, 128) == Some(d)))
+        .collect()
 }
 
 /// `data` rounded to a 16-bit `dtype` (nearest even) and back; other dtypes leave it as it is.

@@ -150,7 +150,8 @@ fn quantized_weights_with_x8_activations_match_cpu() {
 /// Quantized weights prefilled in steps of 256 tokens (the 150- and 300-token prompts: steps of
 /// 150, 256 and 44 rows), so the prefill takes the dequantize-then-f16-GEMM path (m > 64; the
 /// other tests prefill in 64-token steps, the MMQ GEMM), with the norms and silu_mul writing its x
-/// in f16 (`Backend::weight_x16_dtype`): x and the weights are rounded to f16 there, so a
+/// in f16 (`Backend::weight_x16_dtype`) and the q|k|v and gate|up GEMMs their outputs
+/// (`Backend::matmul_out16_dtype`): x, the weights and those outputs are rounded to f16 there, so a
 /// divergence must be a near tie (margin < 0.05, as bf16 KV). Dense attention only: with page
 /// selection on, a 16-bit rounding in the prefill moves the pages' bounds a little, and where two
 /// pages' bounds nearly tie a different page is selected and later logits move by whole units,
@@ -163,7 +164,9 @@ fn quantized_prefill_on_the_f16_gemm_path_matches_cpu() {
     let ggml = |t| DType::Ggml(t);
     for w in [ggml(GgmlType::Q4_K), ggml(GgmlType::Q6_K), ggml(GgmlType::Q8_0), DType::I8Row, DType::F8Row] {
         let bytes = lserve::backend::reference::weight_quant::random_weights(w, 1, 512, 3).expect("whole blocks");
-        assert_eq!(gpu.weight_x16_dtype(&gpu.upload_weight(w, 1, 512, &bytes).unwrap(), 150), Some(DType::F16));
+        let wb = gpu.upload_weight(w, 1, 512, &bytes).unwrap();
+        assert_eq!(gpu.weight_x16_dtype(&wb, 150), Some(DType::F16));
+        assert_eq!(gpu.matmul_out16_dtype(&wb, 150), Some(DType::F16), "LSERVE_CUDA_OUT16=0?");
         compare_w(false, "f32", w, 0.05, 256);
     }
 }

@@ -11,7 +11,7 @@
 //! - An op validates buffer lengths against its params and returns [`Error::Backend`] on mismatch
 //!   instead of reading or writing out of bounds.
 //! - Activations and logits are f32 (except where `caps().act16_from` allows 16-bit norm and
-//!   FFN outputs feeding a matmul); weights use one of `caps().weight_dtypes`; the KV cache uses
+//!   FFN outputs feeding a matmul, and `matmul_out16_dtype` 16-bit q|k|v and gate|up outputs); weights use one of `caps().weight_dtypes`; the KV cache uses
 //!   one of `caps().kv_dtypes`. The engine asks before planning, never by catching a failure.
 
 pub mod collective;
@@ -318,6 +318,16 @@ pub trait Backend: Send {
         let d = self.dtype(w);
         (self.caps().act16_from.is_some_and(|from| m >= from) && matches!(d, DType::F16 | DType::BF16)).then_some(d)
     }
+    /// The 16-bit dtype `matmul` may write an `m`-row out in for weights `w` (no bias): the f32
+    /// result rounded to nearest even, as a tensor-core GEMM's epilogue does; `silu_mul` then
+    /// takes a gate_up, and `rope_append_kv` a qkv, of that dtype (and `silu_mul` writes its out
+    /// in it). None (the default): out is f32. (CUDA: where the matmul is a cuBLAS GEMM, the
+    /// dtype of `weight_x16_dtype`; the model uses it for the q|k|v and gate|up outputs of a
+    /// prefill, which are rounded to 16 bits after RoPE / silu anyway.)
+    fn matmul_out16_dtype(&self, w: &Self::Buffer, m: usize) -> Option<DType> {
+        let _ = (w, m);
+        None
+    }
     /// Overwrite elements `offset..offset + data.len()` of an f32 buffer (KV swap-in).
     fn write_f32_at(&self, dst: &mut Self::Buffer, offset: usize, data: &[f32]) -> Result<()>;
     /// Overwrite elements `offset..offset + data.len()` of a u32 buffer.
@@ -399,7 +409,8 @@ pub trait Backend: Send {
     ) -> Result<()>;
     /// a[i] += b[i] for i < n.
     fn add(&self, p: &AddParams, a: &mut Self::Buffer, b: &Self::Buffer) -> Result<()>;
-    /// gate_up `[rows][2*dim]` (gate | up) -> out `[rows][dim]` = silu(gate) * up.
+    /// gate_up `[rows][2*dim]` (gate | up) -> out `[rows][dim]` = silu(gate) * up. gate_up f32, or
+    /// the 16-bit dtype of [`Backend::matmul_out16_dtype`] with out in that dtype too.
     fn silu_mul(&self, p: &SiluMulParams, gate_up: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
     /// gate_up `[rows][2*dim]` (gate | up) -> out `[rows][dim]` = gelu_tanh(gate) * up, with
     /// gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (Gemma's FFN).
@@ -428,7 +439,8 @@ pub trait Backend: Send {
         indptr: &Self::Buffer,
         out: &mut Self::Buffer,
     ) -> Result<()>;
-    /// qkv `[n_tokens][(n_heads + 2 n_kv_heads) head_dim]` -> q `[n_tokens][n_heads][head_dim]`
+    /// qkv `[n_tokens][(n_heads + 2 n_kv_heads) head_dim]` (f32, or the 16-bit dtype of
+    /// [`Backend::matmul_out16_dtype`]) -> q `[n_tokens][n_heads][head_dim]`
     /// rotated (rotate-half RoPE at each token's position); each KV head's rotated k and its v go
     /// to the retrieval pool (`slots`) or the streaming ring (`ring_slots`) per `head_map`, and the
     /// min/max summary of every touched logical page is made equal to the min/max over the tokens

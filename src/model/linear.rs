@@ -75,6 +75,13 @@ impl<B: Backend> Linear<B> {
         self.parts.iter().all(|p| be.weight_x16_dtype(&p.w, m) == Some(d)).then_some(d)
     }
 
+    /// The 16-bit dtype its matmul may write an `m`-row out in (`Backend::matmul_out16_dtype`):
+    /// every part's, and no part with a bias (biases are added in f32).
+    pub fn out16_dtype(&self, be: &B, m: usize) -> Option<DType> {
+        let d = be.matmul_out16_dtype(&self.parts.first()?.w, m)?;
+        self.parts.iter().all(|p| p.bias.is_none() && be.matmul_out16_dtype(&p.w, m) == Some(d)).then_some(d)
+    }
+
     /// Its matmul takes x as one row of x8 digits (`DType::X8`): every part does
     /// (`Backend::weight_takes_x8`: its dtype in `Caps::act_x8_dtypes`, k a multiple of 4 up to
     /// `act_x8_max_k`, and whatever the backend adds per buffer).

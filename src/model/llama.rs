@@ -457,10 +457,15 @@ impl<B: Backend> Llama<B> {
         // The norms and silu_mul write their matmuls' x in 16 bits or as x8 digits where the
         // backend takes it.
         let (xn_dt, attn_dt, act_dt) = self.act_dtypes(be, n, m.decode);
-        let (mut x, mut xn, mut qkv, mut q) =
-            (a(n * h)?, pool.take(be, xn_dt, act_len(xn_dt, n, h))?, a(n * c.qkv_dim())?, a(n * nq)?);
+        let (qkv_dt, gu_dt) = self.out_dtypes(be, n, m.decode, act_dt);
+        let (mut x, mut xn, mut qkv, mut q) = (
+            a(n * h)?,
+            pool.take(be, xn_dt, act_len(xn_dt, n, h))?,
+            pool.take(be, qkv_dt, n * c.qkv_dim())?,
+            a(n * nq)?,
+        );
         let (mut attn_out, mut o, mut gu) =
-            (pool.take(be, attn_dt, act_len(attn_dt, n, nq))?, a(n * h)?, a(n * 2 * ffn)?);
+            (pool.take(be, attn_dt, act_len(attn_dt, n, nq))?, a(n * h)?, pool.take(be, gu_dt, n * 2 * ffn)?);
         let mut act = pool.take(be, act_dt, act_len(act_dt, n, ffn))?;
         let norm = RmsnormParams { rows: n as u32, dim: h as u32, eps: c.rms_norm_eps, _pad: 0 };
         let first = (rank * c.vocab_size) as u32;
@@ -593,6 +598,23 @@ impl<B: Backend> Llama<B> {
         }
         let xn = common_x16(be, n, ls.iter().flat_map(|l| [&l.w_qkv, &l.w_gate_up]));
         (xn, DType::F32, common_x16(be, n, ls.iter().map(|l| &l.w_down)))
+    }
+
+    /// The dtypes of a prefill's q|k|v and gate|up matmul outputs: 16 bits where every layer's
+    /// matrix may write them so (`Linear::out16_dtype`) — q, k and v are rounded to the KV dtype
+    /// after RoPE anyway, silu(gate) * up to the down projection's x — and gate|up only where
+    /// silu_mul's out (`act`) is that dtype too; else f32. Decode steps keep f32.
+    fn out_dtypes(&self, be: &B, n: usize, decode: bool, act: DType) -> (DType, DType) {
+        let common = |mut ls: std::slice::Iter<'_, Layer<B>>, f: fn(&Layer<B>) -> &Linear<B>| {
+            let d = ls.next().and_then(|l| f(l).out16_dtype(be, n));
+            d.filter(|d| ls.all(|l| f(l).out16_dtype(be, n) == Some(*d))).unwrap_or(DType::F32)
+        };
+        if decode {
+            return (DType::F32, DType::F32);
+        }
+        let qkv = common(self.layers.iter(), |l| &l.w_qkv);
+        let gu = Some(common(self.layers.iter(), |l| &l.w_gate_up)).filter(|d| *d == act).unwrap_or(DType::F32);
+        (qkv, gu)
     }
 
     /// The logits `[nl][vocab]` of the `nl` normed rows `sel`. Under tensor parallelism each rank

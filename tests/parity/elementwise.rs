@@ -3,7 +3,7 @@
 //! the partial writes of KV swap-in (write_at). Instantiated per backend by `parity_tests!` in
 //! tests/backend_parity.rs.
 
-use super::{TOL_ELEMENTWISE, TOL_QUANT, TOL_REDUCTION, close, has_weights, pair};
+use super::{TOL_ELEMENTWISE, TOL_QUANT, TOL_REDUCTION, close, has_weights, out16_dtypes, pair, round_to};
 use lserve::backend::reference::weight_quant;
 use lserve::backend::*;
 
@@ -160,7 +160,9 @@ pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
                 let p = MatmulParams::new(m, n, k, bias);
                 t.gpu.matmul(&p, &x.0, &w.0, bias.then_some(&b.0), &mut out.0).unwrap();
                 t.cpu.matmul(&p, &x.1, &w.1, bias.then_some(&b.1), &mut out.1).unwrap();
-                t.check(&format!("matmul {dtype:?} {m}x{n}x{k} bias={bias}"), &out, m * n, TOL_REDUCTION);
+                let name = format!("matmul {dtype:?} {m}x{n}x{k} bias={bias}");
+                t.check(&name, &out, m * n, TOL_REDUCTION);
+                out16_case(&t, &name, &p, &x.0, &w.0, &out.1, m * n, TOL_REDUCTION);
             }
         }
     }
@@ -195,13 +197,39 @@ fn matmul_strided<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, tol: f32
         t.gpu.matmul(&p, &x.0, &w.0, b.map(|b| &b.0), &mut out.0).unwrap();
         t.cpu.matmul(&p, &x.1, &w.1, b.map(|b| &b.1), &mut out.1).unwrap();
         let x16 = t.gpu.caps().matmul_x16_from.is_some_and(|r| m >= r) && dtype != DType::F32;
-        t.check(
-            &format!("matmul {dtype:?} strided {m}x{n}x{k} ldo={ldo} off={off}"),
-            &out,
-            len,
-            if x16 { TOL_QUANT } else { tol },
-        );
+        let name = format!("matmul {dtype:?} strided {m}x{n}x{k} ldo={ldo} off={off}");
+        let tol = if x16 { TOL_QUANT } else { tol };
+        t.check(&name, &out, len, tol);
+        out16_case(t, &name, &p, &x.0, &w.0, &out.1, len, tol);
     }
+}
+
+/// The same matmul into a 16-bit out where the backend writes one for these weights and rows
+/// (`Backend::matmul_out16_dtype`): the reference's f32 result `want` (NaN poison outside the
+/// written elements) rounded to that dtype, within `tol` plus one unit in its last place; with a
+/// bias (added in f32) such an out is refused.
+#[allow(clippy::too_many_arguments)]
+fn out16_case<B: Backend>(
+    t: &super::Pair<'_, B>,
+    name: &str,
+    p: &MatmulParams,
+    x: &B::Buffer,
+    w: &B::Buffer,
+    want: &lserve::backend::cpu::CpuBuffer,
+    len: usize,
+    tol: f32,
+) {
+    let Some(d) = t.gpu.matmul_out16_dtype(w, p.m as usize) else { return };
+    let mut o = t.gpu.upload_f32(d, vec![f32::NAN; len]).unwrap();
+    if p.has_bias != 0 {
+        let b = t.gpu.upload_f32(DType::F32, vec![0.0; p.n as usize]).unwrap();
+        assert!(t.gpu.matmul(p, x, w, Some(&b), &mut o).is_err(), "{name}: a {d:?} out with a bias");
+        return;
+    }
+    t.gpu.matmul(p, x, w, None, &mut o).unwrap();
+    let want = round_to(d, &t.cpu.download_f32(want, 0, len).unwrap());
+    let ulp = if d == DType::BF16 { 2f32.powi(-7) } else { 2f32.powi(-10) };
+    close(&format!("{name} out {d:?}"), &t.gpu.download_f32(&o, 0, len).unwrap(), &want, tol + ulp);
 }
 
 /// Quantized weights: random blocks (odd n; k a few whole blocks, and one long row), every GEMV
@@ -298,6 +326,7 @@ fn quant_case<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, p: &MatmulPa
     let x8 = dtype != DType::F8Row && m <= t.gpu.caps().matmul_x8_max_m;
     let x16 = t.gpu.caps().matmul_x16_from.is_some_and(|r| m >= r) && !x8;
     t.check(&name, &out, len, if x16 { TOL_QUANT } else { TOL_REDUCTION });
+    out16_case(t, &name, p, &x.0, &w.0, &out.1, len, if x16 { TOL_QUANT } else { TOL_REDUCTION });
     // The same x already in the 16-bit dtype the backend multiplies (`weight_x16_dtype`: CUDA's
     // dequantize + f16 GEMM path, the rows a prefill's norms and silu_mul write in f16): the
     // operands the GEMM would have rounded itself, so the f32 x's output bit for bit.
@@ -525,6 +554,15 @@ pub fn test_silu_mul<B: Backend>(gpu: &B) {
             t.gpu.silu_mul(&p, &gu.0, &mut out.0).unwrap();
             t.cpu.silu_mul(&p, &gu.1, &mut out.1).unwrap();
             check_act(&t, &format!("silu_mul {rows}x{dim} {dt:?}"), &out, rows * dim, dt, TOL_ELEMENTWISE);
+        }
+        // gate_up as a 16-bit GEMM wrote it (Backend::matmul_out16_dtype), out that dtype too:
+        // the reference gets the same values in f32.
+        for dt in out16_dtypes(gpu) {
+            let g16 = t.up(dt, &t.cpu.download_f32(&gu.1, 0, rows * 2 * dim).unwrap());
+            let mut out = out_as(&t, dt, rows * dim);
+            t.gpu.silu_mul(&p, &g16.0, &mut out.0).unwrap();
+            t.cpu.silu_mul(&p, &g16.1, &mut out.1).unwrap();
+            check_act(&t, &format!("silu_mul {rows}x{dim} {dt:?} in"), &out, rows * dim, dt, TOL_ELEMENTWISE);
         }
     }
     for dim in X8_DIMS {

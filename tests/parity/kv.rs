@@ -5,7 +5,7 @@
 
 use super::{
     Pair, TOL_ELEMENTWISE, append, append_data, close, download_pool, download_raw_all, has_kv, kv_pair, kv_tols,
-    paged, pair,
+    out16_dtypes, paged, pair,
 };
 use lserve::backend::*;
 
@@ -49,53 +49,68 @@ pub fn test_rope_append_kv<B: Backend>(gpu: &B, kvd: DType) {
     // (rope_append_kv16) and stages f32 rows otherwise.
     let hds: &[usize] = if matches!(kvd, DType::F16 | DType::BF16) { &[16, 18] } else { &[16] };
     for (ps, lp, hd) in [(16, 4), (32, 32)].into_iter().flat_map(|(ps, lp)| hds.iter().map(move |&hd| (ps, lp, hd))) {
-        let nh = 6;
-        let (tol_pool, _) = kv_tols(kvd);
-        let mut kv = kv_pair(&t, vec![false, true, false], (ps, lp, hd), kvd);
-        // The ring holds 32 tokens, 4 of them sink: chunks of up to 28 never wrap onto themselves.
-        // Single tokens (wgpu's 16-bit pools and every CUDA pool fold those into the summary in the same pass) at
-        // positions 22, 23 and 49 (inside logical pages) and 64 (the first of a logical and of a
-        // physical page in both geometries).
-        for n in [5, 17, 1, 1, 25, 1, 14, 1, 28] {
-            let q = append(&mut t, &mut kv, n, nh);
-            t.check("rope_append_kv q", &q, n * nh * hd, TOL_ELEMENTWISE);
+        rope_case(&mut t, kvd, (ps, lp, hd), 6, DType::F32);
+    }
+    // qkv as a 16-bit GEMM wrote it (Backend::matmul_out16_dtype): the reference gets the same
+    // values in f32.
+    for qd in out16_dtypes(gpu) {
+        for &hd in hds {
+            rope_case(&mut t, kvd, (16, 4, hd), 6, qd);
         }
-        // Quantizer edge cases (zero, tie, tiny, subnormal and huge rows) into both pools.
-        // Stored unrotated on every dtype: a huge pair rotated by sin/cos one ulp apart across
-        // backends cancels to a value whose relative error says nothing about the storage.
-        let data = crafted_qkv(&mut t, 14, nh, 3, hd);
+    }
+}
+
+/// One geometry of [`test_rope_append_kv`], qkv given to the backend in `qd`.
+fn rope_case<B: Backend>(t: &mut Pair<'_, B>, kvd: DType, (ps, lp, hd): (usize, usize, usize), nh: usize, qd: DType) {
+    let (tol_pool, _) = kv_tols(kvd);
+    let mut kv = kv_pair(t, vec![false, true, false], (ps, lp, hd), kvd);
+    kv.qkv_dtype = qd;
+    // The ring holds 32 tokens, 4 of them sink: chunks of up to 28 never wrap onto themselves.
+    // Single tokens (wgpu's 16-bit pools and every CUDA pool fold those into the summary in the same pass) at
+    // positions 22, 23 and 49 (inside logical pages) and 64 (the first of a logical and of a
+    // physical page in both geometries).
+    for n in [5, 17, 1, 1, 25, 1, 14, 1, 28] {
+        let q = append(t, &mut kv, n, nh);
+        t.check("rope_append_kv q", &q, n * nh * hd, TOL_ELEMENTWISE);
+    }
+    // Quantizer edge cases (zero, tie, tiny, subnormal and huge rows) into both pools, from an
+    // f32 qkv (16 bits would round them away). Stored unrotated on every dtype: a huge pair
+    // rotated by sin/cos one ulp apart across backends cancels to a value whose relative error
+    // says nothing about the storage.
+    if qd == DType::F32 {
+        let data = crafted_qkv(t, 14, nh, 3, hd);
         let rotated = std::mem::replace(&mut kv.rope_identity, true);
-        append_data(&mut t, &mut kv, 14, nh, &data);
+        append_data(t, &mut kv, 14, nh, &data);
         kv.rope_identity = rotated;
-        let (g, c) = (&kv.gpu.layers[0], &kv.cpu.layers[0]);
-        for (name, gb, cb) in [("k", &g.k, &c.k), ("v", &g.v, &c.v), ("sk", &g.sk, &c.sk), ("sv", &g.sv, &c.sv)] {
-            if kvd.is_kv8() {
-                let (gr, cr) = (download_raw_all(t.gpu, gb), download_raw_all(&t.cpu, cb));
-                assert_eq!(gr.len(), cr.len(), "{name} pool size ({kvd:?})");
-                if let Some(i) = (0..gr.len()).find(|&i| gr[i] != cr[i]) {
-                    panic!("rope_append_kv {name} pool ({kvd:?}): byte {i} is {:#04x}, want {:#04x}", gr[i], cr[i]);
-                }
-                continue;
-            }
-            close(
-                &format!("rope_append_kv {name} pool ({kvd:?})"),
-                &download_pool(t.gpu, gb),
-                &download_pool(&t.cpu, cb),
-                tol_pool,
-            );
-        }
+    }
+    let (g, c) = (&kv.gpu.layers[0], &kv.cpu.layers[0]);
+    for (name, gb, cb) in [("k", &g.k, &c.k), ("v", &g.v, &c.v), ("sk", &g.sk, &c.sk), ("sv", &g.sv, &c.sv)] {
         if kvd.is_kv8() {
-            rope_kv8_near(&mut t, kvd, (ps, lp, hd), nh);
-        }
-        // Summaries of logical pages that hold tokens (the rest are never read).
-        let (gs, cs) = (download_pool(t.gpu, &g.summary), download_pool(&t.cpu, &c.summary));
-        let (lpp, hd2) = (ps / lp, 2 * hd);
-        for lpage in 0..kv.seq.len.div_ceil(lp) {
-            let page = kv.seq.pages[lpage * lp / ps] as usize;
-            for r in 0..2 {
-                let at = ((page * 2 + r) * lpp + (lpage * lp % ps) / lp) * hd2;
-                close(&format!("rope_append_kv summary ({kvd:?})"), &gs[at..at + hd2], &cs[at..at + hd2], tol_pool);
+            let (gr, cr) = (download_raw_all(t.gpu, gb), download_raw_all(&t.cpu, cb));
+            assert_eq!(gr.len(), cr.len(), "{name} pool size ({kvd:?})");
+            if let Some(i) = (0..gr.len()).find(|&i| gr[i] != cr[i]) {
+                panic!("rope_append_kv {name} pool ({kvd:?}): byte {i} is {:#04x}, want {:#04x}", gr[i], cr[i]);
             }
+            continue;
+        }
+        close(
+            &format!("rope_append_kv {name} pool ({kvd:?})"),
+            &download_pool(t.gpu, gb),
+            &download_pool(&t.cpu, cb),
+            tol_pool,
+        );
+    }
+    if kvd.is_kv8() && qd == DType::F32 {
+        rope_kv8_near(t, kvd, (ps, lp, hd), nh);
+    }
+    // Summaries of logical pages that hold tokens (the rest are never read).
+    let (gs, cs) = (download_pool(t.gpu, &g.summary), download_pool(&t.cpu, &c.summary));
+    let (lpp, hd2) = (ps / lp, 2 * hd);
+    for lpage in 0..kv.seq.len.div_ceil(lp) {
+        let page = kv.seq.pages[lpage * lp / ps] as usize;
+        for r in 0..2 {
+            let at = ((page * 2 + r) * lpp + (lpage * lp % ps) / lp) * hd2;
+            close(&format!("rope_append_kv summary ({kvd:?})"), &gs[at..at + hd2], &cs[at..at + hd2], tol_pool);
         }
     }
 }

@@ -170,6 +170,10 @@ kernels! {
     silu_mul: "silu_mul" (SiluMulParams) ["silu_mul_f32", "silu_mul_f16", "silu_mul_bf16", "silu_mul_x8"]
     { gu: In F32, out: Out Store }
 
+    /// gate_up as a GEMM wrote it (`Backend::matmul_out16_dtype`), out the same dtype: `[f16, bf16]`.
+    silu_mul_in16: "silu_mul" (SiluMulParams) ["silu_mul_f16_in", "silu_mul_bf16_in"]
+    { gu: In Store, out: Out Store }
+
     gelu_tanh_mul: "gelu_tanh_mul" (GeluTanhMulParams) ["gelu_tanh_mul"]
     { gu: In F32, out: Out F32 }
 
@@ -299,8 +303,8 @@ kernels! {
         "rope_append_kv_fp8",
     ]
     {
-        qkv: In F32, positions: In U32, slots: In U32, ring_slots: In U32, inv_freq: In F32, head_map: In U32,
-        q: Out F32, k: Out Store, v: Out Store, sk: Out Store, sv: Out Store, sum: Out F32,
+        qkv: In Any, positions: In U32, slots: In U32, ring_slots: In U32, inv_freq: In F32, head_map: In U32,
+        q: Out F32, k: Out Store, v: Out Store, sk: Out Store, sv: Out Store, sum: Out F32, qkv16: U32 Scalar,
     }
 
     rope_append_kv_summary: "rope_append_kv_summary" (RopeAppendKvParams) [

@@ -118,6 +118,16 @@ impl Gpu {
             if rc != cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
                 return Err(err(format!("cublasSetWorkspace: {rc:?}")));
             }
+            // GEMMs with a 16-bit C (Backend::matmul_out16_dtype) reduce split-K partials in f32,
+            // not in C's type (the default math mode's reduced-precision reduction put a 160 x 384
+            // x 2052 bf16 output 9 units in the last place off the f32 result, H100 2026-12-06).
+            // The value 16 is CUBLAS_DEFAULT_MATH | this flag.
+            use cudarc::cublas::sys::cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION as NO_REDUCED;
+            // SAFETY: a valid handle; the mode is a plain flag value.
+            let rc = unsafe { cudarc::cublas::sys::cublasSetMathMode(*blas.handle(), NO_REDUCED) };
+            if rc != cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                return Err(err(format!("cublasSetMathMode: {rc:?}")));
+            }
         }
         let cc = ctx.compute_capability().map_err(drv("compute capability"))?;
         let arch = kernels::arch_name(cc);
@@ -275,8 +285,10 @@ impl Gpu {
         let (tn, nn) = (blas::cublasOperation_t::CUBLAS_OP_T, blas::cublasOperation_t::CUBLAS_OP_N);
         let ty = if g.bf16 { blas::cudaDataType::CUDA_R_16BF } else { blas::cudaDataType::CUDA_R_16F };
         // Row-major out[m][n] = x . w^T is column-major out^T (n x m) = W^T(n x k) . x^T (k x m).
+        let cty = if g.out16 { ty } else { blas::cudaDataType::CUDA_R_32F };
         // SAFETY: the caller (ops_matmul) checked that w holds n*k, x m*k 16-bit elements and out
-        // (m-1)*ldc + n f32 from g.out; the handle runs on this stream.
+        // (m-1)*ldc + n elements (f32, or 16-bit with out16) from g.out; the handle runs on this
+        // stream.
         unsafe {
             cudarc::cublas::result::gemm_ex(
                 *self.blas.handle(),
@@ -294,7 +306,7 @@ impl Gpu {
                 g.k,
                 &zero as *const f32 as *const _,
                 g.out as *mut _,
-                blas::cudaDataType::CUDA_R_32F,
+                cty,
                 g.ldc,
                 blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 blas::cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,

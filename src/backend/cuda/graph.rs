@@ -75,7 +75,9 @@ pub struct GemmRec {
     pub n: i32,
     pub k: i32,
     pub bf16: bool,
-    /// Leading dimension of out (floats between rows; n for a dense output).
+    /// out in the inputs' 16-bit dtype (`Backend::matmul_out16_dtype`), else f32.
+    pub out16: bool,
+    /// Leading dimension of out (elements between rows; n for a dense output).
     pub ldc: i32,
     pub w: u64,
     pub x: u64,

@@ -90,6 +90,9 @@ pub struct CudaBackend {
     /// The Hopper prefill kernel for 16-bit KV at head_dim 128 (`CudaOptions::hopper_prefill`);
     /// `None` reads `LSERVE_CUDA_PREFILL_WGMMA` per launch.
     hopper_prefill: Option<HopperPrefill>,
+    /// cuBLAS GEMMs may write 16-bit outputs (`Backend::matmul_out16_dtype`; `LSERVE_CUDA_OUT16`,
+    /// default on: off measures the f32 outputs beside it).
+    out16: bool,
 }
 
 /// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md, CUDA).
@@ -171,7 +174,8 @@ impl CudaBackend {
             Some(b) => b.max(1),
             None => mib_from_env("LSERVE_CUDA_DEQUANT_MB", ops_matmul::DEQUANT_SCRATCH_BYTES)?,
         };
-        Ok(CudaBackend { gpu, caps, mmv, pack, dequant_bytes, hopper_prefill: opts.hopper_prefill })
+        let out16 = switch_from_env("LSERVE_CUDA_OUT16")?;
+        Ok(CudaBackend { gpu, caps, mmv, pack, dequant_bytes, hopper_prefill: opts.hopper_prefill, out16 })
     }
 
     pub(crate) fn gpu(&self) -> &Gpu {
@@ -406,6 +410,10 @@ impl Backend for CudaBackend {
     /// the dequantize + cuBLAS path.
     fn weight_x16_dtype(&self, w: &CudaBuffer, m: usize) -> Option<DType> {
         ops_matmul::x16_dtype(w.dtype, m)
+    }
+    /// Where the matmul is a cuBLAS GEMM (`ops_matmul::x16_dtype`), its C in the 16-bit type.
+    fn matmul_out16_dtype(&self, w: &CudaBuffer, m: usize) -> Option<DType> {
+        ops_matmul::x16_dtype(w.dtype, m).filter(|_| self.out16)
     }
     /// The listed dtypes (`Caps::act_x8_dtypes`), but a matrix of a format that packs takes X8 only
     /// where it is stored packed: its GGML-block GEMV quantizes x in every block, faster than

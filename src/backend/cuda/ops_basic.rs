@@ -93,6 +93,17 @@ pub fn add(be: &CudaBackend, p: &AddParams, a: &mut CudaBuffer, b: &CudaBuffer) 
 
 pub fn silu_mul(be: &CudaBackend, p: &SiluMulParams, gate_up: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
     let n = u(p.rows) * u(p.dim);
+    if matches!(gate_up.dtype, DType::F16 | DType::BF16) {
+        // As the gate|up GEMM wrote it (Backend::matmul_out16_dtype): out in the same dtype.
+        need(gate_up, gate_up.dtype, 2 * n, "silu_mul gate_up")?;
+        need(out, gate_up.dtype, n, "silu_mul out")?;
+        if n == 0 {
+            return Ok(());
+        }
+        let name = k::silu_mul_in16::ENTRIES[usize::from(gate_up.dtype == DType::BF16)];
+        let l = Launch::new((u(p.dim).div_ceil(1024) as u32, p.rows.min(65535), 1), 256);
+        return k::silu_mul_in16::launch_variant(be.gpu(), name, l, p, k::silu_mul_in16::Args { gu: gate_up, out });
+    }
     need(gate_up, DType::F32, 2 * n, "silu_mul gate_up")?;
     need_act(be, out, u(p.rows), u(p.dim), "silu_mul out")?;
     if n == 0 {

@@ -34,7 +34,13 @@ pub fn rope_append_kv(
     if n_ret + n_str != nkv || lp == 0 || ps == 0 || !ps.is_multiple_of(lp) || hd == 0 {
         return Err(err("rope_append_kv: bad head split, page size or logical page"));
     }
-    need(qkv, DType::F32, n * (nh + 2 * nkv) * hd, "rope_append_kv qkv")?;
+    // qkv f32, or 16-bit as a cuBLAS GEMM wrote it (Backend::matmul_out16_dtype): the kernel's qkv16.
+    let qkv16 = match qkv.dtype {
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        _ => 0,
+    };
+    need(qkv, if qkv16 == 0 { DType::F32 } else { qkv.dtype }, n * (nh + 2 * nkv) * hd, "rope_append_kv qkv")?;
     need(meta.positions, DType::U32, n, "rope_append_kv positions")?;
     need(meta.slots, DType::U32, n, "rope_append_kv slots")?;
     need(meta.ring_slots, DType::U32, n, "rope_append_kv ring_slots")?;
@@ -71,6 +77,7 @@ pub fn rope_append_kv(
         sk: kv.sk,
         sv: kv.sv,
         sum: &mut *kv.summary,
+        qkv16,
     };
     kern::rope_append_kv::launch_variant(g, name, Launch::new((n as u32, (nh + nkv) as u32, 1), 64), p, args)?;
     // One token: rope_append_kv folded its keys into the summaries (cuda/rope_append_kv.cu).

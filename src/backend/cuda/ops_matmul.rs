@@ -112,7 +112,15 @@ pub fn matmul(
     if m > 1 && u(p.ldo) < n {
         return Err(err(format!("matmul: ldo = {} is shorter than a row of n = {n} outputs", p.ldo)));
     }
-    need(out, DType::F32, p.out_len(), "matmul out")?;
+    // A 16-bit out where the GEMM is cuBLAS's (Backend::matmul_out16_dtype = x16_dtype), no bias.
+    let out16 = matches!(out.dtype, DType::F16 | DType::BF16);
+    if out16 && (x16_dtype(w.dtype, m) != Some(out.dtype) || p.has_bias != 0) {
+        return Err(err(format!(
+            "matmul: a {:?} out needs a {:?}-row GEMM over weights that give it (not {:?}) and no bias",
+            out.dtype, m, w.dtype
+        )));
+    }
+    need(out, if out16 { out.dtype } else { DType::F32 }, p.out_len(), "matmul out")?;
     let bias = match (p.has_bias, bias) {
         (0, _) => None,
         (_, Some(b)) => {
@@ -139,17 +147,22 @@ pub fn matmul(
             kern::matmul_gemv::Args { x, w, b: bias, o: out },
         );
     }
-    let out0 = out.ptr() + 4 * p.out_off as u64;
+    let out0 = out_at(out, p.out_off as u64);
     if w.dtype == DType::F32 {
         be.gpu().timed("matmul_cublas", || sgemm(be, p, x, w, out0))?;
     } else {
         let bf16 = w.dtype == DType::BF16;
         let x16 = if x_act16 { x.ptr() } else { round_x(be, p, x, bf16)? };
-        let g =
-            GemmRec { m: m as i32, n: n as i32, k: k as i32, bf16, ldc: p.ldo as i32, w: w.ptr(), x: x16, out: out0 };
+        let (ldc, out16) = (p.ldo as i32, out16);
+        let g = GemmRec { m: m as i32, n: n as i32, k: k as i32, bf16, out16, ldc, w: w.ptr(), x: x16, out: out0 };
         be.gpu().gemm16(g)?;
     }
     add_bias(be, p, bias, out)
+}
+
+/// The device address of element `off` of a matmul's out (f32, or 16-bit: `matmul_out16_dtype`).
+fn out_at(out: &CudaBuffer, off: u64) -> u64 {
+    out.ptr() + off * if out.dtype == DType::F32 { 4 } else { 2 }
 }
 
 /// x rounded to bf16 or f16 into the GEMM's x scratch; its device pointer.
@@ -214,12 +227,13 @@ fn matmul_quant(
         let pc = MatmulParams { n: nr as u32, ..*p };
         let args = kern::matmul_dequant::Args { w, w16: Scratch(w16), row0: r0 as u32, n_total: p.n };
         kern::matmul_dequant::launch_variant(g, dequant, dequant_launch(w.dtype, nr * k), &pc, args)?;
-        let out0 = out.ptr() + 4 * (p.out_off as u64 + r0 as u64);
+        let out0 = out_at(out, p.out_off as u64 + r0 as u64);
         let rec = GemmRec {
             m: m as i32,
             n: nr as i32,
             k: k as i32,
             bf16: false,
+            out16: out.dtype == DType::F16,
             ldc: p.ldo as i32,
             w: w16,
             x: x16,
