@@ -50,15 +50,14 @@ __device__ bool summary_beaten(const u32* slots, u32 n, u32 t, u32 page, u32 off
 #pragma unroll
             for (u32 u = 0; u < SCAN_UNROLL; u++) {
                 const u32 i = b + u * blockDim.x + threadIdx.x;
+                // Past the slots: NONE_U32, whose page (NONE_U32 / ps >= num_pages) is no page's.
                 v[u] = i < n4 ? __ldg(s4 + i) : make_uint4(NONE_U32, NONE_U32, NONE_U32, NONE_U32);
             }
 #pragma unroll
             for (u32 u = 0; u < SCAN_UNROLL; u++) {
                 const u32 j = 4 * (b + u * blockDim.x + threadIdx.x);
-                hit |= (v[u].x != NONE_U32 && summary_hit(j, v[u].x, t, page, off, ps, lp)) ||
-                       (v[u].y != NONE_U32 && summary_hit(j + 1, v[u].y, t, page, off, ps, lp)) ||
-                       (v[u].z != NONE_U32 && summary_hit(j + 2, v[u].z, t, page, off, ps, lp)) ||
-                       (v[u].w != NONE_U32 && summary_hit(j + 3, v[u].w, t, page, off, ps, lp));
+                hit |= summary_hit(j, v[u].x, t, page, off, ps, lp) || summary_hit(j + 1, v[u].y, t, page, off, ps, lp) ||
+                       summary_hit(j + 2, v[u].z, t, page, off, ps, lp) || summary_hit(j + 3, v[u].w, t, page, off, ps, lp);
             }
         }
         done = 4 * n4;

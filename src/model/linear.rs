@@ -71,15 +71,19 @@ impl<B: Backend> Linear<B> {
     /// weights their own; CUDA's quantized weights f16 on its dequantize path), so the GEMM takes
     /// such an x as it is. None: f32 x.
     pub fn x16_dtype(&self, be: &B, m: usize) -> Option<DType> {
-        let d = be.weight_x16_dtype(&self.parts.first()?.w, m)?;
-        self.parts.iter().all(|p| be.weight_x16_dtype(&p.w, m) == Some(d)).then_some(d)
+        self.common(|p| be.weight_x16_dtype(&p.w, m))
     }
 
     /// The 16-bit dtype its matmul may write an `m`-row out in (`Backend::matmul_out16_dtype`):
     /// every part's, and no part with a bias (biases are added in f32).
     pub fn out16_dtype(&self, be: &B, m: usize) -> Option<DType> {
-        let d = be.matmul_out16_dtype(&self.parts.first()?.w, m)?;
-        self.parts.iter().all(|p| p.bias.is_none() && be.matmul_out16_dtype(&p.w, m) == Some(d)).then_some(d)
+        self.common(|p| be.matmul_out16_dtype(&p.w, m).filter(|_| p.bias.is_none()))
+    }
+
+    /// `f`'s dtype where every part gives the same one.
+    fn common(&self, f: impl Fn(&Part<B>) -> Option<DType>) -> Option<DType> {
+        let d = f(self.parts.first()?)?;
+        self.parts.iter().all(|p| f(p) == Some(d)).then_some(d)
     }
 
     /// Its matmul takes x as one row of x8 digits (`DType::X8`): every part does

@@ -596,8 +596,9 @@ impl<B: Backend> Llama<B> {
         if be.caps().act16_from.is_none_or(|from| n < from) {
             return (DType::F32, DType::F32, DType::F32);
         }
-        let xn = common_x16(be, n, ls.iter().flat_map(|l| [&l.w_qkv, &l.w_gate_up]));
-        (xn, DType::F32, common_x16(be, n, ls.iter().map(|l| &l.w_down)))
+        let x16 = |l: &Linear<B>| l.x16_dtype(be, n);
+        let xn = common_dtype(ls.iter().flat_map(|l| [&l.w_qkv, &l.w_gate_up]), x16);
+        (xn, DType::F32, common_dtype(ls.iter().map(|l| &l.w_down), x16))
     }
 
     /// The dtypes of a prefill's q|k|v and gate|up matmul outputs: 16 bits where every layer's
@@ -605,16 +606,13 @@ impl<B: Backend> Llama<B> {
     /// after RoPE anyway, silu(gate) * up to the down projection's x — and gate|up only where
     /// silu_mul's out (`act`) is that dtype too; else f32. Decode steps keep f32.
     fn out_dtypes(&self, be: &B, n: usize, decode: bool, act: DType) -> (DType, DType) {
-        let common = |mut ls: std::slice::Iter<'_, Layer<B>>, f: fn(&Layer<B>) -> &Linear<B>| {
-            let d = ls.next().and_then(|l| f(l).out16_dtype(be, n));
-            d.filter(|d| ls.all(|l| f(l).out16_dtype(be, n) == Some(*d))).unwrap_or(DType::F32)
-        };
         if decode {
             return (DType::F32, DType::F32);
         }
-        let qkv = common(self.layers.iter(), |l| &l.w_qkv);
-        let gu = Some(common(self.layers.iter(), |l| &l.w_gate_up)).filter(|d| *d == act).unwrap_or(DType::F32);
-        (qkv, gu)
+        let (ls, out16) = (&self.layers, |l: &Linear<B>| l.out16_dtype(be, n));
+        let qkv = common_dtype(ls.iter().map(|l| &l.w_qkv), out16);
+        let gu = Some(common_dtype(ls.iter().map(|l| &l.w_gate_up), out16)).filter(|d| *d == act);
+        (qkv, gu.unwrap_or(DType::F32))
     }
 
     /// The logits `[nl][vocab]` of the `nl` normed rows `sel`. Under tensor parallelism each rank
@@ -682,11 +680,14 @@ fn act_len(d: DType, n: usize, k: usize) -> usize {
     if d == DType::X8 { x8_bytes(k) } else { n * k }
 }
 
-/// The one 16-bit dtype every matrix of `ls` takes its x of `n` rows in (`Linear::x16_dtype`),
-/// else f32.
-fn common_x16<'a, B: Backend + 'a>(be: &B, n: usize, mut ls: impl Iterator<Item = &'a Linear<B>>) -> DType {
-    match ls.next().and_then(|l| l.x16_dtype(be, n)) {
-        Some(d) if ls.all(|l| l.x16_dtype(be, n) == Some(d)) => d,
+/// The one 16-bit dtype `f` gives every matrix of `ls` (`Linear::x16_dtype`: the x of `n` rows,
+/// `Linear::out16_dtype`: the out), else f32.
+fn common_dtype<'a, B: Backend + 'a>(
+    mut ls: impl Iterator<Item = &'a Linear<B>>,
+    f: impl Fn(&Linear<B>) -> Option<DType>,
+) -> DType {
+    match ls.next().and_then(&f) {
+        Some(d) if ls.all(|l| f(l) == Some(d)) => d,
         _ => DType::F32,
     }
 }

@@ -93,27 +93,28 @@ pub fn add(be: &CudaBackend, p: &AddParams, a: &mut CudaBuffer, b: &CudaBuffer) 
 
 pub fn silu_mul(be: &CudaBackend, p: &SiluMulParams, gate_up: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
     let n = u(p.rows) * u(p.dim);
-    if matches!(gate_up.dtype, DType::F16 | DType::BF16) {
-        // As the gate|up GEMM wrote it (Backend::matmul_out16_dtype): out in the same dtype.
+    // gate_up f32, or 16-bit as the gate|up GEMM wrote it (Backend::matmul_out16_dtype) with out
+    // in the same dtype.
+    let in16 = matches!(gate_up.dtype, DType::F16 | DType::BF16);
+    if in16 {
         need(gate_up, gate_up.dtype, 2 * n, "silu_mul gate_up")?;
         need(out, gate_up.dtype, n, "silu_mul out")?;
-        if n == 0 {
-            return Ok(());
-        }
-        let name = k::silu_mul_in16::ENTRIES[usize::from(gate_up.dtype == DType::BF16)];
-        let l = Launch::new((u(p.dim).div_ceil(1024) as u32, p.rows.min(65535), 1), 256);
-        return k::silu_mul_in16::launch_variant(be.gpu(), name, l, p, k::silu_mul_in16::Args { gu: gate_up, out });
+    } else {
+        need(gate_up, DType::F32, 2 * n, "silu_mul gate_up")?;
+        need_act(be, out, u(p.rows), u(p.dim), "silu_mul out")?;
     }
-    need(gate_up, DType::F32, 2 * n, "silu_mul gate_up")?;
-    need_act(be, out, u(p.rows), u(p.dim), "silu_mul out")?;
     if n == 0 {
         return Ok(());
     }
-    let name = entry_in(k::silu_mul::ENTRIES, &k::ACT_DTYPES, out.dtype, 0, 1)?;
     // 4 columns a thread (an X8 row: a word of 4 elements, whole blocks of 32), 256 threads a
     // block along the row; rows over y (strided past 65535).
     let cols = if out.dtype == DType::X8 { 32 * u(p.dim).div_ceil(32) } else { u(p.dim) };
     let l = Launch::new((cols.div_ceil(1024) as u32, p.rows.min(65535), 1), 256);
+    if in16 {
+        let name = k::silu_mul_in16::ENTRIES[usize::from(gate_up.dtype == DType::BF16)];
+        return k::silu_mul_in16::launch_variant(be.gpu(), name, l, p, k::silu_mul_in16::Args { gu: gate_up, out });
+    }
+    let name = entry_in(k::silu_mul::ENTRIES, &k::ACT_DTYPES, out.dtype, 0, 1)?;
     k::silu_mul::launch_variant(be.gpu(), name, l, p, k::silu_mul::Args { gu: gate_up, out })
 }
 

@@ -98,7 +98,8 @@ pub fn matmul(
 ) -> Result<()> {
     let (m, n, k) = (u(p.m), u(p.n), u(p.k));
     // x in the 16-bit dtype the GEMM multiplies (x16_dtype: Caps::act16_from) goes to it as it is.
-    let x_act16 = x16_dtype(w.dtype, m) == Some(x.dtype);
+    let gemm16 = x16_dtype(w.dtype, m);
+    let x_act16 = gemm16 == Some(x.dtype);
     if x.dtype == DType::X8 {
         need_x8(be, p, x, w)?;
     } else {
@@ -114,7 +115,7 @@ pub fn matmul(
     }
     // A 16-bit out where the GEMM is cuBLAS's (Backend::matmul_out16_dtype = x16_dtype), no bias.
     let out16 = matches!(out.dtype, DType::F16 | DType::BF16);
-    if out16 && (x16_dtype(w.dtype, m) != Some(out.dtype) || p.has_bias != 0) {
+    if out16 && (gemm16 != Some(out.dtype) || p.has_bias != 0) {
         return Err(err(format!(
             "matmul: a {:?} out needs a {:?}-row GEMM over weights that give it (not {:?}) and no bias",
             out.dtype, m, w.dtype
@@ -153,7 +154,7 @@ pub fn matmul(
     } else {
         let bf16 = w.dtype == DType::BF16;
         let x16 = if x_act16 { x.ptr() } else { round_x(be, p, x, bf16)? };
-        let (ldc, out16) = (p.ldo as i32, out16);
+        let ldc = p.ldo as i32;
         let g = GemmRec { m: m as i32, n: n as i32, k: k as i32, bf16, out16, ldc, w: w.ptr(), x: x16, out: out0 };
         be.gpu().gemm16(g)?;
     }
