@@ -31,6 +31,9 @@
 // K-major (Q rows, K rows): SBO = 1024 (8-row groups), LBO unused (1), a k16 step within a
 // 64-dim half advances the start by 32 bytes, the next half by 16 KiB. MN-major (V): LBO = 16 KiB
 // (the next 64 dims), SBO = 1024 (the next 8 keys), a k16 step (16 keys) advances 2048 bytes.
+// Q's, K stage 0's and V stage 0's descriptors are built once (PwDesc); a step or a stage only
+// adds to the low word, and the unmasked burst's loop has a copy per stage, so its 16 wgmma
+// issue from loop invariants (session 29: 548 -> ~441 instructions a tile, attention -4%).
 // Register fragments (PTX wgmma "register fragments"): warp w of a warpgroup owns rows 16 w ..
 // 16 w + 15; thread (g = lane / 4, tq = lane % 4) holds accumulator element 4 j + e at row
 // g + 8 (e >> 1), column 8 j + 2 tq + (e & 1), and A fragments as mma.sync m16n8k16's, so S's
@@ -54,9 +57,16 @@ __device__ __forceinline__ u32 pw_swz(u32 r, u32 c) {
     return (c >> 3) * (128u * 128u) + r * 128u + (((c & 7u) ^ (r & 7u)) << 4);
 }
 
-// A wgmma matrix descriptor: shared address, LBO and SBO in bytes, 128-byte swizzle.
-__device__ __forceinline__ u64 pw_desc(u32 addr, u32 lbo, u32 sbo) {
-    return (u64)((addr & 0x3ffffu) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32) | (1ull << 62);
+// A wgmma matrix descriptor (shared address, LBO and SBO in bytes, 128-byte swizzle) as its two
+// 32-bit halves: `lo` holds the address (>> 4, bits 0-13) and LBO, `hi` SBO and the layout. A step
+// of `b` bytes within a tile is `lo + b / 16` (shared addresses stay below 256 KiB, so the
+// address field never carries into LBO's), one uniform add where the whole descriptor was five
+// vector instructions and two moves into uniform registers per wgmma (the hot loop's SASS).
+struct PwDesc {
+    u32 lo, hi;
+};
+__device__ __forceinline__ PwDesc pw_desc(u32 addr, u32 lbo, u32 sbo) {
+    return {((addr & 0x3ffffu) >> 4) | ((lbo >> 4) << 16), (sbo >> 4) | (1u << 30)};
 }
 
 __device__ __forceinline__ void pw_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -111,6 +121,13 @@ template <u32 N> __device__ __forceinline__ void pw_setmaxnreg_dec() {
 template <u32 N> __device__ __forceinline__ void pw_setmaxnreg_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
 }
+// x from lane 0, which ptxas then treats as warp-uniform (uniform registers and datapath); in asm
+// so that NVVM, which already counts x uniform, cannot fold it away.
+__device__ __forceinline__ u32 pw_uniform(u32 x) {
+    u32 r;
+    asm volatile("shfl.sync.idx.b32 %0, %1, 0, 0x1f, 0xffffffff;" : "=r"(r) : "r"(x));
+    return r;
+}
 // Pins accumulator registers at this point (no read or write moves across an async wgmma).
 template <int N> __device__ __forceinline__ void pw_pin(float (&d)[N]) {
 #pragma unroll
@@ -142,17 +159,19 @@ template <int N> __device__ __forceinline__ void pw_pin(u32 (&a)[N][4]) {
 // d (64 x 128 f32) (+)= A (64 x 16, smem descriptor, K-major) * B (16 x 128, smem descriptor,
 // K-major): ss; the same with A from registers and B MN-major (transposed): rs.
 #define PW_MMA(KT, TY) \
-    __device__ __forceinline__ void pw_mma_ss(KT, float (&d)[64], u64 da, u64 db, int acc) { \
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" PW_D64 "}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
+    __device__ __forceinline__ void pw_mma_ss(KT, float (&d)[64], PwDesc da, PwDesc db, int acc) { \
+        asm volatile("{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %68, 0;\n" \
+                     "mov.b64 da, {%64, %65};\nmov.b64 db, {%66, %67};\n" \
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" PW_D64 "}, da, db, p, 1, 1, 0, 0;\n}\n" \
                      : PW_OUT64 \
-                     : "l"(da), "l"(db), "r"(acc)); \
+                     : "r"(da.lo), "r"(da.hi), "r"(db.lo), "r"(db.hi), "r"(acc)); \
     } \
-    __device__ __forceinline__ void pw_mma_rs(KT, float (&d)[64], const u32 (&a)[4], u64 db) { \
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" PW_D64 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" \
+    __device__ __forceinline__ void pw_mma_rs(KT, float (&d)[64], const u32 (&a)[4], PwDesc db) { \
+        asm volatile("{\n.reg .pred p;\n.reg .b64 db;\nsetp.ne.b32 p, %70, 0;\n" \
+                     "mov.b64 db, {%68, %69};\n" \
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" PW_D64 "}, {%64, %65, %66, %67}, db, p, 1, 1, 1;\n}\n" \
                      : PW_OUT64 \
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1)); \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(db.lo), "r"(db.hi), "r"(1)); \
     }
 PW_MMA(bf16_t, "bf16")
 PW_MMA(f16_t, "f16")
@@ -365,8 +384,13 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
 
     if constexpr (WS) pw_setmaxnreg_inc<PW_WS_CONSUMER_REGS>();
     // This thread's rows of the block: r_lo and r_lo + 8 (warpgroup wg owns rows 64 wg ..).
-    const u32 wg = warp / 4, r_lo = 64 * wg + 16 * (warp % 4) + g;
-    const u32 q_addr = base + 64u * 128u * wg;
+    // wg by shuffle from lane 0: the compiler then knows it is warp-uniform (as CUTLASS's
+    // canonical_warp_group_idx), so the descriptors below live in uniform registers.
+    const u32 wg = pw_uniform(warp / 4), r_lo = 64 * wg + 16 * (warp % 4) + g;
+    // Descriptors of Q (this warpgroup's rows), K stage 0 and V stage 0 (K-major with 8-row
+    // groups 1024 bytes apart; V MN-major, its next 64 dims 16 KiB on); stage 1 is PW_TILE on.
+    const PwDesc dq = pw_desc(base + 64u * 128u * wg, 16, 1024), dk = pw_desc(base + PW_TILE, 16, 1024),
+                 dv = pw_desc(base + 3 * PW_TILE, 128u * 128u, 1024);
     const u32 wlo_hi = max(window_lo(t.p_hi, p.window), t.klo);
     const float qscale = p.scale * 1.4426950408889634f;
     float acc[64], sc[64];
@@ -379,21 +403,21 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
 
     // S = Q K(ti)^T into sc, issued and committed: k16 step kk reads dims 16 kk.. (32 bytes into a
     // 64-dim half, halves 16 KiB apart).
-    auto issue_s = [&](u32 ti) {
-        const u32 kb = base + (1 + ti % 2) * PW_TILE;
+    auto issue_s = [&](u32 st) {
+        const u32 klo = dk.lo + st * (PW_TILE / 16);
 #pragma unroll
         for (u32 kk = 0; kk < D / 16; kk++) {
-            const u32 off = (kk / 4) * (128u * 128u) + (kk % 4) * 32u;
-            pw_mma_ss(KT{}, sc, pw_desc(q_addr + off, 16, 1024), pw_desc(kb + off, 16, 1024), kk > 0 ? 1 : 0);
+            const u32 off = ((kk / 4) * (128u * 128u) + (kk % 4) * 32u) / 16;
+            pw_mma_ss(KT{}, sc, {dq.lo + off, dq.hi}, {klo + off, dk.hi}, kk > 0 ? 1 : 0);
         }
         pw_commit();
     };
     // O += P V(ti), issued and committed: P's registers for keys 16 kk.. are the A fragment of k16
     // step kk; V's step starts 16 rows (2048 bytes) further.
-    auto issue_pv = [&](u32 ti) {
-        const u32 vb = base + (3 + ti % 2) * PW_TILE;
+    auto issue_pv = [&](u32 st) {
+        const u32 vlo = dv.lo + st * (PW_TILE / 16);
 #pragma unroll
-        for (u32 kk = 0; kk < BK / 16; kk++) pw_mma_rs(KT{}, acc, pa[kk], pw_desc(vb + kk * 2048u, 128u * 128u, 1024));
+        for (u32 kk = 0; kk < BK / 16; kk++) pw_mma_rs(KT{}, acc, pa[kk], {vlo + kk * (2048u / 16), dv.hi});
         pw_commit();
     };
     // Tile ti's mask (boundary tiles only) and online softmax on raw scores (qscale > 0): sc becomes
@@ -466,10 +490,11 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
             if (lane == 0) pw_mb_arrive(e);
         };
         // A burst: wait for K(ti) if `ks` and V(ti - 1) if `vs`, then take the turn (the products
-        // are issued unconditionally by the callers: a wgmma under a branch is serialized).
-        auto burst_begin = [&](u32 ti, bool ks, bool vs) {
-            if (ks) pw_mb_wait(full_k + 8 * (ti % 2), (ti / 2) % 2);
-            if (vs) pw_mb_wait(full_v + 8 * ((ti - 1) % 2), ((ti - 1) / 2) % 2);
+        // are issued unconditionally by the callers: a wgmma under a branch is serialized). st is
+        // ti % 2: K(ti)'s stage, and 1 - st V(ti - 1)'s.
+        auto burst_begin = [&](u32 ti, u32 st, bool ks, bool vs) {
+            if (ks) pw_mb_wait(full_k + 8 * st, (ti / 2) % 2);
+            if (vs) pw_mb_wait(full_v + 8 * (1 - st), ((ti - 1) / 2) % 2);
             pw_fence_proxy();  // the producer's copies (generic proxy) before wgmma reads them
             pw_bar_sync(1 + wg);
             pw_pin(sc);
@@ -480,8 +505,8 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
         if (n_tiles > 0) {
             float corr[2];
             if (wg == 1) pw_bar_arrive(1);  // warpgroup 0 goes first
-            burst_begin(0, true, false);
-            issue_s(0);
+            burst_begin(0, 0, true, false);
+            issue_s(0u);
             pw_bar_arrive(1 + other);
             pw_wait<0>();
             pw_pin(sc);
@@ -492,17 +517,17 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
             // tile's burst waits for both products before its masked softmax. Runs of unmasked
             // tiles and the branch between the two are decided where no wgmma is in flight (a
             // branch between a wgmma and its wait makes ptxas serialize them all, C7518).
-            auto burst_issue = [&](u32 ti) {
-                burst_begin(ti, true, true);
-                issue_s(ti);
-                issue_pv(ti - 1);
+            auto burst_issue = [&](u32 ti, u32 st) {
+                burst_begin(ti, st, true, true);
+                issue_s(st);
+                issue_pv(1 - st);
                 pw_bar_arrive(1 + other);
             };
-            auto burst_full = [&](u32 ti) {
-                burst_issue(ti);
+            auto burst_full = [&](u32 ti, u32 st) {
+                burst_issue(ti, st);
                 pw_wait<1>();
                 pw_pin(sc);
-                release(empty_k + 8 * (ti % 2));
+                release(empty_k + 8 * st);
                 softmax(ti, corr, false);
                 // The softmax done here, not sunk past the wait below (it is what overlaps P V):
                 // ptxas hoists a wgmma wait to the top of its basic block, so a branch on the
@@ -514,11 +539,11 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
                 pw_wait<0>();
                 pw_pin(acc);
                 pw_pin(pa);  // P V(ti - 1) no longer reads them
-                release(empty_v + 8 * ((ti - 1) % 2));
+                release(empty_v + 8 * (1 - st));
                 rescale_pack(corr);
             };
             auto burst_masked = [&](u32 ti) {
-                burst_issue(ti);
+                burst_issue(ti, ti % 2);
                 pw_wait<0>();
                 pw_pin(sc);
                 pw_pin(acc);
@@ -532,7 +557,14 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
             while (ti < n_tiles) {
                 if (tile_full(ti)) {
                     do {
-                        burst_full(ti);
+                        // The stage a compile-time constant in each copy: its descriptors
+                        // are then loop invariants in uniform registers, and the 16 wgmma
+                        // issue back to back (a runtime stage cost ~4 instructions a wgmma).
+                        if (ti % 2 == 0) {
+                            burst_full(ti, 0u);
+                        } else {
+                            burst_full(ti, 1u);
+                        }
                         ti++;
                     } while (ti < n_tiles && tile_full(ti));
                 } else {
@@ -540,8 +572,8 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
                     ti++;
                 }
             }
-            burst_begin(n_tiles, false, true);
-            issue_pv(n_tiles - 1);
+            burst_begin(n_tiles, n_tiles % 2, false, true);
+            issue_pv((n_tiles - 1) % 2);
             if (wg == 0) pw_bar_arrive(2);  // warpgroup 1's last burst has no successor
             pw_wait<0>();
             pw_pin(acc);
@@ -560,7 +592,7 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
             __syncthreads();
             pw_pin(sc);
             pw_fence();
-            issue_s(ti);
+            issue_s(ti % 2);
             // The next tile's copies go out while the tensor cores work.
             if (ti + 1 < n_tiles) stage(ti + 1);
             pw_wait<0>();
@@ -570,7 +602,7 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
             rescale_pack(corr);
             pw_pin(acc);
             pw_fence();
-            issue_pv(ti);
+            issue_pv(ti % 2);
             pw_wait<0>();
             pw_pin(acc);
         }
