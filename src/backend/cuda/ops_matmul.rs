@@ -173,7 +173,8 @@ fn round_x(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer, bf16: bool) -> Re
     let x16 = g.scratch("gemm_x16", mk * 2)?;
     let round = kern::matmul_round_x::ENTRIES[usize::from(bf16)];
     let args = kern::matmul_round_x::Args { x, x16: Scratch(x16) };
-    kern::matmul_round_x::launch_variant(g, round, Launch::elems(mk), p, args)?;
+    // Four elements a thread (round_impl).
+    kern::matmul_round_x::launch_variant(g, round, Launch::elems(mk.div_ceil(4)), p, args)?;
     Ok(x16)
 }
 
