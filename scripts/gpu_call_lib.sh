@@ -5,7 +5,8 @@
 # ran). It unpacks BINS into $B (/root/<name>), sets up CUDA (scripts/cuda_env.sh) and the Vulkan
 # loader (.gl/*.deb, the NVIDIA ICD), and defines:
 #   left                    true while fewer than LIMIT seconds have passed
-#   pack                    re-tars $OUT/*.txt into $OUT/all.tgz (the device returns few files)
+#   pack                    re-tars $OUT/*.txt and *.gz (profiles) into $OUT/all.tgz (the device
+#                           returns few files)
 #   P name timeout args...  $B/backend_parity args (test filters), summary lines into $OUT/log.txt
 #   C name args...          $B/lserve bench --device cuda --shape llama3-8b --head argmax args
 #                           (LSERVE_BIN=path runs another lserve binary instead)
@@ -21,7 +22,7 @@ if ! ldconfig -p | grep -q libvulkan.so.1; then for f in .gl/*.deb; do dpkg -x "
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 L=$OUT/log.txt
 left() { [ $(( $(date +%s) - T0 )) -lt "$LIMIT" ]; }
-pack() { (cd "$OUT" && tar -czf all.tgz ./*.txt 2>/dev/null); }
+pack() { (cd "$OUT" && tar -czf all.tgz $(ls ./*.txt ./*.gz 2>/dev/null)); }
 step_end() { # name rc t0
   echo "== $1 rc $2 $(( $(date +%s) - $3 ))s" | tee -a "$L"; }
 P() { local name=$1 to=$2; shift 2; left || { echo "skip $name" | tee -a "$L"; return; }; local t0; t0=$(date +%s)
