@@ -121,8 +121,9 @@ template <u32 N> __device__ __forceinline__ void pw_setmaxnreg_dec() {
 template <u32 N> __device__ __forceinline__ void pw_setmaxnreg_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
 }
-// x from lane 0, which ptxas then treats as warp-uniform (uniform registers and datapath); in asm
-// so that NVVM, which already counts x uniform, cannot fold it away.
+// x from lane 0, which ptxas then treats as warp-uniform (uniform registers and datapath); in asm,
+// because NVVM folds a __shfl_sync of a value it deems uniform (a loop counter, say) into the
+// value itself, and ptxas then sees no shuffle.
 __device__ __forceinline__ u32 pw_uniform(u32 x) {
     u32 r;
     asm volatile("shfl.sync.idx.b32 %0, %1, 0, 0x1f, 0xffffffff;" : "=r"(r) : "r"(x));
@@ -543,13 +544,14 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
                 rescale_pack(corr);
             };
             auto burst_masked = [&](u32 ti) {
-                burst_issue(ti, ti % 2);
+                const u32 st = ti % 2;
+                burst_issue(ti, st);
                 pw_wait<0>();
                 pw_pin(sc);
                 pw_pin(acc);
                 pw_pin(pa);
-                release(empty_k + 8 * (ti % 2));
-                release(empty_v + 8 * ((ti - 1) % 2));
+                release(empty_k + 8 * st);
+                release(empty_v + 8 * (1 - st));
                 softmax(ti, corr);
                 rescale_pack(corr);
             };

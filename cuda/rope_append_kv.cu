@@ -4,9 +4,10 @@
 // attention_scaling); per KV head, the rotated k and the v go to the retrieval pool at slots[t]
 // or, for a streaming head (head_map & STREAMING_BIT), to the streaming pool at ring_slots[t].
 // Pools [page][heads][page_size][head_dim] in KT (f32/f16/bf16). Grid (n_tokens, n_heads +
-// n_kv_heads); thread i rotates the pairs (i, i + head_dim/2), i + blockDim.x, ... (four heads a
-// block, 256 threads, measured 10% slower at 32K on an H100: docs/benchmarks.md session 28). Slots
-// outside their pool are skipped (the host checks the slots it uploads; this guards the rest).
+// n_kv_heads), 64 threads; thread i rotates the pairs (i, i + head_dim/2), i + blockDim.x, ...
+// (four heads a block of 256 threads was measured 10% slower at 32K on an H100:
+// docs/benchmarks.md session 28). Slots outside their pool are skipped (the host checks the slots
+// it uploads; this guards the rest).
 //
 // Page summaries: rope_append_kv_summary.cu refreshes them after a call of several tokens (tokens
 // of one logical page cannot order their writes within a launch). A call of one token (n_tokens

@@ -9,10 +9,11 @@
 // Grid (n_tokens): block t owns (page, l) — every retrieval head's summary row of it — iff no
 // other token of the call wrote (page, l) at a larger offset (slots of one call are distinct), so
 // exactly one block writes each summary row. (A block per (t, head) scanned the call once per
-// head: ~0.1 ms a call at 8,192 tokens and 8 heads, H100.) Fast path: token t + 1 wrote the same logical page further on (a
-// sequence's contiguous tokens); otherwise the block scans all slots. A thread owns (head, channel)
-// pairs i, i + blockDim.x, ... and folds the rows in offset order (min/max in the reference's order, so
-// -0/+0 ties resolve alike), with SUM_ROWS row loads in flight (a decode step's logical page of 16
+// head: ~0.1 ms a call at 8,192 tokens and 8 heads, H100.) Fast path: token t + 1 wrote the same
+// logical page further on (a sequence's contiguous tokens); otherwise the block scans all slots.
+// A thread owns (head, channel) pairs i, i + blockDim.x, ... and folds the rows in offset order
+// (min/max in the reference's order, so -0/+0 ties resolve alike), with SUM_ROWS row loads in
+// flight (a decode step's logical page of 16
 // rows is one round trip to memory, not sixteen); rows are addressed as (block, offset) without
 // divisions.
 

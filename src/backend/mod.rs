@@ -11,8 +11,9 @@
 //! - An op validates buffer lengths against its params and returns [`Error::Backend`] on mismatch
 //!   instead of reading or writing out of bounds.
 //! - Activations and logits are f32 (except where `caps().act16_from` allows 16-bit norm and
-//!   FFN outputs feeding a matmul, and `matmul_out16_dtype` 16-bit q|k|v and gate|up outputs); weights use one of `caps().weight_dtypes`; the KV cache uses
-//!   one of `caps().kv_dtypes`. The engine asks before planning, never by catching a failure.
+//!   FFN outputs feeding a matmul, and `matmul_out16_dtype` 16-bit q|k|v and gate|up outputs);
+//!   weights use one of `caps().weight_dtypes`; the KV cache uses one of `caps().kv_dtypes`. The
+//!   engine asks before planning, never by catching a failure.
 
 pub mod collective;
 pub mod cpu;

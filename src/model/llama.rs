@@ -611,8 +611,8 @@ impl<B: Backend> Llama<B> {
         }
         let (ls, out16) = (&self.layers, |l: &Linear<B>| l.out16_dtype(be, n));
         let qkv = common_dtype(ls.iter().map(|l| &l.w_qkv), out16);
-        let gu = Some(common_dtype(ls.iter().map(|l| &l.w_gate_up), out16)).filter(|d| *d == act);
-        (qkv, gu.unwrap_or(DType::F32))
+        let gu = common_dtype(ls.iter().map(|l| &l.w_gate_up), out16);
+        (qkv, if gu == act { gu } else { DType::F32 })
     }
 
     /// The logits `[nl][vocab]` of the `nl` normed rows `sel`. Under tensor parallelism each rank
