@@ -270,6 +270,40 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Shared-memory mbarriers (CTA scope, sm_90): init with an arrival count, arrive, wait for the
+// phase of a parity to complete; the phase may also wait for `bytes` more bytes of async copies
+// (expected before the copies that complete them are issued, and before this thread's own
+// arrival on it).
+__device__ __forceinline__ void mb_init(u32 a, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mb_arrive(u32 a) {
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(a) : "memory");
+}
+__device__ __forceinline__ void mb_wait(u32 a, u32 parity) {
+    u32 done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(a), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void mb_expect_tx(u32 a, u32 bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
+}
+// This thread's arrival and `bytes` more expected, in one operation.
+__device__ __forceinline__ void mb_arrive_expect_tx(u32 a, u32 bytes) {
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(a), "r"(bytes) : "memory");
+}
+// Barrier initialisations visible to the async proxy (the bulk copies' complete_tx) as well.
+__device__ __forceinline__ void fence_mb_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory as one
+// bulk copy (the TMA unit, no tensor map), completing on the mbarrier at `bar`.
+__device__ __forceinline__ void bulk_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+#endif
+
 // Four consecutive f32 values stored as O (f32, or f16/bf16 rounded as from_f32) at a 4-element
 // aligned address: one 16- or 8-byte store.
 template <typename O> __device__ __forceinline__ void store4(O* o, float4 v) {

@@ -729,15 +729,121 @@ __device__ __forceinline__ void mmv_reg_x(const void* src, u32 k, u32 e0, bool o
     sum = ds.y;
 }
 
-template <bool Q5, bool XF>
-__device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out) {
+
+// ---- m == 1 on sm_90: the register GEMVs with their weight rows streamed by bulk copies ----
+//
+// `_bulk` / `_bulkf` (ops_matmul.rs MmvMode::Reg with `bulk`): the kernels below with BULK true.
+// The lanes, x in registers, the dots and the reductions are the register kernels' own; what
+// changes is where a 4-row group's bytes come from. The block has one more warp, the producer,
+// whose lane 0 copies each group's rows (4 rb contiguous bytes, rows r1.. left out) into stage c
+// % S of S shared-memory stages with one bulk copy (cp.async.bulk, the TMA unit) completing on
+// the stage's mbarrier `full`, as soon as every computing warp has released the stage (`empty`,
+// one arrival a warp). The computing threads wait for `full`, read their words of the group with
+// shared loads (rows past r1 read a stale stage: discarded as before), and release it once their
+// dots are done. So up to S groups of every block stream in while the lanes multiply, instead of
+// each warp's loads of one group being in flight only between its multiplications (session 17:
+// the register kernels are latency-bound, ~1.1 eligible warps a scheduler). Dynamic shared memory:
+// red [warps][R] f32, then the stages from the next 128-byte boundary (mmv_bulk_smem on the host);
+// `stages` (S, 2..=MMV_MAX_STAGES) is the launch's. sm_90 only; the host never launches them
+// elsewhere, where their bodies are empty.
+#define MMV_MAX_STAGES 8
+struct MmvPipe {
+    u32 full, empty, stage0, stages, bytes;
+    u32 s = 0, ph = 0; // the computing thread's next group: its stage and that stage's phase parity
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // The next group's stage, once its bytes landed.
+    __device__ __forceinline__ u32 acquire() const {
+        mb_wait(full + 8 * s, ph);
+        return stage0 + s * bytes;
+    }
+    // This warp is done reading the group's stage; on to the next.
+    __device__ __forceinline__ void release() {
+        __syncwarp();
+        if ((threadIdx.x & 31) == 0) mb_arrive(empty + 8 * s);
+        if (++s == stages) {
+            s = 0;
+            ph ^= 1u;
+        }
+    }
+    // The producer: rows r0 .. r1 of rb bytes each from w, four at a time.
+    __device__ __forceinline__ void produce(const u8* w, u64 rb, u32 r0, u32 r1) const {
+        if ((threadIdx.x & 31) != 0) return;
+        for (u32 n0 = r0, c = 0; n0 < r1; n0 += 4, c++) {
+            const u32 st = c % stages, n = min(4u, r1 - n0) * (u32)rb;
+            if (c >= stages) mb_wait(empty + 8 * st, (c / stages - 1) & 1u);
+            mb_arrive_expect_tx(full + 8 * st, n);
+            bulk_g2s(stage0 + st * bytes, w + (u64)n0 * rb, n, full + 8 * st);
+        }
+    }
+#else
+    __device__ u32 acquire() const { __trap(); return 0; }
+    __device__ void release() {}
+    __device__ void produce(const u8*, u64, u32, u32) const {}
+#endif
+};
+
+// The pipeline of a block whose last warp is the producer (`warps` computing warps before it), R
+// rows a block, stages of 4 rb bytes; every thread calls it (one barrier).
+__device__ __forceinline__ MmvPipe mmv_pipe(u32 stages, u64 rb, u32 warps, u32 R) {
+    extern __shared__ __align__(16) unsigned char mmv_smem[];
+    __shared__ __align__(8) unsigned long long mmv_bars[2 * MMV_MAX_STAGES];
+    const u32 bars = smem_addr(mmv_bars), red = smem_addr(mmv_smem);
+    MmvPipe q{bars, bars + 8 * MMV_MAX_STAGES, (red + 4 * warps * R + 127u) & ~127u, stages, 4u * (u32)rb, 0u, 0u};
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x == 0) {
+        for (u32 s = 0; s < stages; s++) {
+            mb_init(q.full + 8 * s, 1);
+            mb_init(q.empty + 8 * s, warps);
+        }
+        fence_mb_init();
+    }
+#endif
+    __syncthreads();
+    return q;
+}
+
+// 16 / 4 / 2 (f16) bytes of a weight row: from global memory (__ldg) or, BULK, from a stage
+// (a shared-state-space address).
+template <bool BULK> __device__ __forceinline__ uint4 mmv_ld16(const u8* g, u32 s) {
+    if (!BULK) return __ldg(reinterpret_cast<const uint4*>(g));
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(s) : "memory");
+    return v;
+}
+template <bool BULK> __device__ __forceinline__ u32 mmv_ld4(const u8* g, u32 s) {
+    if (!BULK) return __ldg(reinterpret_cast<const u32*>(g));
+    u32 v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(s) : "memory");
+    return v;
+}
+template <bool BULK> __device__ __forceinline__ float mmv_ldf16(const u8* g, u32 s) {
+    if (!BULK) return ld_f16_a2(g);
+    unsigned short v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(s) : "memory");
+    return f16_to_f32(v);
+}
+// The computing warps' barrier before the final sums: the whole block, or (BULK) the computing
+// threads only (named barrier 1; the producer may have returned).
+template <bool BULK> __device__ __forceinline__ void mmv_sync(u32 warps) {
+    if (BULK) asm volatile("bar.sync 1, %0;" ::"r"(32 * warps) : "memory");
+    else __syncthreads();
+}
+
+template <bool Q5, bool XF, bool BULK = false>
+__device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out, u32 stages = 0) {
     extern __shared__ __align__(16) unsigned char mmv_smem[];
     float* red = reinterpret_cast<float*>(mmv_smem);
     const u32 BYTES = Q5 ? 176u : 144u, QS = Q5 ? 48u : 16u;
-    const u32 t = threadIdx.x, lane = t & 31, warp = t >> 5, nwarps = blockDim.x >> 5;
+    const u32 t = threadIdx.x, lane = t & 31, warp = t >> 5, nwarps = (blockDim.x >> 5) - (BULK ? 1 : 0);
     const u32 nb = p.k / 256, sb = t >> 3, i = t & 7, g = i >> 1, e = i & 1;
     const bool on = sb < nb;
     const u32 R = mmv_reg_rows(p.n), r0 = blockIdx.x * R, r1 = min(p.n, r0 + R);
+    const u64 rb = (u64)nb * BYTES;
+    MmvPipe pipe{};
+    if (BULK) {
+        pipe = mmv_pipe(stages, rb, nwarps, R);
+        if (warp == nwarps) return pipe.produce(w, rb, r0, r1);
+    }
     // x: elements 64g + 16e .. + 16 (low nibbles, x block 8 sb + 2g) and 32 further (high nibbles,
     // the next x block) of super-block sb.
     int xh0[4], xl0[4], xh1[4], xl1[4];
@@ -746,18 +852,20 @@ __device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, cons
     mmv_reg_x<XF>(xs, p.k, e0, on, xh0, xl0, dx0, sx0);
     mmv_reg_x<XF>(xs, p.k, e0 + 32, on, xh1, xl1, dx1, sx1);
     if (e != 0) sx0 = sx1 = 0.0f; // the pair's e == 0 lane takes the blocks' min terms
-    const u64 rb = (u64)nb * BYTES;
-    const u8* base = w + (u64)min(sb, nb - 1) * BYTES;
+    const u32 col = min(sb, nb - 1) * BYTES;
+    const u8* base = w + col;
     for (u32 n0 = r0; n0 < r1; n0 += 4) {
         // Unpredicated loads of valid addresses (rows past r1 re-read row r1 - 1, discarded; lanes
         // past the row read its last super-block against zero x).
+        const u32 st = BULK ? pipe.acquire() + col : 0u;
         uint4 hd[4], q[4], qh[4];
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const u8* b = base + (u64)min(n0 + r, r1 - 1) * rb;
-            hd[r] = __ldg(reinterpret_cast<const uint4*>(b));
-            q[r] = __ldg(reinterpret_cast<const uint4*>(b + QS + 16 * i));
-            qh[r] = Q5 ? __ldg(reinterpret_cast<const uint4*>(b + 16 + 16 * e)) : make_uint4(0, 0, 0, 0);
+            const u32 sr = st + r * (u32)rb;
+            hd[r] = mmv_ld16<BULK>(b, sr);
+            q[r] = mmv_ld16<BULK>(b + QS + 16 * i, sr + QS + 16 * i);
+            qh[r] = Q5 ? mmv_ld16<BULK>(b + 16 + 16 * e, sr + 16 + 16 * e) : make_uint4(0, 0, 0, 0);
         }
         // Word-major in the source; ptxas reorders the dots by row and issues the loads in three
         // waves (rows 0, 1, then 2 and 3) either way. What the unpredicated loads changed, with
@@ -783,6 +891,7 @@ __device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, cons
                 dp4a2(hi4, make_int2(xh1[j], xl1[j]), h1[r], l1[r]);
             }
         }
+        if (BULK) pipe.release();
         float v[4];
 #pragma unroll
         for (int r = 0; r < 4; r++) {
@@ -800,8 +909,8 @@ __device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, cons
         float s = mmv_reduce4(v);
         if ((lane & 7u) == 0u) red[warp * R + (n0 - r0) + (lane >> 3)] = s;
     }
-    __syncthreads();
-    for (u32 r = t; r0 + r < r1; r += blockDim.x) {
+    mmv_sync<BULK>(nwarps);
+    for (u32 r = t; r0 + r < r1; r += 32 * nwarps) {
         float s = 0.0f;
         for (u32 wi = 0; wi < nwarps; wi++) s += red[wi * R + r];
         out[p.out_off + r0 + r] = s + (p.has_bias ? bias[r0 + r] : 0.0f);
@@ -812,13 +921,19 @@ __device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, cons
 // element j in the low nibble of byte j, 16 + j in the high), its f16 scale (and min) and the
 // fifth-bit word, and x block t with its f32 sum (from the digit scratch, or quantized by the
 // lane itself: XF). Rows four at a time as in mmv_reg_k_impl.
-template <int KIND, bool XF>
-__device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out) {
+template <int KIND, bool XF, bool BULK = false>
+__device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out, u32 stages = 0) {
     extern __shared__ __align__(16) unsigned char mmv_smem[];
     float* red = reinterpret_cast<float*>(mmv_smem);
-    const u32 t = threadIdx.x, lane = t & 31, warp = t >> 5, nwarps = blockDim.x >> 5;
+    const u32 t = threadIdx.x, lane = t & 31, warp = t >> 5, nwarps = (blockDim.x >> 5) - (BULK ? 1 : 0);
     const bool on = 32 * t < p.k;
     const u32 R = mmv_reg_rows(p.n), r0 = blockIdx.x * R, r1 = min(p.n, r0 + R);
+    const u64 rb = (u64)(p.k / 256) * PQ<KIND>::BYTES;
+    MmvPipe pipe{};
+    if (BULK) {
+        pipe = mmv_pipe(stages, rb, nwarps, R);
+        if (warp == nwarps) return pipe.produce(w, rb, r0, r1);
+    }
     int xh[8], xl[8];
     float dx, sx;
     if (XF) {
@@ -828,20 +943,22 @@ __device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, con
         mmv_reg_x<false>(xs, p.k, 32 * t + 16, on, xh + 4, xl + 4, dx, sx);
     }
     const u32 c = min(t, p.k / 32 - 1); // lanes past k: the row's last block, zero x
-    const u8* sb = w + (u64)PQ<KIND>::BYTES * (c / 8);
+    const u32 col = PQ<KIND>::BYTES * (c / 8);
+    const u8* sb = w + col;
     const u32 j = c % 8;
-    const u64 rb = (u64)(p.k / 256) * PQ<KIND>::BYTES;
     for (u32 n0 = r0; n0 < r1; n0 += 4) {
+        const u32 st = BULK ? pipe.acquire() + col : 0u;
         uint4 q[4]; // unpredicated, as in mmv_reg_k_impl
         u32 qh[4] = {0, 0, 0, 0};
         float d[4], m[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const u8* b = sb + (u64)min(n0 + r, r1 - 1) * rb;
-            q[r] = __ldg(reinterpret_cast<const uint4*>(b + PQ<KIND>::QS + 16 * j));
-            d[r] = ld_f16_a2(b + 2 * j);
-            if (PQ<KIND>::MIN) m[r] = ld_f16_a2(b + PQ<KIND>::MO + 2 * j);
-            if (PQ<KIND>::QH) qh[r] = __ldg(reinterpret_cast<const u32*>(b + PQ<KIND>::HO + 4 * j));
+            const u32 sr = st + r * (u32)rb;
+            q[r] = mmv_ld16<BULK>(b + PQ<KIND>::QS + 16 * j, sr + PQ<KIND>::QS + 16 * j);
+            d[r] = mmv_ldf16<BULK>(b + 2 * j, sr + 2 * j);
+            if (PQ<KIND>::MIN) m[r] = mmv_ldf16<BULK>(b + PQ<KIND>::MO + 2 * j, sr + PQ<KIND>::MO + 2 * j);
+            if (PQ<KIND>::QH) qh[r] = mmv_ld4<BULK>(b + PQ<KIND>::HO + 4 * j, sr + PQ<KIND>::HO + 4 * j);
         }
         int h[4] = {0, 0, 0, 0}, l[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -854,14 +971,15 @@ __device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, con
                 dp4a2(hi, make_int2(xh[4 + i], xl[4 + i]), h[r], l[r]);
             }
         }
+        if (BULK) pipe.release();
         float v[4];
 #pragma unroll
         for (int r = 0; r < 4; r++) v[r] = fmaf(m[r], sx, d[r] * dx * xsum(h[r], l[r]));
         float s = mmv_reduce4(v);
         if ((lane & 7u) == 0u) red[warp * R + (n0 - r0) + (lane >> 3)] = s;
     }
-    __syncthreads();
-    for (u32 r = t; r0 + r < r1; r += blockDim.x) {
+    mmv_sync<BULK>(nwarps);
+    for (u32 r = t; r0 + r < r1; r += 32 * nwarps) {
         float s = 0.0f;
         for (u32 wi = 0; wi < nwarps; wi++) s += red[wi * R + r];
         out[p.out_off + r0 + r] = s + (p.has_bias ? bias[r0 + r] : 0.0f);
@@ -876,28 +994,37 @@ __device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, con
 // session 19. The three register kernels' store tails are written out in each: shared as
 // helpers they compiled to the same instruction count but another schedule, and the Q4_K and
 // Q8_0 steps measured 4-6% slower.)
-template <bool XF, bool P>
-__device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out) {
+template <bool XF, bool P, bool BULK = false>
+__device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out, u32 stages = 0) {
     extern __shared__ __align__(16) unsigned char mmv_smem[];
     float* red = reinterpret_cast<float*>(mmv_smem);
-    const u32 t = threadIdx.x, lane = t & 31, warp = t >> 5, nwarps = blockDim.x >> 5;
+    const u32 t = threadIdx.x, lane = t & 31, warp = t >> 5, nwarps = (blockDim.x >> 5) - (BULK ? 1 : 0);
     const bool on = 16 * t < p.k;
     const u32 R = mmv_reg_rows(p.n), r0 = blockIdx.x * R, r1 = min(p.n, r0 + R);
+    const u64 rb = P ? (u64)(p.k / 256) * 272 : p.k;
+    MmvPipe pipe{};
+    if (BULK) {
+        pipe = mmv_pipe(stages, rb, nwarps, R);
+        if (warp == nwarps) return pipe.produce(w, rb, r0, r1);
+    }
     int xh[4], xl[4];
     float dx, sx;
     mmv_reg_x<XF>(xs, p.k, 16 * t, on, xh, xl, dx, sx);
     const u32 c = min(t, p.k / 16 - 1); // the 16-code chunk; lanes past k: the row's last, zero x
-    const u8* base = P ? w + 272ull * (c / 16) + 16 * (c % 16 + 1) : w + 16ull * c;
-    const u8* sbase = w + 272ull * (c / 16) + 2 * (c % 16 / 2); // P: the block's scale
-    const u64 rb = P ? (u64)(p.k / 256) * 272 : p.k;
+    const u32 col = P ? 272u * (c / 16) + 16 * (c % 16 + 1) : 16u * c;
+    const u32 scol = 272u * (c / 16) + 2 * (c % 16 / 2); // P: the block's scale
+    const u8* base = w + col;
+    const u8* sbase = w + scol;
     for (u32 n0 = r0; n0 < r1; n0 += 4) {
+        const u32 st = BULK ? pipe.acquire() : 0u;
         uint4 q[4]; // unpredicated, as in mmv_reg_k_impl
         float ws[4] = {1.0f, 1.0f, 1.0f, 1.0f};
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const u64 ro = (u64)min(n0 + r, r1 - 1) * rb;
-            q[r] = __ldg(reinterpret_cast<const uint4*>(base + ro));
-            if (P) ws[r] = ld_f16_a2(sbase + ro);
+            const u32 sr = st + r * (u32)rb;
+            q[r] = mmv_ld16<BULK>(base + ro, sr + col);
+            if (P) ws[r] = mmv_ldf16<BULK>(sbase + ro, sr + scol);
         }
         int h[4] = {0, 0, 0, 0}, l[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -908,14 +1035,15 @@ __device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, con
         for (int r = 0; r < 4; r++) dp4a2(q[r].z, make_int2(xh[2], xl[2]), h[r], l[r]);
 #pragma unroll
         for (int r = 0; r < 4; r++) dp4a2(q[r].w, make_int2(xh[3], xl[3]), h[r], l[r]);
+        if (BULK) pipe.release();
         float v[4];
 #pragma unroll
         for (int r = 0; r < 4; r++) v[r] = (P ? ws[r] * dx : dx) * xsum(h[r], l[r]);
         float s = mmv_reduce4(v);
         if ((lane & 7u) == 0u) red[warp * R + (n0 - r0) + (lane >> 3)] = s;
     }
-    __syncthreads();
-    for (u32 r = t; r0 + r < r1; r += blockDim.x) {
+    mmv_sync<BULK>(nwarps);
+    for (u32 r = t; r0 + r < r1; r += 32 * nwarps) {
         float s = 0.0f;
         for (u32 wi = 0; wi < nwarps; wi++) s += red[wi * R + r];
         const u32 n = r0 + r;
@@ -940,6 +1068,24 @@ extern "C" __global__ void matmul_gemv_q5_0p_m1_regf(MatmulParams p, const float
 extern "C" __global__ void matmul_gemv_q4_1p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<3, true>(p, x, w, b, o); }
 extern "C" __global__ void matmul_gemv_q5_1p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<4, true>(p, x, w, b, o); }
 extern "C" __global__ void matmul_gemv_q8_0p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<true, true>(p, x, w, b, o); }
+
+// The same with the rows streamed through shared memory (sm_90; `stages` as mmv_pipe's).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define MMV_BULK(call) call
+#else
+#define MMV_BULK(call)
+#endif
+#define MMV_BULK_ENTRIES(sfx, XT, XF) \
+    extern "C" __global__ void matmul_gemv_q4_k_m1_##sfx(MatmulParams p, const XT* x, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_k_impl<false, XF, true>(p, x, w, b, o, stages))); } \
+    extern "C" __global__ void matmul_gemv_q5_k_m1_##sfx(MatmulParams p, const XT* x, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_k_impl<true, XF, true>(p, x, w, b, o, stages))); } \
+    extern "C" __global__ void matmul_gemv_int8_m1_##sfx(MatmulParams p, const XT* x, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_i8_impl<XF, false, true>(p, x, w, b, o, stages))); } \
+    extern "C" __global__ void matmul_gemv_q4_0p_m1_##sfx(MatmulParams p, const XT* x, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_p4_impl<0, XF, true>(p, x, w, b, o, stages))); } \
+    extern "C" __global__ void matmul_gemv_q4_1p_m1_##sfx(MatmulParams p, const XT* x, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_p4_impl<3, XF, true>(p, x, w, b, o, stages))); } \
+    extern "C" __global__ void matmul_gemv_q5_0p_m1_##sfx(MatmulParams p, const XT* x, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_p4_impl<1, XF, true>(p, x, w, b, o, stages))); } \
+    extern "C" __global__ void matmul_gemv_q5_1p_m1_##sfx(MatmulParams p, const XT* x, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_p4_impl<4, XF, true>(p, x, w, b, o, stages))); } \
+    extern "C" __global__ void matmul_gemv_q8_0p_m1_##sfx(MatmulParams p, const XT* x, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_i8_impl<XF, true, true>(p, x, w, b, o, stages))); }
+MMV_BULK_ENTRIES(bulk, u32, false)
+MMV_BULK_ENTRIES(bulkf, float, true)
 
 // x [k] -> the _m1 layout in global memory (xq: mmv_smem_bytes(k) bytes, 256-byte aligned); one
 // thread per x word, grid-stride (ops_matmul launches 8 nxb threads).

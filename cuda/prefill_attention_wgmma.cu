@@ -77,39 +77,19 @@ template <int N> __device__ __forceinline__ void pw_wait() {
 }
 // Generic-proxy shared writes (cp.async, st.shared) made visible to wgmma's async proxy.
 __device__ __forceinline__ void pw_fence_proxy() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-// Shared-memory mbarriers (CTA scope): init with an arrival count, arrive, wait for the phase of a
-// parity to complete.
-__device__ __forceinline__ void pw_mb_init(u32 a, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
-}
-__device__ __forceinline__ void pw_mb_arrive(u32 a) {
-    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(a) : "memory");
-}
-__device__ __forceinline__ void pw_mb_wait(u32 a, u32 parity) {
-    u32 done = 0;
-    while (!done)
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done) : "r"(a), "r"(parity) : "memory");
-}
 // An arrive-on the mbarrier once every cp.async this thread issued so far has landed (.noinc: the
 // arrival counts against the barrier's expected count).
 __device__ __forceinline__ void pw_mb_arrive_cp_async(u32 a) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(a) : "memory");
 }
-// `_tma`: the mbarrier's phase also waits for `bytes` more bytes of async copies (issued before
-// the copies that complete them, and before this thread's own arrival on it); a 2D box of the
-// tensor map at coordinates (c0, c1), 128-byte swizzled by the map, copied into shared memory,
-// completing on the mbarrier (cp.async.bulk.tensor: TMA).
-__device__ __forceinline__ void pw_mb_expect_tx(u32 a, u32 bytes) {
-    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
-}
+// `_tma`: a 2D box of the tensor map at coordinates (c0, c1), 128-byte swizzled by the map,
+// copied into shared memory, completing on the mbarrier (cp.async.bulk.tensor: TMA; its bytes
+// expected on the barrier first, mb_expect_tx).
 __device__ __forceinline__ void pw_tma_2d(u32 dst, u64 tmap, u32 c0, u32 c1, u32 bar) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
         ::"r"(dst), "l"(tmap), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
-// Barrier initialisations visible to the async proxy (TMA's complete_tx) as well.
-__device__ __forceinline__ void pw_fence_mb_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 // Named barriers 1.. among the two computing warpgroups (256 threads): wait for the other's
 // arrival, or arrive without waiting.
 __device__ __forceinline__ void pw_bar_sync(u32 id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
@@ -287,7 +267,7 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
             const bool run = lane >= 16 || (mine != NONE_U32 && first != NONE_U32 && mine == first + lane * D);
             if (__all_sync(0xffffffffu, run)) {
                 if (lane == 0) {
-                    pw_mb_expect_tx(fb, 4u * 16u * 128u);  // four boxes of 16 rows x 128 bytes
+                    mb_expect_tx(fb, 4u * 16u * 128u);  // four boxes of 16 rows x 128 bytes
                     const u32 r0 = 16u * warp * 128u, row = mine / D;
                     pw_tma_2d(kd + r0, tmk, 0, row, fb);
                     pw_tma_2d(kd + r0 + 128u * 128u, tmk, 64, row, fb);
@@ -321,15 +301,15 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
     };
     if (WS && tid == 0) {
         for (u32 i = 0; i < 2; i++) {
-            pw_mb_init(full_k + 8 * i, 128);  // the producer's threads, as their copies land
-            pw_mb_init(full_v + 8 * i, 128);
-            pw_mb_init(empty_k + 8 * i, 8);  // the computing warps
-            pw_mb_init(empty_v + 8 * i, 8);
+            mb_init(full_k + 8 * i, 128);  // the producer's threads, as their copies land
+            mb_init(full_v + 8 * i, 128);
+            mb_init(empty_k + 8 * i, 8);  // the computing warps
+            mb_init(empty_v + 8 * i, 8);
         }
     }
     if (!WS && TMA && tid == 0) {
-        for (u32 i = 0; i < 2; i++) pw_mb_init(full_k + 8 * i, PW_THREADS);  // every thread's arrival
-        pw_fence_mb_init();
+        for (u32 i = 0; i < 2; i++) mb_init(full_k + 8 * i, PW_THREADS);  // every thread's arrival
+        fence_mb_init();
     }
     if (!WS) lookup(0);
     if (!WS && !TMA && n_tiles > 0) stage(0);
@@ -356,12 +336,12 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
             const u32 s = ti % 2, ph = (ti / 2 + 1) % 2;  // the phase tile ti - 2 completed
 #pragma unroll
             for (u32 kv = 0; kv < 2; kv++) {
-                if (ti >= 2) pw_mb_wait((kv ? empty_v : empty_k) + 8 * s, ph);
+                if (ti >= 2) mb_wait((kv ? empty_v : empty_k) + 8 * s, ph);
                 const u32 dst = base + ((kv ? 3 : 1) + s) * PW_TILE;
                 const u32 fb = (kv ? full_v : full_k) + 8 * s;
                 if (bulk) {
                     if (lane % 16 == 0) {
-                        pw_mb_expect_tx(fb, 2u * 16u * 128u);
+                        mb_expect_tx(fb, 2u * 16u * 128u);
                         const u32 d0 = dst + (32 * pw + 16 * hw) * 128u;
                         pw_tma_2d(d0, tmk + 128u * kv, 0, mine / D, fb);
                         pw_tma_2d(d0 + 128u * 128u, tmk + 128u * kv, 64, mine / D, fb);
@@ -488,14 +468,14 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
         const u32 other = 1 - wg;
         auto release = [&](u32 e) {
             __syncwarp();
-            if (lane == 0) pw_mb_arrive(e);
+            if (lane == 0) mb_arrive(e);
         };
         // A burst: wait for K(ti) if `ks` and V(ti - 1) if `vs`, then take the turn (the products
         // are issued unconditionally by the callers: a wgmma under a branch is serialized). st is
         // ti % 2: K(ti)'s stage, and 1 - st V(ti - 1)'s.
         auto burst_begin = [&](u32 ti, u32 st, bool ks, bool vs) {
-            if (ks) pw_mb_wait(full_k + 8 * st, (ti / 2) % 2);
-            if (vs) pw_mb_wait(full_v + 8 * (1 - st), ((ti - 1) / 2) % 2);
+            if (ks) mb_wait(full_k + 8 * st, (ti / 2) % 2);
+            if (vs) mb_wait(full_v + 8 * (1 - st), ((ti - 1) / 2) % 2);
             pw_fence_proxy();  // the producer's copies (generic proxy) before wgmma reads them
             pw_bar_sync(1 + wg);
             pw_pin(sc);
@@ -586,7 +566,7 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
             // proxy, for every warp; and every warpgroup is done with tile ti - 1, whose stages tile
             // ti + 1 refills.
             if constexpr (TMA) {
-                pw_mb_wait(full_k + 8 * (ti % 2), (ti / 2) % 2);
+                mb_wait(full_k + 8 * (ti % 2), (ti / 2) % 2);
             } else {
                 cp_async_wait<0>();
             }

@@ -1,6 +1,8 @@
-// argmax: out[r] = index of the max of row r, lowest index on ties (NaN ignored). One workgroup per row.
+// argmax, pass 2: out[r] = the index of the max of row r, lowest index on ties (NaN ignored; 0 when
+// the row has no number), from the row's parts (value bits, index) that argmax_part.wgsl wrote.
+// One workgroup per row.
 @group(0) @binding(0) var<uniform> p: ArgmaxParams;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> part: array<u32>;
 @group(0) @binding(2) var<storage, read_write> out: array<u32>;
 
 var<workgroup> best_v: array<f32, 256>;
@@ -10,11 +12,13 @@ var<workgroup> best_i: array<u32, 256>;
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = wg.x + wg.y * nwg.x;
     if (r >= p.rows) { return; }
+    let parts = clamp((p.n + 8191u) / 8192u, 1u, 256u);
     var bv = NEG_INF;
     var bi = 0xffffffffu;
-    for (var c = lid.x; c < p.n; c = c + 256u) {
-        let v = x[r * p.n + c];
-        if (v == v && (v > bv || bi == 0xffffffffu)) { bv = v; bi = c; }
+    if (lid.x < parts) {
+        let o = 2u * (r * parts + lid.x);
+        bv = bitcast<f32>(part[o]);
+        bi = part[o + 1u];
     }
     best_v[lid.x] = bv;
     best_i[lid.x] = bi;

@@ -373,8 +373,23 @@ matmul_quant_tests!(cuda_mmv_pre_loop, crate::cuda_mmv(lserve::backend::cuda::Mm
 // groups with a partial last one.
 #[cfg(feature = "cuda")]
 fn cuda_mmv_reg(max_grid: u32, lanes_quantize: bool) -> Option<lserve::backend::cuda::CudaBackend> {
-    crate::cuda_mmv(lserve::backend::cuda::MmvMode::Reg { max_grid, lanes_quantize })
+    crate::cuda_mmv(lserve::backend::cuda::MmvMode::Reg { max_grid, lanes_quantize, bulk: false })
 }
+// The same with the rows streamed into shared memory by bulk copies (`bulk`, sm_90; elsewhere it
+// runs the register kernels): on the default grid, and on 2 blocks, whose producer refills every
+// stage several times (up to 38 groups over at most 8 stages).
+#[cfg(feature = "cuda")]
+fn cuda_mmv_bulk(max_grid: u32, lanes_quantize: bool) -> Option<lserve::backend::cuda::CudaBackend> {
+    crate::cuda_mmv(lserve::backend::cuda::MmvMode::Reg { max_grid, lanes_quantize, bulk: true })
+}
+#[cfg(feature = "cuda")]
+matmul_quant_tests!(cuda_mmv_bulk, crate::cuda_mmv_bulk(0, false));
+#[cfg(feature = "cuda")]
+matmul_quant_tests!(cuda_mmv_bulk_loop, crate::cuda_mmv_bulk(2, false));
+#[cfg(feature = "cuda")]
+matmul_quant_tests!(cuda_mmv_bulkf, crate::cuda_mmv_bulk(0, true));
+#[cfg(feature = "cuda")]
+matmul_quant_tests!(cuda_mmv_bulkf_loop, crate::cuda_mmv_bulk(2, true));
 #[cfg(feature = "cuda")]
 matmul_quant_tests!(cuda_mmv_reg, crate::cuda_mmv_reg(0, false));
 #[cfg(feature = "cuda")]

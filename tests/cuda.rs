@@ -495,11 +495,16 @@ fn mmv_mode_parses_its_values() {
     assert_eq!(MmvMode::parse("inblock", 132), Ok(MmvMode::InBlock));
     assert_eq!(MmvMode::parse("pre", 132), Ok(MmvMode::Pre { max_grid: 0 }));
     assert_eq!(MmvMode::parse("pre:8", 132), Ok(MmvMode::Pre { max_grid: 1056 }));
-    assert_eq!(MmvMode::parse("reg", 132), Ok(MmvMode::Reg { max_grid: 0, lanes_quantize: false }));
-    assert_eq!(MmvMode::parse("reg:2", 132), Ok(MmvMode::Reg { max_grid: 264, lanes_quantize: false }));
-    assert_eq!(MmvMode::parse("regf", 132), Ok(MmvMode::Reg { max_grid: 0, lanes_quantize: true }));
-    assert_eq!(MmvMode::parse("regf:3", 132), Ok(MmvMode::Reg { max_grid: 396, lanes_quantize: true }));
-    for bad in ["pre:0", "pre:", "pre:x", "global", "PRE", "reg:0", "reg:", "reg:pre:1", "regf:0", "regx"] {
+    assert_eq!(MmvMode::parse("reg", 132), Ok(MmvMode::Reg { max_grid: 0, lanes_quantize: false, bulk: false }));
+    assert_eq!(MmvMode::parse("reg:2", 132), Ok(MmvMode::Reg { max_grid: 264, lanes_quantize: false, bulk: false }));
+    assert_eq!(MmvMode::parse("regf", 132), Ok(MmvMode::Reg { max_grid: 0, lanes_quantize: true, bulk: false }));
+    assert_eq!(MmvMode::parse("regf:3", 132), Ok(MmvMode::Reg { max_grid: 396, lanes_quantize: true, bulk: false }));
+    assert_eq!(MmvMode::parse("bulk", 132), Ok(MmvMode::Reg { max_grid: 0, lanes_quantize: false, bulk: true }));
+    assert_eq!(MmvMode::parse("bulkf", 132), Ok(MmvMode::Reg { max_grid: 0, lanes_quantize: true, bulk: true }));
+    assert_eq!(MmvMode::parse("bulk:4", 132), Ok(MmvMode::Reg { max_grid: 528, lanes_quantize: false, bulk: true }));
+    for bad in
+        ["pre:0", "pre:", "pre:x", "global", "PRE", "reg:0", "reg:", "reg:pre:1", "regf:0", "regx", "bulk:0", "bulkf:"]
+    {
         assert!(MmvMode::parse(bad, 132).is_err(), "{bad}");
     }
     // Auto: x quantized once (or in registers, below) for the formats where that measured faster,
@@ -509,14 +514,14 @@ fn mmv_mode_parses_its_values() {
     assert_eq!(MmvMode::Auto.pre_grid(DType::Ggml(GgmlType::Q4_K)), Some(0));
     assert_eq!(MmvMode::Auto.pre_grid(DType::I8Row), Some(0));
     // Auto: int8 rows, Q4_K and Q5_K take x in registers (int8 quantized by the lanes), Q6_K x once.
-    assert_eq!(MmvMode::Auto.for_dtype(DType::I8Row), MmvMode::Reg { max_grid: 0, lanes_quantize: true });
+    assert_eq!(MmvMode::Auto.for_dtype(DType::I8Row), MmvMode::Reg { max_grid: 0, lanes_quantize: true, bulk: true });
     assert_eq!(
         MmvMode::Auto.for_dtype(DType::Ggml(GgmlType::Q5_K)),
-        MmvMode::Reg { max_grid: 0, lanes_quantize: false }
+        MmvMode::Reg { max_grid: 0, lanes_quantize: false, bulk: false }
     );
     assert_eq!(
         MmvMode::Auto.for_dtype(DType::Ggml(GgmlType::Q4_K)),
-        MmvMode::Reg { max_grid: 0, lanes_quantize: false }
+        MmvMode::Reg { max_grid: 0, lanes_quantize: false, bulk: false }
     );
     assert_eq!(MmvMode::Auto.for_dtype(DType::Ggml(GgmlType::Q6_K)), MmvMode::Pre { max_grid: 0 });
     assert_eq!(MmvMode::Auto.for_dtype(DType::Ggml(GgmlType::Q8_0)), MmvMode::InBlock);
@@ -526,5 +531,8 @@ fn mmv_mode_parses_its_values() {
     assert_eq!(MmvMode::InBlock.pre_grid(DType::Ggml(GgmlType::Q4_K)), None);
     assert_eq!(MmvMode::Pre { max_grid: 7 }.pre_grid(DType::Ggml(GgmlType::Q8_0)), Some(7));
     // Reg: the formats without a register kernel take x quantized once.
-    assert_eq!(MmvMode::Reg { max_grid: 5, lanes_quantize: true }.pre_grid(DType::Ggml(GgmlType::Q6_K)), Some(0));
+    assert_eq!(
+        MmvMode::Reg { max_grid: 5, lanes_quantize: true, bulk: false }.pre_grid(DType::Ggml(GgmlType::Q6_K)),
+        Some(0)
+    );
 }

@@ -258,6 +258,14 @@ impl MatmulParams {
     }
 }
 
+impl ArgmaxParams {
+    /// Blocks (workgroups) a row's first argmax pass takes on the GPUs: one per 8,192 elements, at
+    /// most 256 (cuda/argmax.cu, shaders/argmax_part.wgsl compute the same).
+    pub fn parts(&self) -> usize {
+        (self.n as usize).div_ceil(8192).clamp(1, 256)
+    }
+}
+
 impl RopeAppendKvParams {
     /// `rope_append_kv` parameters for `n_tokens` tokens of `n_heads` query heads into a layer.
     pub fn new(g: &KvGeometry, n_tokens: usize, n_heads: usize, attention_scaling: f32) -> Self {

@@ -601,18 +601,32 @@ pub fn test_mean_rows<B: Backend>(gpu: &B) {
 
 pub fn test_argmax<B: Backend>(gpu: &B) {
     let mut t = pair(gpu);
-    let (rows, n) = (4, 5000);
-    let mut x = t.f32s(rows * n, 1.0);
-    x[n + 10] = 9.0; // a tie in row 1: the lower index wins
-    x[n + 4000] = 9.0;
-    x[2 * n + 4999] = 7.0; // the last element
-    let x = t.up(DType::F32, &x);
-    let mut out = t.out_u32(rows);
-    let p = ArgmaxParams { rows: rows as u32, n: n as u32, ..Default::default() };
-    t.gpu.argmax(&p, &x.0, &mut out.0).unwrap();
-    t.cpu.argmax(&p, &x.1, &mut out.1).unwrap();
-    t.check_u32("argmax", &out, rows);
-    assert_eq!(t.gpu.download_u32(&out.0, 0, rows).unwrap()[1..3], [10, 4999]);
+    // Short rows, and rows long enough that CUDA splits them over several blocks (8K elements a
+    // block): ties across blocks, NaN skipped, a row of NaN only.
+    for (rows, n) in [(4, 5000), (5, 40_000)] {
+        let mut x = t.f32s(rows * n, 1.0);
+        x[n + 10] = 9.0; // a tie in row 1: the lower index wins
+        x[n + n - 1000] = 9.0;
+        x[2 * n + n - 1] = 7.0; // the last element
+        x[3 * n] = f32::NAN;
+        x[3 * n + 1] = f32::NAN;
+        if rows > 4 {
+            x[4 * n..5 * n].fill(f32::NAN); // no number: 0
+            x[3 * n + 9000] = f32::INFINITY;
+            x[3 * n + 20_000] = f32::INFINITY;
+        }
+        let x = t.up(DType::F32, &x);
+        let mut out = t.out_u32(rows);
+        let p = ArgmaxParams { rows: rows as u32, n: n as u32, ..Default::default() };
+        t.gpu.argmax(&p, &x.0, &mut out.0).unwrap();
+        t.cpu.argmax(&p, &x.1, &mut out.1).unwrap();
+        t.check_u32("argmax", &out, rows);
+        let got = t.gpu.download_u32(&out.0, 0, rows).unwrap();
+        assert_eq!(got[1..3], [10, n as u32 - 1], "rows {rows} x {n}");
+        if rows > 4 {
+            assert_eq!(got[3..5], [9000, 0], "rows {rows} x {n}");
+        }
+    }
 }
 
 pub fn test_fill_random<B: Backend>(gpu: &B) {

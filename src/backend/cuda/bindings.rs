@@ -190,8 +190,13 @@ kernels! {
     mean_rows: "mean_rows" (MeanRowsParams) ["mean_rows"]
     { src: In F32, indptr: In U32, out: Out F32 }
 
+    /// argmax's first pass: each block's best (value, index) of its span of a row.
+    argmax_part: "argmax" (ArgmaxParams) ["argmax_part"]
+    { x: In F32, part: ScratchOut U32 }
+
+    /// argmax's second pass: a row's best over its parts.
     argmax: "argmax" (ArgmaxParams) ["argmax"]
-    { x: In F32, out: Out U32 }
+    { part: ScratchIn U32, out: Out U32, parts: U32 Scalar }
 
     sample: "sample" (SampleParams) ["sample"]
     { x: In F32, settings: In U32, out: Out U32 }
@@ -247,6 +252,24 @@ kernels! {
         "matmul_gemv_q8_0p_m1_regf",
     ]
     { x: In F32, w: In Store, b: OptIn F32, o: Out F32 }
+
+    /// The register GEMVs with their weight rows streamed into shared memory by bulk copies
+    /// (sm_90, `MmvMode::Reg` with `bulk`; `stages` shared-memory stages of four rows)
+    /// `[REG_DTYPES, PACKED_DTYPES]`: x's digits from a scratch (`_bulk`) or quantized by the
+    /// lanes (`_bulkf`).
+    matmul_gemv_quant_bulk: "matmul_quant" (MatmulParams) [
+        "matmul_gemv_q4_k_m1_bulk", "matmul_gemv_q5_k_m1_bulk", "matmul_gemv_int8_m1_bulk", "matmul_gemv_q4_0p_m1_bulk",
+        "matmul_gemv_q4_1p_m1_bulk", "matmul_gemv_q5_0p_m1_bulk", "matmul_gemv_q5_1p_m1_bulk", "matmul_gemv_q8_0p_m1_bulk",
+    ]
+    { xq: ScratchIn U32, w: In Store, b: OptIn F32, o: Out F32, stages: U32 Scalar }
+
+    /// The same with x quantized by the lanes from f32 `[REG_DTYPES, PACKED_DTYPES]`.
+    matmul_gemv_quant_bulkf: "matmul_quant" (MatmulParams) [
+        "matmul_gemv_q4_k_m1_bulkf", "matmul_gemv_q5_k_m1_bulkf", "matmul_gemv_int8_m1_bulkf",
+        "matmul_gemv_q4_0p_m1_bulkf", "matmul_gemv_q4_1p_m1_bulkf", "matmul_gemv_q5_0p_m1_bulkf",
+        "matmul_gemv_q5_1p_m1_bulkf", "matmul_gemv_q8_0p_m1_bulkf",
+    ]
+    { x: In F32, w: In Store, b: OptIn F32, o: Out F32, stages: U32 Scalar }
 
     /// x (one row) as the batch-1 GEMV's two int8 digit planes and (d, sum), in the layout of its
     /// shared memory, into a scratch (`MmvMode::Pre`).

@@ -56,6 +56,10 @@ pub struct Gpu {
     pub smem_optin: u32,
     modules: HashMap<&'static str, Arc<CudaModule>>,
     funcs: RefCell<HashMap<&'static str, CudaFunction>>,
+    /// The dynamic shared memory each kernel may take (its max-dynamic-shared-size attribute, above
+    /// 48 KiB): only ever raised, because launches run after they are recorded (a step's list,
+    /// graph.rs), so a later, smaller request must not lower what an earlier launch still needs.
+    smem_attr: RefCell<HashMap<&'static str, u32>>,
     /// Occupancy (blocks per SM) per (kernel, block size, dynamic shared memory).
     occupancy: RefCell<HashMap<(&'static str, u32, u32), u32>>,
     /// Named scratch buffers (decode partials, GEMM operand halves), grown on demand.
@@ -153,6 +157,7 @@ impl Gpu {
             smem_optin,
             modules,
             funcs: RefCell::new(HashMap::new()),
+            smem_attr: RefCell::new(HashMap::new()),
             occupancy: RefCell::new(HashMap::new()),
             scratch: RefCell::new(HashMap::new()),
             profile: RefCell::new(None),
@@ -190,6 +195,19 @@ impl Gpu {
         Ok(f)
     }
 
+    /// Let kernel `name` take `smem` bytes of dynamic shared memory (above 48 KiB an attribute,
+    /// never lowered: see `smem_attr`).
+    fn allow_smem(&self, f: &CudaFunction, name: &'static str, smem: u32) -> Result<()> {
+        let mut attr = self.smem_attr.borrow_mut();
+        let set = attr.entry(name).or_insert(48 * 1024);
+        if smem > *set {
+            use cudarc::driver::sys::CUfunction_attribute as FA;
+            f.set_attribute(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).map_err(drv(name))?;
+            *set = smem;
+        }
+        Ok(())
+    }
+
     /// Resident blocks per SM of kernel `stem::name` at `block` threads and `smem` bytes of
     /// dynamic shared memory (the driver's occupancy calculator: registers, shared memory per SM
     /// and block limits of this GPU — 164 KiB on sm_80, 228 KiB on sm_90), cached; at least 1.
@@ -198,10 +216,7 @@ impl Gpu {
             return Ok(n);
         }
         let f = self.func(stem, name)?;
-        if smem > 48 * 1024 {
-            use cudarc::driver::sys::CUfunction_attribute as FA;
-            f.set_attribute(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).map_err(drv(name))?;
-        }
+        self.allow_smem(&f, name, smem)?;
         let n = f.occupancy_max_active_blocks_per_multiprocessor(block, smem as usize, None).map_err(drv(name))?.max(1);
         self.occupancy.borrow_mut().insert((name, block, smem), n);
         Ok(n)
@@ -229,8 +244,7 @@ impl Gpu {
                     l.smem, self.smem_optin
                 )));
             }
-            use cudarc::driver::sys::CUfunction_attribute as FA;
-            f.set_attribute(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.smem as i32).map_err(drv(name))?;
+            self.allow_smem(&f, name, l.smem)?;
         }
         let rec = Rec {
             func: f.cu_function() as usize,

@@ -185,7 +185,15 @@ pub fn mean_rows(
 pub fn argmax(be: &CudaBackend, p: &ArgmaxParams, x: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {
     need(x, DType::F32, u(p.rows) * u(p.n), "argmax x")?;
     need(out, DType::U32, u(p.rows), "argmax out")?;
-    k::argmax::launch(be.gpu(), Launch::new((p.rows, 1, 1), 1024), p, k::argmax::Args { x, out })
+    if p.rows == 0 {
+        return Ok(());
+    }
+    let g = be.gpu();
+    let parts = p.parts();
+    let part = k::Scratch(g.scratch("argmax_part", u(p.rows) * parts * 8)?);
+    k::argmax_part::launch(g, Launch::new((p.rows, parts as u32, 1), 1024), p, k::argmax_part::Args { x, part })?;
+    let args = k::argmax::Args { part, out, parts: parts as u32 };
+    k::argmax::launch(g, Launch::new((p.rows, 1, 1), 256), p, args)
 }
 
 /// One block of [`SAMPLE_THREADS`] per row (cuda/sample.cu).

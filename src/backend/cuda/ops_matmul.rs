@@ -279,18 +279,19 @@ fn dequant_launch(d: DType, elems: usize) -> Launch {
 /// (an X8 x given to them directly runs `Pre`).
 pub fn x8_dtypes(mode: MmvMode, pack: bool) -> Vec<DType> {
     let reads = |d: DType| match d {
-        d if pack && super::packed::PACKED_DTYPES.contains(&d) => packed_mode(mode).grid().is_some(),
+        d if pack && super::packed::PACKED_DTYPES.contains(&d) => packed_mode(mode, d).grid().is_some(),
         d => mode.pre_grid(d).is_some(),
     };
     MMQ_DTYPES.into_iter().filter(|&d| reads(d)).collect()
 }
 
-/// The batch-1 GEMV mode of packed weights (packed.rs): in `Auto` x in registers, quantized by the
-/// lanes from f32 x (`regf`: Q8_0 as int8 rows, the same kernel with a scale per 32 codes; the
-/// 4-bit ones a lane per block) or read as digits, else the mode itself.
-pub fn packed_mode(mode: MmvMode) -> MmvMode {
+/// The batch-1 GEMV mode of packed weights of dtype `d` (packed.rs): in `Auto` x in registers,
+/// quantized by the lanes from f32 x (`regf`: Q8_0 as int8 rows, the same kernel with a scale per
+/// 32 codes; the 4-bit ones a lane per block) or read as digits, Q8_0's rows streamed by bulk
+/// copies on sm_90 ([`MmvMode::for_dtype`]), else the mode itself.
+pub fn packed_mode(mode: MmvMode, d: DType) -> MmvMode {
     match mode {
-        MmvMode::Auto => MmvMode::Reg { max_grid: 0, lanes_quantize: true },
+        MmvMode::Auto => MmvMode::Reg { max_grid: 0, lanes_quantize: true, bulk: d == DType::Ggml(GgmlType::Q8_0) },
         m => m,
     }
 }
@@ -329,9 +330,34 @@ fn mmv(
 ) -> Result<()> {
     let (g, n, k) = (be.gpu(), u(p.n), u(p.k));
     let digits = x.dtype == DType::X8;
-    let mode = if w.packed { packed_mode(be.mmv()) } else { be.mmv().for_dtype(w.dtype) };
-    if let MmvMode::Reg { max_grid, lanes_quantize } = mode
-        && (w.packed || REG_DTYPES.contains(&w.dtype))
+    let mode = if w.packed { packed_mode(be.mmv(), w.dtype) } else { be.mmv().for_dtype(w.dtype) };
+    let reg = w.packed || REG_DTYPES.contains(&w.dtype);
+    if let MmvMode::Reg { max_grid, lanes_quantize, bulk: true } = mode
+        && reg
+        && g.cc.0 >= 9
+        && let Some((l, stages)) = mmv_bulk_launch(
+            reg_unit(w),
+            n,
+            k,
+            reg_row_bytes(w, k),
+            g.sm_count as usize,
+            max_grid,
+            g.smem_optin as usize,
+        )
+    {
+        let stages = stages as u32;
+        if lanes_quantize && !digits {
+            let name = entry_w(kern::matmul_gemv_quant_bulkf::ENTRIES, &REG_DTYPES, w, 0, 1)?;
+            let args = kern::matmul_gemv_quant_bulkf::Args { x, w, b: bias, o: out, stages };
+            return kern::matmul_gemv_quant_bulkf::launch_variant(g, name, l, p, args);
+        }
+        let name = entry_w(kern::matmul_gemv_quant_bulk::ENTRIES, &REG_DTYPES, w, 0, 1)?;
+        let xq = mmv_digits(be, p, x)?;
+        let args = kern::matmul_gemv_quant_bulk::Args { xq, w, b: bias, o: out, stages };
+        return kern::matmul_gemv_quant_bulk::launch_variant(g, name, l, p, args);
+    }
+    if let MmvMode::Reg { max_grid, lanes_quantize, .. } = mode
+        && reg
         && let Some(l) = mmv_reg_launch(reg_unit(w), n, k, g.sm_count as usize, max_grid, g.smem_optin as usize)
     {
         if lanes_quantize && !digits {
@@ -402,6 +428,78 @@ fn reg_unit(w: &CudaBuffer) -> (usize, usize) {
         (false, DType::I8Row) => (16, 16),
         _ => (256, 32),
     }
+}
+
+/// Bytes of one weight row of k elements for the register GEMVs: GGML blocks (packed or not: the
+/// same bytes), or int8 rows' k codes (their scales follow the matrix).
+fn reg_row_bytes(w: &CudaBuffer, k: usize) -> usize {
+    match w.dtype {
+        DType::Ggml(t) => k / t.block_size() * t.type_size(),
+        _ => k,
+    }
+}
+
+/// Shared memory a multiprocessor gives the bulk GEMVs' stages and sums (of the 228 KiB of an
+/// H100 / H200 SM; the rest stays for the L1 cache).
+const MMV_BULK_SMEM_SM: usize = 200 << 10;
+/// The most stages a bulk GEMV block has (`MMV_MAX_STAGES` of cuda/matmul_quant.cu).
+pub const MMV_MAX_STAGES: usize = 8;
+
+/// `LSERVE_CUDA_MMV_STAGES`, read once (measurement only): at most this many stages a bulk GEMV
+/// block (1..=[`MMV_MAX_STAGES`]; unset or anything else: [`MMV_MAX_STAGES`]).
+fn mmv_max_stages() -> usize {
+    static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *S.get_or_init(|| {
+        std::env::var("LSERVE_CUDA_MMV_STAGES")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|n| (1..=MMV_MAX_STAGES).contains(n))
+            .unwrap_or(MMV_MAX_STAGES)
+    })
+}
+
+/// The launch of `matmul_gemv_<fmt>_m1_bulk[f]` (sm_90, [`MmvMode::Reg`] with `bulk`) for n rows
+/// of k, `rb` bytes a row, with its stage count; `None` where it does not run (as
+/// [`mmv_reg_launch`], or rows not a multiple of 16 bytes, or two stages not fitting). Threads:
+/// the register kernel's computing warps plus the producer warp; blocks per SM: as many as keep
+/// 1024 computing threads an SM (at most 8) while two stages of each fit [`MMV_BULK_SMEM_SM`];
+/// rows per block a multiple of 4 covering n over that grid (or over `max_grid` blocks, when not
+/// 0: `bulk:N`, and the tests' many groups a block); stages: as many 4-row stages as
+/// the SM's share allows (at most [`MMV_MAX_STAGES`], at most the block's groups). Shared memory:
+/// the sums (one f32 per computing warp and row), 128 bytes of alignment, the stages.
+pub fn mmv_bulk_launch(
+    (unit, per): (usize, usize),
+    n: usize,
+    k: usize,
+    rb: usize,
+    sms: usize,
+    max_grid: u32,
+    smem_max: usize,
+) -> Option<(Launch, usize)> {
+    if !k.is_multiple_of(unit) || k == 0 || n == 0 || rb == 0 || !rb.is_multiple_of(16) {
+        return None;
+    }
+    let compute = 32 * (k / per).div_ceil(32);
+    if compute + 32 > MMV_REG_MAX_THREADS {
+        return None;
+    }
+    let stage = 4 * rb;
+    let mut bps = (1024 / compute).clamp(1, 8);
+    while bps > 1 && bps * 2 * stage > MMV_BULK_SMEM_SM {
+        bps -= 1;
+    }
+    let sms = sms.max(1);
+    if max_grid > 0 {
+        bps = (max_grid as usize).div_ceil(sms);
+    }
+    let rows = n.div_ceil(if max_grid > 0 { max_grid as usize } else { sms * bps }).next_multiple_of(4);
+    let grid = n.div_ceil(rows);
+    let red = compute / 32 * rows * 4 + 128;
+    let fit = (MMV_BULK_SMEM_SM / bps).saturating_sub(red) / stage;
+    let stages = fit.min(mmv_max_stages()).min(rows / 4);
+    let smem = red + stages * stage;
+    (stages >= 1 && (stages >= 2 || rows == 4) && smem <= smem_max)
+        .then(|| (Launch::new((grid as u32, 1, 1), (compute + 32) as u32).smem(smem), stages))
 }
 
 /// The most weight rows a warp of the `_m1` / `_m1_pre` GEMVs takes (`Q::RM` of
@@ -513,8 +611,11 @@ pub enum MmvMode {
     /// `Pre`, held in registers by lanes that own the same 32 elements of every row
     /// (`matmul_gemv_<fmt>_m1_reg`); `max_grid`: at most this many blocks (0: [`mmv_reg_launch`]'s
     /// default). `lanes_quantize`: no separate quantization of x; the lanes quantize their own
-    /// elements of x (`matmul_gemv_<fmt>_m1_regf`). Other formats as `Pre` on the in-block grid.
-    Reg { max_grid: u32, lanes_quantize: bool },
+    /// elements of x (`matmul_gemv_<fmt>_m1_regf`). `bulk` (sm_90; elsewhere, or where
+    /// [`mmv_bulk_launch`] declines, as without it): the weight rows stream into shared memory by
+    /// bulk copies (`matmul_gemv_<fmt>_m1_bulk[f]`). Other formats as `Pre` on
+    /// the in-block grid.
+    Reg { max_grid: u32, lanes_quantize: bool, bulk: bool },
 }
 
 /// Weight formats whose batch-1 GEMV is faster with x quantized once per call ([`MmvMode::Pre`])
@@ -535,14 +636,17 @@ impl MmvMode {
     /// 17 call 4, two runs, against `Pre` in the same call): Q4_K x in registers from the scratch
     /// (3.04 / 3.03 vs 3.41 / 3.47); Q5_K the same (3.58 / 3.39; `Pre` 3.65 / 3.62 in call 3);
     /// int8 rows x in registers quantized by the lanes (3.41 / 3.58; `Pre` 4.10 / 4.12 in call
-    /// 3); the others by [`mmv_pre_wins`]. Shapes the register kernels decline
-    /// ([`mmv_reg_launch`]) run `Pre`.
+    /// 3), their rows streamed by bulk copies on sm_90 (H100, session 30: 4.04 / 4.06 vs 4.12 /
+    /// 4.28 without; packed Q8_0 likewise, [`packed_mode`]: 4.09 / 4.16 vs 4.41 / 4.51; Q4_K
+    /// measured slower with them at every block and stage count, 3.07-3.48 vs 3.03-3.16); the
+    /// others by [`mmv_pre_wins`]. Shapes the register kernels decline ([`mmv_reg_launch`]) run
+    /// `Pre`.
     pub fn for_dtype(self, d: DType) -> MmvMode {
         use crate::backend::reference::ggml_quant::GgmlType;
         match (self, d) {
-            (MmvMode::Auto, DType::I8Row) => MmvMode::Reg { max_grid: 0, lanes_quantize: true },
+            (MmvMode::Auto, DType::I8Row) => MmvMode::Reg { max_grid: 0, lanes_quantize: true, bulk: true },
             (MmvMode::Auto, DType::Ggml(GgmlType::Q4_K | GgmlType::Q5_K)) => {
-                MmvMode::Reg { max_grid: 0, lanes_quantize: false }
+                MmvMode::Reg { max_grid: 0, lanes_quantize: false, bulk: false }
             }
             (MmvMode::Auto, d) if mmv_pre_wins(d) => MmvMode::Pre { max_grid: 0 },
             (MmvMode::Auto, _) => MmvMode::InBlock,
@@ -567,18 +671,28 @@ impl MmvMode {
             "" | "auto" => Ok(MmvMode::Auto),
             "inblock" => Ok(MmvMode::InBlock),
             "pre" => Ok(MmvMode::Pre { max_grid: 0 }),
-            "reg" => Ok(MmvMode::Reg { max_grid: 0, lanes_quantize: false }),
-            "regf" => Ok(MmvMode::Reg { max_grid: 0, lanes_quantize: true }),
+            "reg" => Ok(MmvMode::Reg { max_grid: 0, lanes_quantize: false, bulk: false }),
+            "regf" => Ok(MmvMode::Reg { max_grid: 0, lanes_quantize: true, bulk: false }),
+            "bulk" => Ok(MmvMode::Reg { max_grid: 0, lanes_quantize: false, bulk: true }),
+            "bulkf" => Ok(MmvMode::Reg { max_grid: 0, lanes_quantize: true, bulk: true }),
             v => {
                 let per_sm = |pre: &str| v.strip_prefix(pre).and_then(|n| n.parse::<u32>().ok()).filter(|&n| n > 0);
                 let grid = |n: u32| n.saturating_mul(sms.max(1));
-                match (per_sm("pre:"), per_sm("reg:"), per_sm("regf:")) {
-                    (Some(n), _, _) => Ok(MmvMode::Pre { max_grid: grid(n) }),
-                    (_, Some(n), _) => Ok(MmvMode::Reg { max_grid: grid(n), lanes_quantize: false }),
-                    (_, _, Some(n)) => Ok(MmvMode::Reg { max_grid: grid(n), lanes_quantize: true }),
-                    _ => Err(format!(
-                        "`{v}` is not auto, inblock, pre, pre:N, reg, reg:N, regf or regf:N (N >= 1 blocks per SM)"
-                    )),
+                let reg = |max_grid, lanes_quantize, bulk| Ok(MmvMode::Reg { max_grid, lanes_quantize, bulk });
+                if let Some(n) = per_sm("pre:") {
+                    Ok(MmvMode::Pre { max_grid: grid(n) })
+                } else if let Some(n) = per_sm("reg:") {
+                    reg(grid(n), false, false)
+                } else if let Some(n) = per_sm("regf:") {
+                    reg(grid(n), true, false)
+                } else if let Some(n) = per_sm("bulk:") {
+                    reg(grid(n), false, true)
+                } else if let Some(n) = per_sm("bulkf:") {
+                    reg(grid(n), true, true)
+                } else {
+                    Err(format!(
+                        "`{v}` is not auto, inblock, pre, pre:N, reg, reg:N, regf, regf:N, bulk, bulk:N, bulkf or bulkf:N (N >= 1 blocks per SM)"
+                    ))
                 }
             }
         }
@@ -663,9 +777,32 @@ mod tests {
         for pack in [false, true] {
             assert!(x8_dtypes(MmvMode::InBlock, pack).is_empty());
             assert_eq!(x8_dtypes(MmvMode::Pre { max_grid: 0 }, pack), MMQ_DTYPES);
-            let reg = x8_dtypes(MmvMode::Reg { max_grid: 0, lanes_quantize: true }, pack);
+            let reg = x8_dtypes(MmvMode::Reg { max_grid: 0, lanes_quantize: true, bulk: false }, pack);
             assert_eq!(reg, MMQ_DTYPES, "Reg: the register formats read digits, the others run Pre");
         }
+    }
+
+    /// The bulk GEMVs' launch: the register kernel's threads plus a producer warp, blocks an SM
+    /// within the stage budget, rows a multiple of 4, 2..=8 stages (1 where a block has one group).
+    #[test]
+    fn mmv_bulk_launch_shapes() {
+        let (q4k, i8) = ((256, 32), (16, 16));
+        for (d, n, k, rb, max_grid, grid, threads, stages, smem) in [
+            (q4k, 28672, 4096, 2304, 0, 1024, 160, 2, 576 + 2 * 9216), // gate|up: 8 blocks an SM, 28 rows
+            (q4k, 4096, 14336, 8064, 0, 256, 480, 3, 1024 + 3 * 32256), // down: 2 an SM, 16 rows
+            (q4k, 4096, 4096, 2304, 0, 1024, 160, 1, 192 + 9216),      // o: one group a block
+            (i8, 4096, 14336, 14336, 0, 128, 928, 3, 3712 + 3 * 57344), // int8 down: 1 an SM, 32 rows
+            (q4k, 300, 512, 288, 2, 2, 64, 8, 736 + 8 * 1152),         // capped: 38 groups, 8 stages
+        ] {
+            let (l, st) = mmv_bulk_launch(d, n, k, rb, 132, max_grid, 227 << 10)
+                .unwrap_or_else(|| panic!("{d:?} {n}x{k} declined"));
+            assert_eq!((l.grid.0, l.block, st, l.smem as usize), (grid, threads, stages, smem), "{d:?} {n}x{k}");
+        }
+        // Declined: k not whole units, too many threads, rows not 16-byte multiples, no room.
+        assert!(mmv_bulk_launch(q4k, 10, 300, 144, 132, 0, 227 << 10).is_none());
+        assert!(mmv_bulk_launch(q4k, 10, 256 * 128, 144 * 128, 132, 0, 227 << 10).is_none());
+        assert!(mmv_bulk_launch(i8, 10, 48, 40, 132, 0, 227 << 10).is_none());
+        assert!(mmv_bulk_launch(q4k, 4096, 4096, 2304, 132, 0, 9_000).is_none());
     }
 
     /// The launch of the GEMV with x in registers: threads per 32 (K-quants) or 16 (int8)

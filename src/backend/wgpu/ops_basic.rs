@@ -170,7 +170,17 @@ pub fn argmax(be: &WgpuBackend, p: &ArgmaxParams, x: &WgpuBuffer, out: &mut Wgpu
     let (r, n) = (u(p.rows), u(p.n));
     need(x, DType::F32, r * n, "argmax x")?;
     need(out, DType::U32, r, "argmax out")?;
-    pl::argmax::dispatch(be.gpu(), None, p, pl::argmax::Binds { x, out }, rows_grid(be, r))
+    if r == 0 {
+        return Ok(());
+    }
+    // Pass 1: workgroups (part, row), rows past the dimension limit in z; pass 2: one per row.
+    let parts = p.parts();
+    let max = be.gpu().limits.max_compute_workgroups_per_dimension as usize;
+    let (ry, rz) = if r <= max { (r, 1) } else { (max, r.div_ceil(max)) };
+    let mut part = be.scratch(2 * r * parts)?;
+    let binds = pl::argmax_part::Binds { x, part: &mut part };
+    pl::argmax_part::dispatch(be.gpu(), None, p, binds, (parts as u32, ry as u32, rz as u32))?;
+    pl::argmax::dispatch(be.gpu(), None, p, pl::argmax::Binds { part: &part, out }, rows_grid(be, r))
 }
 
 pub fn sample(

@@ -135,7 +135,9 @@ pipelines! {
     scale(ScaleParams) { x: read_write }
     gather_rows(GatherRowsParams) { src: read, rows: read, out: read_write }
     mean_rows(MeanRowsParams) { src: read, indptr: read, out: read_write }
-    argmax(ArgmaxParams) { x: read, out: read_write }
+    /// argmax's first pass (each workgroup's best of its span of a row) and its second.
+    argmax_part(ArgmaxParams) { x: read, part: read_write }
+    argmax(ArgmaxParams) { part: read, out: read_write }
     sample(SampleParams) { x: read, settings: read, out: read_write }
     fill_random(FillRandomParams) { out: read_write }
     rope_append_kv(RopeAppendKvParams) {
