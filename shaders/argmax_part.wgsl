@@ -6,9 +6,6 @@
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> part: array<u32>;
 
-var<workgroup> best_v: array<f32, 256>;
-var<workgroup> best_i: array<u32, 256>;
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let parts = clamp((p.n + 8191u) / 8192u, 1u, 256u);
@@ -23,24 +20,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         let v = x[r * p.n + c];
         if (v == v && (v > bv || bi == 0xffffffffu)) { bv = v; bi = c; }
     }
-    best_v[lid.x] = bv;
-    best_i[lid.x] = bi;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (lid.x < s) {
-            let ov = best_v[lid.x + s];
-            let oi = best_i[lid.x + s];
-            let mine = best_i[lid.x];
-            if (oi != 0xffffffffu && (mine == 0xffffffffu || ov > best_v[lid.x] || (ov == best_v[lid.x] && oi < mine))) {
-                best_v[lid.x] = ov;
-                best_i[lid.x] = oi;
-            }
-        }
-        workgroupBarrier();
-    }
+    let i = argmax_best(lid.x, bv, bi);
     if (lid.x == 0u) {
         let o = 2u * (r * parts + wg.x);
         part[o] = bitcast<u32>(best_v[0]);
-        part[o + 1u] = best_i[0];
+        part[o + 1u] = i;
     }
 }

@@ -337,8 +337,18 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ("scale", include_str!("../../../shaders/scale.wgsl"), Reads::Nothing, false),
     ("gather_rows", include_str!("../../../shaders/gather_rows.wgsl"), Reads::Nothing, false),
     ("mean_rows", include_str!("../../../shaders/mean_rows.wgsl"), Reads::Nothing, false),
-    ("argmax_part", include_str!("../../../shaders/argmax_part.wgsl"), Reads::Nothing, false),
-    ("argmax", include_str!("../../../shaders/argmax.wgsl"), Reads::Nothing, false),
+    (
+        "argmax_part",
+        concat!(include_str!("../../../shaders/argmax_best.wgsl"), include_str!("../../../shaders/argmax_part.wgsl")),
+        Reads::Nothing,
+        false,
+    ),
+    (
+        "argmax",
+        concat!(include_str!("../../../shaders/argmax_best.wgsl"), include_str!("../../../shaders/argmax.wgsl")),
+        Reads::Nothing,
+        false,
+    ),
     ("sample", include_str!("../../../shaders/sample.wgsl"), Reads::Nothing, false),
     (
         "rope_append_kv",
