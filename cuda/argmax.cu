@@ -32,23 +32,27 @@ __device__ __forceinline__ void block_best(float& v, u32& idx) {
         }
     }
 }
-// part [rows][gridDim.y] of (value bits, index) pairs; span = ceil(n / gridDim.y).
-extern "C" __global__ void argmax_part(ArgmaxParams p, const float* x, uint2* part) {
+// part [rows][gridDim.y] of (value bits, index) pairs, two words each; span = ceil(n / gridDim.y).
+extern "C" __global__ void argmax_part(ArgmaxParams p, const float* x, u32* part) {
     const float* row = x + (u64)blockIdx.x * p.n;
     const u32 span = (p.n + gridDim.y - 1) / gridDim.y, c0 = blockIdx.y * span, c1 = min(p.n, c0 + span);
     float v = __int_as_float(0x7fffffff);
     u32 idx = NONE_U32;
     for (u32 c = c0 + threadIdx.x; c < c1; c += blockDim.x) better(v, idx, row[c], c);
     block_best(v, idx);
-    if (threadIdx.x == 0) part[(u64)blockIdx.x * gridDim.y + blockIdx.y] = make_uint2(__float_as_uint(v), idx);
+    if (threadIdx.x == 0) {
+        u32* o = part + 2 * ((u64)blockIdx.x * gridDim.y + blockIdx.y);
+        o[0] = __float_as_uint(v);
+        o[1] = idx;
+    }
 }
 // One block per row over its `parts` pairs.
-extern "C" __global__ void argmax(ArgmaxParams p, const uint2* part, u32* out, u32 parts) {
+extern "C" __global__ void argmax(ArgmaxParams p, const u32* part, u32* out, u32 parts) {
     float v = __int_as_float(0x7fffffff);
     u32 idx = NONE_U32;
     for (u32 j = threadIdx.x; j < parts; j += blockDim.x) {
-        const uint2 q = part[(u64)blockIdx.x * parts + j];
-        better(v, idx, __uint_as_float(q.x), q.y);
+        const u32* q = part + 2 * ((u64)blockIdx.x * parts + j);
+        better(v, idx, __uint_as_float(q[0]), q[1]);
     }
     block_best(v, idx);
     if (threadIdx.x == 0) out[blockIdx.x] = idx == NONE_U32 ? 0u : idx;

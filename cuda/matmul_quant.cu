@@ -1075,17 +1075,17 @@ extern "C" __global__ void matmul_gemv_q8_0p_m1_regf(MatmulParams p, const float
 #else
 #define MMV_BULK(call)
 #endif
-#define MMV_BULK_ENTRIES(sfx, XT, XF) \
-    extern "C" __global__ void matmul_gemv_q4_k_m1_##sfx(MatmulParams p, const XT* x, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_k_impl<false, XF, true>(p, x, w, b, o, stages))); } \
-    extern "C" __global__ void matmul_gemv_q5_k_m1_##sfx(MatmulParams p, const XT* x, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_k_impl<true, XF, true>(p, x, w, b, o, stages))); } \
-    extern "C" __global__ void matmul_gemv_int8_m1_##sfx(MatmulParams p, const XT* x, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_i8_impl<XF, false, true>(p, x, w, b, o, stages))); } \
-    extern "C" __global__ void matmul_gemv_q4_0p_m1_##sfx(MatmulParams p, const XT* x, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_p4_impl<0, XF, true>(p, x, w, b, o, stages))); } \
-    extern "C" __global__ void matmul_gemv_q4_1p_m1_##sfx(MatmulParams p, const XT* x, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_p4_impl<3, XF, true>(p, x, w, b, o, stages))); } \
-    extern "C" __global__ void matmul_gemv_q5_0p_m1_##sfx(MatmulParams p, const XT* x, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_p4_impl<1, XF, true>(p, x, w, b, o, stages))); } \
-    extern "C" __global__ void matmul_gemv_q5_1p_m1_##sfx(MatmulParams p, const XT* x, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_p4_impl<4, XF, true>(p, x, w, b, o, stages))); } \
-    extern "C" __global__ void matmul_gemv_q8_0p_m1_##sfx(MatmulParams p, const XT* x, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_i8_impl<XF, true, true>(p, x, w, b, o, stages))); }
-MMV_BULK_ENTRIES(bulk, u32, false)
-MMV_BULK_ENTRIES(bulkf, float, true)
+#define MMV_BULK_ENTRIES(sfx, XT, XN, XF) \
+    extern "C" __global__ void matmul_gemv_q4_k_m1_##sfx(MatmulParams p, const XT* XN, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_k_impl<false, XF, true>(p, XN, w, b, o, stages))); } \
+    extern "C" __global__ void matmul_gemv_q5_k_m1_##sfx(MatmulParams p, const XT* XN, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_k_impl<true, XF, true>(p, XN, w, b, o, stages))); } \
+    extern "C" __global__ void matmul_gemv_int8_m1_##sfx(MatmulParams p, const XT* XN, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_i8_impl<XF, false, true>(p, XN, w, b, o, stages))); } \
+    extern "C" __global__ void matmul_gemv_q4_0p_m1_##sfx(MatmulParams p, const XT* XN, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_p4_impl<0, XF, true>(p, XN, w, b, o, stages))); } \
+    extern "C" __global__ void matmul_gemv_q4_1p_m1_##sfx(MatmulParams p, const XT* XN, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_p4_impl<3, XF, true>(p, XN, w, b, o, stages))); } \
+    extern "C" __global__ void matmul_gemv_q5_0p_m1_##sfx(MatmulParams p, const XT* XN, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_p4_impl<1, XF, true>(p, XN, w, b, o, stages))); } \
+    extern "C" __global__ void matmul_gemv_q5_1p_m1_##sfx(MatmulParams p, const XT* XN, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_p4_impl<4, XF, true>(p, XN, w, b, o, stages))); } \
+    extern "C" __global__ void matmul_gemv_q8_0p_m1_##sfx(MatmulParams p, const XT* XN, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_i8_impl<XF, true, true>(p, XN, w, b, o, stages))); }
+MMV_BULK_ENTRIES(bulk, u32, xq, false)
+MMV_BULK_ENTRIES(bulkf, float, x, true)
 
 // x [k] -> the _m1 layout in global memory (xq: mmv_smem_bytes(k) bytes, 256-byte aligned); one
 // thread per x word, grid-stride (ops_matmul launches 8 nxb threads).
