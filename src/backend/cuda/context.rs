@@ -195,15 +195,22 @@ impl Gpu {
         Ok(f)
     }
 
-    /// Let kernel `name` take `smem` bytes of dynamic shared memory (above 48 KiB an attribute,
-    /// never lowered: see `smem_attr`).
+    /// Let kernel `name` take `smem` bytes of dynamic shared memory: without the attribute a
+    /// kernel may take 48 KiB less its static shared memory; above that the attribute is set,
+    /// and never lowered (see `smem_attr`).
     fn allow_smem(&self, f: &CudaFunction, name: &'static str, smem: u32) -> Result<()> {
         let mut attr = self.smem_attr.borrow_mut();
-        let set = attr.entry(name).or_insert(48 * 1024);
-        if smem > *set {
+        let set = match attr.get(name) {
+            Some(&v) => v,
+            None => {
+                let stat = f.shared_size_bytes().map_err(drv(name))?.max(0) as u32;
+                *attr.entry(name).or_insert((48 * 1024u32).saturating_sub(stat))
+            }
+        };
+        if smem > set {
             use cudarc::driver::sys::CUfunction_attribute as FA;
             f.set_attribute(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).map_err(drv(name))?;
-            *set = smem;
+            attr.insert(name, smem);
         }
         Ok(())
     }
@@ -237,13 +244,13 @@ impl Gpu {
             return Ok(());
         }
         let f = self.func(stem, name)?;
-        if l.smem > 48 * 1024 {
-            if l.smem > self.smem_optin {
-                return Err(err(format!(
-                    "{name}: needs {} bytes of shared memory, the device has {}",
-                    l.smem, self.smem_optin
-                )));
-            }
+        if l.smem > self.smem_optin {
+            return Err(err(format!(
+                "{name}: needs {} bytes of shared memory, the device has {}",
+                l.smem, self.smem_optin
+            )));
+        }
+        if l.smem > 0 {
             self.allow_smem(&f, name, l.smem)?;
         }
         let rec = Rec {

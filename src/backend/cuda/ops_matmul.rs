@@ -496,9 +496,11 @@ pub fn mmv_bulk_launch(
     let grid = n.div_ceil(rows);
     let red = compute / 32 * rows * 4 + 128;
     let fit = (MMV_BULK_SMEM_SM / bps).saturating_sub(red) / stage;
-    let stages = fit.min(mmv_max_stages()).min(rows / 4);
+    let cap = mmv_max_stages();
+    let stages = fit.min(cap).min(rows / 4);
     let smem = red + stages * stage;
-    (stages >= 1 && (stages >= 2 || rows == 4) && smem <= smem_max)
+    // One stage serializes copy and dots: only where a block has one group, or when asked.
+    (stages >= 1 && (stages >= 2 || rows == 4 || cap == 1) && smem <= smem_max)
         .then(|| (Launch::new((grid as u32, 1, 1), (compute + 32) as u32).smem(smem), stages))
 }
 
@@ -638,7 +640,7 @@ impl MmvMode {
     /// int8 rows x in registers quantized by the lanes (3.41 / 3.58; `Pre` 4.10 / 4.12 in call
     /// 3), their rows streamed by bulk copies on sm_90 (H100, session 30: 4.04 / 4.06 vs 4.12 /
     /// 4.28 without; packed Q8_0 likewise, [`packed_mode`]: 4.09 / 4.16 vs 4.41 / 4.51; Q4_K
-    /// measured slower with them at every block and stage count, 3.07-3.48 vs 3.03-3.16); the
+    /// measured slower with them at every block and stage count tried, 3.07-3.48 vs 3.03-3.16); the
     /// others by [`mmv_pre_wins`]. Shapes the register kernels decline ([`mmv_reg_launch`]) run
     /// `Pre`.
     pub fn for_dtype(self, d: DType) -> MmvMode {
