@@ -9,7 +9,7 @@
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = wg.x + wg.y * nwg.x;
     if (r >= p.rows) { return; }
-    let parts = clamp((p.n + 8191u) / 8192u, 1u, 256u);
+    let parts = argmax_parts(p.n);
     var bv = NEG_INF;
     var bi = 0xffffffffu;
     if (lid.x < parts) {

@@ -1,7 +1,13 @@
-// argmax's workgroup reduction (both passes, argmax_part.wgsl and argmax.wgsl): every invocation
-// offers (v, i) (i = 0xffffffff: none); returns the workgroup's best — the largest value, the
-// lowest index on ties, none only where nobody offered one — valid in invocation 0. Called from
-// uniform control flow (barriers).
+// argmax's shared pieces, for both passes (argmax_part.wgsl and argmax.wgsl).
+
+// Workgroups of argmax_part per row: one per 8,192 elements, at most 256 (ArgmaxParams::parts).
+fn argmax_parts(n: u32) -> u32 {
+    return clamp((n + 8191u) / 8192u, 1u, 256u);
+}
+
+// The workgroup reduction: every invocation offers (v, i) (i = 0xffffffff: none); returns the
+// workgroup's best — the largest value, the lowest index on ties, none only where nobody offered
+// one — valid in invocation 0. Called from uniform control flow (barriers).
 var<workgroup> best_v: array<f32, 256>;
 var<workgroup> best_i: array<u32, 256>;
 

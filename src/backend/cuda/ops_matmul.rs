@@ -476,23 +476,21 @@ pub fn mmv_bulk_launch(
     max_grid: u32,
     smem_max: usize,
 ) -> Option<(Launch, usize)> {
-    if !k.is_multiple_of(unit) || k == 0 || n == 0 || rb == 0 || !rb.is_multiple_of(16) {
+    if rb == 0 || !rb.is_multiple_of(16) {
         return None;
     }
-    let compute = 32 * (k / per).div_ceil(32);
-    if compute + 32 > MMV_REG_MAX_THREADS {
-        return None;
-    }
-    let stage = 4 * rb;
-    let mut bps = (1024 / compute).clamp(1, 8);
-    while bps > 1 && bps * 2 * stage > MMV_BULK_SMEM_SM {
-        bps -= 1;
-    }
-    let sms = sms.max(1);
-    if max_grid > 0 {
-        bps = (max_grid as usize).div_ceil(sms);
-    }
-    let rows = n.div_ceil(if max_grid > 0 { max_grid as usize } else { sms * bps }).next_multiple_of(4);
+    let compute = reg_threads((unit, per), n, k).filter(|&t| t + 32 <= MMV_REG_MAX_THREADS)?;
+    let (stage, sms) = (4 * rb, sms.max(1));
+    let (target, bps) = if max_grid > 0 {
+        (max_grid as usize, (max_grid as usize).div_ceil(sms))
+    } else {
+        let mut bps = (1024 / compute).clamp(1, 8);
+        while bps > 1 && bps * 2 * stage > MMV_BULK_SMEM_SM {
+            bps -= 1;
+        }
+        (sms * bps, bps)
+    };
+    let rows = n.div_ceil(target).next_multiple_of(4);
     let grid = n.div_ceil(rows);
     let red = compute / 32 * rows * 4 + 128;
     let fit = (MMV_BULK_SMEM_SM / bps).saturating_sub(red) / stage;
@@ -515,6 +513,12 @@ fn rows_per_warp(w: &CudaBuffer) -> usize {
     }
 }
 
+/// The register GEMVs' computing threads for rows of k (`(unit, per)` = [`reg_unit`]): one per
+/// `per` elements in whole warps; `None` where k is not a whole number of units or n or k is 0.
+fn reg_threads((unit, per): (usize, usize), n: usize, k: usize) -> Option<usize> {
+    (k.is_multiple_of(unit) && k > 0 && n > 0).then(|| 32 * (k / per).div_ceil(32))
+}
+
 /// The launch of `matmul_gemv_<fmt>_m1_reg` for n rows of k with `(unit, per)` = [`reg_unit`]
 /// ([`MmvMode::Reg`]), or `None` where it does not run (k not a multiple of `unit`: whole
 /// super-blocks for the K-quants and packed Q8_0, 16 elements for int8 rows; or more than
@@ -532,13 +536,7 @@ pub fn mmv_reg_launch(
     max_grid: u32,
     smem_max: usize,
 ) -> Option<Launch> {
-    if !k.is_multiple_of(unit) || k == 0 || n == 0 {
-        return None;
-    }
-    let threads = 32 * (k / per).div_ceil(32);
-    if threads > MMV_REG_MAX_THREADS {
-        return None;
-    }
+    let threads = reg_threads((unit, per), n, k).filter(|&t| t <= MMV_REG_MAX_THREADS)?;
     let target = if max_grid > 0 { max_grid as usize } else { sms.max(1) * (1024 / threads).max(1) };
     let rows = n.div_ceil(target).next_multiple_of(4);
     let grid = n.div_ceil(rows);
