@@ -337,6 +337,16 @@ __device__ __forceinline__ float rn4_in(u32 n4, L load, float4 (&v)[N]) {
     for (u32 c = threadIdx.x + N * blockDim.x; c < n4; c += blockDim.x) ss += sq4(load(c));
     return ss;
 }
+// The norm weights of the float4 rn4_in kept (zero past the row), loaded before the block's
+// reduction so their latency overlaps it.
+template <int N>
+__device__ __forceinline__ void rn4_weights(u32 n4, const float4* w4, float4 (&wv)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const u32 c = threadIdx.x + i * blockDim.x;
+        wv[i] = c < n4 ? w4[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
 // The second half of rmsnorm4 / add_rmsnorm4 (one block a row of dim floats, dim % 4 == 0): this
 // thread's part `ss` of the row's sum of squares reduced over the block, then out = row / rms *
 // w, from the N float4 this thread holds (column i of v is float4 tid + i * blockDim) and `src`
@@ -345,19 +355,20 @@ template <int N, typename O>
 __device__ __forceinline__ void rn4_out(u32 dim, float eps, float* red, float ss, const float4 (&v)[N],
                                         const float4* src, const float* w, O* out) {
     const u32 n4 = dim / 4;
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    float4 wv[N];
+    rn4_weights(n4, w4, wv);
     ss = block_sum(ss, red);
     const float inv = rsqrtf(ss / (float)dim + eps);
-    const float4* w4 = reinterpret_cast<const float4*>(w);
-    auto put = [&](u32 c, float4 t) {
-        const float4 g = w4[c];
+    auto put = [&](u32 c, float4 t, float4 g) {
         store4(out + 4 * c, make_float4(t.x * inv * g.x, t.y * inv * g.y, t.z * inv * g.z, t.w * inv * g.w));
     };
 #pragma unroll
     for (int i = 0; i < N; i++) {
         const u32 c = threadIdx.x + i * blockDim.x;
-        if (c < n4) put(c, v[i]);
+        if (c < n4) put(c, v[i], wv[i]);
     }
-    for (u32 c = threadIdx.x + N * blockDim.x; c < n4; c += blockDim.x) put(c, src[c]);
+    for (u32 c = threadIdx.x + N * blockDim.x; c < n4; c += blockDim.x) put(c, src[c], w4[c]);
 }
 
 // ---- x as two int8 digits per element (DType::X8; the batch-1 integer-dot matmul's x) ----------
@@ -474,13 +485,14 @@ template <int N>
 __device__ __forceinline__ void rn4_out(u32 dim, float eps, float* red, float ss, const float4 (&v)[N],
                                         const float4* src, const float* w, x8_t* out) {
     const u32 n4 = dim / 4, words = 8 * ((dim + 31) / 32), lane = threadIdx.x & 31;
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    float4 wv[N];
+    rn4_weights(n4, w4, wv);
     ss = block_sum(ss, red);
     const float inv = rsqrtf(ss / (float)dim + eps);
-    const float4* w4 = reinterpret_cast<const float4*>(w);
-    auto put = [&](u32 c, float4 t) {
+    auto put = [&](u32 c, float4 t, float4 g) {
         float y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (c < n4) {
-            const float4 g = w4[c];
             y[0] = t.x * inv * g.x;
             y[1] = t.y * inv * g.y;
             y[2] = t.z * inv * g.z;
@@ -491,10 +503,12 @@ __device__ __forceinline__ void rn4_out(u32 dim, float eps, float* red, float ss
 #pragma unroll
     for (int i = 0; i < N; i++) {
         const u32 c = threadIdx.x + i * blockDim.x;
-        if (c - lane < words) put(c, v[i]);
+        if (c - lane < words) put(c, v[i], wv[i]);
     }
-    for (u32 c = threadIdx.x + N * blockDim.x; c - lane < words; c += blockDim.x)
-        put(c, c < n4 ? src[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+    for (u32 c = threadIdx.x + N * blockDim.x; c - lane < words; c += blockDim.x) {
+        const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        put(c, c < n4 ? src[c] : z, c < n4 ? w4[c] : z);
+    }
 }
 
 // ---- tensor-core fragments (mma.sync m16n8k16, f32 accumulation; sm_80+) --------------------------
