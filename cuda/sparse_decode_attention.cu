@@ -670,13 +670,8 @@ __device__ void decode_mma_impl(AttentionParams p, const float* q, const KT* k, 
     const u32 ng = min(8u, group - g0), h0 = kvh * group + g0;
     const u32 split = blockIdx.x, n_splits = gridDim.x;
     for (u32 i = t; i < 8 * D; i += blockDim.x) (&sm_acc[0][0])[i] = 0.0f;
-    KeyList ls;
-    const u32 n_slots = decode_key_list(p, kvh, s, head_map, kv_len, selected, counts, seq_slot, tail_start,
-                                        selected_len, counts_len, &sm_nsel, ls);
-    const u32 per = max((n_slots + n_splits - 1) / n_splits, 32u);
-    const u32 start = min(split * per, n_slots), end = min(start + per, n_slots);
-
-    // B fragments of Q^T (column r = head g0 + r), hi and lo parts, k-steps 2 j and 2 j + 1.
+    // B fragments of Q^T (column r = head g0 + r), hi and lo parts, k-steps 2 j and 2 j + 1; loaded
+    // before the key list so their latency overlaps its loads.
     u32 qh[KC][4], ql[KC][4];
     {
         const float qscale = p.scale * 1.4426950408889634f;
@@ -690,6 +685,11 @@ __device__ void decode_mma_impl(AttentionParams p, const float* q, const KT* k, 
             for (int i = 0; i < 4; i++) split_pair<MT>(x[2 * i], x[2 * i + 1], qh[j][i], ql[j][i]);
         }
     }
+    KeyList ls;
+    const u32 n_slots = decode_key_list(p, kvh, s, head_map, kv_len, selected, counts, seq_slot, tail_start,
+                                        selected_len, counts_len, &sm_nsel, ls);
+    const u32 per = max((n_slots + n_splits - 1) / n_splits, 32u);
+    const u32 start = min(split * per, n_slots), end = min(start + per, n_slots);
     float o[MTILES][4];
 #pragma unroll
     for (int i = 0; i < MTILES; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;

@@ -5,13 +5,12 @@
 # attention and page_select parity (multi-split merges, x8 outs), the two-pass argmax, the
 # matmuls in the default modes, cuda_e2e; then 8B 32K sparse batch-1 steps alternated old/new;
 # then Nsight Compute's per-kernel times of one Q4_K step and one decode attention launch in full.
-BINS=.gpu/s31b/bins.tgz LIMIT=${LIMIT:-420} # lserve, backend_parity, cuda_e2e (new)
+BINS=.gpu/s31b/bins.tgz LIMIT=${LIMIT:-440} # lserve, backend_parity, cuda_e2e (new)
 . scripts/gpu_call_lib.sh
 OLD=/root/s31a; mkdir -p $OLD; [ -x $OLD/lserve ] || tar -xzf .gpu/s31a/bins.tgz -C $OLD
 export LSERVE_REQUIRE_CUDA=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$L"
 P par 200 cuda::sparse_decode_attention:: cuda::page_select:: cuda::argmax cuda::sample cuda::matmul:: cuda::add_rmsnorm cuda::rmsnorm
-E e2e 150 $B/cuda_e2e
 S="--batch 1 --contexts 32k --sparse on --token-budget 4096 --repeats 10"
 for r in 1 2; do
   LSERVE_BIN=$OLD/lserve C q4k_old$r --dtype q4_k $S
@@ -19,7 +18,10 @@ for r in 1 2; do
 done
 LSERVE_BIN=$OLD/lserve C i8_old --dtype int8 $S
 C i8_new --dtype int8 $S
-C bf16_128k_new --contexts 128k --batch 1 --sparse on --token-budget 4096 --repeats 10
+E e2e 150 $B/cuda_e2e
+# Splits per (sequence, head chunk): the default rounds the wave up (50 on an H100: 400 blocks
+# for 396 slots, 3 blocks an SM); 49 is one wave.
+for n in 49 25 100; do LSERVE_CUDA_DECODE_SPLITS=$n C q4k_splits$n --dtype q4_k $S; done
 t0=$(date +%s)
 left && timeout 120 ncu --metrics gpu__time_duration.sum --clock-control none --cache-control none --csv \
   $B/lserve bench --device cuda --shape llama3-8b --head argmax --dtype q4_k --batch 1 --contexts 32k --sparse on \

@@ -348,8 +348,19 @@ fn decode_splits(p: &AttentionParams, page_table_len: usize, head_chunks: usize,
     // every block is equally long and a second wave of a few blocks would double the time:
     // rounded down (docs/benchmarks.md).
     let per_split = u(p.num_seqs) * u(p.n_kv_heads) * head_chunks;
-    let by_grid = if p.n_str > 0 { wave.div_ceil(per_split) } else { (wave / per_split).max(1) };
+    let by_grid = match decode_splits_env() {
+        Some(n) => n,
+        None if p.n_str > 0 => wave.div_ceil(per_split),
+        None => (wave / per_split).max(1),
+    };
     by_len.min(by_grid).clamp(1, MAX_SPLITS)
+}
+
+/// `LSERVE_CUDA_DECODE_SPLITS`, read once: a number caps the splits per (sequence, head chunk)
+/// there instead of the wave (for measuring grids in one run); unset or not a number, the wave.
+fn decode_splits_env() -> Option<usize> {
+    static N: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::env::var("LSERVE_CUDA_DECODE_SPLITS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0))
 }
 
 pub fn sparse_decode_attention(
