@@ -415,7 +415,10 @@ pub fn sparse_decode_attention(
     // allocation; the last split's block merges and puts it back to zero).
     let (part, count) = if splits > 1 {
         let words = ns * nkv * head_chunks;
-        (Scratch(gpu.scratch("decode_part", ns * nh * splits * (hd + 2) * 4)?), Scratch(gpu.scratch("decode_count", words * 4)?))
+        (
+            Scratch(gpu.scratch("decode_part", ns * nh * splits * (hd + 2) * 4)?),
+            Scratch(gpu.scratch("decode_count", words * 4)?),
+        )
     } else {
         (Scratch::NONE, Scratch::NONE)
     };
