@@ -829,30 +829,6 @@ template <bool BULK> __device__ __forceinline__ void mmv_sync(u32 warps) {
     else __syncthreads();
 }
 
-// The register kernels' loop over their rows r0 .. r1 in groups of 4: group(n0, rows), rows[r] =
-// base + row (n0 + r) * rb. Rows past r1 repeat row r1 - 1 (unpredicated loads of valid
-// addresses; the results are discarded). A block of whole groups (every row count the models
-// use) advances its row pointers by 4 rows a group, so each group's addresses are adds of loop
-// invariants; the clamped form rebuilt four 64-bit products a group (Q4_K: 357 -> 337 SASS
-// instructions a group).
-template <typename G>
-__device__ __forceinline__ void mmv_row_groups(u32 r0, u32 r1, u64 rb, const u8* base, G& group) {
-    if ((r1 - r0) % 4 == 0) {
-        const u8* p0 = base + (u64)r0 * rb;
-        for (u32 n0 = r0; n0 < r1; n0 += 4, p0 += 4 * rb) {
-            const u8* const rows[4] = {p0, p0 + rb, p0 + 2 * rb, p0 + 3 * rb};
-            group(n0, rows);
-        }
-    } else {
-        for (u32 n0 = r0; n0 < r1; n0 += 4) {
-            const u8* rows[4];
-#pragma unroll
-            for (int r = 0; r < 4; r++) rows[r] = base + (u64)min(n0 + r, r1 - 1) * rb;
-            group(n0, rows);
-        }
-    }
-}
-
 template <bool Q5, bool XF, bool BULK = false>
 __device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out, u32 stages = 0) {
     extern __shared__ __align__(16) unsigned char mmv_smem[];
@@ -878,15 +854,14 @@ __device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, cons
     if (e != 0) sx0 = sx1 = 0.0f; // the pair's e == 0 lane takes the blocks' min terms
     const u32 col = min(sb, nb - 1) * BYTES;
     const u8* base = w + col;
-    // One group of 4 rows from n0, row r's bytes at rows[r] (this lane's super-block).
-    auto group = [&](u32 n0, const u8* const (&rows)[4]) {
+    for (u32 n0 = r0; n0 < r1; n0 += 4) {
         // Unpredicated loads of valid addresses (rows past r1 re-read row r1 - 1, discarded; lanes
         // past the row read its last super-block against zero x).
         const u32 st = BULK ? pipe.acquire() + col : 0u;
         uint4 hd[4], q[4], qh[4];
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            const u8* b = rows[r];
+            const u8* b = base + (u64)min(n0 + r, r1 - 1) * rb;
             const u32 sr = st + r * (u32)rb;
             hd[r] = mmv_ld16<BULK>(b, sr);
             q[r] = mmv_ld16<BULK>(b + QS + 16 * i, sr + QS + 16 * i);
@@ -933,8 +908,7 @@ __device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, cons
         }
         float s = mmv_reduce4(v);
         if ((lane & 7u) == 0u) red[warp * R + (n0 - r0) + (lane >> 3)] = s;
-    };
-    mmv_row_groups(r0, r1, rb, base, group);
+    }
     mmv_sync<BULK>(nwarps);
     for (u32 r = t; r0 + r < r1; r += 32 * nwarps) {
         float s = 0.0f;
@@ -972,15 +946,14 @@ __device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, con
     const u32 col = PQ<KIND>::BYTES * (c / 8);
     const u8* sb = w + col;
     const u32 j = c % 8;
-    // One group of 4 rows from n0, row r's bytes at rows[r] (as in mmv_reg_k_impl).
-    auto group = [&](u32 n0, const u8* const (&rows)[4]) {
+    for (u32 n0 = r0; n0 < r1; n0 += 4) {
         const u32 st = BULK ? pipe.acquire() + col : 0u;
         uint4 q[4]; // unpredicated, as in mmv_reg_k_impl
         u32 qh[4] = {0, 0, 0, 0};
         float d[4], m[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            const u8* b = rows[r];
+            const u8* b = sb + (u64)min(n0 + r, r1 - 1) * rb;
             const u32 sr = st + r * (u32)rb;
             q[r] = mmv_ld16<BULK>(b + PQ<KIND>::QS + 16 * j, sr + PQ<KIND>::QS + 16 * j);
             d[r] = mmv_ldf16<BULK>(b + 2 * j, sr + 2 * j);
@@ -1004,8 +977,7 @@ __device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, con
         for (int r = 0; r < 4; r++) v[r] = fmaf(m[r], sx, d[r] * dx * xsum(h[r], l[r]));
         float s = mmv_reduce4(v);
         if ((lane & 7u) == 0u) red[warp * R + (n0 - r0) + (lane >> 3)] = s;
-    };
-    mmv_row_groups(r0, r1, rb, sb, group);
+    }
     mmv_sync<BULK>(nwarps);
     for (u32 r = t; r0 + r < r1; r += 32 * nwarps) {
         float s = 0.0f;
@@ -1043,14 +1015,13 @@ __device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, con
     const u32 scol = 272u * (c / 16) + 2 * (c % 16 / 2); // P: the block's scale
     const u8* base = w + col;
     const u8* sbase = w + scol;
-    // One group of 4 rows from n0, row r at w + rows[r] (offsets into w, as in mmv_reg_k_impl).
-    auto group = [&](u32 n0, const u8* const (&rows)[4]) {
+    for (u32 n0 = r0; n0 < r1; n0 += 4) {
         const u32 st = BULK ? pipe.acquire() : 0u;
         uint4 q[4]; // unpredicated, as in mmv_reg_k_impl
         float ws[4] = {1.0f, 1.0f, 1.0f, 1.0f};
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            const u64 ro = (u64)(rows[r] - w);
+            const u64 ro = (u64)min(n0 + r, r1 - 1) * rb;
             const u32 sr = st + r * (u32)rb;
             q[r] = mmv_ld16<BULK>(base + ro, sr + col);
             if (P) ws[r] = mmv_ldf16<BULK>(sbase + ro, sr + scol);
@@ -1070,8 +1041,7 @@ __device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, con
         for (int r = 0; r < 4; r++) v[r] = (P ? ws[r] * dx : dx) * xsum(h[r], l[r]);
         float s = mmv_reduce4(v);
         if ((lane & 7u) == 0u) red[warp * R + (n0 - r0) + (lane >> 3)] = s;
-    };
-    mmv_row_groups(r0, r1, rb, w, group);
+    }
     mmv_sync<BULK>(nwarps);
     for (u32 r = t; r0 + r < r1; r += 32 * nwarps) {
         float s = 0.0f;
