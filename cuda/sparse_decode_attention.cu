@@ -29,8 +29,8 @@
 // GQA group; the SIMT kernel re-reads each staged key from shared memory once per query head and
 // is bound by that traffic (docs/benchmarks.md). Online softmax is in the exp2 domain (q
 // pre-scaled by scale * log2 e). n_splits == 1 writes `out`; otherwise part
-// [num_seqs][n_heads][n_splits][head_dim + 2] (accumulator, m, l), merged by the last block of
-// the (sequence, head chunk) to finish (split_merge_tail); an empty split reports (m, l) = (-inf, 0). Requires head_dim %
+// [num_seqs][n_heads][n_splits][head_dim + 2] (accumulator, m, l), merged by
+// sparse_decode_attention_merge.cu; an empty split reports (m, l) = (-inf, 0). Requires head_dim %
 // 8 == 0 and head_dim <= 256 (host-checked); device-side page ids, slots and table indices are
 // bounds-checked (an unaddressable key is skipped).
 
@@ -108,78 +108,6 @@ __device__ __forceinline__ u32 decode_key_list(const AttentionParams& p, u32 kvh
     return n_slots;
 }
 
-// ---- the split-KV merge, as the tail of the last split's block ------------------------------------
-//
-// With n_splits > 1 every block writes its split's partial (accumulator, m, l) for heads h0 ..
-// h0 + ng of sequence s, then counts itself in `count` (one word per (sequence, head chunk):
-// blockIdx.z * gridDim.y + blockIdx.y, zero between launches). The block that counts last merges
-// the n_splits partials of those heads into `out` and puts the word back to zero, so the next
-// launch (the next layer, the next replay) starts from zero again. Fence, count, fence is the
-// threadFenceReduction pattern: every block's partial stores are visible device-wide before its
-// count, and the last block reads the partials through L2 (ld.cg). Warp w merges heads w, w + 4,
-// ...: lanes reduce the splits' maxima and weighted sums (weights in shared memory), then lane
-// takes dims d0 + lane of each 32-dim group, the splits in order (deterministic), skipping empty
-// splits (m = -inf: their accumulators are never read). `out` is f32 [num_seqs][n_heads][head_dim],
-// or with out_x8 one sequence's row of x8 digits (head_dim % 32 == 0: a group is one x block).
-#define MERGE_MAX_SPLITS 256
-__device__ void split_merge_tail(const AttentionParams& p, const float* part, void* out, u32 out_x8, u32* count,
-                                 u32 s, u32 h0, u32 ng, u32 n_splits) {
-    __shared__ u32 sm_last;
-    __shared__ float sm_w[4][MERGE_MAX_SPLITS];
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        u32* c = count + blockIdx.z * gridDim.y + blockIdx.y;
-        const u32 last = atomicAdd(c, 1u) == n_splits - 1;
-        if (last) atomicExch(c, 0u);
-        sm_last = last;
-    }
-    __syncthreads();
-    if (!sm_last) return;
-    __threadfence();
-    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = p.head_dim, row = hd + 2;
-    const u32 ns = min(n_splits, (u32)MERGE_MAX_SPLITS);
-    for (u32 g = warp; g < ng; g += 4) {  // 128 threads, both kernels
-        const u64 h = (u64)s * p.n_heads + h0 + g;
-        const float* pp = part + h * n_splits * row;
-        float M = -LS_INF;
-        for (u32 i = lane; i < ns; i += 32) M = fmaxf(M, __ldcg(pp + i * row + hd));
-        M = warp_max(M);
-        float L = 0.0f;
-        for (u32 i = lane; i < ns; i += 32) {
-            const float m = __ldcg(pp + i * row + hd);
-            const float w = m == -LS_INF ? 0.0f : exp2f(m - M);
-            sm_w[warp][i] = w;
-            L += w * __ldcg(pp + i * row + hd + 1);
-        }
-        L = warp_sum(L);
-        __syncwarp();
-        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-        float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};  // dims 32 j + lane, head_dim <= 256
-        const u32 groups = (hd + 31) / 32;
-#pragma unroll 2
-        for (u32 i = 0; i < ns; i++) {
-            const float w = sm_w[warp][i];
-            if (w == 0.0f) continue;
-#pragma unroll
-            for (u32 j = 0; j < 8; j++)
-                if (j < groups && 32 * j + lane < hd) a[j] += __ldcg(pp + i * row + 32 * j + lane) * w;
-        }
-#pragma unroll
-        for (u32 j = 0; j < 8; j++) {
-            if (j >= groups) break;
-            const u32 d = 32 * j + lane;
-            const float v = a[j] * inv;
-            if (out_x8) {
-                x8_row_put32(reinterpret_cast<x8_t*>(out), p.n_heads * hd, (h0 + g) * hd + 32 * j, d < hd ? v : 0.0f);
-            } else if (d < hd) {
-                reinterpret_cast<float*>(out)[h * hd + d] = v;
-            }
-        }
-        __syncwarp();
-    }
-}
-
 // ---- the cp.async version ----------------------------------------------------------------------
 
 #define SD2_THREADS 128
@@ -253,8 +181,8 @@ template <typename KT, int G>
 __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk, const KT* sv,
                              const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len,
                              const u32* ring_table, const u32* selected, const u32* counts, const u32* seq_slot,
-                             const u32* tail_start, void* out, float* part, u32* count, u32 page_table_len,
-                             u32 ring_table_len, u32 selected_len, u32 counts_len, u32 out_x8) {
+                             const u32* tail_start, float* out, float* part, u32 page_table_len,
+                             u32 ring_table_len, u32 selected_len, u32 counts_len) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ u32 sm_nsel;
     __shared__ float sm_m[G], sm_l[G], sm_corr[G];
@@ -298,7 +226,6 @@ __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, con
             pp[hd] = -LS_INF;
             pp[hd + 1] = 0.0f;
         }
-        split_merge_tail(p, part, out, out_x8, count, s, h0, ng, n_splits);
         return;
     }
     const KT* kp = ls.streaming ? sk : k;
@@ -471,14 +398,13 @@ __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, con
         float L = sm_l[g];
         u64 h = (u64)s * nh + h0 + g;
         if (n_splits == 1) {
-            reinterpret_cast<float*>(out)[h * hd + d] = L > 0.0f ? acc_s[i] / L : 0.0f;
+            out[h * hd + d] = L > 0.0f ? acc_s[i] / L : 0.0f;
         } else {
             float* pp = part + (h * n_splits + split) * (hd + 2);
             pp[d] = acc_s[i];
             if (d == 0) { pp[hd] = sm_m[g]; pp[hd + 1] = L; }
         }
     }
-    if (n_splits > 1) split_merge_tail(p, part, out, out_x8, count, s, h0, ng, n_splits);
 #undef KS
 #undef VS
 }
@@ -487,10 +413,10 @@ __device__ void decode2_impl(AttentionParams p, const float* q, const KT* k, con
     extern "C" __global__ void __launch_bounds__(SD2_THREADS) name( \
         AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk, const KT* sv, const u32* head_map, \
         const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, const u32* selected, \
-        const u32* counts, const u32* seq_slot, const u32* tail_start, void* out, float* part, u32* count, u32 ptl, \
-        u32 rtl, u32 sl, u32 cl, u32 out_x8) { \
+        const u32* counts, const u32* seq_slot, const u32* tail_start, float* out, float* part, u32 ptl, u32 rtl, \
+        u32 sl, u32 cl) { \
         decode2_impl<KT, G>(p, q, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, selected, \
-                            counts, seq_slot, tail_start, out, part, count, ptl, rtl, sl, cl, out_x8); \
+                            counts, seq_slot, tail_start, out, part, ptl, rtl, sl, cl); \
     }
 SDA(sparse_decode_attention_f32_g1, float, 1)
 SDA(sparse_decode_attention_f32_g2, float, 2)
@@ -654,22 +580,20 @@ template <typename KT, int D, bool PF>
 __device__ void decode_mma_impl(AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk,
                                 const KT* sv, const u32* head_map, const u32* page_indptr, const u32* page_table,
                                 const u32* kv_len, const u32* ring_table, const u32* selected, const u32* counts,
-                                const u32* seq_slot, const u32* tail_start, void* out, float* part,
-                                u32* count, u32 page_table_len, u32 ring_table_len, u32 selected_len,
-                                u32 counts_len, u32 out_x8) {
+                                const u32* seq_slot, const u32* tail_start, float* out, float* part,
+                                u32 page_table_len, u32 ring_table_len, u32 selected_len, u32 counts_len) {
     typedef typename mma_type<KT>::T MT;
     constexpr bool KV8 = is_kv8<KT>::value;
     constexpr int KC = D / 32, VC = D / 64, MTILES = D / 16;
     __shared__ u32 sm_nsel;
     __shared__ float sm_m[SDM_WARPS][8], sm_l[SDM_WARPS][8];
-    __shared__ float sm_acc[8][D];
+    __shared__ float sm_o[SDM_WARPS][8][D]; // each warp's O, unscaled
     const u32 nh = p.n_heads, ps = p.page_size, t = threadIdx.x;
     const u32 lane = t & 31, warp = t >> 5, r = lane >> 2, c = lane & 3;
     const u32 group = nh / p.n_kv_heads, hchunks = (group + 7) / 8;
     const u32 s = blockIdx.z, kvh = blockIdx.y / hchunks, g0 = (blockIdx.y % hchunks) * 8;
     const u32 ng = min(8u, group - g0), h0 = kvh * group + g0;
     const u32 split = blockIdx.x, n_splits = gridDim.x;
-    for (u32 i = t; i < 8 * D; i += blockDim.x) (&sm_acc[0][0])[i] = 0.0f;
     // B fragments of Q^T (column r = head g0 + r), hi and lo parts, k-steps 2 j and 2 j + 1; loaded
     // before the key list so their latency overlaps its loads.
     u32 qh[KC][4], ql[KC][4];
@@ -813,51 +737,48 @@ __device__ void decode_mma_impl(AttentionParams p, const float* q, const KT* k, 
         sm_m[warp][2 * c] = m0; sm_m[warp][2 * c + 1] = m1;
         sm_l[warp][2 * c] = l0; sm_l[warp][2 * c + 1] = l1;
     }
-    __syncthreads();
-    float bm0 = -LS_INF, bm1 = -LS_INF;
 #pragma unroll
-    for (int w = 0; w < SDM_WARPS; w++) { bm0 = fmaxf(bm0, sm_m[w][2 * c]); bm1 = fmaxf(bm1, sm_m[w][2 * c + 1]); }
-    const float f0 = m0 == -LS_INF ? 0.0f : exp2f(m0 - bm0), f1 = m1 == -LS_INF ? 0.0f : exp2f(m1 - bm1);
-    // Warps add in a fixed order (no float atomics: the same inputs give the same bits).
-    for (u32 w = 0; w < SDM_WARPS; w++) {
-        if (warp == w) {
-#pragma unroll
-            for (int mt = 0; mt < MTILES; mt++) {
-                const u32 d = 64 * (mt / 4) + 8 * r + 2 * (mt % 4);
-                sm_acc[2 * c][d] += o[mt][0] * f0;
-                sm_acc[2 * c + 1][d] += o[mt][1] * f1;
-                sm_acc[2 * c][d + 1] += o[mt][2] * f0;
-                sm_acc[2 * c + 1][d + 1] += o[mt][3] * f1;
-            }
-        }
-        __syncthreads();
+    for (int mt = 0; mt < MTILES; mt++) {
+        const u32 d = 64 * (mt / 4) + 8 * r + 2 * (mt % 4);
+        sm_o[warp][2 * c][d] = o[mt][0];
+        sm_o[warp][2 * c + 1][d] = o[mt][1];
+        sm_o[warp][2 * c][d + 1] = o[mt][2];
+        sm_o[warp][2 * c + 1][d + 1] = o[mt][3];
     }
+    // One barrier: the warps' (m, l, O) are combined in a fixed order, O_w times exp2(m_w - M)
+    // added by fmaf warp after warp (no float atomics: the same inputs give the same bits; the
+    // same sums as when each warp added its share into shared memory behind a barrier of its own).
+    __syncthreads();
     for (u32 i = t; i < ng * D; i += blockDim.x) {
         const u32 g = i / D, d = i % D;
-        float M = -LS_INF, L = 0.0f;
+        float M = -LS_INF, L = 0.0f, acc = 0.0f;
         for (int w = 0; w < SDM_WARPS; w++) M = fmaxf(M, sm_m[w][g]);
-        for (int w = 0; w < SDM_WARPS; w++)
-            if (sm_m[w][g] != -LS_INF) L += sm_l[w][g] * exp2f(sm_m[w][g] - M);
+        for (int w = 0; w < SDM_WARPS; w++) {
+            const float mw = sm_m[w][g];
+            if (mw == -LS_INF) continue;
+            const float f = exp2f(mw - M);
+            L += sm_l[w][g] * f;
+            acc = fmaf(sm_o[w][g][d], f, acc);
+        }
         const u64 h = (u64)s * nh + h0 + g;
         if (n_splits == 1) {
-            reinterpret_cast<float*>(out)[h * D + d] = L > 0.0f ? sm_acc[g][d] / L : 0.0f;
+            out[h * D + d] = L > 0.0f ? acc / L : 0.0f;
         } else {
             float* pp = part + (h * n_splits + split) * (D + 2);
-            pp[d] = sm_acc[g][d];
+            pp[d] = acc;
             if (d == 0) { pp[D] = M; pp[D + 1] = L; }
         }
     }
-    if (n_splits > 1) split_merge_tail(p, part, out, out_x8, count, s, h0, ng, n_splits);
 }
 
 #define SDM(name, KT, D, PF, MINB) \
     extern "C" __global__ void __launch_bounds__(SDM_WARPS * 32, MINB) name( \
         AttentionParams p, const float* q, const KT* k, const KT* v, const KT* sk, const KT* sv, const u32* head_map, \
         const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, const u32* selected, \
-        const u32* counts, const u32* seq_slot, const u32* tail_start, void* out, float* part, u32* count, u32 ptl, \
-        u32 rtl, u32 sl, u32 cl, u32 out_x8) { \
+        const u32* counts, const u32* seq_slot, const u32* tail_start, float* out, float* part, u32 ptl, u32 rtl, \
+        u32 sl, u32 cl) { \
         decode_mma_impl<KT, D, PF>(p, q, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, \
-                                   selected, counts, seq_slot, tail_start, out, part, count, ptl, rtl, sl, cl, out_x8); \
+                                   selected, counts, seq_slot, tail_start, out, part, ptl, rtl, sl, cl); \
     }
 SDM(sparse_decode_attention_mma_f16_d64, f16_t, 64, false, 3)
 SDM(sparse_decode_attention_mma_f16_d128, f16_t, 128, false, 3)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 31, GPU call 2: the split-KV merge folded into the decode attention (the last split's
-# block merges; the separate merge launch is gone) and the norms' weights loaded before their
+# block merges; the separate merge launch is gone), q loaded before the key list, the register GEMVs
+# addressing whole row groups by pointer steps, and the norms' weights loaded before their
 # block reduction (s31b), against fe524b4 (s31a) in the same call. Correctness first: decode
 # attention and page_select parity (multi-split merges, x8 outs), the two-pass argmax, the
 # matmuls in the default modes, cuda_e2e; then 8B 32K sparse batch-1 steps alternated old/new;
@@ -10,7 +11,7 @@ BINS=.gpu/s31b/bins.tgz LIMIT=${LIMIT:-440} # lserve, backend_parity, cuda_e2e (
 OLD=/root/s31a; mkdir -p $OLD; [ -x $OLD/lserve ] || tar -xzf .gpu/s31a/bins.tgz -C $OLD
 export LSERVE_REQUIRE_CUDA=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$L"
-P par 200 cuda::sparse_decode_attention:: cuda::page_select:: cuda::argmax cuda::sample cuda::matmul:: cuda::add_rmsnorm cuda::rmsnorm
+P par 230 cuda::sparse_decode_attention:: cuda::page_select:: cuda::argmax cuda::sample cuda::matmul:: cuda::add_rmsnorm cuda::rmsnorm cuda_mmv_bulk:: cuda_mmv_bulkf_loop::
 S="--batch 1 --contexts 32k --sparse on --token-budget 4096 --repeats 10"
 for r in 1 2; do
   LSERVE_BIN=$OLD/lserve C q4k_old$r --dtype q4_k $S

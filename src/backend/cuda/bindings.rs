@@ -454,8 +454,8 @@ kernels! {
     {
         q: In F32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32, page_indptr: In U32,
         page_table: In U32, kv_len: In U32, ring_table: In U32, selected: In U32, counts: In U32,
-        seq_slot: In U32, tail_start: In U32, out: Out Any, part: ScratchOut F32, count: ScratchOut U32,
-        ptl: U32 Scalar, rtl: U32 Scalar, sl: U32 Scalar, cl: U32 Scalar, out_x8: U32 Scalar,
+        seq_slot: In U32, tail_start: In U32, out: Out F32, part: ScratchOut F32,
+        ptl: U32 Scalar, rtl: U32 Scalar, sl: U32 Scalar, cl: U32 Scalar,
     }
 
     /// The tensor-core decode `[f16 | bf16 | int8 | fp8 KV][head_dim 64 | 128]` (8 query heads a
@@ -472,9 +472,14 @@ kernels! {
     {
         q: In F32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32, page_indptr: In U32,
         page_table: In U32, kv_len: In U32, ring_table: In U32, selected: In U32, counts: In U32,
-        seq_slot: In U32, tail_start: In U32, out: Out Any, part: ScratchOut F32, count: ScratchOut U32,
-        ptl: U32 Scalar, rtl: U32 Scalar, sl: U32 Scalar, cl: U32 Scalar, out_x8: U32 Scalar,
+        seq_slot: In U32, tail_start: In U32, out: Out F32, part: ScratchOut F32,
+        ptl: U32 Scalar, rtl: U32 Scalar, sl: U32 Scalar, cl: U32 Scalar,
     }
+
+    /// `[out: f32 | one row of x8 digits (DType::X8)]`.
+    sparse_decode_attention_merge: "sparse_decode_attention_merge" (AttentionParams)
+        ["sparse_decode_attention_merge", "sparse_decode_attention_merge_x8"]
+    { part: ScratchIn F32, out: Out Store, n_splits: U32 Scalar }
 
     lambda_mass: "lambda_mass" (LambdaMassParams) [
         "lambda_mass_f32", "lambda_mass_f16", "lambda_mass_bf16", "lambda_mass_int8", "lambda_mass_fp8",

@@ -53,6 +53,7 @@ sources!(
     "rope_append_kv_summary",
     "page_select",
     "sparse_decode_attention",
+    "sparse_decode_attention_merge",
     "prefill_attention" + "prefill_attention_wgmma",
     "lambda_mass",
 );

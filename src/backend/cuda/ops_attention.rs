@@ -1,6 +1,6 @@
 //! Launches of the attention ops: `prefill_attention` (cuda/prefill_attention.cu),
-//! `sparse_decode_attention` (cuda/sparse_decode_attention.cu, which merges its own splits) and
-//! `lambda_mass` (cuda/lambda_mass.cu).
+//! `sparse_decode_attention` (cuda/sparse_decode_attention.cu, then
+//! cuda/sparse_decode_attention_merge.cu when split) and `lambda_mass` (cuda/lambda_mass.cu).
 //!
 //! One launch covers both head kinds: the kernels read head_map per block and pick the retrieval
 //! or the streaming pool (a block-uniform branch; no second pass as on wgpu).
@@ -14,11 +14,8 @@
 //! and at [`MAX_SPLITS`]; on the device a split takes at least 32 keys, so short lists (sparse
 //! steps) leave the last splits empty (m = -inf, l = 0; the merge skips them). The length bound
 //! is rounded up to a power of two so a replayed decode graph (graph.rs) stays valid while the
-//! context grows. The partials live in a scratch buffer shared by every layer (stream order keeps
-//! them apart); the last block of a (sequence, head chunk) to finish its split merges them (a
-//! counter per chunk in a second scratch buffer, back at zero after every launch), so a split
-//! step is one launch — the separate merge kernel had cost ~4.3 us a layer at batch 1 (H100,
-//! Nsight Compute, docs/benchmarks.md session 30).
+//! context grows. The partials live
+//! in a scratch buffer shared by every layer (stream order keeps them apart).
 //!
 //! Decode kernels: KV f16 / bf16 / int8 / fp8 at head_dim 64 or 128 run the tensor-core kernel
 //! (`sparse_decode_attention_mma_<kv>_d<D>`, 8 query heads a block, K/V read once into registers
@@ -411,17 +408,8 @@ pub fn sparse_decode_attention(
     let stem = kern::sparse_decode_attention::STEM;
     let wave = (gpu.sm_count * gpu.blocks_per_sm(stem, name, 128, smem as u32)?) as usize;
     let splits = decode_splits(p, meta.page_table.len, head_chunks, wave).max(1 + usize::from(x8));
-    // The partials, and a word per (sequence, head chunk) counting its finished splits (zeroed at
-    // allocation; the last split's block merges and puts it back to zero).
-    let (part, count) = if splits > 1 {
-        let words = ns * nkv * head_chunks;
-        (
-            Scratch(gpu.scratch("decode_part", ns * nh * splits * (hd + 2) * 4)?),
-            Scratch(gpu.scratch("decode_count", words * 4)?),
-        )
-    } else {
-        (Scratch::NONE, Scratch::NONE)
-    };
+    let part =
+        if splits > 1 { Scratch(gpu.scratch("decode_part", ns * nh * splits * (hd + 2) * 4)?) } else { Scratch::NONE };
     let l = Launch::new((splits as u32, (nkv * head_chunks) as u32, ns as u32), 128).smem(smem);
     // The SIMT and the tensor-core kernels share one argument list (two declarations).
     macro_rules! args {
@@ -443,20 +431,25 @@ pub fn sparse_decode_attention(
                 tail_start: pages.tail_start,
                 out: &mut *out,
                 part,
-                count,
                 ptl: meta.page_table.len as u32,
                 rtl: meta.ring_table.len as u32,
                 sl: pages.selected.len as u32,
                 cl: pages.counts.len as u32,
-                out_x8: u32::from(x8),
             }
         };
     }
     if mma {
-        kern::sparse_decode_attention_mma::launch_variant(gpu, name, l, p, args!(sparse_decode_attention_mma))
+        kern::sparse_decode_attention_mma::launch_variant(gpu, name, l, p, args!(sparse_decode_attention_mma))?;
     } else {
-        kern::sparse_decode_attention::launch_variant(gpu, name, l, p, args!(sparse_decode_attention))
+        kern::sparse_decode_attention::launch_variant(gpu, name, l, p, args!(sparse_decode_attention))?;
     }
+    if splits > 1 {
+        let l = Launch::new(((ns * nh) as u32, hd.div_ceil(32) as u32, 1), 256);
+        let args = kern::sparse_decode_attention_merge::Args { part, out, n_splits: splits as u32 };
+        let name = kern::sparse_decode_attention_merge::ENTRIES[usize::from(x8)];
+        kern::sparse_decode_attention_merge::launch_variant(gpu, name, l, p, args)?;
+    }
+    Ok(())
 }
 
 pub fn lambda_mass(
