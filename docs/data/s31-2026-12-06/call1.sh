@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 31, GPU call 1 (commit fe524b4; session 30 call 4 rerun, it never found a machine): correctness of the final tree on the GPU (every
+# Session 31, GPU call 1 — NOT RUN (no machine; call 2 ran its correctness part) (commit fe524b4; session 30 call 4 rerun): correctness of the final tree on the GPU (every
 # matmul parity test in the default modes, where int8 rows and packed Q8_0 now stream their
 # rows by bulk copies; the four bulk modes; the two-pass argmax on CUDA and on wgpu; cuda_e2e),
 # then the 8B 32K sparse batch-1 step in the default against the register kernels (regf) in the

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 31, GPU call 3. Call 2 found the merge folded into the decode attention slower (the
+# Session 31, GPU call 3 — NOT RUN (the session had no device time left; to run it, apply
+# decode-q-early-one-barrier-not-run.patch, build, and stage .gpu/s31c/bins.tgz). Call 2 found the merge folded into the decode attention slower (the
 # last block's merge: 29.4 us a launch against 16.4 + 4.3 for kernel and merge) and the register
 # GEMVs' pointer-step addressing no faster for Q4_K, slower for int8 rows (4.64 vs 4.04 ms): both
 # reverted. s31c keeps the separate merge and has: q loaded before the key list, the warps'
