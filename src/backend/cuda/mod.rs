@@ -93,6 +93,9 @@ pub struct CudaBackend {
     /// cuBLAS GEMMs may write 16-bit outputs (`Backend::matmul_out16_dtype`; `LSERVE_CUDA_OUT16`,
     /// default on: off measures the f32 outputs beside it).
     out16: bool,
+    /// Splits per (sequence, head chunk) of a decode attention launch, capped at this count
+    /// instead of the wave (`LSERVE_CUDA_DECODE_SPLITS`, a measurement knob; `None`: the wave).
+    decode_splits: Option<usize>,
 }
 
 /// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md, CUDA).
@@ -175,7 +178,17 @@ impl CudaBackend {
             None => mib_from_env("LSERVE_CUDA_DEQUANT_MB", ops_matmul::DEQUANT_SCRATCH_BYTES)?,
         };
         let out16 = switch_from_env("LSERVE_CUDA_OUT16")?;
-        Ok(CudaBackend { gpu, caps, mmv, pack, dequant_bytes, hopper_prefill: opts.hopper_prefill, out16 })
+        let decode_splits = count_from_env("LSERVE_CUDA_DECODE_SPLITS", ops_attention::MAX_SPLITS)?;
+        Ok(CudaBackend {
+            gpu,
+            caps,
+            mmv,
+            pack,
+            dequant_bytes,
+            hopper_prefill: opts.hopper_prefill,
+            out16,
+            decode_splits,
+        })
     }
 
     pub(crate) fn gpu(&self) -> &Gpu {
@@ -190,6 +203,11 @@ impl CudaBackend {
     /// The Hopper prefill kernel chosen at open (`CudaOptions::hopper_prefill`), if any.
     pub(crate) fn hopper_prefill(&self) -> Option<HopperPrefill> {
         self.hopper_prefill
+    }
+
+    /// The decode attention's split cap read at open (`LSERVE_CUDA_DECODE_SPLITS`), if set.
+    pub(crate) fn decode_splits(&self) -> Option<usize> {
+        self.decode_splits
     }
 
     /// The batch-1 quantized GEMV's mode (`CudaOptions::mmv`, else `LSERVE_CUDA_MMV` at open).
@@ -264,6 +282,18 @@ fn mib_from_env(name: &str, default: usize) -> Result<usize> {
         Ok(v) => match v.parse::<usize>() {
             Ok(mb @ 1..=65536) => Ok(mb << 20),
             _ => Err(Error::InvalidArgument(format!("{name}: `{v}` is not a size in MiB from 1 to 65536"))),
+        },
+    }
+}
+
+/// A count read at open (`LSERVE_CUDA_DECODE_SPLITS`: the decode attention's splits, a
+/// measurement knob), `None` when unset; 1..=max.
+fn count_from_env(name: &str, max: usize) -> Result<Option<usize>> {
+    match std::env::var(name).as_deref().map(str::trim) {
+        Err(_) | Ok("") => Ok(None),
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if (1..=max).contains(&n) => Ok(Some(n)),
+            _ => Err(Error::InvalidArgument(format!("{name}: `{v}` is not a count from 1 to {max}"))),
         },
     }
 }

@@ -48,7 +48,7 @@ use crate::error::Result;
 
 const MAX_HEAD_DIM: usize = 256;
 const KEYS_PER_SPLIT: usize = 128;
-const MAX_SPLITS: usize = 256;
+pub(crate) const MAX_SPLITS: usize = 256;
 /// Query heads of one KV head per decode block (G in the kernel).
 const DECODE_HEADS: usize = 8;
 /// Query rows per prefill tile (PF_TQ in the kernel).
@@ -333,7 +333,13 @@ fn decode_smem(hd: usize, kv: DType, g: usize) -> usize {
 }
 
 /// Splits per (sequence, KV head chunk) of a decode step (see the module docs).
-fn decode_splits(p: &AttentionParams, page_table_len: usize, head_chunks: usize, wave: usize) -> usize {
+fn decode_splits(
+    p: &AttentionParams,
+    page_table_len: usize,
+    head_chunks: usize,
+    wave: usize,
+    cap: Option<usize>,
+) -> usize {
     let ps = u(p.page_size);
     let ret = if p.n_ret > 0 { page_table_len * ps } else { 0 };
     let strm = if p.n_str > 0 { u(p.sink + p.local) + ps } else { 0 };
@@ -345,19 +351,13 @@ fn decode_splits(p: &AttentionParams, page_table_len: usize, head_chunks: usize,
     // every block is equally long and a second wave of a few blocks would double the time:
     // rounded down (docs/benchmarks.md).
     let per_split = u(p.num_seqs) * u(p.n_kv_heads) * head_chunks;
-    let by_grid = match decode_splits_env() {
+    // `cap` (CudaBackend::decode_splits, for measuring grids in one run) replaces the wave.
+    let by_grid = match cap {
         Some(n) => n,
         None if p.n_str > 0 => wave.div_ceil(per_split),
         None => (wave / per_split).max(1),
     };
     by_len.min(by_grid).clamp(1, MAX_SPLITS)
-}
-
-/// `LSERVE_CUDA_DECODE_SPLITS`, read once: a number caps the splits per (sequence, head chunk)
-/// there instead of the wave (for measuring grids in one run); unset or not a number, the wave.
-fn decode_splits_env() -> Option<usize> {
-    static N: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *N.get_or_init(|| std::env::var("LSERVE_CUDA_DECODE_SPLITS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0))
 }
 
 pub fn sparse_decode_attention(
@@ -407,7 +407,7 @@ pub fn sparse_decode_attention(
     let gpu = be.gpu();
     let stem = kern::sparse_decode_attention::STEM;
     let wave = (gpu.sm_count * gpu.blocks_per_sm(stem, name, 128, smem as u32)?) as usize;
-    let splits = decode_splits(p, meta.page_table.len, head_chunks, wave).max(1 + usize::from(x8));
+    let splits = decode_splits(p, meta.page_table.len, head_chunks, wave, be.decode_splits()).max(1 + usize::from(x8));
     let part =
         if splits > 1 { Scratch(gpu.scratch("decode_part", ns * nh * splits * (hd + 2) * 4)?) } else { Scratch::NONE };
     let l = Launch::new((splits as u32, (nkv * head_chunks) as u32, ns as u32), 128).smem(smem);
