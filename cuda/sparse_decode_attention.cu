@@ -587,21 +587,15 @@ __device__ void decode_mma_impl(AttentionParams p, const float* q, const KT* k, 
     constexpr int KC = D / 32, VC = D / 64, MTILES = D / 16;
     __shared__ u32 sm_nsel;
     __shared__ float sm_m[SDM_WARPS][8], sm_l[SDM_WARPS][8];
-    __shared__ float sm_acc[8][D];
+    __shared__ float sm_o[SDM_WARPS][8][D]; // each warp's O, unscaled
     const u32 nh = p.n_heads, ps = p.page_size, t = threadIdx.x;
     const u32 lane = t & 31, warp = t >> 5, r = lane >> 2, c = lane & 3;
     const u32 group = nh / p.n_kv_heads, hchunks = (group + 7) / 8;
     const u32 s = blockIdx.z, kvh = blockIdx.y / hchunks, g0 = (blockIdx.y % hchunks) * 8;
     const u32 ng = min(8u, group - g0), h0 = kvh * group + g0;
     const u32 split = blockIdx.x, n_splits = gridDim.x;
-    for (u32 i = t; i < 8 * D; i += blockDim.x) (&sm_acc[0][0])[i] = 0.0f;
-    KeyList ls;
-    const u32 n_slots = decode_key_list(p, kvh, s, head_map, kv_len, selected, counts, seq_slot, tail_start,
-                                        selected_len, counts_len, &sm_nsel, ls);
-    const u32 per = max((n_slots + n_splits - 1) / n_splits, 32u);
-    const u32 start = min(split * per, n_slots), end = min(start + per, n_slots);
-
-    // B fragments of Q^T (column r = head g0 + r), hi and lo parts, k-steps 2 j and 2 j + 1.
+    // B fragments of Q^T (column r = head g0 + r), hi and lo parts, k-steps 2 j and 2 j + 1; loaded
+    // before the key list so their latency overlaps its loads.
     u32 qh[KC][4], ql[KC][4];
     {
         const float qscale = p.scale * 1.4426950408889634f;
@@ -615,6 +609,11 @@ __device__ void decode_mma_impl(AttentionParams p, const float* q, const KT* k, 
             for (int i = 0; i < 4; i++) split_pair<MT>(x[2 * i], x[2 * i + 1], qh[j][i], ql[j][i]);
         }
     }
+    KeyList ls;
+    const u32 n_slots = decode_key_list(p, kvh, s, head_map, kv_len, selected, counts, seq_slot, tail_start,
+                                        selected_len, counts_len, &sm_nsel, ls);
+    const u32 per = max((n_slots + n_splits - 1) / n_splits, 32u);
+    const u32 start = min(split * per, n_slots), end = min(start + per, n_slots);
     float o[MTILES][4];
 #pragma unroll
     for (int i = 0; i < MTILES; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
@@ -738,37 +737,35 @@ __device__ void decode_mma_impl(AttentionParams p, const float* q, const KT* k, 
         sm_m[warp][2 * c] = m0; sm_m[warp][2 * c + 1] = m1;
         sm_l[warp][2 * c] = l0; sm_l[warp][2 * c + 1] = l1;
     }
-    __syncthreads();
-    float bm0 = -LS_INF, bm1 = -LS_INF;
 #pragma unroll
-    for (int w = 0; w < SDM_WARPS; w++) { bm0 = fmaxf(bm0, sm_m[w][2 * c]); bm1 = fmaxf(bm1, sm_m[w][2 * c + 1]); }
-    const float f0 = m0 == -LS_INF ? 0.0f : exp2f(m0 - bm0), f1 = m1 == -LS_INF ? 0.0f : exp2f(m1 - bm1);
-    // Warps add in a fixed order (no float atomics: the same inputs give the same bits).
-    for (u32 w = 0; w < SDM_WARPS; w++) {
-        if (warp == w) {
-#pragma unroll
-            for (int mt = 0; mt < MTILES; mt++) {
-                const u32 d = 64 * (mt / 4) + 8 * r + 2 * (mt % 4);
-                sm_acc[2 * c][d] += o[mt][0] * f0;
-                sm_acc[2 * c + 1][d] += o[mt][1] * f1;
-                sm_acc[2 * c][d + 1] += o[mt][2] * f0;
-                sm_acc[2 * c + 1][d + 1] += o[mt][3] * f1;
-            }
-        }
-        __syncthreads();
+    for (int mt = 0; mt < MTILES; mt++) {
+        const u32 d = 64 * (mt / 4) + 8 * r + 2 * (mt % 4);
+        sm_o[warp][2 * c][d] = o[mt][0];
+        sm_o[warp][2 * c + 1][d] = o[mt][1];
+        sm_o[warp][2 * c][d + 1] = o[mt][2];
+        sm_o[warp][2 * c + 1][d + 1] = o[mt][3];
     }
+    // One barrier: the warps' (m, l, O) are combined in a fixed order, O_w times exp2(m_w - M)
+    // added by fmaf warp after warp (no float atomics: the same inputs give the same bits; the
+    // same sums as when each warp added its share into shared memory behind a barrier of its own).
+    __syncthreads();
     for (u32 i = t; i < ng * D; i += blockDim.x) {
         const u32 g = i / D, d = i % D;
-        float M = -LS_INF, L = 0.0f;
+        float M = -LS_INF, L = 0.0f, acc = 0.0f;
         for (int w = 0; w < SDM_WARPS; w++) M = fmaxf(M, sm_m[w][g]);
-        for (int w = 0; w < SDM_WARPS; w++)
-            if (sm_m[w][g] != -LS_INF) L += sm_l[w][g] * exp2f(sm_m[w][g] - M);
+        for (int w = 0; w < SDM_WARPS; w++) {
+            const float mw = sm_m[w][g];
+            if (mw == -LS_INF) continue;
+            const float f = exp2f(mw - M);
+            L += sm_l[w][g] * f;
+            acc = fmaf(sm_o[w][g][d], f, acc);
+        }
         const u64 h = (u64)s * nh + h0 + g;
         if (n_splits == 1) {
-            out[h * D + d] = L > 0.0f ? sm_acc[g][d] / L : 0.0f;
+            out[h * D + d] = L > 0.0f ? acc / L : 0.0f;
         } else {
             float* pp = part + (h * n_splits + split) * (D + 2);
-            pp[d] = sm_acc[g][d];
+            pp[d] = acc;
             if (d == 0) { pp[D] = M; pp[D + 1] = L; }
         }
     }

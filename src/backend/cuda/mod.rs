@@ -96,6 +96,13 @@ pub struct CudaBackend {
     /// Splits per (sequence, head chunk) of a decode attention launch, capped at this count
     /// instead of the wave (`LSERVE_CUDA_DECODE_SPLITS`, a measurement knob; `None`: the wave).
     decode_splits: Option<usize>,
+    /// 8-bit KV decode takes the `_pf` tensor-core kernels (the next tile's loads in flight;
+    /// `LSERVE_CUDA_DECODE_PF`, default on: off measures the plain kernel beside them). H200,
+    /// Llama-3-8B, 128K dense int8: 8.60 vs 8.74 ms a step; sparse: equal (docs/benchmarks.md).
+    decode_pf: bool,
+    /// The most stages a bulk GEMV block has (`LSERVE_CUDA_MMV_STAGES`, a measurement knob,
+    /// 1..=`ops_matmul::MMV_MAX_STAGES`; unset: that maximum).
+    mmv_stages: usize,
 }
 
 /// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md, CUDA).
@@ -179,6 +186,9 @@ impl CudaBackend {
         };
         let out16 = switch_from_env("LSERVE_CUDA_OUT16")?;
         let decode_splits = count_from_env("LSERVE_CUDA_DECODE_SPLITS", ops_attention::MAX_SPLITS)?;
+        let decode_pf = switch_from_env("LSERVE_CUDA_DECODE_PF")?;
+        let mmv_stages =
+            count_from_env("LSERVE_CUDA_MMV_STAGES", ops_matmul::MMV_MAX_STAGES)?.unwrap_or(ops_matmul::MMV_MAX_STAGES);
         Ok(CudaBackend {
             gpu,
             caps,
@@ -188,6 +198,8 @@ impl CudaBackend {
             hopper_prefill: opts.hopper_prefill,
             out16,
             decode_splits,
+            decode_pf,
+            mmv_stages,
         })
     }
 
@@ -208,6 +220,16 @@ impl CudaBackend {
     /// The decode attention's split cap read at open (`LSERVE_CUDA_DECODE_SPLITS`), if set.
     pub(crate) fn decode_splits(&self) -> Option<usize> {
         self.decode_splits
+    }
+
+    /// Whether 8-bit KV decode takes the `_pf` kernels (`LSERVE_CUDA_DECODE_PF` at open).
+    pub(crate) fn decode_pf(&self) -> bool {
+        self.decode_pf
+    }
+
+    /// The bulk GEMVs' stage cap read at open (`LSERVE_CUDA_MMV_STAGES`, else the maximum).
+    pub(crate) fn mmv_stages(&self) -> usize {
+        self.mmv_stages
     }
 
     /// The batch-1 quantized GEMV's mode (`CudaOptions::mmv`, else `LSERVE_CUDA_MMV` at open).
@@ -286,8 +308,8 @@ fn mib_from_env(name: &str, default: usize) -> Result<usize> {
     }
 }
 
-/// A count read at open (`LSERVE_CUDA_DECODE_SPLITS`: the decode attention's splits, a
-/// measurement knob), `None` when unset; 1..=max.
+/// A count read at open (`LSERVE_CUDA_DECODE_SPLITS`: the decode attention's splits;
+/// `LSERVE_CUDA_MMV_STAGES`: the bulk GEMVs' stages; measurement knobs), `None` when unset; 1..=max.
 fn count_from_env(name: &str, max: usize) -> Result<Option<usize>> {
     match std::env::var(name).as_deref().map(str::trim) {
         Err(_) | Ok("") => Ok(None),

@@ -293,8 +293,8 @@ const DECODE_MMA_DTYPES: [DType; 4] = [DType::F16, DType::BF16, DType::I8, DType
 /// The tensor-core decode kernel for this KV dtype, head_dim and page size, if there is one
 /// (16-bit and 8-bit KV at head_dim 64 or 128; 8-bit pools need an even page size so 8-byte
 /// code loads stay aligned); 8-bit KV takes its `_pf` build (the next tile's loads in flight)
-/// unless [`decode_pf`] says not. Its blocks take 8 query heads.
-fn decode_mma_kernel(kv: DType, hd: usize, ps: usize) -> Option<&'static str> {
+/// unless `pf` is off (`CudaBackend::decode_pf`). Its blocks take 8 query heads.
+fn decode_mma_kernel(kv: DType, hd: usize, ps: usize, pf: bool) -> Option<&'static str> {
     let col = match hd {
         64 => 0,
         128 => 1,
@@ -304,7 +304,7 @@ fn decode_mma_kernel(kv: DType, hd: usize, ps: usize) -> Option<&'static str> {
         return None;
     }
     let entries = kern::sparse_decode_attention_mma::ENTRIES;
-    if kv.is_kv8() && decode_pf() {
+    if kv.is_kv8() && pf {
         return entry_in(&entries[DECODE_PF_FROM..], &DECODE_PF_DTYPES, kv, col, 2).ok();
     }
     entry_in(entries, &DECODE_MMA_DTYPES, kv, col, 2).ok()
@@ -313,14 +313,6 @@ fn decode_mma_kernel(kv: DType, hd: usize, ps: usize) -> Option<&'static str> {
 /// The `_pf` entries of `sparse_decode_attention_mma` start after the plain ones ([dtype][col]).
 const DECODE_PF_FROM: usize = 2 * DECODE_MMA_DTYPES.len();
 const DECODE_PF_DTYPES: [DType; 2] = [DType::I8, DType::F8E4M3];
-
-/// `LSERVE_CUDA_DECODE_PF`, read once: `0` sends 8-bit KV decode to the plain tensor-core kernel
-/// (for measuring the two in one run); anything else (the default) to the `_pf` kernels. H200,
-/// Llama-3-8B, 128K dense int8: 8.60 vs 8.74 ms a step; sparse: equal (docs/benchmarks.md).
-fn decode_pf() -> bool {
-    static PF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *PF.get_or_init(|| std::env::var("LSERVE_CUDA_DECODE_PF").as_deref() != Ok("0"))
-}
 
 /// Dynamic shared memory of the cp.async decode kernel (its layout: K/V stages [2][2][ck][row],
 /// valid [2][ck], scores [G][ck], q [G][hd], acc [G][hd], for 8-bit KV also the K and V row
@@ -346,18 +338,22 @@ fn decode_splits(
     // Rounded up to a power of two: the grid (a graph replay's frozen argument) changes only
     // when the context doubles, not every KEYS_PER_SPLIT keys; surplus splits are empty.
     let by_len = ret.max(strm).div_ceil(KEYS_PER_SPLIT).next_power_of_two();
-    // With streaming heads, rounded up: their blocks are short, so a grid a little over one wave
-    // keeps the GPU fuller than one a little under it (measured at batch 16 / 32). Without them
-    // every block is equally long and a second wave of a few blocks would double the time:
-    // rounded down (docs/benchmarks.md).
     let per_split = u(p.num_seqs) * u(p.n_kv_heads) * head_chunks;
     // `cap` (CudaBackend::decode_splits, for measuring grids in one run) replaces the wave.
-    let by_grid = match cap {
-        Some(n) => n,
-        None if p.n_str > 0 => wave.div_ceil(per_split),
-        None => (wave / per_split).max(1),
-    };
+    let by_grid = cap.unwrap_or_else(|| splits_for_wave(wave, per_split, p.n_str > 0));
     by_len.min(by_grid).clamp(1, MAX_SPLITS)
+}
+
+/// Splits that fit `per_split` blocks a split to a wave of `wave` blocks. Without streaming heads
+/// every block is equally long and a second wave of a few blocks would double the time: rounded
+/// down. With them, rounded up (their blocks are short, so a grid a little over one wave keeps
+/// the GPU fuller than one a little under it: measured at batch 16 / 32), unless rounding down
+/// already fills 98% of the wave: then the few blocks past it only wait (H100, 8B 32K sparse
+/// batch 1: 49 splits of 8 blocks for a wave of 396, 397 us of decode attention a step against
+/// 429 for 50; docs/benchmarks.md session 32).
+fn splits_for_wave(wave: usize, per_split: usize, streaming: bool) -> usize {
+    let down = (wave / per_split).max(1);
+    if streaming && down * per_split * 50 < wave * 49 { wave.div_ceil(per_split) } else { down }
 }
 
 pub fn sparse_decode_attention(
@@ -395,7 +391,7 @@ pub fn sparse_decode_attention(
         return Ok(());
     }
     let group = nh / nkv;
-    let (mma, name, smem, head_chunks) = match decode_mma_kernel(kv.k.dtype, hd, u(p.page_size)) {
+    let (mma, name, smem, head_chunks) = match decode_mma_kernel(kv.k.dtype, hd, u(p.page_size), be.decode_pf()) {
         Some(name) => (true, name, 0, group.div_ceil(DECODE_HEADS)),
         None => {
             let g = group.min(DECODE_HEADS).next_power_of_two();
@@ -484,4 +480,27 @@ pub fn lambda_mass(
         ptl: meta.page_table.len as u32,
     };
     kern::lambda_mass::launch_variant(be.gpu(), name, l, p, args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::splits_for_wave;
+
+    /// A wave of 396 blocks (an H100: 132 SMs, 3 blocks each): batch 1 with 8 KV heads rounds down
+    /// to 49 (392 blocks, 99% of it) with or without streaming heads; batch 16 (128 blocks a
+    /// split) rounds up to 4 with streaming heads, down to 3 without; batch 32 likewise 2 / 1.
+    #[test]
+    fn splits_fill_one_wave() {
+        for (per_split, streaming, want) in [
+            (8, true, 49),
+            (8, false, 49),
+            (128, true, 4),
+            (128, false, 3),
+            (256, true, 2),
+            (256, false, 1),
+            (500, false, 1),
+        ] {
+            assert_eq!(splits_for_wave(396, per_split, streaming), want, "{per_split} {streaming}");
+        }
+    }
 }

@@ -341,8 +341,7 @@ fn mmv(
             k,
             reg_row_bytes(w, k),
             g.sm_count as usize,
-            max_grid,
-            g.smem_optin as usize,
+            BulkLimits { max_grid, smem_max: g.smem_optin as usize, max_stages: be.mmv_stages() },
         )
     {
         let stages = stages as u32;
@@ -445,17 +444,14 @@ const MMV_BULK_SMEM_SM: usize = 200 << 10;
 /// The most stages a bulk GEMV block has (`MMV_MAX_STAGES` of cuda/matmul_quant.cu).
 pub const MMV_MAX_STAGES: usize = 8;
 
-/// `LSERVE_CUDA_MMV_STAGES`, read once (measurement only): at most this many stages a bulk GEMV
-/// block (1..=[`MMV_MAX_STAGES`]; unset or anything else: [`MMV_MAX_STAGES`]).
-fn mmv_max_stages() -> usize {
-    static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *S.get_or_init(|| {
-        std::env::var("LSERVE_CUDA_MMV_STAGES")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|n| (1..=MMV_MAX_STAGES).contains(n))
-            .unwrap_or(MMV_MAX_STAGES)
-    })
+/// What bounds a bulk GEMV launch besides its shape: `max_grid` (blocks, 0: the SMs' share, as
+/// `MmvMode::Reg`), the device's opt-in shared memory a block, and the most stages a block has
+/// (`CudaBackend::mmv_stages`: [`MMV_MAX_STAGES`] unless `LSERVE_CUDA_MMV_STAGES` set it at open).
+#[derive(Clone, Copy, Debug)]
+pub struct BulkLimits {
+    pub max_grid: u32,
+    pub smem_max: usize,
+    pub max_stages: usize,
 }
 
 /// The launch of `matmul_gemv_<fmt>_m1_bulk[f]` (sm_90, [`MmvMode::Reg`] with `bulk`) for n rows
@@ -473,8 +469,7 @@ pub fn mmv_bulk_launch(
     k: usize,
     rb: usize,
     sms: usize,
-    max_grid: u32,
-    smem_max: usize,
+    BulkLimits { max_grid, smem_max, max_stages: cap }: BulkLimits,
 ) -> Option<(Launch, usize)> {
     if rb == 0 || !rb.is_multiple_of(16) {
         return None;
@@ -494,7 +489,6 @@ pub fn mmv_bulk_launch(
     let grid = n.div_ceil(rows);
     let red = compute / 32 * rows * 4 + 128;
     let fit = (MMV_BULK_SMEM_SM / bps).saturating_sub(red) / stage;
-    let cap = mmv_max_stages();
     let stages = fit.min(cap).min(rows / 4);
     let smem = red + stages * stage;
     // One stage serializes copy and dots: only where a block has one group, or when asked.
@@ -784,6 +778,10 @@ mod tests {
 
     /// The bulk GEMVs' launch: the register kernel's threads plus a producer warp, blocks an SM
     /// within the stage budget, rows a multiple of 4, 2..=8 stages (1 where a block has one group).
+    fn limits(max_grid: u32, smem_max: usize) -> BulkLimits {
+        BulkLimits { max_grid, smem_max, max_stages: MMV_MAX_STAGES }
+    }
+
     #[test]
     fn mmv_bulk_launch_shapes() {
         let (q4k, i8) = ((256, 32), (16, 16));
@@ -794,15 +792,15 @@ mod tests {
             (i8, 4096, 14336, 14336, 0, 128, 928, 3, 3712 + 3 * 57344), // int8 down: 1 an SM, 32 rows
             (q4k, 300, 512, 288, 2, 2, 64, 8, 736 + 8 * 1152),         // capped: 38 groups, 8 stages
         ] {
-            let (l, st) = mmv_bulk_launch(d, n, k, rb, 132, max_grid, 227 << 10)
+            let (l, st) = mmv_bulk_launch(d, n, k, rb, 132, limits(max_grid, 227 << 10))
                 .unwrap_or_else(|| panic!("{d:?} {n}x{k} declined"));
             assert_eq!((l.grid.0, l.block, st, l.smem as usize), (grid, threads, stages, smem), "{d:?} {n}x{k}");
         }
         // Declined: k not whole units, too many threads, rows not 16-byte multiples, no room.
-        assert!(mmv_bulk_launch(q4k, 10, 300, 144, 132, 0, 227 << 10).is_none());
-        assert!(mmv_bulk_launch(q4k, 10, 256 * 128, 144 * 128, 132, 0, 227 << 10).is_none());
-        assert!(mmv_bulk_launch(i8, 10, 48, 40, 132, 0, 227 << 10).is_none());
-        assert!(mmv_bulk_launch(q4k, 4096, 4096, 2304, 132, 0, 9_000).is_none());
+        assert!(mmv_bulk_launch(q4k, 10, 300, 144, 132, limits(0, 227 << 10)).is_none());
+        assert!(mmv_bulk_launch(q4k, 10, 256 * 128, 144 * 128, 132, limits(0, 227 << 10)).is_none());
+        assert!(mmv_bulk_launch(i8, 10, 48, 40, 132, limits(0, 227 << 10)).is_none());
+        assert!(mmv_bulk_launch(q4k, 4096, 4096, 2304, 132, limits(0, 9_000)).is_none());
     }
 
     /// The launch of the GEMV with x in registers: threads per 32 (K-quants) or 16 (int8)
