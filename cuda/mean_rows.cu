@@ -7,6 +7,16 @@ extern "C" __global__ void mean_rows(MeanRowsParams p, const float* src, const u
     if (i >= p.n_out || d >= p.dim) return;
     u32 a = indptr[i], b = min(indptr[i + 1], p.n_src);
     float s = 0.0f;
-    for (u32 r = a; r < b; r++) s = __fadd_rn(s, src[(u64)r * p.dim + d]);
+    // Eight rows' loads in flight at a time, added in row order (one load at a time left a
+    // 128-row block's mean latency-bound: 58 us for 8,192 rows of 4,096 on an H100, session 32).
+    u32 r = a;
+    for (; r + 8 <= b; r += 8) {
+        float x[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) x[i] = src[(u64)(r + i) * p.dim + d];
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = __fadd_rn(s, x[i]);
+    }
+    for (; r < b; r++) s = __fadd_rn(s, src[(u64)r * p.dim + d]);
     out[(u64)i * p.dim + d] = b > a ? __fdiv_rn(s, (float)(b - a)) : 0.0f;
 }

@@ -46,8 +46,10 @@ pub fn test_rope_append_kv<B: Backend>(gpu: &B, kvd: DType) {
     }
     let mut t = pair(gpu);
     // head_dim 18 for the 16-bit pools: wgpu stores them in one pass where head_dim % 4 == 0
-    // (rope_append_kv16) and stages f32 rows otherwise.
-    let hds: &[usize] = if matches!(kvd, DType::F16 | DType::BF16) { &[16, 18] } else { &[16] };
+    // (rope_append_kv16) and stages f32 rows otherwise; CUDA's several-token calls take one block
+    // a token where head_dim / 2 divides 256 (16, 64: a thread loops over several heads at 64)
+    // and a block per (token, head) otherwise (18).
+    let hds: &[usize] = if matches!(kvd, DType::F16 | DType::BF16) { &[16, 18, 64] } else { &[16, 64] };
     for (ps, lp, hd) in [(16, 4), (32, 32)].into_iter().flat_map(|(ps, lp)| hds.iter().map(move |&hd| (ps, lp, hd))) {
         rope_case(&mut t, kvd, (ps, lp, hd), 6, DType::F32);
     }

@@ -330,6 +330,16 @@ kernels! {
         q: Out F32, k: Out Store, v: Out Store, sk: Out Store, sv: Out Store, sum: Out F32, qkv16: U32 Scalar,
     }
 
+    /// Calls of several tokens with 16-bit or f32 KV, one block a token (`[f32, f16, bf16]`;
+    /// `sum` unused: `rope_append_kv_summary` follows).
+    rope_append_kv_rows: "rope_append_kv" (RopeAppendKvParams) [
+        "rope_append_kv_rows_f32", "rope_append_kv_rows_f16", "rope_append_kv_rows_bf16",
+    ]
+    {
+        qkv: In Any, positions: In U32, slots: In U32, ring_slots: In U32, inv_freq: In F32, head_map: In U32,
+        q: Out F32, k: Out Store, v: Out Store, sk: Out Store, sv: Out Store, sum: Out F32, qkv16: U32 Scalar,
+    }
+
     rope_append_kv_summary: "rope_append_kv_summary" (RopeAppendKvParams) [
         "rope_append_kv_summary_f32", "rope_append_kv_summary_f16", "rope_append_kv_summary_bf16",
         "rope_append_kv_summary_int8", "rope_append_kv_summary_fp8",

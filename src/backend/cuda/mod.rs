@@ -103,6 +103,9 @@ pub struct CudaBackend {
     /// The most stages a bulk GEMV block has (`LSERVE_CUDA_MMV_STAGES`, a measurement knob,
     /// 1..=`ops_matmul::MMV_MAX_STAGES`; unset: that maximum).
     mmv_stages: usize,
+    /// Calls of several tokens take `rope_append_kv_rows` (`LSERVE_CUDA_ROPE_ROWS`, default on:
+    /// off measures the per-(token, head) kernel beside it).
+    rope_rows: bool,
 }
 
 /// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md, CUDA).
@@ -187,6 +190,7 @@ impl CudaBackend {
         let out16 = switch_from_env("LSERVE_CUDA_OUT16")?;
         let decode_splits = count_from_env("LSERVE_CUDA_DECODE_SPLITS", ops_attention::MAX_SPLITS)?;
         let decode_pf = switch_from_env("LSERVE_CUDA_DECODE_PF")?;
+        let rope_rows = switch_from_env("LSERVE_CUDA_ROPE_ROWS")?;
         let mmv_stages =
             count_from_env("LSERVE_CUDA_MMV_STAGES", ops_matmul::MMV_MAX_STAGES)?.unwrap_or(ops_matmul::MMV_MAX_STAGES);
         Ok(CudaBackend {
@@ -200,6 +204,7 @@ impl CudaBackend {
             decode_splits,
             decode_pf,
             mmv_stages,
+            rope_rows,
         })
     }
 
@@ -230,6 +235,11 @@ impl CudaBackend {
     /// The bulk GEMVs' stage cap read at open (`LSERVE_CUDA_MMV_STAGES`, else the maximum).
     pub(crate) fn mmv_stages(&self) -> usize {
         self.mmv_stages
+    }
+
+    /// Whether calls of several tokens take `rope_append_kv_rows` (`LSERVE_CUDA_ROPE_ROWS`).
+    pub(crate) fn rope_rows(&self) -> bool {
+        self.rope_rows
     }
 
     /// The batch-1 quantized GEMV's mode (`CudaOptions::mmv`, else `LSERVE_CUDA_MMV` at open).
