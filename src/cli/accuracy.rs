@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use lserve::backend::Backend;
 use lserve::engine::{EngineOptions, build_engine};
 use lserve::eval::accuracy::{Budget, SuiteOptions, draw_charts, grid, parse_pages, run_suite, table_markdown};
+use lserve::eval::block_recall::{BlockRecall, measure_blocks};
 use lserve::eval::niah::parse_lengths;
 use lserve::eval::recall::{LayerRecall, Rank, measure};
 use lserve::eval::tasks::{Task, ppl_window};
@@ -156,6 +157,12 @@ pub fn recall(a: RecallArgs) -> Result<()> {
     let pages = parse_pages(&a.pages)?;
     let budgets = Budget::parse_list(&a.budgets)?;
     let corpus = corpus_ids(&m, &a.text)?;
+    if let Some(n) = a.prefill_blocks {
+        at_least_one(&[("--prefill-blocks", n)])?;
+        let rows =
+            on_device!(device, be => block_recall_on(be, &m, dtype, &corpus, &a, &lengths, &pages, &budgets, n))?;
+        return print_block_recall(&rows, a.out.as_deref());
+    }
     let rows = on_device!(device, be => recall_on(be, &m, dtype, &corpus, &a, &lengths, &pages, &budgets))?;
     let mut out = std::io::stdout().lock();
     let names: Vec<&str> = Rank::ALL.iter().map(|r| r.name()).collect();
@@ -235,6 +242,84 @@ fn recall_on<B: Backend>(
         }
     }
     Ok(rows)
+}
+
+type BlockRow = (usize, usize, (usize, usize), Vec<BlockRecall>);
+
+/// `lserve recall --prefill-blocks N`: every page selected (dense rows), each budget's k pages
+/// chosen per block by each estimator.
+#[allow(clippy::too_many_arguments)]
+fn block_recall_on<B: Backend>(
+    be: B,
+    m: &LoadedModel,
+    dtype: LoadOptions,
+    corpus: &[u32],
+    a: &RecallArgs,
+    lengths: &[usize],
+    pages: &[(usize, usize)],
+    budgets: &[Budget],
+    blocks: usize,
+) -> Result<Vec<BlockRow>> {
+    let model = load_weights(&be, m, dtype)?;
+    let mut parts = Some((be, model));
+    let base = resolve_config(None, &a.tuning)?;
+    let bos = m.tokenizer.bos_token().map(|(id, _)| id).filter(|_| m.tokenizer.add_bos());
+    let mut rows = vec![];
+    for &len in lengths {
+        let ids = ppl_window(corpus, bos, len, 0)?;
+        for &(p, l) in pages {
+            let mut c = base.clone();
+            (c.cache.physical_page, c.cache.logical_page) = (p, l);
+            c.sparse.enabled = true;
+            c.sparse.streaming_ratio = 0.0;
+            c.sparse.dense_below = 0;
+            c.sparse.token_budget = len.next_multiple_of(p) + p;
+            let (be, model) = parts.take().expect("returned after each run");
+            let mut e = build_engine(be, model, &EngineOptions::new(c, len))?;
+            let ks: Vec<usize> = budgets.iter().map(|b| (b.tokens(len) / p).max(1)).collect();
+            let r = measure_blocks(&mut e, &ids, blocks, &ks);
+            parts = Some((e.backend, e.model));
+            for (k, layers) in ks.iter().zip(r?) {
+                eprintln!("{len} tokens, pages {p}/{l}, prefill budget {}: {} layers measured", k * p, layers.len());
+                rows.push((len, k * p, (p, l), layers));
+            }
+        }
+    }
+    Ok(rows)
+}
+
+fn print_block_recall(rows: &[BlockRow], out_path: Option<&Path>) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{:>6} {:>6} {:>7} {:>5} {:>7} {:>10} {:>12} {:>7} {:>7}",
+        "length", "budget", "pages", "layer", "samples", "mean_bound", "antidiagonal", "oracle", "fixed"
+    )?;
+    for (len, budget, (p, l), layers) in rows {
+        for r in layers {
+            writeln!(
+                out,
+                "{len:>6} {budget:>6} {:>7} {:>5} {:>7} {:>10.4} {:>12.4} {:>7.4} {:>7.4}",
+                format!("{p}/{l}"),
+                r.layer,
+                r.samples,
+                r.recall[0],
+                r.recall[1],
+                r.oracle,
+                r.fixed
+            )?;
+        }
+    }
+    if let Some(path) = out_path {
+        let json: Vec<_> = rows
+            .iter()
+            .map(|(len, b, (p, l), layers)| serde_json::json!({"length": len, "prefill_budget": b, "pages": format!("{p}/{l}"), "layers": layers}))
+            .collect();
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        writeln!(out, "wrote {}", path.display())?;
+    }
+    Ok(())
 }
 
 /// Each (flag, value) must be at least 1 (a count of samples, tokens or steps).

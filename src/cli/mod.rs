@@ -233,6 +233,10 @@ pub struct RecallArgs {
     /// Write the per-layer results as JSON here.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Measure block-sparse prefill's block estimators instead (`lserve::eval::block_recall`):
+    /// the last N query blocks of 128 rows of each window, `--budgets` as the prefill budget.
+    #[arg(long)]
+    pub prefill_blocks: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]

@@ -2,6 +2,7 @@
 //! accuracy suite (`accuracy`, `tasks`), the selection-recall diagnostic (`recall`), and the
 //! charts of their results.
 pub mod accuracy;
+pub mod block_recall;
 pub mod calibrate;
 pub mod charts;
 pub mod niah;

@@ -318,22 +318,13 @@ kernels! {
     matmul_round_x: "matmul" (MatmulParams) ["matmul_round_x_f16", "matmul_round_x_bf16"]
     { x: In F32, x16: ScratchOut Store }
 
-    /// `[kv dtype]`; the 8-bit entries take the pools as bytes (codes + row scales). A one-token
-    /// call folds its keys into the page summaries (`sum`); others leave them to
+    /// `[kv dtype]`, then `rope_append_kv_rows_[f32, f16, bf16]` (several tokens, one block a
+    /// token; `sum` unused); the 8-bit entries take the pools as bytes (codes + row scales). A
+    /// one-token call folds its keys into the page summaries (`sum`); others leave them to
     /// `rope_append_kv_summary`.
     rope_append_kv: "rope_append_kv" (RopeAppendKvParams) [
         "rope_append_kv_f32", "rope_append_kv_f16", "rope_append_kv_bf16", "rope_append_kv_int8",
-        "rope_append_kv_fp8",
-    ]
-    {
-        qkv: In Any, positions: In U32, slots: In U32, ring_slots: In U32, inv_freq: In F32, head_map: In U32,
-        q: Out F32, k: Out Store, v: Out Store, sk: Out Store, sv: Out Store, sum: Out F32, qkv16: U32 Scalar,
-    }
-
-    /// Calls of several tokens with 16-bit or f32 KV, one block a token (`[f32, f16, bf16]`;
-    /// `sum` unused: `rope_append_kv_summary` follows).
-    rope_append_kv_rows: "rope_append_kv" (RopeAppendKvParams) [
-        "rope_append_kv_rows_f32", "rope_append_kv_rows_f16", "rope_append_kv_rows_bf16",
+        "rope_append_kv_fp8", "rope_append_kv_rows_f32", "rope_append_kv_rows_f16", "rope_append_kv_rows_bf16",
     ]
     {
         qkv: In Any, positions: In U32, slots: In U32, ring_slots: In U32, inv_freq: In F32, head_map: In U32,

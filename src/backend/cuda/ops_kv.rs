@@ -28,7 +28,7 @@ pub fn rope_append_kv(
     qkv: &CudaBuffer,
     meta: &RopeAppendMeta<CudaBackend>,
     q: &mut CudaBuffer,
-    mut kv: LayerKvMut<CudaBackend>,
+    kv: LayerKvMut<CudaBackend>,
 ) -> Result<()> {
     let (n, nh, nkv, hd, ps) = (u(p.n_tokens), u(p.n_heads), u(p.n_kv_heads), u(p.head_dim), u(p.page_size));
     let (n_ret, n_str, lp) = (u(p.n_ret), u(p.n_str), u(p.logical_page));
@@ -67,33 +67,29 @@ pub fn rope_append_kv(
     // Several tokens of 16-bit or f32 KV: one block a token, a (token, pair)'s cos/sin once per
     // ROWS_THREADS / head_dim * 2 heads (`rope_append_kv_rows`); else a block per (token, head).
     let half = hd / 2;
-    if n > 1 && !kt.is_kv8() && hd.is_multiple_of(2) && ROWS_THREADS.is_multiple_of(half) && be.rope_rows() {
-        let name = entry(kern::rope_append_kv_rows::ENTRIES, kt, 0, 1)?;
-        let args = kern::rope_append_kv_rows::Args {
-            qkv,
-            positions: meta.positions,
-            slots: meta.slots,
-            ring_slots: meta.ring_slots,
-            inv_freq: meta.inv_freq,
-            head_map: kv.head_map,
-            q,
-            k: &mut *kv.k,
-            v: kv.v,
-            sk: kv.sk,
-            sv: kv.sv,
-            sum: &mut *kv.summary,
-            qkv16,
-        };
-        kern::rope_append_kv_rows::launch_variant(
-            g,
-            name,
-            Launch::new((n as u32, 1, 1), ROWS_THREADS as u32),
-            p,
-            args,
-        )?;
+    let rows = n > 1 && !kt.is_kv8() && hd.is_multiple_of(2) && ROWS_THREADS.is_multiple_of(half) && be.rope_rows();
+    let (name, l) = if rows {
+        let name = entry(&kern::rope_append_kv::ENTRIES[ROWS_FROM..], kt, 0, 1)?;
+        (name, Launch::new((n as u32, 1, 1), ROWS_THREADS as u32))
     } else {
-        rope_heads(g, p, qkv, qkv16, meta, q, &mut kv)?;
-    }
+        (entry(kern::rope_append_kv::ENTRIES, kt, 0, 1)?, Launch::new((n as u32, (nh + nkv) as u32, 1), 64))
+    };
+    let args = kern::rope_append_kv::Args {
+        qkv,
+        positions: meta.positions,
+        slots: meta.slots,
+        ring_slots: meta.ring_slots,
+        inv_freq: meta.inv_freq,
+        head_map: kv.head_map,
+        q,
+        k: &mut *kv.k,
+        v: kv.v,
+        sk: kv.sk,
+        sv: kv.sv,
+        sum: &mut *kv.summary,
+        qkv16,
+    };
+    kern::rope_append_kv::launch_variant(g, name, l, p, args)?;
     // One token: rope_append_kv folded its keys into the summaries (cuda/rope_append_kv.cu).
     if n_ret > 0 && n > 1 {
         let name = entry(kern::rope_append_kv_summary::ENTRIES, kt, 0, 1)?;
@@ -105,36 +101,8 @@ pub fn rope_append_kv(
 
 /// Threads of a `rope_append_kv_rows` block (one token).
 const ROWS_THREADS: usize = 256;
-
-/// `rope_append_kv_<kv>`: a block of 64 threads per (token, head).
-fn rope_heads(
-    g: &super::context::Gpu,
-    p: &RopeAppendKvParams,
-    qkv: &CudaBuffer,
-    qkv16: u32,
-    meta: &RopeAppendMeta<CudaBackend>,
-    q: &mut CudaBuffer,
-    kv: &mut LayerKvMut<CudaBackend>,
-) -> Result<()> {
-    let (n, nh, nkv) = (u(p.n_tokens), u(p.n_heads), u(p.n_kv_heads));
-    let name = entry(kern::rope_append_kv::ENTRIES, kv.k.dtype, 0, 1)?;
-    let args = kern::rope_append_kv::Args {
-        qkv,
-        positions: meta.positions,
-        slots: meta.slots,
-        ring_slots: meta.ring_slots,
-        inv_freq: meta.inv_freq,
-        head_map: kv.head_map,
-        q,
-        k: &mut *kv.k,
-        v: &mut *kv.v,
-        sk: &mut *kv.sk,
-        sv: &mut *kv.sv,
-        sum: &mut *kv.summary,
-        qkv16,
-    };
-    kern::rope_append_kv::launch_variant(g, name, Launch::new((n as u32, (nh + nkv) as u32, 1), 64), p, args)
-}
+/// Where the `rope_append_kv_rows` entries start in the `rope_append_kv` binding's table.
+const ROWS_FROM: usize = 5;
 
 #[allow(clippy::too_many_arguments)]
 pub fn page_select(
