@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use lserve::backend::Backend;
-use lserve::engine::{EngineOptions, build_engine};
+use lserve::engine::{Engine, EngineOptions, build_engine};
 use lserve::eval::accuracy::{Budget, SuiteOptions, draw_charts, grid, parse_pages, run_suite, table_markdown};
 use lserve::eval::block_recall::{BlockRecall, measure_blocks};
 use lserve::eval::niah::parse_lengths;
@@ -14,6 +14,7 @@ use lserve::eval::recall::{LayerRecall, Rank, measure};
 use lserve::eval::tasks::{Task, ppl_window};
 use lserve::loader::LoadedModel;
 use lserve::model::weights::LoadOptions;
+use lserve::sparse::Config;
 
 use super::run::{load_options, load_weights, on_device, open_model, parse_device, resolve_config};
 use super::{AccuracyArgs, RecallArgs};
@@ -157,13 +158,13 @@ pub fn recall(a: RecallArgs) -> Result<()> {
     let pages = parse_pages(&a.pages)?;
     let budgets = Budget::parse_list(&a.budgets)?;
     let corpus = corpus_ids(&m, &a.text)?;
+    let probe = Probe { m: &m, dtype, corpus: &corpus, a: &a, lengths: &lengths, pages: &pages, budgets: &budgets };
     if let Some(n) = a.prefill_blocks {
         at_least_one(&[("--prefill-blocks", n)])?;
-        let rows =
-            on_device!(device, be => block_recall_on(be, &m, dtype, &corpus, &a, &lengths, &pages, &budgets, n))?;
+        let rows = on_device!(device, be => block_recall_on(be, &probe, n))?;
         return print_block_recall(&rows, a.out.as_deref());
     }
-    let rows = on_device!(device, be => recall_on(be, &m, dtype, &corpus, &a, &lengths, &pages, &budgets))?;
+    let rows = on_device!(device, be => recall_on(be, &probe))?;
     let mut out = std::io::stdout().lock();
     let names: Vec<&str> = Rank::ALL.iter().map(|r| r.name()).collect();
     writeln!(
@@ -190,101 +191,109 @@ pub fn recall(a: RecallArgs) -> Result<()> {
             )?;
         }
     }
-    if let Some(path) = &a.out {
-        let json: Vec<_> = rows
-            .iter()
-            .map(|(len, b, (p, l), layers)| serde_json::json!({"length": len, "budget": b, "pages": format!("{p}/{l}"), "layers": layers}))
-            .collect();
-        std::fs::write(path, serde_json::to_string_pretty(&json)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-        writeln!(out, "wrote {}", path.display())?;
+    write_rows_json(&mut out, a.out.as_deref(), "budget", &rows)
+}
+
+/// `--out`: the rows (length, budget, pages, per-layer results) as JSON, the budget under `key`.
+fn write_rows_json<T: serde::Serialize>(
+    out: &mut impl Write,
+    path: Option<&Path>,
+    key: &str,
+    rows: &[ProbeRow<T>],
+) -> Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    let json: Vec<_> = rows
+        .iter()
+        .map(|(len, b, (p, l), layers)| serde_json::json!({"length": len, key: b, "pages": format!("{p}/{l}"), "layers": layers}))
+        .collect();
+    std::fs::write(path, serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    writeln!(out, "wrote {}", path.display())?;
+    Ok(())
+}
+
+/// A probe's row: length, budget, pages, per-layer results.
+type ProbeRow<T> = (usize, usize, (usize, usize), Vec<T>);
+type RecallRow = ProbeRow<LayerRecall>;
+type BlockRow = ProbeRow<BlockRecall>;
+
+/// What `lserve recall` measures over: the model, its windows and the grid.
+struct Probe<'a> {
+    m: &'a LoadedModel,
+    dtype: LoadOptions,
+    corpus: &'a [u32],
+    a: &'a RecallArgs,
+    lengths: &'a [usize],
+    pages: &'a [(usize, usize)],
+    budgets: &'a [Budget],
+}
+
+/// The probes' engine: pages `p/l`, page selection alone (no streaming heads, no dense layers)
+/// with a decode budget of `budget` tokens.
+fn probe_config(base: &Config, (p, l): (usize, usize), budget: usize) -> Config {
+    let mut c = base.clone();
+    (c.cache.physical_page, c.cache.logical_page) = (p, l);
+    c.sparse.enabled = true;
+    c.sparse.streaming_ratio = 0.0;
+    c.sparse.dense_below = 0;
+    c.sparse.token_budget = budget;
+    c
+}
+
+/// Build one probe engine per (length, pages, decode budget from `budgets(len, p)`) in turn
+/// ([`probe_config`]) and hand it the length's window to `run`.
+fn probe_engines<B: Backend>(
+    be: B,
+    pr: &Probe,
+    budgets: impl Fn(usize, usize) -> Vec<usize>,
+    mut run: impl FnMut(&mut Engine<B>, &[u32], usize, (usize, usize)) -> Result<()>,
+) -> Result<()> {
+    let m = pr.m;
+    let model = load_weights(&be, m, pr.dtype)?;
+    let mut parts = Some((be, model));
+    let base = resolve_config(None, &pr.a.tuning)?;
+    let bos = m.tokenizer.bos_token().map(|(id, _)| id).filter(|_| m.tokenizer.add_bos());
+    for &len in pr.lengths {
+        let ids = ppl_window(pr.corpus, bos, len, 0)?;
+        for &(p, l) in pr.pages {
+            for budget in budgets(len, p) {
+                let (be, model) = parts.take().expect("returned after each run");
+                let mut e = build_engine(be, model, &EngineOptions::new(probe_config(&base, (p, l), budget), len))?;
+                let r = run(&mut e, &ids, len, (p, l));
+                parts = Some((e.backend, e.model));
+                r?;
+            }
+        }
     }
     Ok(())
 }
 
-type RecallRow = (usize, usize, (usize, usize), Vec<LayerRecall>);
-
-#[allow(clippy::too_many_arguments)]
-fn recall_on<B: Backend>(
-    be: B,
-    m: &LoadedModel,
-    dtype: LoadOptions,
-    corpus: &[u32],
-    a: &RecallArgs,
-    lengths: &[usize],
-    pages: &[(usize, usize)],
-    budgets: &[Budget],
-) -> Result<Vec<RecallRow>> {
-    let model = load_weights(&be, m, dtype)?;
-    let mut parts = Some((be, model));
-    let base = resolve_config(None, &a.tuning)?;
-    let bos = m.tokenizer.bos_token().map(|(id, _)| id).filter(|_| m.tokenizer.add_bos());
+fn recall_on<B: Backend>(be: B, pr: &Probe) -> Result<Vec<RecallRow>> {
     let mut rows = vec![];
-    for &len in lengths {
-        let ids = ppl_window(corpus, bos, len, 0)?;
-        for &(p, l) in pages {
-            for &b in budgets {
-                let mut c = base.clone();
-                (c.cache.physical_page, c.cache.logical_page) = (p, l);
-                c.sparse.enabled = true;
-                c.sparse.streaming_ratio = 0.0;
-                c.sparse.dense_below = 0;
-                c.sparse.token_budget = b.tokens(len).max(p);
-                let (be, model) = parts.take().expect("returned after each run");
-                let mut e = build_engine(be, model, &EngineOptions::new(c, len))?;
-                let r = measure(&mut e, &ids, a.steps, a.every);
-                let budget = e.attn.k_pages * p + p;
-                parts = Some((e.backend, e.model));
-                let layers = r?;
-                eprintln!("{len} tokens, pages {p}/{l}, budget {budget}: {} layers measured", layers.len());
-                rows.push((len, budget, (p, l), layers));
-            }
-        }
-    }
+    let per_engine = |len: usize, p: usize| pr.budgets.iter().map(|b| b.tokens(len).max(p)).collect();
+    probe_engines(be, pr, per_engine, |e, ids, len, (p, l)| {
+        let layers = measure(e, ids, pr.a.steps, pr.a.every)?;
+        let budget = e.attn.k_pages * p + p;
+        eprintln!("{len} tokens, pages {p}/{l}, budget {budget}: {} layers measured", layers.len());
+        rows.push((len, budget, (p, l), layers));
+        Ok(())
+    })?;
     Ok(rows)
 }
 
-type BlockRow = (usize, usize, (usize, usize), Vec<BlockRecall>);
-
 /// `lserve recall --prefill-blocks N`: every page selected (dense rows), each budget's k pages
 /// chosen per block by each estimator.
-#[allow(clippy::too_many_arguments)]
-fn block_recall_on<B: Backend>(
-    be: B,
-    m: &LoadedModel,
-    dtype: LoadOptions,
-    corpus: &[u32],
-    a: &RecallArgs,
-    lengths: &[usize],
-    pages: &[(usize, usize)],
-    budgets: &[Budget],
-    blocks: usize,
-) -> Result<Vec<BlockRow>> {
-    let model = load_weights(&be, m, dtype)?;
-    let mut parts = Some((be, model));
-    let base = resolve_config(None, &a.tuning)?;
-    let bos = m.tokenizer.bos_token().map(|(id, _)| id).filter(|_| m.tokenizer.add_bos());
+fn block_recall_on<B: Backend>(be: B, pr: &Probe, blocks: usize) -> Result<Vec<BlockRow>> {
     let mut rows = vec![];
-    for &len in lengths {
-        let ids = ppl_window(corpus, bos, len, 0)?;
-        for &(p, l) in pages {
-            let mut c = base.clone();
-            (c.cache.physical_page, c.cache.logical_page) = (p, l);
-            c.sparse.enabled = true;
-            c.sparse.streaming_ratio = 0.0;
-            c.sparse.dense_below = 0;
-            c.sparse.token_budget = len.next_multiple_of(p) + p;
-            let (be, model) = parts.take().expect("returned after each run");
-            let mut e = build_engine(be, model, &EngineOptions::new(c, len))?;
-            let ks: Vec<usize> = budgets.iter().map(|b| (b.tokens(len) / p).max(1)).collect();
-            let r = measure_blocks(&mut e, &ids, blocks, &ks);
-            parts = Some((e.backend, e.model));
-            for (k, layers) in ks.iter().zip(r?) {
-                eprintln!("{len} tokens, pages {p}/{l}, prefill budget {}: {} layers measured", k * p, layers.len());
-                rows.push((len, k * p, (p, l), layers));
-            }
+    let every_page = |len: usize, p: usize| vec![len.next_multiple_of(p) + p];
+    probe_engines(be, pr, every_page, |e, ids, len, (p, l)| {
+        let ks: Vec<usize> = pr.budgets.iter().map(|b| (b.tokens(len) / p).max(1)).collect();
+        for (k, layers) in ks.iter().zip(measure_blocks(e, ids, blocks, &ks)?) {
+            eprintln!("{len} tokens, pages {p}/{l}, prefill budget {}: {} layers measured", k * p, layers.len());
+            rows.push((len, k * p, (p, l), layers));
         }
-    }
+        Ok(())
+    })?;
     Ok(rows)
 }
 
@@ -310,16 +319,7 @@ fn print_block_recall(rows: &[BlockRow], out_path: Option<&Path>) -> Result<()> 
             )?;
         }
     }
-    if let Some(path) = out_path {
-        let json: Vec<_> = rows
-            .iter()
-            .map(|(len, b, (p, l), layers)| serde_json::json!({"length": len, "prefill_budget": b, "pages": format!("{p}/{l}"), "layers": layers}))
-            .collect();
-        std::fs::write(path, serde_json::to_string_pretty(&json)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-        writeln!(out, "wrote {}", path.display())?;
-    }
-    Ok(())
+    write_rows_json(&mut out, out_path, "prefill_budget", rows)
 }
 
 /// Each (flag, value) must be at least 1 (a count of samples, tokens or steps).
