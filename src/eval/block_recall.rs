@@ -12,11 +12,11 @@
 //! those of teacher-forced decode steps (the same q and keys as the prefill's rows), with every
 //! page selected, i.e. dense attention.
 //!
-//! Estimators of a candidate page:
-//! - [`Estimator::MeanBound`]: what the engine computes (`mean_rows` then `page_select`): the
+//! Estimators of a candidate page (`BlockRecall::recall` in this order):
+//! - the mean bound: what the engine computes (`mean_rows` then `page_select`): the
 //!   Quest bound of the block's mean query per head against each logical page's min/max box,
 //!   max over the page's logical pages and the group's heads.
-//! - [`Estimator::Antidiagonal`]: XAttention's estimate (Xu et al. 2025) at stride `S`: rows and
+//! - the antidiagonal: XAttention's estimate (Xu et al. 2025) at stride `S`: rows and
 //!   keys in groups of `S`; a (row group, key group) scores `sum_i q[r0 + S - 1 - i] . k[k0 + i]`
 //!   (one antidiagonal of the S x S score block) times `scale / S`; a softmax per (row group,
 //!   head) over the key groups it may see, summed per page over row groups and heads.
@@ -29,14 +29,7 @@ use crate::engine::Engine;
 use crate::error::Result;
 use crate::model::llama::Logits;
 
-use super::recall::top_k;
-
-/// A block-importance estimator (module docs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum Estimator {
-    MeanBound,
-    Antidiagonal,
-}
+use super::recall::{HeadView, Rank, read_keys, score_scale, softmax, top_k};
 
 /// XAttention's stride.
 pub const ANTIDIAGONAL_STRIDE: usize = 8;
@@ -46,7 +39,7 @@ pub const ANTIDIAGONAL_STRIDE: usize = 8;
 pub struct BlockRecall {
     pub layer: usize,
     pub samples: usize,
-    /// [`Estimator::MeanBound`], [`Estimator::Antidiagonal`].
+    /// The mean bound's, then the antidiagonal's (module docs).
     pub recall: [f64; 2],
     pub oracle: f64,
     /// The mass the always-read pages (page 0 and the tail) hold on their own.
@@ -94,10 +87,7 @@ impl BlockView<'_> {
             for g in 0..self.group {
                 let q = self.q_row(i, g);
                 let z: Vec<f64> = (0..=first + i).map(|t| dot(q, self.key(t)) * self.scale as f64).collect();
-                let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = z.iter().map(|x| (x - m).exp()).collect();
-                let s: f64 = e.iter().sum();
-                e.iter().enumerate().for_each(|(t, x)| mass[t / ps] += x / s);
+                softmax(&z).iter().enumerate().for_each(|(t, x)| mass[t / ps] += x);
             }
         }
         let n = (self.rows * self.group) as f64;
@@ -105,37 +95,27 @@ impl BlockView<'_> {
         mass
     }
 
-    /// Candidate pages `1..t` scored by the Quest bound of the mean query (the engine's estimate).
+    /// Candidate pages `1..t` scored by the Quest bound of the mean query (the engine's estimate):
+    /// the decode probe's `max` rank ([`Rank::Max`]) with each head's mean query as its query.
     pub fn mean_bound_scores(&self, t: usize) -> Vec<f64> {
-        let (hd, lp, ps) = (self.head_dim, self.logical_page, self.page_size);
-        let means: Vec<Vec<f32>> = (0..self.group)
-            .map(|g| {
-                let mut m = vec![0f32; hd];
-                for i in 0..self.rows {
-                    m.iter_mut().zip(self.q_row(i, g)).for_each(|(a, &b)| *a += b);
-                }
-                m.iter().map(|x| x / self.rows as f32).collect()
-            })
-            .collect();
-        (1..t)
-            .map(|p| {
-                let mut best = f64::NEG_INFINITY;
-                for l0 in (p * ps..(p + 1) * ps).step_by(lp) {
-                    let (mut lo, mut hi) = (vec![f32::INFINITY; hd], vec![f32::NEG_INFINITY; hd]);
-                    for tk in l0..l0 + lp {
-                        for (c, &x) in self.key(tk).iter().enumerate() {
-                            lo[c] = lo[c].min(x);
-                            hi[c] = hi[c].max(x);
-                        }
-                    }
-                    for q in &means {
-                        let b: f64 = (0..hd).map(|c| (q[c] * hi[c]).max(q[c] * lo[c]) as f64).sum();
-                        best = best.max(b);
-                    }
-                }
-                best
-            })
-            .collect()
+        let hd = self.head_dim;
+        let mut means = vec![0f32; self.group * hd];
+        for (g, m) in means.chunks_exact_mut(hd).enumerate() {
+            for i in 0..self.rows {
+                m.iter_mut().zip(self.q_row(i, g)).for_each(|(a, &b)| *a += b);
+            }
+            m.iter_mut().for_each(|x| *x /= self.rows as f32);
+        }
+        let view = HeadView {
+            q: &means,
+            keys: self.keys,
+            head_dim: hd,
+            page_size: self.page_size,
+            logical_page: self.logical_page,
+            scale: self.scale,
+            shrink: 0.0,
+        };
+        view.rank_scores(Rank::Max, &view.bounds())[1..t].to_vec()
     }
 
     /// Candidate pages `1..t` scored by XAttention's antidiagonal estimate at stride `s` (module
@@ -153,13 +133,10 @@ impl BlockView<'_> {
                             / s as f64
                     })
                     .collect();
-                let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = z.iter().map(|x| (x - m).exp()).collect();
-                let sum: f64 = e.iter().sum();
-                for (kg, x) in e.iter().enumerate() {
+                for (kg, x) in softmax(&z).iter().enumerate() {
                     let p = kg * s / ps;
                     if p < t {
-                        score[p] += x / sum;
+                        score[p] += x;
                     }
                 }
             }
@@ -204,7 +181,7 @@ pub fn measure_blocks<B: Backend>(
 ) -> Result<Vec<Vec<BlockRecall>>> {
     let c = e.model.cfg.clone();
     let s = e.cache.shape.clone();
-    let scale = c.gemma.as_ref().map_or(c.head_dim as f32, |g| g.query_pre_attn_scalar).sqrt().recip();
+    let scale = score_scale(&c);
     let (nh, nkv, hd, ps, lp) = (c.num_heads, c.num_kv_heads, c.head_dim, s.page_size, s.logical_page);
     let group = nh / nkv;
     let rows = PREFILL_BLOCK_ROWS;
@@ -233,7 +210,7 @@ pub fn measure_blocks<B: Backend>(
                     failed = (|| -> Result<()> {
                         qs[layer].extend(be.download_f32(q, 0, nh * hd)?);
                         if last {
-                            let geo = (layer, nkv, group, hd, ps, lp, scale);
+                            let geo = (layer, nkv, layout.n_ret(layer), group, hd, ps, lp, scale);
                             observe(be, &kv, meta, &qs[layer], geo, k_pages, &mut out)?;
                             qs[layer].clear();
                         }
@@ -260,8 +237,8 @@ pub fn measure_blocks<B: Backend>(
     Ok(out)
 }
 
-/// (layer, n_kv, group, head_dim, page_size, logical_page, scale).
-type Geometry = (usize, usize, usize, usize, usize, usize, f32);
+/// (layer, n_kv, n_ret, group, head_dim, page_size, logical_page, scale).
+type Geometry = (usize, usize, usize, usize, usize, usize, usize, f32);
 
 /// One layer at a block's last row: every retrieval KV head's keys read back and measured.
 fn observe<B: Backend>(
@@ -269,7 +246,7 @@ fn observe<B: Backend>(
     kv: &LayerKv<B>,
     meta: &PagedMeta<B>,
     qs: &[f32],
-    (layer, nkv, group, hd, ps, lp, scale): Geometry,
+    (layer, nkv, n_ret, group, hd, ps, lp, scale): Geometry,
     ks: &[usize],
     out: &mut [Vec<BlockRecall>],
 ) -> Result<()> {
@@ -277,17 +254,12 @@ fn observe<B: Backend>(
     let n_pages = t.div_ceil(ps);
     let table = be.download_u32(meta.page_table, 0, n_pages)?;
     let head_map = be.download_u32(kv.head_map, 0, nkv)?;
-    let n_ret = head_map.iter().filter(|&&m| m & STREAMING_BIT == 0).count();
     let rows = qs.len() / (nkv * group * hd);
     for (kvh, &m) in head_map.iter().enumerate() {
         if m & STREAMING_BIT != 0 {
             continue;
         }
-        let mut keys = Vec::with_capacity(t * hd);
-        for (i, &page) in table.iter().enumerate() {
-            let valid = (t - i * ps).min(ps);
-            keys.extend(be.download_f32(kv.k, ((page as usize * n_ret + m as usize) * ps) * hd, valid * hd)?);
-        }
+        let keys = read_keys(be, kv, &table, (t, ps, hd), (n_ret, m as usize))?;
         // This KV head's queries, [rows][group][hd].
         let q: Vec<f32> = (0..rows)
             .flat_map(|i| {

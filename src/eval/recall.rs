@@ -22,6 +22,7 @@ use serde::Serialize;
 use crate::backend::{Backend, LayerKv, PagedMeta, STREAMING_BIT};
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::model::config::ModelConfig;
 use crate::model::llama::Logits;
 
 /// How physical pages are ranked from the logical pages' bounds.
@@ -116,7 +117,7 @@ fn lse(xs: impl Iterator<Item = f64>) -> f64 {
     if m == f64::NEG_INFINITY { m } else { m + v.iter().map(|x| (x - m).exp()).sum::<f64>().ln() }
 }
 
-fn softmax(v: &[f64]) -> Vec<f64> {
+pub(crate) fn softmax(v: &[f64]) -> Vec<f64> {
     let m = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let e: Vec<f64> = v.iter().map(|x| (x - m).exp()).collect();
     let s: f64 = e.iter().sum();
@@ -344,12 +345,7 @@ impl RecallProbe {
             if m & STREAMING_BIT != 0 {
                 continue;
             }
-            let r = m as usize;
-            let mut keys = Vec::with_capacity(t * hd);
-            for (i, &page) in table.iter().enumerate() {
-                let valid = (t - i * ps).min(ps);
-                keys.extend(be.download_f32(kv.k, ((page as usize * n_ret + r) * ps) * hd, valid * hd)?);
-            }
+            let keys = read_keys(be, kv, &table, (t, ps, hd), (n_ret, m as usize))?;
             let view = HeadView {
                 q: &qs[kvh * group * hd..(kvh + 1) * group * hd],
                 keys: &keys,
@@ -379,12 +375,35 @@ impl RecallProbe {
     }
 }
 
+/// The first `t` keys of retrieval head `r` (of `n_ret`) read back from the pool through the
+/// sequence's page `table`, `[t][head_dim]` (f32 pools).
+pub(crate) fn read_keys<B: Backend>(
+    be: &B,
+    kv: &LayerKv<B>,
+    table: &[u32],
+    (t, ps, hd): (usize, usize, usize),
+    (n_ret, r): (usize, usize),
+) -> Result<Vec<f32>> {
+    let mut keys = Vec::with_capacity(t * hd);
+    for (i, &page) in table.iter().enumerate() {
+        let valid = (t - i * ps).min(ps);
+        keys.extend(be.download_f32(kv.k, ((page as usize * n_ret + r) * ps) * hd, valid * hd)?);
+    }
+    Ok(keys)
+}
+
+/// The models' attention score scale: `query_pre_attn_scalar^-0.5` for Gemma 3, else
+/// `head_dim^-0.5`.
+pub(crate) fn score_scale(c: &ModelConfig) -> f32 {
+    c.gemma.as_ref().map_or(c.head_dim as f32, |g| g.query_pre_attn_scalar).sqrt().recip()
+}
+
 /// Decode steps predicting the last `steps` tokens of `ids` ([`super::prefill_for_decode`]: each
 /// token enters the cache once), measuring every `every`-th.
 pub fn measure<B: Backend>(e: &mut Engine<B>, ids: &[u32], steps: usize, every: usize) -> Result<Vec<LayerRecall>> {
     let c = e.model.cfg.clone();
     let s = e.cache.shape.clone();
-    let scale = c.gemma.as_ref().map_or(c.head_dim as f32, |g| g.query_pre_attn_scalar).sqrt().recip();
+    let scale = score_scale(&c);
     let mut probe = RecallProbe::new(c.num_layers, e.attn.k_pages, scale, e.attn.bound_shrink);
     let mut seq = e.cache.admit()?;
     let r = (|| -> Result<()> {
