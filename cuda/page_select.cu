@@ -201,3 +201,56 @@ extern "C" __global__ void page_select_global(PageSelectParams p, const u32* hea
     u64* row = keys_io + ((u64)s * p.n_kv_heads + kvh) * np;
     select_row(p, hm, cand, seq_slot[s], row, selected, counts, np, selected_len, counts_len);
 }
+
+// page_top_k: the top-k of a CSR score table (the contract: Backend::page_top_k). One block per
+// (retrieval head r, row s) (grid (n_ret, num_seqs)); rows with select_mask[s] == 0 return. A
+// row's scores f32 [(page_indptr[s] + j) * n_ret + r] become page_select's sort keys (inverted
+// order-preserving bits << 32 | j, NaN as -inf, ~0 from the row's candidates (entries - 1) to np,
+// a power of two the host takes from max_seq_pages), sorted by select_row: page_top_k in dynamic
+// shared memory (np * 8 bytes), page_top_k_global in place in the scratch keys [num_seqs][n_ret][np].
+__device__ __forceinline__ u32 top_k_row(const PageTopKParams& p, const float* scores, const u32* page_indptr,
+                                         u32 s, u32 r, u64* keys, u32 np, u32 scores_len) {
+    u32 a = page_indptr[s], e = page_indptr[s + 1];
+    u32 cand = min(e > a ? e - a - 1 : 0u, np);
+    for (u32 j = threadIdx.x; j < np; j += blockDim.x) {
+        u64 key = ~0ull;
+        if (j < cand) {
+            u64 at = (u64)(a + j) * p.n_ret + r;
+            float x = at < scores_len ? scores[at] : -LS_INF;
+            if (x != x) x = -LS_INF;
+            key = ((u64)(~ordered(x)) << 32) | j;
+        }
+        keys[j] = key;
+    }
+    __syncthreads();
+    return cand;
+}
+
+__device__ __forceinline__ PageSelectParams top_k_select_params(const PageTopKParams& p) {
+    PageSelectParams sp = {};
+    sp.n_ret = p.n_ret;
+    sp.k_pages = p.k_pages;
+    sp.sel_stride = p.sel_stride;
+    return sp;
+}
+
+extern "C" __global__ void page_top_k(PageTopKParams p, const float* scores, const u32* page_indptr,
+                                      const u32* seq_slot, const u32* select_mask, u32* selected, u32* counts,
+                                      u32 np, u32 scores_len, u32 selected_len, u32 counts_len) {
+    extern __shared__ u64 keys[];
+    u32 r = blockIdx.x, s = blockIdx.y;
+    if (select_mask[s] == 0u) return;
+    u32 cand = top_k_row(p, scores, page_indptr, s, r, keys, np, scores_len);
+    select_row(top_k_select_params(p), r, cand, seq_slot[s], keys, selected, counts, np, selected_len, counts_len);
+}
+
+extern "C" __global__ void page_top_k_global(PageTopKParams p, const float* scores, const u32* page_indptr,
+                                             const u32* seq_slot, const u32* select_mask, u64* keys_io,
+                                             u32* selected, u32* counts, u32 np, u32 scores_len,
+                                             u32 selected_len, u32 counts_len) {
+    u32 r = blockIdx.x, s = blockIdx.y;
+    if (select_mask[s] == 0u) return;
+    u64* row = keys_io + ((u64)s * p.n_ret + r) * np;
+    u32 cand = top_k_row(p, scores, page_indptr, s, r, row, np, scores_len);
+    select_row(top_k_select_params(p), r, cand, seq_slot[s], row, selected, counts, np, selected_len, counts_len);
+}

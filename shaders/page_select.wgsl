@@ -31,13 +31,7 @@
 @group(0) @binding(6) var<storage, read> select_mask: array<u32>;
 @group(0) @binding(7) var<storage, read_write> keys: array<u32>;
 
-const KEY_NEG_INF: u32 = 0x007fffffu;
-
-// Monotone map of f32 to u32 in f32::total_cmp order.
-fn f32_key(v: f32) -> u32 {
-    let b = bitcast<u32>(v);
-    return select(b ^ 0x80000000u, ~b, (b >> 31u) == 1u);
-}
+// KEY_NEG_INF and f32_key: common.wgsl.
 
 // Term c of a score for the 4 dims of vec4 c (summary row at): max(q_c * max_c, q_c * min_c),
 // or with p.bound_shrink > 0 the box shrunk toward its centre, q_c * mid_c + |q_c| * ((1 -

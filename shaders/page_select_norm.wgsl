@@ -23,15 +23,8 @@
 @group(0) @binding(4) var<storage, read_write> keys: array<u32>;
 
 const LIM: f32 = 1e30;
-const KEY_NEG_INF: u32 = 0x007fffffu;
 
 var<workgroup> red: array<f32, 256>;
-
-// Monotone map of f32 to u32 in f32::total_cmp order (as page_select.wgsl).
-fn f32_key(v: f32) -> u32 {
-    let b = bitcast<u32>(v);
-    return select(b ^ 0x80000000u, ~b, (b >> 31u) == 1u);
-}
 
 // The bound a key encodes, clamped to +-LIM; keys at or below key(-inf) read as -LIM.
 fn key_bound(k: u32) -> f32 {

@@ -25,7 +25,7 @@
 
 const WG: u32 = 256u;
 const NONE: u32 = 0xffffffffu;
-const KEY_NEG_INF: u32 = 0x007fffffu;
+// KEY_NEG_INF (0x007fffff): common.wgsl.
 const KEY_POS_INF: u32 = 0xff800000u;
 
 var<workgroup> red_u: array<u32, 256>;

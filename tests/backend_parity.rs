@@ -9,7 +9,8 @@
 //! This file holds the harness (the CPU/backend pair, the KV cache pair and its appends); the op
 //! tests live in tests/parity/: elementwise.rs (embed, matmul, norms, elementwise, argmax,
 //! fill_random, write_at), gemma_ops.rs, sample.rs, kv.rs (rope_append_kv, lambda_mass, KV swap)
-//! and attention.rs (prefill_attention, sparse_decode_attention, page_select).
+//! attention.rs (prefill_attention, sparse_decode_attention, page_select) and blocks.rs
+//! (antidiagonal_score, page_top_k).
 //!
 //! wgpu: runs on whatever adapter is found (Mesa's lavapipe in CI). Without an adapter the wgpu
 //! tests are skipped, unless LSERVE_REQUIRE_WGPU=1, which makes them fail instead (CI sets it).
@@ -21,6 +22,8 @@ mod common;
 mod macros;
 #[path = "parity/attention.rs"]
 mod attention;
+#[path = "parity/blocks.rs"]
+mod blocks;
 #[path = "parity/elementwise.rs"]
 mod elementwise;
 #[path = "parity/gemma_ops.rs"]
@@ -31,6 +34,7 @@ mod kv;
 mod sample;
 
 pub use attention::*;
+pub use blocks::*;
 use common::naive::Rng;
 pub use elementwise::*;
 pub use gemma_ops::*;

@@ -264,13 +264,65 @@ fn gpu_gemma_matches_cpu<G: lserve::backend::Backend>(gpu: G, name: &str) {
     }
 }
 
+/// Block-sparse prefill with the antidiagonal estimate through a GPU backend's kernels against
+/// the CPU (f32 weights and KV where the backend has them): 150 tokens in 16-token steps, blocks
+/// sparse from position 32 on the global layer, logits of every row within 1e-3. wgpu (f32 all
+/// through) keeps two pages a block, so its selection must agree with the CPU's; CUDA multiplies
+/// the estimate in bf16 on tensor cores, where a near tie may pick another page, so it keeps
+/// every candidate (its scores are compared by the `antidiagonal_score` parity test instead).
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_block_sparse_prefill_matches_cpu() {
+    if let Some(gpu) = common::wgpu_backend() {
+        gpu_block_sparse_matches_cpu(gpu, "wgpu", 32);
+    }
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_block_sparse_prefill_matches_cpu() {
+    if let Some(gpu) = common::cuda_backend() {
+        gpu_block_sparse_matches_cpu(gpu, "cuda", 16 * 16);
+    }
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn gpu_block_sparse_matches_cpu<G: lserve::backend::Backend>(gpu: G, name: &str, budget: usize) {
+    use lserve::backend::{Backend, DType};
+    let seed = common::seed();
+    let (c, w) = tiny_gemma(seed);
+    let mut rng = common::naive::Rng(seed ^ 0xad1a);
+    let ids: Vec<u32> = (0..150).map(|_| (rng.next() * 511.0) as u32).collect();
+    let f32w = gpu.caps().weight_dtypes.contains(&DType::F32).then_some(DType::F32);
+    fn run<B: Backend>(e: &mut Engine<B>, ids: &[u32]) -> Vec<Vec<f32>> {
+        let mut seq = e.cache.admit().unwrap();
+        ids.chunks(16).map(|chunk| e.step(&mut seq, chunk, Logits::All, None).unwrap()).collect()
+    }
+    let mut config = lserve::sparse::Config::default();
+    config.sparse.enabled = true;
+    config.sparse.streaming_ratio = 0.0;
+    config.sparse.dense_below = 1 << 20;
+    config.sparse.prefill_budget = budget;
+    config.sparse.prefill_dense_below = 32;
+    if gpu.caps().kv_dtypes.contains(&DType::F32) {
+        config.cache.kv_dtype = "f32".into();
+    }
+    let got = run(&mut tiny_engine_with(gpu, &c, &w, f32w, config.clone()), &ids);
+    let want = run(&mut tiny_engine_with(CpuBackend::new(), &c, &w, None, config), &ids);
+    let tol = if f32w.is_some() { 1e-3 } else { 3e-2 };
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let err = g.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(err < tol, "seed {seed} step {i}: max |logit diff| {name} vs cpu {err} (budget {budget})");
+    }
+}
+
 /// Block-sparse prefill on Gemma 3 acts on its global layer (layer 5 of the tiny model; the
 /// local layers read their window): 150 tokens prefilled in 16-token steps with blocks sparse
 /// from position 32 (`prefill_dense_below`). With a budget of every page the selection takes
 /// all candidate pages and the last logits equal dense prefill's (summation order aside); with
 /// two pages (the least the config takes) the late blocks skip keys, so the logits move (the path
 /// is live) — and not through the local layers: the same budget with the global layer dense
-/// changes nothing.
+/// changes nothing. Both estimates (antidiagonal, the default, and the mean-query bound).
 #[cfg(feature = "wgpu")]
 #[test]
 fn block_sparse_prefill_acts_on_the_global_layers() {
@@ -278,7 +330,8 @@ fn block_sparse_prefill_acts_on_the_global_layers() {
     let (c, w) = tiny_gemma(seed);
     let mut rng = common::naive::Rng(seed ^ 0xb10c);
     let ids: Vec<u32> = (0..150).map(|_| (rng.next() * 511.0) as u32).collect();
-    let last = |budget: Option<usize>, dense_layers: Vec<usize>| -> Vec<f32> {
+    use lserve::sparse::PrefillEstimate;
+    let last = |budget: Option<usize>, dense_layers: Vec<usize>, est: PrefillEstimate| -> Vec<f32> {
         let mut config = lserve::sparse::Config::default();
         if let Some(b) = budget {
             config.sparse.enabled = true;
@@ -287,6 +340,7 @@ fn block_sparse_prefill_acts_on_the_global_layers() {
             config.sparse.prefill_budget = b;
             config.sparse.prefill_dense_below = 32;
             config.sparse.dense_layers = dense_layers;
+            config.sparse.prefill_estimate = est;
         }
         let mut e = tiny_engine_with(CpuBackend::new(), &c, &w, None, config);
         let mut seq = e.cache.admit().unwrap();
@@ -297,18 +351,21 @@ fn block_sparse_prefill_acts_on_the_global_layers() {
         out
     };
     let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
-    let dense = last(None, vec![]);
-    let all_pages = last(Some(16 * 16), vec![]);
-    let two_pages = last(Some(32), vec![]);
-    let global_dense = last(Some(32), vec![5]);
-    eprintln!(
-        "seed {seed}: all pages {:.2e}, two pages {:.2e}, two pages with layer 5 dense {:.2e}",
-        diff(&all_pages, &dense),
-        diff(&two_pages, &dense),
-        diff(&global_dense, &dense)
-    );
-    assert!(diff(&all_pages, &dense) < 1e-4, "every page selected must equal dense prefill");
-    assert!(diff(&two_pages, &dense) > 1e-3, "a two-page budget must change the global layer's attention");
-    assert!(diff(&global_dense, &dense) < 1e-4, "with the global layer dense nothing is sparse");
-    assert!(two_pages.iter().all(|x| x.is_finite()));
+    let dense = last(None, vec![], PrefillEstimate::Antidiagonal);
+    for est in [PrefillEstimate::Antidiagonal, PrefillEstimate::MeanBound] {
+        let all_pages = last(Some(16 * 16), vec![], est);
+        let two_pages = last(Some(32), vec![], est);
+        let global_dense = last(Some(32), vec![5], est);
+        eprintln!(
+            "seed {seed}, {}: all pages {:.2e}, two pages {:.2e}, two pages with layer 5 dense {:.2e}",
+            est.name(),
+            diff(&all_pages, &dense),
+            diff(&two_pages, &dense),
+            diff(&global_dense, &dense)
+        );
+        assert!(diff(&all_pages, &dense) < 1e-4, "every page selected must equal dense prefill");
+        assert!(diff(&two_pages, &dense) > 1e-3, "a two-page budget must change the global layer's attention");
+        assert!(diff(&global_dense, &dense) < 1e-4, "with the global layer dense nothing is sparse");
+        assert!(two_pages.iter().all(|x| x.is_finite()));
+    }
 }

@@ -272,6 +272,20 @@ pub struct BlockPages<'a, B: Backend + ?Sized> {
     pub counts: &'a B::Buffer,
 }
 
+/// Stride of block-sparse prefill's antidiagonal estimate (`antidiagonal_score`): rows and keys
+/// go in groups of this many (XAttention's stride 8, the one measured in docs/sparse-attention.md).
+pub const ANTIDIAGONAL_STRIDE: usize = 8;
+
+/// A block-sparse prefill step's query blocks as the estimate ops read them: `info[b]` is
+/// `[q_row, rows, first, seq]` (block b's first row in q, its rows, the position of that row,
+/// its sequence in the step's [`PagedMeta`]); block b's candidates are the entries
+/// `page_indptr[b]..page_indptr[b + 1]` less the last (the virtual row of pages `1..=tail` that
+/// `page_select` ranks; empty for a dense block), entry j being the sequence's page j + 1.
+pub struct BlockRows<'a, B: Backend + ?Sized> {
+    pub info: &'a B::Buffer,
+    pub page_indptr: &'a B::Buffer,
+}
+
 /// Output of `page_select`: the `selected` and `counts` buffers of [`HeadPages`].
 pub struct SelectedMut<'a, B: Backend + ?Sized> {
     pub selected: &'a mut B::Buffer,
@@ -502,6 +516,41 @@ pub trait Backend: Send {
         q: &Self::Buffer,
         kv: LayerKv<Self>,
         meta: &PagedMeta<Self>,
+        seq_slot: &Self::Buffer,
+        select_mask: &Self::Buffer,
+        out: SelectedMut<Self>,
+    ) -> Result<()>;
+    /// Block-sparse prefill's antidiagonal estimate (XAttention, stride `S` =
+    /// [`ANTIDIAGONAL_STRIDE`]). For each block b of `blocks` with candidates and each retrieval
+    /// KV head (`head_map` r), for each full group of S rows `r0 = 0, S, ..` (r0 + S <= rows) and
+    /// each query head g of the KV head's group: key group `kg` (positions `S kg .. S kg + S`) for
+    /// every `kg < (first + r0) / S` scores
+    /// `z = scale / S * sum_{i<S} q[q_row + r0 + S - 1 - i][g] . k[S kg + i]`, and a softmax over
+    /// those z adds each key group's weight to the score of its page's candidate (page
+    /// `S kg / page_size`, candidate `page - 1` when that is below the row's candidate count).
+    /// scores f32 `[(page_indptr[b] + j) * n_ret + r]`: every entry of a block with candidates is
+    /// written (its last, the tail's, 0); other entries are untouched. `page_size` a multiple of S.
+    #[allow(clippy::too_many_arguments)]
+    fn antidiagonal_score(
+        &self,
+        p: &AntidiagonalParams,
+        q: &Self::Buffer,
+        kv: LayerKv<Self>,
+        meta: &PagedMeta<Self>,
+        blocks: &BlockRows<Self>,
+        scores: &mut Self::Buffer,
+    ) -> Result<()>;
+    /// The `k_pages` best candidates of each (row s with `select_mask[s] != 0`, retrieval head r)
+    /// of a score table laid out as `antidiagonal_score` writes it (f32
+    /// `[(page_indptr[s] + j) * n_ret + r]`, candidates j below the row's entries less one):
+    /// `min(k_pages, candidates)` of them by (score desc, j asc; NaN lowest), written ascending to
+    /// `selected[(seq_slot[s] * n_ret + r) * sel_stride..]`, their number to
+    /// `counts[seq_slot[s] * n_ret + r]`. Rows not selected keep their previous selection.
+    fn page_top_k(
+        &self,
+        p: &PageTopKParams,
+        scores: &Self::Buffer,
+        page_indptr: &Self::Buffer,
         seq_slot: &Self::Buffer,
         select_mask: &Self::Buffer,
         out: SelectedMut<Self>,

@@ -47,6 +47,8 @@ pub fn all_param_layouts() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
         one::<AttentionParams>(),
         one::<PageSelectParams>(),
         one::<LambdaMassParams>(),
+        one::<AntidiagonalParams>(),
+        one::<PageTopKParams>(),
         one::<FillRandomParams>(),
         one::<GeluTanhMulParams>(),
         one::<HeadRmsnormParams>(),
@@ -168,6 +170,38 @@ params! {
         /// computed as `sum_c max(q_c max_c, q_c min_c)`; 1: the box's mid-point key.
         pub bound_shrink: f32,
         pub _pad1: u32,
+    }
+    /// `antidiagonal_score` (block-sparse prefill's estimate, XAttention's antidiagonal at stride
+    /// [`ANTIDIAGONAL_STRIDE`]): `n_blocks` query blocks over q `[n_tokens][n_heads][head_dim]`,
+    /// keys read from the retrieval pool through the step's page table (`num_seqs` sequences).
+    pub struct AntidiagonalParams {
+        pub n_blocks: u32,
+        pub n_tokens: u32,
+        pub num_seqs: u32,
+        pub n_heads: u32,
+        pub n_kv_heads: u32,
+        pub head_dim: u32,
+        pub page_size: u32,
+        pub num_pages: u32,
+        pub n_ret: u32,
+        /// The attention score scale (the estimate multiplies by scale / stride).
+        pub scale: f32,
+        pub _pad0: u32,
+        pub _pad1: u32,
+    }
+    /// `page_top_k`: rows `num_seqs` x `n_ret` of a CSR score table (`page_indptr`), the best
+    /// `k_pages` candidates of each written to `selected` rows of `sel_stride` entries.
+    pub struct PageTopKParams {
+        pub num_seqs: u32,
+        pub n_ret: u32,
+        pub k_pages: u32,
+        pub sel_stride: u32,
+        /// At least the most entries any row holds (a power of two), as
+        /// [`PageSelectParams::max_seq_pages`]; sizes per-row work, never bounds accesses.
+        pub max_seq_pages: u32,
+        pub _pad0: u32,
+        pub _pad1: u32,
+        pub _pad2: u32,
     }
     pub struct LambdaMassParams {
         pub n_tokens: u32,

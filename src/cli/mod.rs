@@ -378,6 +378,10 @@ pub struct SparseArgs {
     /// Query blocks starting before this position attend densely in a block-sparse prefill.
     #[arg(long)]
     pub prefill_dense_below: Option<usize>,
+    /// How block-sparse prefill ranks a query block's pages: antidiagonal (XAttention's
+    /// antidiagonal scoring, stride 8) or mean_bound (the Quest bound of the block's mean query).
+    #[arg(long, value_enum)]
+    pub prefill_estimate: Option<PrefillEstimateArg>,
     /// How page selection ranks pages: max (over the query heads' Quest bounds) or head_norm
     /// (each query head's bounds normalized by a softmax over pages, summed over the group).
     #[arg(long, value_enum)]
@@ -393,6 +397,13 @@ pub enum PageRankArg {
     Max,
     #[value(name = "head_norm")]
     HeadNorm,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+pub enum PrefillEstimateArg {
+    Antidiagonal,
+    #[value(name = "mean_bound")]
+    MeanBound,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]

@@ -14,13 +14,14 @@ use lserve::model::llama::Llama;
 use lserve::model::mix::WeightMix;
 use lserve::model::weights::{LoadOptions, WeightMode};
 use lserve::sampling::SamplingParams;
-use lserve::sparse::{Config, PageRank};
+use lserve::sparse::{Config, PageRank, PrefillEstimate};
 use lserve::tokenizer::StreamDecoder;
 use serde_json::json;
 
 use super::tp::Ranks;
 use super::{
-    GenerateArgs, ModelArgs, OnOff, Output, PageRankArg, QuantizeArg, ScoreArgs, SparseArgs, VocabOnlyArgs, WeightsArg,
+    GenerateArgs, ModelArgs, OnOff, Output, PageRankArg, PrefillEstimateArg, QuantizeArg, ScoreArgs, SparseArgs,
+    VocabOnlyArgs, WeightsArg,
 };
 
 /// The backend a `--device` value names. `auto` takes CUDA device 0 when a CUDA driver and GPU are
@@ -160,6 +161,12 @@ pub fn resolve_config(sparse: Option<OnOff>, a: &SparseArgs) -> Result<Config> {
     s.prefill_budget = a.prefill_budget.unwrap_or(s.prefill_budget);
     s.prefill_dense_below = a.prefill_dense_below.unwrap_or(s.prefill_dense_below);
     s.bound_shrink = a.bound_shrink.unwrap_or(s.bound_shrink);
+    if let Some(v) = a.prefill_estimate {
+        s.prefill_estimate = match v {
+            PrefillEstimateArg::Antidiagonal => PrefillEstimate::Antidiagonal,
+            PrefillEstimateArg::MeanBound => PrefillEstimate::MeanBound,
+        };
+    }
     if let Some(v) = a.page_rank {
         s.page_rank = match v {
             PageRankArg::Max => PageRank::Max,

@@ -104,6 +104,7 @@ pub fn build_engine_tp<B: Backend>(shards: Shards<B>, opts: &EngineOptions) -> R
         // with a model-wide window skips it, Gemma 3 applies it to its global layers.
         prefill_k_pages: if s.enabled { s.prefill_budget / ps } else { 0 },
         prefill_dense_below: s.prefill_dense_below,
+        prefill_estimate: s.prefill_estimate,
     };
     // Rings exist when any head of the whole model streams, on every rank alike.
     let ring_tokens = if layout.any_streaming() {

@@ -44,6 +44,8 @@ pub struct AttnSettings {
     pub prefill_k_pages: usize,
     /// Query blocks whose first position is below this attend densely.
     pub prefill_dense_below: usize,
+    /// How a query block's pages are ranked.
+    pub prefill_estimate: crate::sparse::PrefillEstimate,
 }
 
 impl AttnSettings {
@@ -60,6 +62,7 @@ impl AttnSettings {
             window: cfg.sliding_window.unwrap_or(0),
             prefill_k_pages: 0,
             prefill_dense_below: 0,
+            prefill_estimate: crate::sparse::PrefillEstimate::Antidiagonal,
         }
     }
 }

@@ -5,11 +5,15 @@
 //! (numbered across the step in sequence order, as the kernels number them). A block whose first
 //! position is below `prefill_dense_below`, or whose tail starts at page 0 or 1 (nothing to
 //! choose), attends densely (`BLOCK_DENSE`). For every other block and each retrieval head of a
-//! layer, `page_select` ranks the block's candidate pages `1..tail` by the Quest bound of the
-//! block's MEAN query (`mean_rows` over its rows of the rotated q) against the pages' min/max
-//! summaries — the decode selection, run on one "virtual sequence" per block whose page list is
-//! the sequence's pages `1..=tail` (page_select never picks a row's last page, here the tail's
-//! first) — and the block then reads page 0, the chosen pages and its tail ([`BlockPages`]).
+//! layer, the block's candidate pages `1..tail` are ranked on one "virtual sequence" per block
+//! whose page list is the sequence's pages `1..=tail` (the last entry, the tail's first page, is
+//! never picked), by the `[sparse] prefill_estimate`:
+//! - antidiagonal (default): `antidiagonal_score` (XAttention's antidiagonal softmax mass of each
+//!   candidate, from the block's rows of the rotated q and the cached keys) then `page_top_k`;
+//! - mean_bound: the Quest bound of the block's MEAN query (`mean_rows`) against the pages'
+//!   min/max summaries, by `page_select` itself.
+//!
+//! The block then reads page 0, the chosen pages and its tail ([`BlockPages`]).
 //!
 //! Invariants: the dense blocks' counts are uploaded once as `BLOCK_DENSE` and never written
 //! (their `select_mask` is 0); the sparse blocks' counts and lists are rewritten by every layer's
@@ -24,6 +28,7 @@ use crate::kv::KvCache;
 use crate::model::batch::{AttnSettings, SeqStep};
 use crate::model::pool::BufferPool;
 use crate::model::step::StepMeta;
+use crate::sparse::PrefillEstimate;
 
 /// One step's block metadata on the device.
 pub struct PrefillBlocks<B: Backend> {
@@ -31,6 +36,9 @@ pub struct PrefillBlocks<B: Backend> {
     pub n_blocks: usize,
     /// `[n_blocks + 1]` row ranges of the blocks (for `mean_rows`).
     row_indptr: B::Buffer,
+    /// `[n_blocks][4]`: q row, rows, first position, sequence ([`BlockRows::info`]).
+    info: B::Buffer,
+    estimate: PrefillEstimate,
     /// The virtual sequences of `page_select`: `[n_blocks + 1]` and the pages `1..=tail` of each
     /// sparse block (none for a dense one).
     v_page_indptr: B::Buffer,
@@ -38,6 +46,8 @@ pub struct PrefillBlocks<B: Backend> {
     /// `[n_blocks]`: block b's list slot (b), and whether page_select runs for it (sparse).
     seq_slot: B::Buffer,
     select_mask: B::Buffer,
+    /// Entries of all virtual rows (`v_page_indptr[n_blocks]`).
+    entries: usize,
     /// Which blocks attend densely (their counts start and stay BLOCK_DENSE).
     dense: Vec<bool>,
     /// Longest virtual row, a power of two.
@@ -70,7 +80,8 @@ pub fn step_blocks<B: Backend>(
     let bs: Vec<BlockSeq> =
         seqs.iter().map(|s| BlockSeq { first: s.cache.len, rows: s.tokens.len(), pages: &s.cache.pages }).collect();
     let ps = cache.shape.page_size;
-    PrefillBlocks::build(be, pool, &bs, ps, attn.prefill_k_pages, attn.prefill_dense_below)
+    let (k, below, est) = (attn.prefill_k_pages, attn.prefill_dense_below, attn.prefill_estimate);
+    PrefillBlocks::build(be, pool, &bs, ps, (k, below, est))
 }
 
 impl<B: Backend> PrefillBlocks<B> {
@@ -80,12 +91,12 @@ impl<B: Backend> PrefillBlocks<B> {
         pool: &BufferPool<B>,
         seqs: &[BlockSeq],
         page_size: usize,
-        k_pages: usize,
-        dense_below: usize,
+        (k_pages, dense_below, estimate): (usize, usize, PrefillEstimate),
     ) -> Result<Option<Self>> {
         let (mut rows, mut vin, mut vtab, mut mask, mut dense) = (vec![0u32], vec![0u32], vec![], vec![], vec![]);
+        let mut info = vec![];
         let mut row0 = 0usize;
-        for s in seqs {
+        for (si, s) in seqs.iter().enumerate() {
             for b0 in (0..s.rows).step_by(PREFILL_BLOCK_ROWS) {
                 let first = s.first + b0;
                 let tail = block_tail_page(first, page_size);
@@ -97,6 +108,8 @@ impl<B: Backend> PrefillBlocks<B> {
                 mask.push(u32::from(!is_dense));
                 dense.push(is_dense);
                 rows.push((row0 + (b0 + PREFILL_BLOCK_ROWS).min(s.rows)) as u32);
+                let n = PREFILL_BLOCK_ROWS.min(s.rows - b0);
+                info.extend([row0 + b0, n, first, si].map(|x| x as u32));
             }
             row0 += s.rows;
         }
@@ -106,16 +119,20 @@ impl<B: Backend> PrefillBlocks<B> {
         let n_blocks = dense.len();
         let max_pages = vin.windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(1).next_power_of_two();
         let slots: Vec<u32> = (0..n_blocks as u32).collect();
+        let entries = vtab.len();
         if vtab.is_empty() {
             vtab.push(0);
         }
         Ok(Some(PrefillBlocks {
             n_blocks,
             row_indptr: pool.upload_u32(be, &rows)?,
+            info: pool.upload_u32(be, &info)?,
+            estimate,
             v_page_indptr: pool.upload_u32(be, &vin)?,
             v_page_table: pool.upload_u32(be, &vtab)?,
             seq_slot: pool.upload_u32(be, &slots)?,
             select_mask: pool.upload_u32(be, &mask)?,
+            entries,
             dense,
             max_pages,
             k_pages,
@@ -137,10 +154,6 @@ impl<B: Backend> PrefillBlocks<B> {
         kv: LayerKv<B>,
     ) -> Result<(AttentionParams, BlockPages<'s, B>)> {
         let (nb, nret, k) = (self.n_blocks, ap.n_ret as usize, self.k_pages);
-        let dim = (ap.n_heads * ap.head_dim) as usize;
-        let mut qbar = pool.take(be, DType::F32, nb * dim)?;
-        let mp = MeanRowsParams { n_out: nb as u32, dim: dim as u32, n_src: ap.n_tokens, _pad: 0 };
-        be.mean_rows(&mp, q, &self.row_indptr, &mut qbar)?;
         if !self.lists.contains_key(&nret) {
             let init: Vec<u32> =
                 self.dense.iter().flat_map(|&d| std::iter::repeat_n(if d { BLOCK_DENSE } else { 0 }, nret)).collect();
@@ -149,25 +162,66 @@ impl<B: Backend> PrefillBlocks<B> {
             self.lists.insert(nret, (selected, counts));
         }
         let (selected, counts) = self.lists.get_mut(&nret).expect("inserted above");
-        let vap = AttentionParams { num_seqs: nb as u32, sel_stride: k as u32, ..*ap };
-        let sp = PageSelectParams::new(&vap, logical_page as u32, k, self.max_pages);
-        let vmeta = PagedMeta {
-            page_indptr: &self.v_page_indptr,
-            page_table: &self.v_page_table,
-            kv_len: &m.kv_len,
-            ring_table: &m.ring_table,
-        };
         let out = SelectedMut { selected, counts };
-        let r = be.page_select(&sp, &qbar, kv, &vmeta, &self.seq_slot, &self.select_mask, out);
-        pool.put(qbar);
-        r?;
+        match self.estimate {
+            PrefillEstimate::Antidiagonal => {
+                let entries = self.entries;
+                let mut scores = pool.take(be, DType::F32, (entries * nret).max(1))?;
+                let adp = AntidiagonalParams {
+                    n_blocks: nb as u32,
+                    n_tokens: ap.n_tokens,
+                    num_seqs: ap.num_seqs,
+                    n_heads: ap.n_heads,
+                    n_kv_heads: ap.n_kv_heads,
+                    head_dim: ap.head_dim,
+                    page_size: ap.page_size,
+                    num_pages: ap.num_pages,
+                    n_ret: ap.n_ret,
+                    scale: ap.scale,
+                    _pad0: 0,
+                    _pad1: 0,
+                };
+                let rows = BlockRows { info: &self.info, page_indptr: &self.v_page_indptr };
+                let tp = PageTopKParams {
+                    num_seqs: nb as u32,
+                    n_ret: ap.n_ret,
+                    k_pages: k as u32,
+                    sel_stride: k as u32,
+                    max_seq_pages: self.max_pages as u32,
+                    ..Default::default()
+                };
+                let r = be.antidiagonal_score(&adp, q, kv, &m.paged(), &rows, &mut scores).and_then(|()| {
+                    be.page_top_k(&tp, &scores, &self.v_page_indptr, &self.seq_slot, &self.select_mask, out)
+                });
+                pool.put(scores);
+                r?;
+            }
+            PrefillEstimate::MeanBound => {
+                let dim = (ap.n_heads * ap.head_dim) as usize;
+                let mut qbar = pool.take(be, DType::F32, nb * dim)?;
+                let mp = MeanRowsParams { n_out: nb as u32, dim: dim as u32, n_src: ap.n_tokens, _pad: 0 };
+                let vap = AttentionParams { num_seqs: nb as u32, sel_stride: k as u32, ..*ap };
+                let sp = PageSelectParams::new(&vap, logical_page as u32, k, self.max_pages);
+                let vmeta = PagedMeta {
+                    page_indptr: &self.v_page_indptr,
+                    page_table: &self.v_page_table,
+                    kv_len: &m.kv_len,
+                    ring_table: &m.ring_table,
+                };
+                let r = be
+                    .mean_rows(&mp, q, &self.row_indptr, &mut qbar)
+                    .and_then(|()| be.page_select(&sp, &qbar, kv, &vmeta, &self.seq_slot, &self.select_mask, out));
+                pool.put(qbar);
+                r?;
+            }
+        }
         let (selected, counts) = &self.lists[&nret];
         Ok((AttentionParams { sel_stride: k as u32, ..*ap }, BlockPages { selected, counts }))
     }
 
     /// Give the pooled buffers back (the per-layout lists are freed).
     pub fn recycle(self, pool: &BufferPool<B>) {
-        [self.row_indptr, self.v_page_indptr, self.v_page_table, self.seq_slot, self.select_mask]
+        [self.row_indptr, self.info, self.v_page_indptr, self.v_page_table, self.seq_slot, self.select_mask]
             .into_iter()
             .for_each(|b| pool.put(b));
     }

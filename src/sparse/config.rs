@@ -15,6 +15,7 @@
 //! prefill_budget = 0        # block-sparse prefill: tokens each query block of a retrieval head
 //!                           # reads besides page 0 and its tail (0 = off, dense prefill)
 //! prefill_dense_below = 32768  # query blocks starting before this position attend densely
+//! prefill_estimate = "antidiagonal"  # antidiagonal | mean_bound: how a block's pages are ranked
 //! page_rank = "max"         # max | head_norm: how page_select ranks pages
 //! bound_shrink = 0.0        # 0..1: logical pages' min/max boxes shrunk toward their centres
 //!                           # before scoring (0 = the Quest bound; docs/sparse-attention.md)
@@ -59,9 +60,11 @@ pub struct SparseConfig {
     pub pin_sink_page: bool,
     /// Block-sparse prefill (docs/sparse-attention.md): each 128-row query block of a retrieval
     /// head at or past `prefill_dense_below` reads page 0, the `prefill_budget / physical_page`
-    /// pages `page_select` ranks best for the block's mean query, and its tail. 0 = off.
+    /// pages `prefill_estimate` ranks best, and its tail. 0 = off.
     pub prefill_budget: usize,
     pub prefill_dense_below: usize,
+    /// How block-sparse prefill ranks a block's candidate pages.
+    pub prefill_estimate: PrefillEstimate,
     /// How `page_select` ranks pages (docs/sparse-attention.md "Page selection").
     pub page_rank: PageRank,
     /// In [0, 1]: each logical page's min/max box shrinks toward its centre by this fraction
@@ -80,6 +83,27 @@ pub enum PageRank {
     /// Per query head a softmax over the candidate pages of `scale * max_l bound`, summed over
     /// the group: every head's estimate counts equally, whatever its score scale.
     HeadNorm,
+}
+
+/// Block-sparse prefill's block-importance estimate (docs/sparse-attention.md, "Block-sparse
+/// prefill": picked by measurement).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefillEstimate {
+    /// XAttention's antidiagonal scoring at stride 8 (`antidiagonal_score` + `page_top_k`).
+    #[default]
+    Antidiagonal,
+    /// The Quest bound of the block's mean query (`mean_rows` + `page_select`).
+    MeanBound,
+}
+
+impl PrefillEstimate {
+    pub fn name(self) -> &'static str {
+        match self {
+            PrefillEstimate::Antidiagonal => "antidiagonal",
+            PrefillEstimate::MeanBound => "mean_bound",
+        }
+    }
 }
 
 impl PageRank {
@@ -115,6 +139,7 @@ impl Default for SparseConfig {
             pin_sink_page: false,
             prefill_budget: 0,
             prefill_dense_below: 32768,
+            prefill_estimate: PrefillEstimate::Antidiagonal,
             page_rank: PageRank::Max,
             bound_shrink: 0.0,
         }
@@ -215,6 +240,16 @@ impl Config {
                 s.prefill_budget,
                 2 * c.physical_page,
                 1000 * c.physical_page
+            ));
+        }
+        let stride = crate::backend::ANTIDIAGONAL_STRIDE;
+        if s.prefill_budget > 0
+            && s.prefill_estimate == PrefillEstimate::Antidiagonal
+            && !c.physical_page.is_multiple_of(stride)
+        {
+            return bad(format!(
+                "prefill_estimate antidiagonal needs a physical_page that is a multiple of {stride} (it is {}); use mean_bound",
+                c.physical_page
             ));
         }
         Ok(())
@@ -329,6 +364,15 @@ mod tests {
         assert_eq!(c.sparse.page_rank, PageRank::HeadNorm);
         let e = toml::from_str::<Config>("[sparse]\npage_rank = \"lse\"\n").unwrap_err().to_string();
         assert!(e.contains("head_norm"), "{e}");
+        assert_eq!(c.sparse.prefill_estimate, PrefillEstimate::Antidiagonal);
+        let c: Config = toml::from_str("[sparse]\nprefill_estimate = \"mean_bound\"\n").unwrap();
+        assert_eq!(c.sparse.prefill_estimate, PrefillEstimate::MeanBound);
+        let e = toml::from_str::<Config>("[sparse]\nprefill_estimate = \"quest\"\n").unwrap_err().to_string();
+        assert!(e.contains("antidiagonal"), "{e}");
+        // The antidiagonal's key groups of 8 must not straddle pages.
+        let t = "[sparse]\nenabled = true\nprefill_budget = 48\n[cache]\nphysical_page = 12\nlogical_page = 4\n";
+        let e = toml::from_str::<Config>(t).unwrap().validate().unwrap_err().to_string();
+        assert!(e.contains("multiple of 8"), "{e}");
     }
 
     #[test]

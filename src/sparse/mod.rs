@@ -6,7 +6,7 @@
 pub mod config;
 pub mod pattern;
 
-pub use config::{CacheConfig, Config, KvMemory, PageRank, SparseConfig};
+pub use config::{CacheConfig, Config, KvMemory, PageRank, PrefillEstimate, SparseConfig};
 pub use pattern::HeadPattern;
 
 use crate::kv::SeqPages;

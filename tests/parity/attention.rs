@@ -184,7 +184,7 @@ fn prefill_attention_long_group<B: Backend>(gpu: &B, kvd: DType, hd: usize, nh: 
 /// so that a comparison measures the attention kernel, not the pools' rounding of keys (which
 /// `rope_append_kv`'s own parity checks). With peaked attention (loud keys) the f16 rounding of
 /// the keys alone moved some outputs by ~0.005 (seed 1796288944820207446).
-fn mirror_pools<B: Backend>(t: &Pair<B>, kv: &mut KvPair<B>) {
+pub fn mirror_pools<B: Backend>(t: &Pair<B>, kv: &mut KvPair<B>) {
     let (g, c) = (&kv.gpu.layers[0], &mut kv.cpu.layers[0]);
     for (gb, cb) in [(&g.k, &mut c.k), (&g.v, &mut c.v), (&g.sk, &mut c.sk), (&g.sv, &mut c.sv)] {
         t.cpu.write_f32(cb, &download_pool(t.gpu, gb)).unwrap();

@@ -133,6 +133,15 @@ macro_rules! parity_tests {
             mod sparse_decode_attention {
                 axes!(kv_hd test_sparse_decode_attention: F32 16 => kv_f32_hd16, F32 72 => kv_f32_hd72, F32 128 => kv_f32_hd128, F16 16 => kv_f16_hd16, F16 72 => kv_f16_hd72, F16 128 => kv_f16_hd128, BF16 16 => kv_bf16_hd16, BF16 72 => kv_bf16_hd72, BF16 128 => kv_bf16_hd128, F16 256 => kv_f16_hd256, I8 16 => kv_int8_hd16, I8 64 => kv_int8_hd64, I8 128 => kv_int8_hd128, F8E4M3 16 => kv_fp8_hd16, F8E4M3 64 => kv_fp8_hd64, F8E4M3 128 => kv_fp8_hd128);
             }
+            /// head_dim 64 (a GQA group of 8), 72 (zero-padded dims), 128, 256 for the KV dtypes.
+            mod antidiagonal_score {
+                axes!(kv_hd test_antidiagonal_score: F32 64 => kv_f32_hd64, F32 72 => kv_f32_hd72, F32 128 => kv_f32_hd128, F16 64 => kv_f16_hd64, F16 128 => kv_f16_hd128, F16 256 => kv_f16_hd256, BF16 72 => kv_bf16_hd72, BF16 128 => kv_bf16_hd128, BF16 256 => kv_bf16_hd256, I8 64 => kv_int8_hd64, I8 128 => kv_int8_hd128, F8E4M3 128 => kv_fp8_hd128, F8E4M3 256 => kv_fp8_hd256);
+            }
+            #[test]
+            fn page_top_k() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+                backend().map(|b| super::test_page_top_k(&b));
+            }
             mod page_select {
                 axes!(kv_hd test_page_select: F32 16 => kv_f32_hd16, F32 72 => kv_f32_hd72, F32 128 => kv_f32_hd128, F16 16 => kv_f16_hd16, F16 72 => kv_f16_hd72, F16 128 => kv_f16_hd128, BF16 16 => kv_bf16_hd16, BF16 72 => kv_bf16_hd72, BF16 128 => kv_bf16_hd128, F16 256 => kv_f16_hd256, I8 16 => kv_int8_hd16, I8 64 => kv_int8_hd64, I8 128 => kv_int8_hd128, F8E4M3 16 => kv_fp8_hd16, F8E4M3 64 => kv_fp8_hd64, F8E4M3 128 => kv_fp8_hd128);
                 /// page_select at scale (f32 summaries; independent of the KV dtype).

@@ -10,6 +10,7 @@
 
 mod attention;
 mod attn_ops;
+mod blockscore;
 mod kvops;
 mod kvpool;
 mod ops;
@@ -88,6 +89,13 @@ pub(crate) fn f32s_mut<'a>(b: &'a mut CpuBuffer, need: usize, what: &str) -> Res
             v.get_mut(..need).ok_or_else(|| err(format!("{what}: {have} f32 elements, op needs {need}")))
         }
         _ => Err(err(format!("{what}: expected an f32 buffer"))),
+    }
+}
+
+pub(crate) fn u32s_mut<'a>(b: &'a mut CpuBuffer, need: usize, what: &str) -> Result<&'a mut [u32]> {
+    match b {
+        CpuBuffer::U32(v) if v.len() >= need => Ok(v),
+        _ => Err(err(format!("{what}: a u32 buffer of at least {need} elements is needed"))),
     }
 }
 
@@ -435,6 +443,30 @@ impl Backend for CpuBackend {
         out: SelectedMut<Self>,
     ) -> Result<()> {
         kvops::page_select(p, q, kv, meta, seq_slot, select_mask, out)
+    }
+
+    fn antidiagonal_score(
+        &self,
+        p: &AntidiagonalParams,
+        q: &CpuBuffer,
+        kv: LayerKv<Self>,
+        meta: &PagedMeta<Self>,
+        blocks: &BlockRows<Self>,
+        scores: &mut CpuBuffer,
+    ) -> Result<()> {
+        blockscore::antidiagonal_score(p, q, kv, meta, blocks, scores)
+    }
+
+    fn page_top_k(
+        &self,
+        p: &PageTopKParams,
+        scores: &CpuBuffer,
+        page_indptr: &CpuBuffer,
+        seq_slot: &CpuBuffer,
+        select_mask: &CpuBuffer,
+        out: SelectedMut<Self>,
+    ) -> Result<()> {
+        blockscore::page_top_k(p, scores, page_indptr, seq_slot, select_mask, out)
     }
 
     fn lambda_mass(

@@ -371,6 +371,34 @@ kernels! {
         counts_len: U32 Scalar,
     }
 
+    /// `page_top_k`: a score table's rows sorted in shared memory.
+    page_top_k: "page_select" (PageTopKParams) ["page_top_k"]
+    {
+        scores: In F32, page_indptr: In U32, seq_slot: In U32, select_mask: In U32, selected: Out U32,
+        counts: Out U32, np: U32 Scalar, scores_len: U32 Scalar, selected_len: U32 Scalar, counts_len: U32 Scalar,
+    }
+
+    /// `page_top_k` for rows too long for shared memory: sorted in place in the scratch.
+    page_top_k_global: "page_select" (PageTopKParams) ["page_top_k_global"]
+    {
+        scores: In F32, page_indptr: In U32, seq_slot: In U32, select_mask: In U32, keys_io: ScratchOut U64,
+        selected: Out U32, counts: Out U32, np: U32 Scalar, scores_len: U32 Scalar, selected_len: U32 Scalar,
+        counts_len: U32 Scalar,
+    }
+
+    /// Block-sparse prefill's antidiagonal estimate `[STORE_DTYPES][d64 | d128 | d256]`.
+    antidiagonal_score: "antidiagonal_score" (AntidiagonalParams) [
+        "antidiagonal_score_f32_d64", "antidiagonal_score_f32_d128", "antidiagonal_score_f32_d256",
+        "antidiagonal_score_f16_d64", "antidiagonal_score_f16_d128", "antidiagonal_score_f16_d256",
+        "antidiagonal_score_bf16_d64", "antidiagonal_score_bf16_d128", "antidiagonal_score_bf16_d256",
+        "antidiagonal_score_int8_d64", "antidiagonal_score_int8_d128", "antidiagonal_score_int8_d256",
+        "antidiagonal_score_fp8_d64", "antidiagonal_score_fp8_d128", "antidiagonal_score_fp8_d256",
+    ]
+    {
+        q: In F32, k: In Store, head_map: In U32, page_indptr: In U32, page_table: In U32, kv_len: In U32,
+        info: In U32, v_indptr: In U32, scores: Out F32, page_table_len: U32 Scalar, scores_len: U32 Scalar,
+    }
+
     /// The scalar prefill `[f32 | int8 | fp8 KV][log2 dims-per-thread - 2]` (f32: the exact
     /// reference; 8-bit: codes dequantized as they are staged).
     prefill_attention: "prefill_attention" (AttentionParams) [

@@ -19,6 +19,7 @@ pub mod kernels;
 pub mod nccl;
 mod ops_attention;
 mod ops_basic;
+mod ops_blocks;
 mod ops_kv;
 mod ops_matmul;
 pub mod packed;
@@ -42,6 +43,8 @@ unsafe impl DeviceRepr for AddParams {}
 unsafe impl DeviceRepr for SiluMulParams {}
 unsafe impl DeviceRepr for GatherRowsParams {}
 unsafe impl DeviceRepr for MeanRowsParams {}
+unsafe impl DeviceRepr for AntidiagonalParams {}
+unsafe impl DeviceRepr for PageTopKParams {}
 unsafe impl DeviceRepr for ArgmaxParams {}
 unsafe impl DeviceRepr for SampleParams {}
 unsafe impl DeviceRepr for RopeAppendKvParams {}
@@ -656,6 +659,30 @@ impl Backend for CudaBackend {
         out: SelectedMut<Self>,
     ) -> Result<()> {
         ops_kv::page_select(self, p, q, kv, meta, seq_slot, select_mask, out)
+    }
+
+    fn antidiagonal_score(
+        &self,
+        p: &AntidiagonalParams,
+        q: &CudaBuffer,
+        kv: LayerKv<Self>,
+        meta: &PagedMeta<Self>,
+        blocks: &BlockRows<Self>,
+        scores: &mut CudaBuffer,
+    ) -> Result<()> {
+        ops_blocks::antidiagonal_score(self, p, q, kv, meta, blocks, scores)
+    }
+
+    fn page_top_k(
+        &self,
+        p: &PageTopKParams,
+        scores: &CudaBuffer,
+        page_indptr: &CudaBuffer,
+        seq_slot: &CudaBuffer,
+        select_mask: &CudaBuffer,
+        out: SelectedMut<Self>,
+    ) -> Result<()> {
+        ops_blocks::page_top_k(self, p, scores, page_indptr, seq_slot, select_mask, out)
     }
 
     fn lambda_mass(

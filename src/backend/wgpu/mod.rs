@@ -12,6 +12,7 @@
 mod context;
 mod ops_attention;
 mod ops_basic;
+mod ops_blocks;
 mod ops_kv;
 mod ops_matmul;
 pub mod pipelines;
@@ -503,6 +504,30 @@ impl Backend for WgpuBackend {
         out: SelectedMut<Self>,
     ) -> Result<()> {
         ops_kv::page_select(self, p, q, kv, meta, seq_slot, select_mask, out)
+    }
+
+    fn antidiagonal_score(
+        &self,
+        p: &AntidiagonalParams,
+        q: &WgpuBuffer,
+        kv: LayerKv<Self>,
+        meta: &PagedMeta<Self>,
+        blocks: &BlockRows<Self>,
+        scores: &mut WgpuBuffer,
+    ) -> Result<()> {
+        ops_blocks::antidiagonal_score(self, p, q, kv, meta, blocks, scores)
+    }
+
+    fn page_top_k(
+        &self,
+        p: &PageTopKParams,
+        scores: &WgpuBuffer,
+        page_indptr: &WgpuBuffer,
+        seq_slot: &WgpuBuffer,
+        select_mask: &WgpuBuffer,
+        out: SelectedMut<Self>,
+    ) -> Result<()> {
+        ops_blocks::page_top_k(self, p, scores, page_indptr, seq_slot, select_mask, out)
     }
 
     fn lambda_mass(

@@ -169,6 +169,13 @@ pipelines! {
         keys: read, head_map: read, page_indptr: read, seq_slot: read, select_mask: read,
         selected: read_write, counts: read_write,
     }
+    /// Block-sparse prefill's antidiagonal estimate, per (query block, KV head).
+    antidiagonal_score(AntidiagonalParams) {
+        q: read, k_pool: read, head_map: read, page_indptr: read, page_table: read, kv_len: read, info: read,
+        v_indptr: read, scores: read_write,
+    }
+    /// Pass 1 of `page_top_k`: the score table as sort keys (pass 2 is `page_select_topk`).
+    page_top_k(PageTopKParams) { scores: read, keys: read_write }
     prefill_attention(AttentionParams) {
         q: read, q_indptr: read, k_pool: read, v_pool: read, head_map: read, page_indptr: read,
         page_table: read, kv_len: read, ring_table: read, out: read_write, blk_sel: read, blk_cnt: read,

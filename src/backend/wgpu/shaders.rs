@@ -78,6 +78,7 @@ fn kv_pools(op: &str) -> &'static [(&'static str, bool)] {
         "sparse_decode_attention" => &[("k_pool", true), ("v_pool", false)],
         "prefill_attention" => &[("k_pool", false), ("v_pool", false)],
         "lambda_mass" | "rope_append_kv_summary" => &[("k_pool", false)],
+        "antidiagonal_score" => &[("k_pool", true)],
         _ => &[],
     }
 }
@@ -420,6 +421,8 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ("page_select_norm", include_str!("../../../shaders/page_select_norm.wgsl"), Reads::Nothing, false),
     ("page_select_topk", include_str!("../../../shaders/page_select_topk.wgsl"), Reads::Nothing, false),
     ("lambda_mass", include_str!("../../../shaders/lambda_mass.wgsl"), Reads::Kv, false),
+    ("antidiagonal_score", include_str!("../../../shaders/antidiagonal_score.wgsl"), Reads::Kv, false),
+    ("page_top_k", include_str!("../../../shaders/page_top_k.wgsl"), Reads::Nothing, false),
     ("fill_random", include_str!("../../../shaders/fill_random.wgsl"), Reads::Nothing, false),
 ];
 
