@@ -398,6 +398,22 @@ impl PageSelectParams {
     }
 }
 
+impl AntidiagonalParams {
+    /// Why the geometry is invalid, if it is: no KV heads or head dim, more retrieval heads than
+    /// KV heads, query heads not a multiple of the KV heads, or a page size that is not a
+    /// multiple of the stride (key groups would straddle pages). Every backend checks this first.
+    pub fn check(&self) -> std::result::Result<(), &'static str> {
+        let (nkv, ps) = (self.n_kv_heads, self.page_size);
+        if nkv == 0 || self.head_dim == 0 || self.n_ret > nkv || !self.n_heads.is_multiple_of(nkv) {
+            return Err("antidiagonal_score: bad head counts");
+        }
+        if ps == 0 || !(ps as usize).is_multiple_of(super::ANTIDIAGONAL_STRIDE) {
+            return Err("antidiagonal_score: page_size must be a multiple of the stride (8)");
+        }
+        Ok(())
+    }
+}
+
 /// `page_select` ranking: a page's score is the max over the KV head's query heads and the page's
 /// logical pages of the Quest bound `b = sum_c max(q_c * max_c, q_c * min_c)`.
 pub const PAGE_RANK_MAX: u32 = 0;

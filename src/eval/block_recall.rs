@@ -13,10 +13,12 @@
 //! page selected, i.e. dense attention.
 //!
 //! Estimators of a candidate page (`BlockRecall::recall` in this order):
-//! - the mean bound: what the engine computes (`mean_rows` then `page_select`): the
+//! - the mean bound: what `prefill_estimate = "mean_bound"` computes (`mean_rows` then `page_select`): the
 //!   Quest bound of the block's mean query per head against each logical page's min/max box,
 //!   max over the page's logical pages and the group's heads.
-//! - the antidiagonal: XAttention's estimate (Xu et al. 2025) at stride `S`: rows and
+//! - the antidiagonal: XAttention's estimate (Xu et al. 2025) at stride `S`, what the engine
+//!   computes by default (`antidiagonal_score` then `page_top_k`, which the parity tests check
+//!   against [`BlockView::antidiagonal_scores`]): rows and
 //!   keys in groups of `S`; a (row group, key group) scores `sum_i q[r0 + S - 1 - i] . k[k0 + i]`
 //!   (one antidiagonal of the S x S score block) times `scale / S`; a softmax per (row group,
 //!   head) over the key groups it may see, summed per page over row groups and heads.
@@ -24,15 +26,13 @@
 
 use serde::Serialize;
 
+use crate::backend::ANTIDIAGONAL_STRIDE;
 use crate::backend::{Backend, LayerKv, PREFILL_BLOCK_ROWS, PagedMeta, STREAMING_BIT, block_tail_page};
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::model::llama::Logits;
 
 use super::recall::{HeadView, Rank, read_keys, score_scale, softmax, top_k};
-
-/// XAttention's stride.
-pub const ANTIDIAGONAL_STRIDE: usize = 8;
 
 /// One layer's means over its measured (block, KV head) samples.
 #[derive(Clone, Debug, Default, Serialize)]

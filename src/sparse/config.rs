@@ -370,7 +370,7 @@ mod tests {
         let e = toml::from_str::<Config>("[sparse]\nprefill_estimate = \"quest\"\n").unwrap_err().to_string();
         assert!(e.contains("antidiagonal"), "{e}");
         // The antidiagonal's key groups of 8 must not straddle pages.
-        let t = "[sparse]\nenabled = true\nprefill_budget = 48\n[cache]\nphysical_page = 12\nlogical_page = 4\n";
+        let t = "[sparse]\nenabled = true\nprefill_budget = 80\n[cache]\nphysical_page = 20\nlogical_page = 4\n";
         let e = toml::from_str::<Config>(t).unwrap().validate().unwrap_err().to_string();
         assert!(e.contains("multiple of 8"), "{e}");
     }

@@ -138,9 +138,7 @@ pub fn antidiagonal_score(
     let (nb, ns, nh, nkv, hd, ps) =
         (u(p.n_blocks), u(p.num_seqs), u(p.n_heads), u(p.n_kv_heads), u(p.head_dim), u(p.page_size));
     let n_ret = u(p.n_ret);
-    if nkv == 0 || hd == 0 || n_ret > nkv || !nh.is_multiple_of(nkv) || ps == 0 || !ps.is_multiple_of(S) {
-        return Err(err("antidiagonal_score: bad head counts, or page_size not a multiple of the stride"));
-    }
+    p.check().map_err(err)?;
     let kinds = head_kinds(kv.head_map, nkv, n_ret, nkv - n_ret)?;
     let info = u32s(blocks.info, nb * 4, "antidiagonal_score blocks")?;
     let indptr = u32s(blocks.page_indptr, nb + 1, "antidiagonal_score block page_indptr")?;

@@ -44,10 +44,7 @@ pub fn antidiagonal_score(
 ) -> Result<()> {
     let (nb, ns, nh, nkv, hd, ps) =
         (u(p.n_blocks), u(p.num_seqs), u(p.n_heads), u(p.n_kv_heads), u(p.head_dim), u(p.page_size));
-    let stride = ANTIDIAGONAL_STRIDE;
-    if nkv == 0 || hd == 0 || u(p.n_ret) > nkv || !nh.is_multiple_of(nkv) || ps == 0 || !ps.is_multiple_of(stride) {
-        return Err(err("antidiagonal_score: bad head counts, or page_size not a multiple of the stride"));
-    }
+    p.check().map_err(err)?;
     let (variant, d, tk, wph, hg) = antidiagonal_shape(hd)?;
     need(q, DType::F32, u(p.n_tokens) * nh * hd, "antidiagonal_score q")?;
     need_kv(kv.k, u(p.num_pages) * u(p.n_ret) * ps, hd, "antidiagonal_score k pool")?;
@@ -63,7 +60,7 @@ pub fn antidiagonal_score(
     }
     let name = entry(kern::antidiagonal_score::ENTRIES, kv.k.dtype, variant, 3)?;
     let heads = (nh / nkv).min(hg);
-    let nkg = tk / stride;
+    let nkg = tk / ANTIDIAGONAL_STRIDE;
     let smem = 2 * tk * (d + 8) * 2 + hg * wph * 16 * nkg * 4 + hg * 16 * (nkg + 1) * 4;
     let l = Launch::new((nkv as u32, nb as u32, 1), (heads * wph * 32) as u32).smem(smem);
     let args = kern::antidiagonal_score::Args {
@@ -110,36 +107,29 @@ pub fn page_top_k(
     let g = be.gpu();
     let (scores_len, selected_len, counts_len) = (scores.len as u32, out.selected.len as u32, out.counts.len as u32);
     let grid = (p.n_ret, ns as u32, 1);
+    // The two sorts share every argument but the scratch keys (only the global one has them).
+    macro_rules! top_k_args {
+        ($binding:ident $(, $keys:ident)?) => {
+            kern::$binding::Args {
+                scores,
+                page_indptr,
+                seq_slot,
+                select_mask,
+                $(keys_io: $keys,)?
+                selected: out.selected,
+                counts: out.counts,
+                np: np as u32,
+                scores_len,
+                selected_len,
+                counts_len,
+            }
+        };
+    }
     if np * 8 <= g.smem_optin as usize {
         let l = Launch::new(grid, TOP_K_THREADS).smem(np * 8);
-        let args = kern::page_top_k::Args {
-            scores,
-            page_indptr,
-            seq_slot,
-            select_mask,
-            selected: out.selected,
-            counts: out.counts,
-            np: np as u32,
-            scores_len,
-            selected_len,
-            counts_len,
-        };
-        kern::page_top_k::launch(g, l, p, args)
+        kern::page_top_k::launch(g, l, p, top_k_args!(page_top_k))
     } else {
         let keys = Scratch(g.scratch("page_top_k_keys", ns * u(p.n_ret) * np * 8)?);
-        let args = kern::page_top_k_global::Args {
-            scores,
-            page_indptr,
-            seq_slot,
-            select_mask,
-            keys_io: keys,
-            selected: out.selected,
-            counts: out.counts,
-            np: np as u32,
-            scores_len,
-            selected_len,
-            counts_len,
-        };
-        kern::page_top_k_global::launch(g, Launch::new(grid, TOP_K_THREADS), p, args)
+        kern::page_top_k_global::launch(g, Launch::new(grid, TOP_K_THREADS), p, top_k_args!(page_top_k_global, keys))
     }
 }

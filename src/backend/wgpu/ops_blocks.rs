@@ -30,10 +30,7 @@ pub fn antidiagonal_score(
 ) -> Result<()> {
     let (nb, ns, nh, nkv, hd, ps) =
         (u(p.n_blocks), u(p.num_seqs), u(p.n_heads), u(p.n_kv_heads), u(p.head_dim), u(p.page_size));
-    let stride = ANTIDIAGONAL_STRIDE;
-    if nkv == 0 || hd == 0 || u(p.n_ret) > nkv || !nh.is_multiple_of(nkv) || ps == 0 || !ps.is_multiple_of(stride) {
-        return Err(err("antidiagonal_score: bad head counts, or page_size not a multiple of the stride"));
-    }
+    p.check().map_err(err)?;
     if !hd.is_multiple_of(4) {
         return Err(err(format!(
             "antidiagonal_score: head_dim {hd} is not a multiple of 4 (wgpu reads 16-byte vectors)"
