@@ -9,17 +9,17 @@ BINS=.gpu/s33a/bins.tgz LIMIT=${LIMIT:-170} # lserve, backend_parity, gemma3, cu
 export LSERVE_REQUIRE_CUDA=1 LSERVE_REQUIRE_WGPU=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$L"
 P par 200 cuda::antidiagonal_score cuda::page_top_k wgpu::antidiagonal_score wgpu::page_top_k cuda::page_select::
-E gemma 120 $B/gemma3 cuda_ wgpu_
 PF="--contexts 4k --repeats 1 --prefill 32768"
 BS="--sparse on --prefill-budget 2048 --prefill-dense-below 4096"
 C ad_prof $PF $BS --profile
 C mb_prof $PF $BS --prefill-estimate mean_bound --profile
-left && { timeout 120 python3 scripts/torch_prefill_bench.py --lengths 32768 --repeats 1 > $OUT/torch.txt 2>&1; echo "== torch rc $?" | tee -a $L; tail -3 $OUT/torch.txt | tee -a $L; pack; }
 C ad $PF $BS
 C mb $PF $BS --prefill-estimate mean_bound
 P128="--contexts 4k --repeats 1 --prefill 131072 --sparse on --prefill-budget 4096 --prefill-dense-below 32768"
 C ad128 $P128
 C mb128 $P128 --prefill-estimate mean_bound
-left && { timeout 150 python3 scripts/torch_prefill_bench.py --lengths 131072 --repeats 1 > $OUT/torch128.txt 2>&1; echo "== torch128 rc $?" | tee -a $L; tail -3 $OUT/torch128.txt | tee -a $L; pack; }
 C dense $PF --sparse off
+E gemma 120 $B/gemma3 cuda_ wgpu_
+left && { timeout 120 python3 scripts/torch_prefill_bench.py --lengths 32768 --repeats 1 > $OUT/torch.txt 2>&1; echo "== torch rc $?" | tee -a $L; tail -3 $OUT/torch.txt | tee -a $L; pack; }
+left && { timeout 150 python3 scripts/torch_prefill_bench.py --lengths 131072 --repeats 1 > $OUT/torch128.txt 2>&1; echo "== torch128 rc $?" | tee -a $L; tail -3 $OUT/torch128.txt | tee -a $L; pack; }
 echo "total $(( $(date +%s) - T0 ))s" | tee -a "$L"; pack
