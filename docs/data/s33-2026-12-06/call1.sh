@@ -4,7 +4,7 @@
 # driver (wgpu), the Gemma 3 block-sparse end-to-end tests on CUDA and wgpu, then the 32K and 128K
 # prefill rows: dense, block-sparse (budget 2048 from 4K) with the antidiagonal (the new default)
 # and with the mean-query bound, op by op (--profile) and whole, beside the PyTorch anchor.
-BINS=.gpu/s33a/bins.tgz LIMIT=${LIMIT:-170} # lserve, backend_parity, gemma3, cuda_e2e
+BINS=.gpu/s33a/bins.tgz LIMIT=${LIMIT:-480} # lserve, backend_parity, gemma3, cuda_e2e
 . scripts/gpu_call_lib.sh
 export LSERVE_REQUIRE_CUDA=1 LSERVE_REQUIRE_WGPU=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$L"
