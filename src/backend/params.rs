@@ -399,6 +399,25 @@ impl PageSelectParams {
 }
 
 impl AntidiagonalParams {
+    /// The estimate's parameters for `n_blocks` query blocks of a prefill step with attention
+    /// parameters `ap` (its rows, sequences, heads, pages and score scale).
+    pub fn new(ap: &AttentionParams, n_blocks: usize) -> Self {
+        AntidiagonalParams {
+            n_blocks: n_blocks as u32,
+            n_tokens: ap.n_tokens,
+            num_seqs: ap.num_seqs,
+            n_heads: ap.n_heads,
+            n_kv_heads: ap.n_kv_heads,
+            head_dim: ap.head_dim,
+            page_size: ap.page_size,
+            num_pages: ap.num_pages,
+            n_ret: ap.n_ret,
+            scale: ap.scale,
+            _pad0: 0,
+            _pad1: 0,
+        }
+    }
+
     /// Why the geometry is invalid, if it is: no KV heads or head dim, more retrieval heads than
     /// KV heads, query heads not a multiple of the KV heads, or a page size that is not a
     /// multiple of the stride (key groups would straddle pages). Every backend checks this first.

@@ -154,69 +154,89 @@ impl<B: Backend> PrefillBlocks<B> {
         kv: LayerKv<B>,
     ) -> Result<(AttentionParams, BlockPages<'s, B>)> {
         let (nb, nret, k) = (self.n_blocks, ap.n_ret as usize, self.k_pages);
-        if !self.lists.contains_key(&nret) {
-            let init: Vec<u32> =
-                self.dense.iter().flat_map(|&d| std::iter::repeat_n(if d { BLOCK_DENSE } else { 0 }, nret)).collect();
-            let counts = be.upload_u32(&init)?;
-            let selected = be.alloc(DType::U32, (nb * nret * k).max(1))?;
-            self.lists.insert(nret, (selected, counts));
-        }
-        let (selected, counts) = self.lists.get_mut(&nret).expect("inserted above");
-        let out = SelectedMut { selected, counts };
-        match self.estimate {
-            PrefillEstimate::Antidiagonal => {
-                let entries = self.entries;
-                let mut scores = pool.take(be, DType::F32, (entries * nret).max(1))?;
-                let adp = AntidiagonalParams {
-                    n_blocks: nb as u32,
-                    n_tokens: ap.n_tokens,
-                    num_seqs: ap.num_seqs,
-                    n_heads: ap.n_heads,
-                    n_kv_heads: ap.n_kv_heads,
-                    head_dim: ap.head_dim,
-                    page_size: ap.page_size,
-                    num_pages: ap.num_pages,
-                    n_ret: ap.n_ret,
-                    scale: ap.scale,
-                    _pad0: 0,
-                    _pad1: 0,
-                };
-                let rows = BlockRows { info: &self.info, page_indptr: &self.v_page_indptr };
-                let tp = PageTopKParams {
-                    num_seqs: nb as u32,
-                    n_ret: ap.n_ret,
-                    k_pages: k as u32,
-                    sel_stride: k as u32,
-                    max_seq_pages: self.max_pages as u32,
-                    ..Default::default()
-                };
-                let r = be.antidiagonal_score(&adp, q, kv, &m.paged(), &rows, &mut scores).and_then(|()| {
-                    be.page_top_k(&tp, &scores, &self.v_page_indptr, &self.seq_slot, &self.select_mask, out)
-                });
-                pool.put(scores);
-                r?;
+        // This layout's lists (made on first use) leave the map while the estimate writes them
+        // (it reads the other fields).
+        let (mut selected, mut counts) = match self.lists.remove(&nret) {
+            Some(lists) => lists,
+            None => {
+                let init: Vec<u32> = self
+                    .dense
+                    .iter()
+                    .flat_map(|&d| std::iter::repeat_n(if d { BLOCK_DENSE } else { 0 }, nret))
+                    .collect();
+                (be.alloc(DType::U32, (nb * nret * k).max(1))?, be.upload_u32(&init)?)
             }
-            PrefillEstimate::MeanBound => {
-                let dim = (ap.n_heads * ap.head_dim) as usize;
-                let mut qbar = pool.take(be, DType::F32, nb * dim)?;
-                let mp = MeanRowsParams { n_out: nb as u32, dim: dim as u32, n_src: ap.n_tokens, _pad: 0 };
-                let vap = AttentionParams { num_seqs: nb as u32, sel_stride: k as u32, ..*ap };
-                let sp = PageSelectParams::new(&vap, logical_page as u32, k, self.max_pages);
-                let vmeta = PagedMeta {
-                    page_indptr: &self.v_page_indptr,
-                    page_table: &self.v_page_table,
-                    kv_len: &m.kv_len,
-                    ring_table: &m.ring_table,
-                };
-                let r = be
-                    .mean_rows(&mp, q, &self.row_indptr, &mut qbar)
-                    .and_then(|()| be.page_select(&sp, &qbar, kv, &vmeta, &self.seq_slot, &self.select_mask, out));
-                pool.put(qbar);
-                r?;
-            }
-        }
+        };
+        let out = SelectedMut { selected: &mut selected, counts: &mut counts };
+        let r = match self.estimate {
+            PrefillEstimate::Antidiagonal => self.antidiagonal(be, pool, m, ap, q, kv, out),
+            PrefillEstimate::MeanBound => self.mean_bound(be, pool, m, (ap, logical_page), q, kv, out),
+        };
+        self.lists.insert(nret, (selected, counts));
+        r?;
         let (selected, counts) = &self.lists[&nret];
         Ok((AttentionParams { sel_stride: k as u32, ..*ap }, BlockPages { selected, counts }))
+    }
+
+    /// `antidiagonal_score` over the step's blocks, then `page_top_k` into `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn antidiagonal(
+        &self,
+        be: &B,
+        pool: &BufferPool<B>,
+        m: &StepMeta<B>,
+        ap: &AttentionParams,
+        q: &B::Buffer,
+        kv: LayerKv<B>,
+        out: SelectedMut<B>,
+    ) -> Result<()> {
+        let (nb, k) = (self.n_blocks, self.k_pages as u32);
+        let mut scores = pool.take(be, DType::F32, (self.entries * ap.n_ret as usize).max(1))?;
+        let rows = BlockRows { info: &self.info, page_indptr: &self.v_page_indptr };
+        let tp = PageTopKParams {
+            num_seqs: nb as u32,
+            n_ret: ap.n_ret,
+            k_pages: k,
+            sel_stride: k,
+            max_seq_pages: self.max_pages as u32,
+            ..Default::default()
+        };
+        let r = be
+            .antidiagonal_score(&AntidiagonalParams::new(ap, nb), q, kv, &m.paged(), &rows, &mut scores)
+            .and_then(|()| be.page_top_k(&tp, &scores, &self.v_page_indptr, &self.seq_slot, &self.select_mask, out));
+        pool.put(scores);
+        r
+    }
+
+    /// The blocks' mean queries (`mean_rows`), then `page_select` over the virtual sequences.
+    #[allow(clippy::too_many_arguments)]
+    fn mean_bound(
+        &self,
+        be: &B,
+        pool: &BufferPool<B>,
+        m: &StepMeta<B>,
+        (ap, logical_page): (&AttentionParams, usize),
+        q: &B::Buffer,
+        kv: LayerKv<B>,
+        out: SelectedMut<B>,
+    ) -> Result<()> {
+        let (nb, k) = (self.n_blocks, self.k_pages);
+        let dim = (ap.n_heads * ap.head_dim) as usize;
+        let mut qbar = pool.take(be, DType::F32, nb * dim)?;
+        let mp = MeanRowsParams { n_out: nb as u32, dim: dim as u32, n_src: ap.n_tokens, _pad: 0 };
+        let vap = AttentionParams { num_seqs: nb as u32, sel_stride: k as u32, ..*ap };
+        let sp = PageSelectParams::new(&vap, logical_page as u32, k, self.max_pages);
+        let vmeta = PagedMeta {
+            page_indptr: &self.v_page_indptr,
+            page_table: &self.v_page_table,
+            kv_len: &m.kv_len,
+            ring_table: &m.ring_table,
+        };
+        let r = be
+            .mean_rows(&mp, q, &self.row_indptr, &mut qbar)
+            .and_then(|()| be.page_select(&sp, &qbar, kv, &vmeta, &self.seq_slot, &self.select_mask, out));
+        pool.put(qbar);
+        r
     }
 
     /// Give the pooled buffers back (the per-layout lists are freed).
