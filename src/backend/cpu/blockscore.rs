@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use super::kvops::head_kinds;
+use super::kvops::{best_k, head_kinds};
 use super::kvpool::{PoolRef, pool};
 use super::{CpuBackend, CpuBuffer, err, f32s, f32s_mut, u32s, u32s_mut};
 use crate::backend::*;
@@ -197,27 +197,19 @@ pub fn page_top_k(
     let mask = u32s(select_mask, ns, "page_top_k select_mask")?;
     let max_slot = (0..ns).filter(|&s| mask[s] != 0).map(|s| u(slots[s]) + 1).max().unwrap_or(0);
     let selected = u32s_mut(out.selected, max_slot * n_ret * stride, "page_top_k selected")?;
-    for s in (0..ns).filter(|&s| mask[s] != 0) {
-        let (a, e) = (u(indptr[s]), u(indptr[s + 1]));
-        let cand = (e - a).saturating_sub(1);
-        for r in 0..n_ret {
-            let key = |j: usize| {
-                let x = scores[(a + j) * n_ret + r];
-                if x.is_nan() { f32::NEG_INFINITY } else { x }
-            };
-            let mut order: Vec<usize> = (0..cand).collect();
-            order.sort_by(|&i, &j| key(j).total_cmp(&key(i)).then(i.cmp(&j)));
-            let mut keep: Vec<u32> = order.into_iter().take(k_sel).map(|j| j as u32).collect();
-            keep.sort_unstable();
-            let base = (u(slots[s]) * n_ret + r) * stride;
-            selected[base..base + keep.len()].copy_from_slice(&keep);
-        }
-    }
     let counts = u32s_mut(out.counts, max_slot * n_ret, "page_top_k counts")?;
     for s in (0..ns).filter(|&s| mask[s] != 0) {
-        let cand = u(indptr[s + 1] - indptr[s]).saturating_sub(1);
+        let (a, e) = (u(indptr[s]), u(indptr[s + 1]));
         for r in 0..n_ret {
-            counts[u(slots[s]) * n_ret + r] = cand.min(k_sel) as u32;
+            // Candidates: the row's entries less the last; NaN ranks lowest.
+            let row: Vec<f32> = (a..e.saturating_sub(1).max(a))
+                .map(|j| scores[j * n_ret + r])
+                .map(|x| if x.is_nan() { f32::NEG_INFINITY } else { x })
+                .collect();
+            let keep = best_k(&row, k_sel);
+            let base = (u(slots[s]) * n_ret + r) * stride;
+            selected[base..base + keep.len()].copy_from_slice(&keep);
+            counts[u(slots[s]) * n_ret + r] = keep.len() as u32;
         }
     }
     Ok(())

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use super::kvpool::{PoolMut, pool_mut};
-use super::{CpuBackend, CpuBuffer, err, f32s, f32s_mut, u32s};
+use super::{CpuBackend, CpuBuffer, err, f32s, f32s_mut, u32s, u32s_mut};
 use crate::backend::reference::rope::{RopeFreqs, rotate_half_in_place};
 use crate::backend::*;
 use crate::error::Result;
@@ -166,6 +166,16 @@ pub fn head_norm_scores(m: &[Vec<f32>], scale: f32) -> Vec<f32> {
         .collect()
 }
 
+/// The `k` best of `scores` by (score desc in `f32::total_cmp` order, index asc), their indices
+/// ascending: the top-k both page selections (`page_select`, `page_top_k`) write.
+pub fn best_k(scores: &[f32], k: usize) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..scores.len() as u32).collect();
+    order.sort_by(|&i, &j| scores[j as usize].total_cmp(&scores[i as usize]).then(i.cmp(&j)));
+    order.truncate(k);
+    order.sort_unstable();
+    order
+}
+
 pub fn page_select(
     p: &PageSelectParams,
     q: &CpuBuffer,
@@ -193,14 +203,8 @@ pub fn page_select(
         return Err(err("page_select: a page id lies outside the pool"));
     }
     let max_slot = slots.iter().map(|&s| u(s) + 1).max().unwrap_or(0);
-    let selected = match out.selected {
-        CpuBuffer::U32(v) if v.len() >= max_slot * n_ret * stride => v,
-        _ => return Err(err("page_select: selected buffer too small")),
-    };
-    let counts = match out.counts {
-        CpuBuffer::U32(v) if v.len() >= max_slot * n_ret => v,
-        _ => return Err(err("page_select: counts buffer too small")),
-    };
+    let selected = u32s_mut(out.selected, max_slot * n_ret * stride, "page_select selected")?;
+    let counts = u32s_mut(out.counts, max_slot * n_ret, "page_select counts")?;
     let head_norm = p.checked_rank().map_err(err)?;
     let group = nh / nkv;
     for s in (0..ns).filter(|&s| mask[s] != 0) {
@@ -234,10 +238,7 @@ pub fn page_select(
             {
                 *x = f32::INFINITY;
             }
-            let mut scored: Vec<(f32, u32)> = scores.into_iter().zip(0u32..).collect();
-            scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-            let mut keep: Vec<u32> = scored.iter().take(k_sel).map(|&(_, j)| j).collect();
-            keep.sort_unstable();
+            let keep = best_k(&scores, k_sel);
             let base = (u(slots[s]) * n_ret + r) * stride;
             selected[base..base + keep.len()].copy_from_slice(&keep);
             counts[u(slots[s]) * n_ret + r] = keep.len() as u32;
