@@ -101,7 +101,7 @@ pub fn page_top_k(
         pl::page_top_k::Binds { scores, keys: &mut keys },
         grid(be, scores.len),
     )?;
-    let heads = be.upload_u32(&(0..n_ret as u32).collect::<Vec<_>>())?;
+    let heads = be.iota(n_ret)?;
     let sp = PageSelectParams {
         num_seqs: p.num_seqs,
         n_heads: p.n_ret,
