@@ -17,8 +17,8 @@ C mb $PF $BS --prefill-estimate mean_bound
 P128="--contexts 4k --repeats 1 --prefill 131072 --sparse on --prefill-budget 4096 --prefill-dense-below 32768"
 C ad128 $P128
 C mb128 $P128 --prefill-estimate mean_bound
+left && { timeout ${TT:-150} python3 scripts/torch_prefill_bench.py --lengths 131072 --chunk 131072 --repeats 1 > $OUT/torch128.txt 2>&1; echo "== torch128 rc $?" | tee -a $L; tail -3 $OUT/torch128.txt | tee -a $L; pack; }
 P ptk 40 wgpu::page_top_k --test-threads 1 --nocapture
 P ptk_plain 40 wgpu_plain::page_top_k --test-threads 1 --nocapture
 P ad_i8 60 wgpu::antidiagonal_score::kv_int8_hd64 --test-threads 1
-left && { timeout 150 python3 scripts/torch_prefill_bench.py --lengths 131072 --chunk 131072 --repeats 1 > $OUT/torch128.txt 2>&1; echo "== torch128 rc $?" | tee -a $L; tail -3 $OUT/torch128.txt | tee -a $L; pack; }
 echo "total $(( $(date +%s) - T0 ))s" | tee -a "$L"; pack
