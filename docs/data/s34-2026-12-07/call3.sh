@@ -5,7 +5,7 @@
 # against the mean-query bound, beside decode selection alone (session 33's call2.sh): NIAH single
 # and multi-key and ppl at 16K and 31K, 3 samples, decode budget 4096, ratio 0, pages 64/16, the
 # sink page pinned; blocks sparse from position 4096.
-BINS=.gpu/s34a/bins.tgz LIMIT=${LIMIT:-540}
+BINS=.gpu/s34b/bins.tgz LIMIT=${LIMIT:-540} # lserve, backend_parity, gemma3 (the build of call2.sh)
 . scripts/gpu_call_lib.sh
 export LSERVE_REQUIRE_CUDA=1 LSERVE_REQUIRE_WGPU=1
 G=/root/gm/gemma-3-270m-q4_k_m.gguf
