@@ -45,7 +45,7 @@ __device__ void antidiag_impl(AntidiagonalParams p, const float* q, const KT* k,
     typedef typename AdType<KT>::T CT;
     constexpr u32 IPW = 256 / D, WPH = 8 / IPW, HG = 16 / WPH;  // i per warp, warps per head, heads
     constexpr u32 TK = AD_TK(D), NKG = TK / 8, NT = NKG / 8, LD = D + 8, KD = D / 16;
-    constexpr u32 NROW = HG * 16, PMAX = NKG + 1;  // rows of a head chunk; pages a tile touches
+    constexpr u32 NROW = HG * 16;  // (head, row group) rows of a head chunk
     // The finalize's cells (row, key group) per thread and threads per row (a power of two <= 32).
     constexpr u32 CPT = NROW * NKG >= 512 ? NROW * NKG / 512 : 1, TPR = NKG / CPT;
     static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0 && NKG <= 16, "finalize mapping");
@@ -53,7 +53,8 @@ __device__ void antidiag_impl(AntidiagonalParams p, const float* q, const KT* k,
     extern __shared__ __align__(16) unsigned char ad_smem[];
     CT* ks = reinterpret_cast<CT*>(ad_smem);                    // [2][TK][LD]
     float* red = reinterpret_cast<float*>(ks + 2 * TK * LD);    // [HG][WPH][16][NKG]
-    float* prow = red + HG * WPH * 16 * NKG;                    // [NROW][PMAX]: pz, then csum
+    float* pz = red + HG * WPH * 16 * NKG;                      // [NROW][NKG]: pass 1's cell shares
+    float* csum = pz + NROW * NKG;                              // [NKG]: their sums over the rows
 
     const u32 kvh = blockIdx.x, b = blockIdx.y;
     const u32 hm = head_map[kvh];
@@ -213,8 +214,6 @@ __device__ void antidiag_impl(AntidiagonalParams p, const float* q, const KT* k,
                 }
                 // Pass 1: each cell's softmax share into pz[row][col], then column sums over the
                 // rows (a warp per column, fixed shuffle tree), then page sums over the columns.
-                float* pz = prow;               // [NROW][NKG]
-                float* csum = prow + NROW * NKG;  // [NKG]
                 if (fr < NROW) {
                     const float inv = l_row > 0.0f ? 1.0f / l_row : 0.0f;
 #pragma unroll
