@@ -1,10 +1,11 @@
 // page_select: Quest page selection for decode. One block per (KV head, sequence) (grid
 // (n_kv_heads, num_seqs)); blocks of streaming heads and of rows with select_mask[s] == 0 return.
-// For retrieval head r (head_map) of sequence s, candidate j < n_pages - 1 (the newest page is
-// always read, never selected) scores max over its logical pages l and the KV head's query heads
-// g of sum_c max(q_c * max_c, q_c * min_c) (summary [page][n_ret][lpp][2][head_dim] f32; with
-// p.bound_shrink > 0 the box shrunk toward its centre, box_term). The
-// k_pages best (ties to the lower index) go ascending to
+// For retrieval head r (head_map) of sequence s, candidate j < (n_pages - 1) * upp (the newest
+// page is always read, never selected): the selection unit j % upp (u = sel_unit tokens, 0:
+// page_size; upp = page_size / u units a page) of page j / upp. It scores max over the unit's
+// logical pages l and the KV head's query heads g of sum_c max(q_c * max_c, q_c * min_c)
+// (summary [page][n_ret][lpp][2][head_dim] f32; with p.bound_shrink > 0 the box shrunk toward
+// its centre, box_term). The k_pages best (ties to the lower index) go ascending to
 // selected[(seq_slot[s] * n_ret + r) * sel_stride ..], their number to counts[seq_slot[s] * n_ret + r].
 //
 // Two kernels. page_select_score: grid (np / 8, n_kv_heads, num_seqs), one warp per candidate
@@ -36,22 +37,38 @@ __device__ __forceinline__ float box_term(float qc, float lo, float hi, float sh
     return qc * ((hi + lo) * 0.5f) + fabsf(qc) * ((1.0f - shrink) * ((hi - lo) * 0.5f));
 }
 
+// Selection units a page holds: page_size / sel_unit (0: one; the host checks sel_unit).
+__device__ __forceinline__ u32 select_upp(const PageSelectParams& p) {
+    return p.sel_unit == 0u ? 1u : p.page_size / p.sel_unit;
+}
+
+// The row's candidates, at most np: with sel_unit 0 its pages but the newest; otherwise its
+// units below the one holding position kv_len - 1 (and within the page table). That newest page
+// or unit is always read, never selected.
+__device__ __forceinline__ u32 row_candidates(const PageSelectParams& p, const u32* page_indptr, const u32* kv_len,
+                                              u32 s, u32 np, u32 page_table_len) {
+    u32 a = page_indptr[s], b = min(page_indptr[s + 1], page_table_len);
+    u32 n = b > a ? b - a : 0;
+    if (p.sel_unit != 0u) n = min(n * select_upp(p), (kv_len[s] + p.sel_unit - 1) / p.sel_unit);
+    return min(n > 0 ? n - 1 : 0, np);
+}
+
 #define PS_MAX_HD 256
 extern "C" __global__ void page_select_score(PageSelectParams p, const float* q, const float* summary,
                                              const u32* head_map, const u32* page_indptr, const u32* page_table,
-                                             const u32* select_mask, u64* keys, float* heads, u32 np,
+                                             const u32* kv_len, const u32* select_mask, u64* keys, float* heads, u32 np,
                                              u32 page_table_len) {
     __shared__ float qs[8 * PS_MAX_HD];
     u32 kvh = blockIdx.y, s = blockIdx.z;
     u32 hm = head_map[kvh];
     if ((hm & STREAMING_BIT) || select_mask[s] == 0u) return;
     u32 r = hm, hd = p.head_dim, group = p.n_heads / p.n_kv_heads, lpp = p.page_size / p.logical_page;
+    u32 upp = select_upp(p), lpu = lpp / upp;
     u32 gq = min(group, 8u);
     for (u32 i = threadIdx.x; i < gq * hd; i += blockDim.x) qs[i] = q[((u64)s * p.n_heads + kvh * group) * hd + i];
     __syncthreads();
-    u32 a = page_indptr[s], b = min(page_indptr[s + 1], page_table_len);
-    u32 n_pages = b > a ? b - a : 0;
-    u32 cand = min(n_pages > 0 ? n_pages - 1 : 0, np);
+    u32 a = page_indptr[s];
+    u32 cand = row_candidates(p, page_indptr, kv_len, s, np, page_table_len);
     u32 lane = threadIdx.x & 31, j = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (j >= np) return;
     bool hn = p.rank == 1u;
@@ -59,13 +76,13 @@ extern "C" __global__ void page_select_score(PageSelectParams p, const float* q,
     if (j >= cand) { if (lane == 0 && !hn) row[j] = ~0ull; return; }
     // head_norm: query head g's bound of candidate j at hp[g * np].
     float* hp = hn ? heads + ((u64)s * p.n_kv_heads + kvh) * group * np + j : nullptr;
-    u32 page = page_table[a + j];
+    u32 page = page_table[a + j / upp], l0 = (j % upp) * lpu;
     float best = -LS_INF;  // NaN scores are skipped, as f32::max does in the reference
     if (page >= p.num_pages && hn && lane == 0) {
         for (u32 g = 0; g < group; g++) hp[(u64)g * np] = -LS_INF;
     }
     if (page < p.num_pages) {
-        for (u32 l = 0; l < lpp; l++) {
+        for (u32 l = l0; l < l0 + lpu; l++) {
             const float* mn = summary + ((((u64)page * p.n_ret + r) * lpp + l) * 2) * hd;
             const float* mx = mn + hd;
             float lo[PS_MAX_HD / 32], hi[PS_MAX_HD / 32];
@@ -85,19 +102,13 @@ extern "C" __global__ void page_select_score(PageSelectParams p, const float* q,
                 }
                 float v = warp_sum(acc);
                 best = fmaxf(best, v);
-                if (hn && lane == 0) hp[(u64)g * np] = fmaxf(l == 0 ? -LS_INF : hp[(u64)g * np], v);
+                if (hn && lane == 0) hp[(u64)g * np] = fmaxf(l == l0 ? -LS_INF : hp[(u64)g * np], v);
             }
         }
     }
     if (lane == 0 && !hn) row[j] = (p.pin_first != 0u && j == 0) ? 0ull : ((u64)(~ordered(best)) << 32) | j;
 }
 
-// The row's candidates: min(pages - 1, np) (the newest page is always read, never selected).
-__device__ __forceinline__ u32 row_candidates(const u32* page_indptr, u32 s, u32 np, u32 page_table_len) {
-    u32 a = page_indptr[s], b = min(page_indptr[s + 1], page_table_len);
-    u32 n_pages = b > a ? b - a : 0;
-    return min(n_pages > 0 ? n_pages - 1 : 0, np);
-}
 
 #define PS_LIM 1e30f
 // A head's bound as head_norm reads it: clamped to +-1e30 (-inf and NaN read as -1e30).
@@ -111,13 +122,13 @@ __device__ __forceinline__ float norm_bound(float v) { return fminf(fmaxf(v, -PS
 // score = mx + log(sum_g exp(x_g - mx)), mx = max_g x_g, written as the sort's key (candidate 0's
 // key 0 with pin_first; ~0 past the candidates). Any number of pages and any group size.
 extern "C" __global__ void page_select_norm(PageSelectParams p, const u32* head_map, const u32* page_indptr,
-                                            const u32* select_mask, float* heads, u64* keys, u32 np,
+                                            const u32* kv_len, const u32* select_mask, float* heads, u64* keys, u32 np,
                                             u32 page_table_len) {
     __shared__ float red[32];
     u32 kvh = blockIdx.x, s = blockIdx.y;
     u32 hm = head_map[kvh];
     if ((hm & STREAMING_BIT) || select_mask[s] == 0u) return;
-    u32 cand = row_candidates(page_indptr, s, np, page_table_len);
+    u32 cand = row_candidates(p, page_indptr, kv_len, s, np, page_table_len);
     u32 group = p.n_heads / p.n_kv_heads;
     float* hrow = heads + ((u64)s * p.n_kv_heads + kvh) * group * np;  // head g, candidate j: hrow[g * np + j]
     for (u32 g = 0; g < group; g++) {
@@ -174,14 +185,14 @@ __device__ void select_row(PageSelectParams p, u32 r, u32 cand, u32 slot, u64* k
 
 // The row's keys are copied to dynamic shared memory (np * 8 bytes) and sorted there.
 extern "C" __global__ void page_select(PageSelectParams p, const u32* head_map, const u32* page_indptr,
-                                       const u32* seq_slot, const u32* select_mask, const u64* keys_in,
+                                       const u32* kv_len, const u32* seq_slot, const u32* select_mask, const u64* keys_in,
                                        u32* selected, u32* counts, u32 np, u32 page_table_len, u32 selected_len,
                                        u32 counts_len) {
     extern __shared__ u64 keys[];
     u32 kvh = blockIdx.x, s = blockIdx.y;
     u32 hm = head_map[kvh];
     if ((hm & STREAMING_BIT) || select_mask[s] == 0u) return;
-    u32 cand = row_candidates(page_indptr, s, np, page_table_len);
+    u32 cand = row_candidates(p, page_indptr, kv_len, s, np, page_table_len);
     const u64* row = keys_in + ((u64)s * p.n_kv_heads + kvh) * np;
     for (u32 i = threadIdx.x; i < np; i += blockDim.x) keys[i] = row[i];
     __syncthreads();
@@ -191,13 +202,13 @@ extern "C" __global__ void page_select(PageSelectParams p, const u32* head_map, 
 // The same for rows too long for shared memory: sorted in place in the scratch keys (global
 // memory, L2-resident), so no length is refused.
 extern "C" __global__ void page_select_global(PageSelectParams p, const u32* head_map, const u32* page_indptr,
-                                              const u32* seq_slot, const u32* select_mask, u64* keys_io,
+                                              const u32* kv_len, const u32* seq_slot, const u32* select_mask, u64* keys_io,
                                               u32* selected, u32* counts, u32 np, u32 page_table_len,
                                               u32 selected_len, u32 counts_len) {
     u32 kvh = blockIdx.x, s = blockIdx.y;
     u32 hm = head_map[kvh];
     if ((hm & STREAMING_BIT) || select_mask[s] == 0u) return;
-    u32 cand = row_candidates(page_indptr, s, np, page_table_len);
+    u32 cand = row_candidates(p, page_indptr, kv_len, s, np, page_table_len);
     u64* row = keys_io + ((u64)s * p.n_kv_heads + kvh) * np;
     select_row(p, hm, cand, seq_slot[s], row, selected, counts, np, selected_len, counts_len);
 }

@@ -25,12 +25,13 @@ struct AttentionParams {
     u32 head_dim; u32 page_size; u32 num_pages; float scale;
     u32 window; u32 sink; u32 local; u32 ring_tokens;
     u32 n_ret; u32 n_str; u32 num_str_pages; u32 sel_stride;
+    u32 sel_unit; u32 _pad0; u32 _pad1; u32 _pad2;
 };
 struct PageSelectParams {
     u32 num_seqs; u32 n_heads; u32 n_kv_heads; u32 head_dim;
     u32 page_size; u32 logical_page; u32 num_pages; u32 n_ret;
     u32 k_pages; u32 sel_stride; u32 max_seq_pages; u32 rank;
-    u32 pin_first; float scale; float bound_shrink; u32 _pad1;
+    u32 pin_first; float scale; float bound_shrink; u32 sel_unit;
 };
 struct AntidiagonalParams {
     u32 n_blocks; u32 n_tokens; u32 num_seqs; u32 n_heads;

@@ -7,9 +7,10 @@
 // list. Layouts: q/out [num_seqs][n_heads][head_dim] f32; pools [page][heads][page_size][head_dim]
 // in KT; selected [slot][n_ret][sel_stride], counts [slot][n_ret], seq_slot/tail_start [num_seqs].
 //
-// Key list ("slots"): retrieval heads: the selected pages below tail_start (the selection is
-// ascending, so a prefix), then pages tail_start..n_pages, page_size slots each (kept when the
-// position is < kv_len and within the window). Streaming heads: the Lambda mask, positions
+// Key list ("slots"): retrieval heads: the selected units below tail_start (the selection is
+// ascending, so a prefix), then units tail_start.. of the sequence's pages, u = sel_unit slots
+// each (0: page_size; unit j is positions j * u .. (j + 1) * u, in page j * u / page_size; kept
+// when the position is < kv_len and within the window). Streaming heads: the Lambda mask, positions
 // wlo..sink then max(sink, wlo, pos + 1 - local)..=pos, through the ring. Split i covers slots
 // [i * per, (i + 1) * per), per = max(ceil(n_slots / n_splits), 32); empty splits report
 // (m, l) = (-inf, 0).
@@ -36,7 +37,7 @@
 
 struct KeyList {
     bool streaming;
-    u32 hi, s, len, wlo, nsel, sel_base, tail0, n_pages, a0, na, b0;
+    u32 hi, s, len, wlo, nsel, sel_base, tail0, n_units, unit, a0, na, b0;
 };
 
 __device__ __forceinline__ u32 slot_offset(const AttentionParams& p, const KeyList& ls, u32 e, const u32* page_indptr,
@@ -52,15 +53,16 @@ __device__ __forceinline__ u32 slot_offset(const AttentionParams& p, const KeyLi
         if (page >= p.num_str_pages) return NONE_U32;
         return ((page * p.n_str + ls.hi) * ps + r % ps) * p.head_dim;
     }
-    u32 idx = e / ps, off = e % ps;
+    // Unit idx of the list (selected, then the tail's), position pos, page pos / ps.
+    u32 un = ls.unit, idx = e / un;
     u32 j = idx < ls.nsel ? selected[ls.sel_base + idx] : ls.tail0 + (idx - ls.nsel);
-    if (j >= ls.n_pages) return NONE_U32;
-    u32 pos = j * ps + off;
-    u32 at = page_indptr[ls.s] + j;
+    if (j >= ls.n_units) return NONE_U32;
+    u32 pos = j * un + e % un;
+    u32 at = page_indptr[ls.s] + pos / ps;
     if (pos >= ls.len || pos < ls.wlo || at >= page_indptr[ls.s + 1] || at >= page_table_len) return NONE_U32;
     u32 page = page_table[at];
     if (page >= p.num_pages) return NONE_U32;
-    return ((page * p.n_ret + ls.hi) * ps + off) * p.head_dim;
+    return ((page * p.n_ret + ls.hi) * ps + pos % ps) * p.head_dim;
 }
 
 // The block's key list (`ls`) and its slot count. Every thread of the block must call it (it
@@ -77,9 +79,12 @@ __device__ __forceinline__ u32 decode_key_list(const AttentionParams& p, u32 kvh
     ls.len = kv_len[s];
     u32 pos = ls.len > 0 ? ls.len - 1 : 0;
     ls.wlo = window_lo(pos, p.window);
-    ls.n_pages = (ls.len + ps - 1) / ps;
-    u32 tail = tail_start[s];
-    ls.tail0 = min(tail, ls.n_pages);
+    // Retrieval lists count units of p.sel_unit tokens (0: page_size; the host checks it
+    // divides page_size), tail_start among them.
+    ls.unit = p.sel_unit == 0u ? ps : p.sel_unit;
+    ls.n_units = (ls.len + ps - 1) / ps * (ps / ls.unit);
+    u32 tail = min(tail_start[s], ls.n_units);
+    ls.tail0 = tail;
     u32 ci = seq_slot[s] * p.n_ret + ls.hi;
     ls.sel_base = ci * p.sel_stride;
     u32 cnt = 0;
@@ -102,7 +107,7 @@ __device__ __forceinline__ u32 decode_key_list(const AttentionParams& p, u32 kvh
             ls.b0 = max(max(p.sink, ls.wlo), recent);
             n_slots = ls.na + (pos + 1 > ls.b0 ? pos + 1 - ls.b0 : 0);
         } else {
-            n_slots = (ls.nsel + ls.n_pages - ls.tail0) * ps;
+            n_slots = (ls.nsel + ls.n_units - ls.tail0) * ls.unit;
         }
     }
     return n_slots;

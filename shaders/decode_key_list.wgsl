@@ -1,9 +1,10 @@
 // decode_key_list: the key list of a split-KV decode workgroup, shared by
 // sparse_decode_attention.wgsl and sparse_decode_attention_kv16.wgsl (appended to both by
 // shaders.rs; they bind p, kv_len, selected, page_indptr, page_table and ring_table and define
-// NONE). A
-// retrieval head's slots are its selected pages below tail_start, then the tail pages, page_size
-// slots each; a streaming head's are the Lambda window through its ring (the kernels' headers).
+// NONE). A retrieval head's slots are its selected units below tail_start, then units
+// tail_start.. of its pages, u = sel_unit slots each (0: page_size; unit j is positions j * u .. (j + 1) * u,
+// in page j * u / page_size); a streaming head's are the Lambda window through its ring (the
+// kernels' headers).
 
 fn window_lo(pos: u32) -> u32 {
     if (p.window == 0u || pos + 1u <= p.window) { return 0u; }
@@ -19,7 +20,9 @@ struct List {
     wlo: u32,
     nsel: u32,      // retrieval: selected entries used, at sel_base
     sel_base: u32,
-    tail0: u32,     // first tail page
+    tail0: u32,     // first tail unit (tail_start, clamped)
+    n_units: u32,   // units of the sequence's pages
+    unit: u32,      // tokens a unit
     a0: u32,        // streaming: sink range a0..a0+na, then b0..
     na: u32,
     b0: u32,
@@ -27,7 +30,7 @@ struct List {
 
 // The list of KV head map entry hm (streaming bit and pool head) of sequence s, whose first tail
 // page is `tail` (tail_start[s]) and whose selection row is `ci` (seq_slot[s] * n_ret + head):
-// every field but nsel (the kernel's count of selected entries below the tail) and the streaming
+// every field but nsel (the kernel's count of selected entries below tail0) and the streaming
 // ranges (list_slots).
 fn list_begin(hm: u32, s: u32, tail: u32, ci: u32) -> List {
     var ls: List;
@@ -36,7 +39,9 @@ fn list_begin(hm: u32, s: u32, tail: u32, ci: u32) -> List {
     ls.s = s;
     ls.len = kv_len[s];
     ls.wlo = window_lo(max(ls.len, 1u) - 1u);
-    ls.tail0 = min(tail, (ls.len + p.page_size - 1u) / p.page_size);
+    ls.unit = select(p.sel_unit, p.page_size, p.sel_unit == 0u);
+    ls.n_units = (ls.len + p.page_size - 1u) / p.page_size * (p.page_size / ls.unit);
+    ls.tail0 = min(tail, ls.n_units);
     ls.sel_base = ci * p.sel_stride;
     return ls;
 }
@@ -48,7 +53,7 @@ fn list_slots(ls: ptr<function, List>) -> u32 {
     if (len == 0u) { return 0u; }
     let pos = len - 1u;
     if (!(*ls).streaming) {
-        return ((*ls).nsel + (len + p.page_size - 1u) / p.page_size - (*ls).tail0) * p.page_size;
+        return ((*ls).nsel + (*ls).n_units - (*ls).tail0) * (*ls).unit;
     }
     (*ls).a0 = (*ls).wlo;
     let a1 = min(p.sink, pos + 1u);
@@ -70,15 +75,14 @@ fn slot_offset(ls: List, slot: u32) -> u32 {
         if (page >= p.num_str_pages) { return NONE; }
         return ((page * p.n_str + ls.hi) * ps + r % ps) * p.head_dim;
     }
-    let e = slot / ps;
-    let off = slot % ps;
+    let e = slot / ls.unit;
     var j = ls.tail0 + (e - ls.nsel);
     if (e < ls.nsel) { j = selected[ls.sel_base + e]; }
-    if (j >= (ls.len + ps - 1u) / ps) { return NONE; }
-    let pos = j * ps + off;
-    let at = page_indptr[ls.s] + j;
+    if (j >= ls.n_units) { return NONE; }
+    let pos = j * ls.unit + slot % ls.unit;
+    let at = page_indptr[ls.s] + pos / ps;
     if (pos >= ls.len || pos < ls.wlo || at >= page_indptr[ls.s + 1u] || at >= arrayLength(&page_table)) { return NONE; }
     let page = page_table[at];
     if (page >= p.num_pages) { return NONE; }
-    return ((page * p.n_ret + ls.hi) * ps + off) * p.head_dim;
+    return ((page * p.n_ret + ls.hi) * ps + pos % ps) * p.head_dim;
 }

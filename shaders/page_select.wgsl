@@ -2,22 +2,25 @@
 //
 // q `[num_seqs][n_heads][head_dim]`; summary `[page][n_ret][page_size / logical_page][2][head_dim]`
 // (0 = min, 1 = max); sequence s owns page_table[page_indptr[s]..page_indptr[s+1]] in logical order.
-// Candidates are its pages j = 0..n_pages-2 (the newest is always read by attention). Score of j
-// for retrieval head r (KV head h with head_map[h] == r, query heads h*group..(h+1)*group,
-// group = n_heads / n_kv_heads): max over its logical pages and those query heads of
+// Candidates are selection units (select_units.wgsl: sel_unit tokens, 0 the page; upp a page):
+// candidate j is unit j % upp of page j / upp; the newest page (or unit) is always read by
+// attention, never a candidate. Score of j for retrieval head r (KV head h with head_map[h] == r,
+// query heads h*group..(h+1)*group, group = n_heads / n_kv_heads): max over the unit's logical
+// pages and those query heads of
 // sum_c max(q_c * max_c, q_c * min_c) (p.bound_shrink 0; see `term` otherwise), the sum taken
 // sequentially over c exactly as the CPU reference does, so scores (and hence ties) are bitwise
 // equal.
 //
 // Scores are written as u32 keys ordered like f32::total_cmp (key(-inf) = 0x007fffff; NaN
 // scores are skipped by the max, as f32::max does; key 1 marks a page id outside the pool).
-// rank PAGE_RANK_MAX (0): the max over the item's query heads goes to keys[(page_indptr[s] + j)
-// * n_ret + r] (with pin_first, candidate 0's key is 0xffffffff, above every score); then
+// rank PAGE_RANK_MAX (0): the max over the item's query heads goes to keys[(page_indptr[s] * upp
+// + j) * n_ret + r] (with pin_first, candidate 0's key is 0xffffffff, above every score); then
 // page_select_topk picks the best k per row. rank PAGE_RANK_HEAD_NORM (1): each query head g's own
-// key goes to keys[((page_indptr[s] + j) * n_ret + r) * group + g]; page_select_norm turns them
+// key goes to keys[((page_indptr[s] * upp + j) * n_ret + r) * group + g]; page_select_norm turns them
 // into one key per item, in the slot of g = 0, which page_select_topk reads at stride group.
 //
-// Items (page-table entry e, retrieval head r), numbered e * n_ret + r, go 256 / gpt to a
+// Items (unit entry u = e * upp + x of page-table entry e, retrieval head r), numbered
+// u * n_ret + r, go 256 / gpt to a
 // workgroup (workgroup id wg.x + wg.y * num_workgroups.x), gpt = min(group, 64) threads per item,
 // each scoring some of the item's query heads; the item's key is their max (atomicMax in
 // workgroup memory, exact). The entry's sequence is found by binary search in page_indptr.
@@ -28,8 +31,9 @@
 @group(0) @binding(3) var<storage, read> head_map: array<u32>;
 @group(0) @binding(4) var<storage, read> page_indptr: array<u32>;
 @group(0) @binding(5) var<storage, read> page_table: array<u32>;
-@group(0) @binding(6) var<storage, read> select_mask: array<u32>;
-@group(0) @binding(7) var<storage, read_write> keys: array<u32>;
+@group(0) @binding(6) var<storage, read> kv_len: array<u32>;
+@group(0) @binding(7) var<storage, read> select_mask: array<u32>;
+@group(0) @binding(8) var<storage, read_write> keys: array<u32>;
 
 // KEY_NEG_INF and f32_key: common.wgsl.
 
@@ -56,17 +60,17 @@ fn add4(sc: f32, t: vec4<f32>, first: bool) -> f32 {
     return s;
 }
 
-// Key of query head q0 / head_dim (one of the group) against the page at page_table[e], retrieval
-// head r: max over the page's logical pages. Loads are 16-byte vectors; the sum still runs over c
+// Key of query head q0 / head_dim (one of the group) against logical pages l0..l0+n of the page
+// at page_table[e], retrieval head r: their max. Loads are 16-byte vectors; the sum still runs over c
 // in order, one component at a time. Four vec4 terms are loaded together (12 loads in flight)
 // before they are added, so a thread waits on memory head_dim / 16 times per logical page, not
 // head_dim / 4.
-fn head_key(page: u32, r: u32, q0: u32) -> u32 {
+fn head_key(page: u32, r: u32, q0: u32, l0: u32, n: u32) -> u32 {
     let hv = p.head_dim / 4u;
     let lpp = p.page_size / p.logical_page;
     let qb = q0 / 4u;
     var best = KEY_NEG_INF;
-    for (var l = 0u; l < lpp; l = l + 1u) {
+    for (var l = l0; l < l0 + n; l = l + 1u) {
         let at = ((page * p.n_ret + r) * lpp + l) * 2u * hv;
         var sc = 0.0;
         var c = 0u;
@@ -96,9 +100,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let ipw = 256u / gpt;            // items per workgroup
     let li = lid.x / gpt;
     let gt = lid.x % gpt;
-    let gi = (wg.x + wg.y * nwg.x) * ipw + li; // item = e * n_ret + r
+    let gi = (wg.x + wg.y * nwg.x) * ipw + li; // item = (e * upp + x) * n_ret + r
     let ns = p.num_seqs;
-    let e = gi / p.n_ret;
+    let upp = units_per_page();
+    let lpu = p.page_size / upp / p.logical_page; // logical pages a unit
+    let e = gi / p.n_ret / upp;
+    let x = gi / p.n_ret % upp;
     let r = gi % p.n_ret;
     let norm = p.rank == 1u;
     let width = select(1u, group, norm); // keys per item
@@ -120,17 +127,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         for (var x = 0u; x < p.n_kv_heads; x = x + 1u) {
             if (head_map[x] == r) { h = x; break; }
         }
-        // A candidate (the newest page is not one) of a selecting row, with a retrieval head.
-        if (select_mask[s] != 0u && e >= page_indptr[s] && e + 1u < page_indptr[s + 1u] && h < p.n_kv_heads) {
+        // A candidate (select_units.wgsl) of a selecting row, with a retrieval head.
+        let a = page_indptr[s];
+        let b = page_indptr[s + 1u];
+        if (select_mask[s] != 0u && e >= a && b >= a && (e - a) * upp + x < row_candidates(s, b - a) && h < p.n_kv_heads) {
             write = gt == 0u && !norm;
             let page = page_table[e];
             for (var g = gt; g < group; g = g + gpt) {
                 var hk = 1u;
-                if (page < p.num_pages) { hk = head_key(page, r, (s * p.n_heads + h * group + g) * p.head_dim); }
+                if (page < p.num_pages) { hk = head_key(page, r, (s * p.n_heads + h * group + g) * p.head_dim, x * lpu, lpu); }
                 if (norm) { keys[gi * group + g] = hk; }
                 key = max(key, hk);
             }
-            if (p.pin_first != 0u && e == page_indptr[s]) { key = 0xffffffffu; }
+            if (p.pin_first != 0u && e == page_indptr[s] && x == 0u) { key = 0xffffffffu; }
         }
     }
     if (li < ipw) { atomicMax(&item_key[li], key); }

@@ -1,6 +1,6 @@
 // page_select (between the scores and the top-k, PAGE_RANK_HEAD_NORM only): for each selecting
 // row s and retrieval head r, turn the per-query-head keys page_select wrote,
-// keys[((page_indptr[s] + j) * n_ret + r) * group + g] (g < group = n_heads / n_kv_heads, the
+// keys[((page_indptr[s] * upp + j) * n_ret + r) * group + g] (upp selection units a page) (g < group = n_heads / n_kv_heads, the
 // max bound over candidate j's logical pages in f32::total_cmp key order), into one key per
 // candidate in the slot of g = 0, which page_select_topk reads at stride group. The score, as
 // the CPU reference computes it (`head_norm_scores`): per head, m = the bound clamped to +-1e30
@@ -19,8 +19,9 @@
 @group(0) @binding(0) var<uniform> p: PageSelectParams;
 @group(0) @binding(1) var<storage, read> head_map: array<u32>;
 @group(0) @binding(2) var<storage, read> page_indptr: array<u32>;
-@group(0) @binding(3) var<storage, read> select_mask: array<u32>;
-@group(0) @binding(4) var<storage, read_write> keys: array<u32>;
+@group(0) @binding(3) var<storage, read> kv_len: array<u32>;
+@group(0) @binding(4) var<storage, read> select_mask: array<u32>;
+@group(0) @binding(5) var<storage, read_write> keys: array<u32>;
 
 const LIM: f32 = 1e30;
 
@@ -63,10 +64,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     }
     if (h == p.n_kv_heads) { return; }
     let group = p.n_heads / p.n_kv_heads;
-    let start = page_indptr[s];
-    let end = page_indptr[s + 1u];
+    let upp = units_per_page();
+    let start = page_indptr[s] * upp;
+    let end = page_indptr[s + 1u] * upp;
     if (end < start || end * p.n_ret * group > arrayLength(&keys)) { return; }
-    let cand = max(end - start, 1u) - 1u;
+    let cand = row_candidates(s, (end - start) / upp);
     let step = p.n_ret * group;
     let base = (start * p.n_ret + r) * group; // head g of candidate j: keys[base + j * step + g]
 

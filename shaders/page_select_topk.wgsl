@@ -1,8 +1,8 @@
 // page_select (2 of 2, top-k): for each selecting row s and retrieval head r, the best
 // min(k_pages, candidates) candidate pages j by (key desc, j asc), written ascending to
 // selected[(slot * n_ret + r) * sel_stride..] with their number in counts[slot * n_ret + r]
-// (slot = seq_slot[s]); keys come from page_select (keys[((page_indptr[s] + j) * n_ret + r) *
-// stride], stride 1, or the query-head group size for PAGE_RANK_HEAD_NORM, whose
+// (slot = seq_slot[s]); keys come from page_select (keys[((page_indptr[s] * upp + j) * n_ret + r)
+// * stride], upp selection units a page (PageSelectParams::sel_unit), stride 1, or the query-head group size for PAGE_RANK_HEAD_NORM, whose
 // page_select_norm leaves each key in its item's first slot).
 //
 // One workgroup of 256 per (row, head): g = wg.x + wg.y * num_workgroups.x, s = g / n_ret,
@@ -16,10 +16,11 @@
 @group(0) @binding(1) var<storage, read> keys: array<u32>;
 @group(0) @binding(2) var<storage, read> head_map: array<u32>;
 @group(0) @binding(3) var<storage, read> page_indptr: array<u32>;
-@group(0) @binding(4) var<storage, read> seq_slot: array<u32>;
-@group(0) @binding(5) var<storage, read> select_mask: array<u32>;
-@group(0) @binding(6) var<storage, read_write> selected: array<u32>;
-@group(0) @binding(7) var<storage, read_write> counts: array<u32>;
+@group(0) @binding(4) var<storage, read> kv_len: array<u32>;
+@group(0) @binding(5) var<storage, read> seq_slot: array<u32>;
+@group(0) @binding(6) var<storage, read> select_mask: array<u32>;
+@group(0) @binding(7) var<storage, read_write> selected: array<u32>;
+@group(0) @binding(8) var<storage, read_write> counts: array<u32>;
 
 var<workgroup> hist: array<atomic<u32>, 256>;
 var<workgroup> scan: array<u32, 256>;
@@ -59,11 +60,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     if (h == p.n_kv_heads) { return; }
     let row = seq_slot[s] * p.n_ret + r;
     if (row >= arrayLength(&counts) || (row + 1u) * p.sel_stride > arrayLength(&selected)) { return; }
-    let start = page_indptr[s];
-    let end = page_indptr[s + 1u];
+    // Keys are per selection unit: upp units a page-table entry (select_units.wgsl).
+    let upp = units_per_page();
+    let start = page_indptr[s] * upp;
+    let end = page_indptr[s + 1u] * upp;
     let stride = select(1u, p.n_heads / p.n_kv_heads, p.rank == 1u);
     if (end < start || end * p.n_ret * stride > arrayLength(&keys)) { return; }
-    let cand = max(end - start, 1u) - 1u;
+    let cand = row_candidates(s, (end - start) / upp);
     let k = min(p.k_pages, cand);
     let base = (start * p.n_ret + r) * stride; // key of candidate j: keys[base + j * n_ret * stride]
     let step = p.n_ret * stride;

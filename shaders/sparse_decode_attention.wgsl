@@ -14,9 +14,10 @@
 // are the retrieval pool, or the streaming pool in the pass recorded with n_ret = 0; workgroups of
 // the other kind's heads return at once. No branch picks a pool, so loads stay back to back.
 //
-// Key list ("slots"): retrieval heads: the selected pages below tail_start (a prefix, the list
-// being ascending), then pages tail_start..n_pages, page_size slots each (slot -> position
-// page * page_size + offset, kept when < kv_len and within the window). Streaming heads: the Lambda
+// Key list ("slots"): retrieval heads: the selected units below tail_start (a prefix, the list
+// being ascending), then units tail_start.. of the sequence's pages (decode_key_list.wgsl: units
+// of sel_unit tokens, 0 meaning page_size), unit-size slots each (slot -> position
+// unit * sel_unit + offset, kept when < kv_len and within the window). Streaming heads: the Lambda
 // mask, positions wlo..sink then max(sink, wlo, pos + 1 - local)..=pos, through the ring.
 // Split i covers slots [i * per, (i + 1) * per), per = max(ceil(n_slots / n_splits), 128).
 //
@@ -147,7 +148,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     if (t == 0u) { atomicStore(&nsel_w, cnt); }
     workgroupBarrier();
     for (var i = t; i < cnt; i = i + WG) {
-        if (selected[ls.sel_base + i] >= tail) { atomicMin(&nsel_w, i); }
+        if (selected[ls.sel_base + i] >= ls.tail0) { atomicMin(&nsel_w, i); }
     }
     workgroupBarrier();
     if (t == 0u) { nsel_u = atomicLoad(&nsel_w); }

@@ -236,9 +236,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     }
     if (t == 0u) { atomicStore(&nsel_w, cnt); }
     workgroupBarrier();
-    if (t < cnt && first >= tail) { atomicMin(&nsel_w, t); }
+    if (t < cnt && first >= ls.tail0) { atomicMin(&nsel_w, t); }
     for (var i = t + WG; i < cnt; i = i + WG) {
-        if (selected[ls.sel_base + i] >= tail) { atomicMin(&nsel_w, i); }
+        if (selected[ls.sel_base + i] >= ls.tail0) { atomicMin(&nsel_w, i); }
     }
     workgroupBarrier();
     if (CUT == 1u) {

@@ -288,6 +288,7 @@ pub fn attn_params<B: Backend>(kv: &KvPair<B>, n_tokens: usize, nh: usize, windo
         n_str: s.layout.n_str(0) as u32,
         num_str_pages: kv.gpu.num_str_pages() as u32,
         sel_stride: s.sel_stride as u32,
+        ..Default::default()
     }
 }
 

@@ -125,6 +125,7 @@ fn setup(rng: &mut Rng, c: &Case, kvd: DType) -> Setup {
         n_str: n_str as u32,
         num_str_pages: num_str_pages as u32,
         sel_stride: STRIDE as u32,
+        ..Default::default()
     };
     Setup {
         p,
@@ -211,8 +212,9 @@ fn check(what: &str, got: &[f32], want: &[f64]) -> f64 {
     worst
 }
 
-/// Random selection lists: per (slot, retrieval head) a count, that many sorted distinct pages
-/// (some at or beyond the tail or the sequence's end), then garbage pages up to the stride.
+/// Random selection lists: per (slot, retrieval head) a count, that many sorted distinct units of
+/// `upp` a page (some at or beyond the tail or the sequence's end), then garbage up to the
+/// stride. Tails count units too.
 struct Selection {
     slots: Vec<u32>,
     tails: Vec<u32>,
@@ -220,24 +222,25 @@ struct Selection {
     counts: Vec<u32>,
 }
 
-fn selection(rng: &mut Rng, st: &Setup) -> Selection {
+fn selection(rng: &mut Rng, st: &Setup, upp: usize) -> Selection {
     let (ns, n_ret, ps) = (LENS.len(), st.n_ret, st.p.page_size as usize);
     let max_slots = ns + 2;
     let slots: Vec<u32> = shuffled(rng, max_slots)[..ns].to_vec();
     let (mut selected, mut counts) = (vec![0u32; max_slots * n_ret * STRIDE], vec![0u32; max_slots * n_ret]);
     let mut tails = vec![];
     for (s, len) in LENS.iter().enumerate() {
-        let n_pages = len.div_ceil(ps);
-        // Tail: anywhere from 0 (dense) to past the last page (no tail), each with some odds.
+        let n_units = len.div_ceil(ps) * upp;
+        // Tail: anywhere from 0 (dense) to past the last unit (no tail), each with some odds.
         let tail = match (rng.next() * 4.0) as usize {
             0 => 0,
-            1 => n_pages + 1,
-            _ => (rng.next() * (n_pages + 1) as f64) as usize,
+            1 => n_units + 1,
+            _ => (rng.next() * (n_units + 1) as f64) as usize,
         };
         tails.push(tail as u32);
         for r in 0..n_ret {
             let at = slots[s] as usize * n_ret + r;
-            let mut pick: Vec<u32> = shuffled(rng, n_pages + 2)[..STRIDE.min(n_pages + 2)].to_vec();
+            let n = n_units + 2 * upp;
+            let mut pick: Vec<u32> = shuffled(rng, n)[..STRIDE.min(n)].to_vec();
             let c = (rng.next() * (pick.len() + 1) as f64) as usize;
             pick[..c].sort_unstable();
             counts[at] = c as u32;
@@ -247,10 +250,13 @@ fn selection(rng: &mut Rng, st: &Setup) -> Selection {
     Selection { slots, tails, selected, counts }
 }
 
-fn decode_case(rng: &mut Rng, c: &Case, kvd: DType) -> f64 {
-    let st = setup(rng, c, kvd);
-    let sel = selection(rng, &st);
-    let (ns, nh, hd, ps) = (LENS.len(), st.p.n_heads as usize, c.hd, c.ps);
+/// `sparse_decode_attention` with selection units of `unit` tokens (0: the page).
+fn decode_case(rng: &mut Rng, c: &Case, kvd: DType, unit: usize) -> f64 {
+    let mut st = setup(rng, c, kvd);
+    st.p.sel_unit = unit as u32;
+    let un = if unit == 0 { c.ps } else { unit };
+    let sel = selection(rng, &st, c.ps / un);
+    let (ns, nh, hd) = (LENS.len(), st.p.n_heads as usize, c.hd);
     let q = rng.normal_vec(ns * nh * hd, 1.0);
     let cpu = CpuBackend::new();
     let u = |v: &[u32]| CpuBuffer::U32(v.to_vec());
@@ -274,13 +280,14 @@ fn decode_case(rng: &mut Rng, c: &Case, kvd: DType) -> f64 {
                     && if streaming {
                         st.lambda_ok(t, pos)
                     } else {
-                        let (j, base) = (t / ps, (sel.slots[s] as usize * st.n_ret + i) * STRIDE);
+                        let (j, base) = (t / un, (sel.slots[s] as usize * st.n_ret + i) * STRIDE);
                         let n = sel.counts[sel.slots[s] as usize * st.n_ret + i] as usize;
                         j >= sel.tails[s] as usize || sel.selected[base..base + n].contains(&(j as u32))
                     }
             };
             let want = st.reference(&q[at..at + hd], s, streaming, i, visible, pos);
-            let what = format!("decode {kvd:?} group {} hd {hd} window {} seq {s} head {h}", c.group, c.window);
+            let what =
+                format!("decode {kvd:?} group {} hd {hd} window {} unit {unit} seq {s} head {h}", c.group, c.window);
             worst = worst.max(check(&what, &out[at..at + hd], &want));
         }
     }
@@ -413,8 +420,11 @@ fn sparse_decode_attention_matches_brute_force() {
     let mut rng = Rng(common::seed() | 1);
     for c in cases() {
         for kvd in [DType::F32, DType::I8, DType::F8E4M3] {
-            let worst = decode_case(&mut rng, &c, kvd);
-            eprintln!("decode {kvd:?} group {} hd {}: max |diff| {worst:e}", c.group, c.hd);
+            // Selection units: the page, and a quarter of it (logical-page selection).
+            for unit in [0, c.ps / 4] {
+                let worst = decode_case(&mut rng, &c, kvd, unit);
+                eprintln!("decode {kvd:?} group {} hd {} unit {unit}: max |diff| {worst:e}", c.group, c.hd);
+            }
         }
     }
 }

@@ -211,23 +211,23 @@ fn summaries_equal_minmax_recomputed_from_scratch() {
     }
 }
 
-/// Brute-force Quest selection from raw keys: top `k` of pages `0..n_pages-1` by the max over the
-/// group's query heads and the page's logical pages of sum_c max(q_c*max_c, q_c*min_c).
+/// Brute-force Quest selection from raw keys: top `k` of the `unit`-token units (unit j: tokens
+/// `j * unit .. (j + 1) * unit`) below the one holding the last token, by the max over the group's
+/// query heads and the unit's logical pages of sum_c max(q_c*max_c, q_c*min_c).
 fn brute_force(
     keys: &[f32],
     q: &[f32],
     kvh: usize,
-    len: usize,
+    (len, unit): (usize, usize),
     k: usize,
     d: (usize, usize, usize, usize, usize),
 ) -> Vec<u32> {
-    let (n_kv, hd, nh, ps, lp) = d;
+    let (n_kv, hd, nh, _, lp) = d;
     let group = nh / n_kv;
-    let n_pages = len.div_ceil(ps);
-    let mut scored: Vec<(f64, u32)> = (0..n_pages - 1)
+    let mut scored: Vec<(f64, u32)> = (0..len.div_ceil(unit) - 1)
         .map(|j| {
             let mut best = f64::NEG_INFINITY;
-            for l0 in (j * ps..(j + 1) * ps).step_by(lp) {
+            for l0 in (j * unit..(j + 1) * unit).step_by(lp) {
                 for qh in kvh * group..(kvh + 1) * group {
                     let score: f64 = (0..hd)
                         .map(|c| {
@@ -264,7 +264,6 @@ fn page_select_matches_brute_force() {
             keys.extend(append(&be, &mut cache, &mut seq, n, nh, &mut rng));
         }
         let q = rng.normal_vec(nh * hd, 1.0);
-        let k = 4;
         let paged_bufs = (
             be.upload_u32(&[0, seq.pages.len() as u32]).unwrap(),
             be.upload_u32(&seq.pages).unwrap(),
@@ -277,39 +276,45 @@ fn page_select_matches_brute_force() {
             kv_len: &paged_bufs.2,
             ring_table: &paged_bufs.3,
         };
-        let p = PageSelectParams {
-            num_seqs: 1,
-            n_heads: nh as u32,
-            n_kv_heads: n_kv as u32,
-            head_dim: hd as u32,
-            page_size: ps as u32,
-            logical_page: lp as u32,
-            num_pages: cache.shape.num_pages as u32,
-            n_ret: 2,
-            k_pages: k as u32,
-            sel_stride: 8,
-            ..Default::default()
-        };
         let (slot, mask_on, mask_off) =
             (be.upload_u32(&[seq.slot]).unwrap(), be.upload_u32(&[1]).unwrap(), be.upload_u32(&[0]).unwrap());
         let qb = be.upload_f32(DType::F32, q.clone()).unwrap();
         let store = &mut cache.layers[0];
-        store.selected = CpuBuffer::U32(vec![u32::MAX; 2 * 2 * 8]); // poisoned
-        let (kv, out) = store.select_view();
-        be.page_select(&p, &qb, kv, &meta, &slot, &mask_on, out).unwrap();
-        let (sel, counts) = (as_u32(&store.selected).to_vec(), as_u32(&store.counts).to_vec());
-        for (r, h) in (0..n_kv).filter(|&h| !streaming[h]).enumerate() {
-            let want = brute_force(&keys, &q, h, seq.len, k, (n_kv, hd, nh, ps, lp));
-            let base = (seq.slot as usize * 2 + r) * 8;
-            assert_eq!(counts[seq.slot as usize * 2 + r] as usize, k);
-            assert_eq!(&sel[base..base + k], &want[..], "pages {ps}/{lp}, head {h}");
+        // Selection units: the physical page (0 and ps alike), the logical page, two of them.
+        for unit in [0, ps, lp, 2 * lp].into_iter().filter(|&x| ps.is_multiple_of(x.max(1))) {
+            let k = if unit == 0 || unit == ps { 4 } else { 7 };
+            let p = PageSelectParams {
+                num_seqs: 1,
+                n_heads: nh as u32,
+                n_kv_heads: n_kv as u32,
+                head_dim: hd as u32,
+                page_size: ps as u32,
+                logical_page: lp as u32,
+                num_pages: cache.shape.num_pages as u32,
+                n_ret: 2,
+                k_pages: k as u32,
+                sel_stride: 8,
+                sel_unit: unit as u32,
+                ..Default::default()
+            };
+            store.selected = CpuBuffer::U32(vec![u32::MAX; 2 * 2 * 8]); // poisoned
+            let (kv, out) = store.select_view();
+            be.page_select(&p, &qb, kv, &meta, &slot, &mask_on, out).unwrap();
+            let (sel, counts) = (as_u32(&store.selected).to_vec(), as_u32(&store.counts).to_vec());
+            let un = if unit == 0 { ps } else { unit };
+            for (r, h) in (0..n_kv).filter(|&h| !streaming[h]).enumerate() {
+                let want = brute_force(&keys, &q, h, (seq.len, un), k, (n_kv, hd, nh, ps, lp));
+                let base = (seq.slot as usize * 2 + r) * 8;
+                assert_eq!(counts[seq.slot as usize * 2 + r] as usize, k);
+                assert_eq!(&sel[base..base + k], &want[..], "pages {ps}/{lp}, unit {unit}, head {h}");
+            }
+            assert!(sel[..16].iter().all(|&x| x == u32::MAX), "slot 0 (another sequence) untouched");
+            // A row not flagged keeps its selection even when the query changes.
+            let q2 = be.upload_f32(DType::F32, rng.normal_vec(nh * hd, 1.0)).unwrap();
+            let (kv, out) = store.select_view();
+            be.page_select(&p, &q2, kv, &meta, &slot, &mask_off, out).unwrap();
+            assert_eq!(as_u32(&store.selected), &sel[..]);
         }
-        assert!(sel[..16].iter().all(|&x| x == u32::MAX), "slot 0 (another sequence) untouched");
-        // A row not flagged keeps its selection even when the query changes.
-        let q2 = be.upload_f32(DType::F32, rng.normal_vec(nh * hd, 1.0)).unwrap();
-        let (kv, out) = store.select_view();
-        be.page_select(&p, &q2, kv, &meta, &slot, &mask_off, out).unwrap();
-        assert_eq!(as_u32(&store.selected), &sel[..]);
     }
 }
 
@@ -322,7 +327,7 @@ fn planted_page_is_selected() {
     let (mut cache, mut seq) = one_layer_cache(&be, n_kv, vec![false], ps, lp, hd);
     let keys = append_planted(&be, &mut cache, &mut seq, 8 * ps, nh, &mut rng, 3 * ps..4 * ps);
     let q: Vec<f32> = (0..nh * hd).map(|i| if i % hd == 0 { 5.0 } else { 0.0 }).collect();
-    assert_eq!(brute_force(&keys, &q, 0, seq.len, 1, (n_kv, hd, nh, ps, lp)), vec![3]);
+    assert_eq!(brute_force(&keys, &q, 0, (seq.len, ps), 1, (n_kv, hd, nh, ps, lp)), vec![3]);
     let bufs = (
         be.upload_u32(&[0, seq.pages.len() as u32]).unwrap(),
         be.upload_u32(&seq.pages).unwrap(),

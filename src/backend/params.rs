@@ -141,6 +141,14 @@ params! {
         pub num_str_pages: u32,
         /// Entries per (slot, retrieval head) in the selected-page buffer.
         pub sel_stride: u32,
+        /// Tokens of a retrieval head's decode key list per selected entry (the selection unit):
+        /// 0 or page_size, physical pages; a divisor of page_size, that many tokens (logical-page
+        /// selection: entry j covers positions j * sel_unit .. (j + 1) * sel_unit). See
+        /// [`AttentionParams::unit`].
+        pub sel_unit: u32,
+        pub _pad0: u32,
+        pub _pad1: u32,
+        pub _pad2: u32,
     }
     pub struct PageSelectParams {
         pub num_seqs: u32,
@@ -169,7 +177,10 @@ params! {
         /// half_c` (mid = (max + min) / 2, half = (max - min) / 2). 0: the Quest bound itself,
         /// computed as `sum_c max(q_c max_c, q_c min_c)`; 1: the box's mid-point key.
         pub bound_shrink: f32,
-        pub _pad1: u32,
+        /// The selection unit in tokens, as [`AttentionParams::sel_unit`] (0: page_size): a
+        /// candidate is a unit, scored as the max over its logical pages; `k_pages` counts units.
+        /// A multiple of logical_page that divides page_size.
+        pub sel_unit: u32,
     }
     /// `antidiagonal_score` (block-sparse prefill's estimate, XAttention's antidiagonal at stride
     /// [`ANTIDIAGONAL_STRIDE`]): `n_blocks` query blocks over q `[n_tokens][n_heads][head_dim]`,
@@ -354,7 +365,22 @@ impl AttentionParams {
             n_str: g.n_str,
             num_str_pages: g.num_str_pages,
             sel_stride: g.sel_stride,
+            ..Default::default()
         }
+    }
+
+    /// The selection unit in tokens: `sel_unit`, or page_size when it is 0.
+    pub fn unit(&self) -> u32 {
+        if self.sel_unit == 0 { self.page_size } else { self.sel_unit }
+    }
+
+    /// Why the selection unit is invalid for decode (it must divide page_size), if it is.
+    pub fn check_unit(&self) -> std::result::Result<(), &'static str> {
+        let u = self.unit();
+        if u == 0 || !self.page_size.is_multiple_of(u) {
+            return Err("sparse_decode_attention: sel_unit must divide page_size");
+        }
+        Ok(())
     }
 }
 
@@ -379,8 +405,19 @@ impl PageSelectParams {
             pin_first: 0,
             scale: ap.scale,
             bound_shrink: 0.0,
-            _pad1: 0,
+            sel_unit: ap.sel_unit,
         }
+    }
+
+    /// The selection unit in tokens (`sel_unit`, or page_size when it is 0), or why it is
+    /// invalid: it must be a multiple of logical_page (> 0) and divide page_size.
+    pub fn checked_unit(&self) -> std::result::Result<u32, &'static str> {
+        let u = if self.sel_unit == 0 { self.page_size } else { self.sel_unit };
+        let lp = self.logical_page;
+        if lp == 0 || u == 0 || !self.page_size.is_multiple_of(u) || !u.is_multiple_of(lp) {
+            return Err("page_select: logical_page must divide sel_unit, and sel_unit page_size");
+        }
+        Ok(u)
     }
 
     /// Whether the ranking is [`PAGE_RANK_HEAD_NORM`] (false: [`PAGE_RANK_MAX`]), or why the

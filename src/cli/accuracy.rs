@@ -273,7 +273,7 @@ fn recall_on<B: Backend>(be: B, pr: &Probe) -> Result<Vec<RecallRow>> {
     let per_engine = |len: usize, p: usize| pr.budgets.iter().map(|b| b.tokens(len).max(p)).collect();
     probe_engines(be, pr, per_engine, |e, ids, len, (p, l)| {
         let layers = measure(e, ids, pr.a.steps, pr.a.every)?;
-        let budget = e.attn.k_pages * p + p;
+        let budget = (e.attn.k_pages + 1) * e.attn.unit(p);
         eprintln!("{len} tokens, pages {p}/{l}, budget {budget}: {} layers measured", layers.len());
         rows.push((len, budget, (p, l), layers));
         Ok(())

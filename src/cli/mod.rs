@@ -390,6 +390,16 @@ pub struct SparseArgs {
     /// page selection scores it (0: the Quest bound).
     #[arg(long)]
     pub bound_shrink: Option<f32>,
+    /// What decode page selection keeps and attention reads: physical (whole physical pages,
+    /// ranked by their logical pages) or logical (logical pages inside them).
+    #[arg(long, value_enum)]
+    pub select_unit: Option<SelectUnitArg>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+pub enum SelectUnitArg {
+    Physical,
+    Logical,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]

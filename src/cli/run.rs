@@ -14,14 +14,14 @@ use lserve::model::llama::Llama;
 use lserve::model::mix::WeightMix;
 use lserve::model::weights::{LoadOptions, WeightMode};
 use lserve::sampling::SamplingParams;
-use lserve::sparse::{Config, PageRank, PrefillEstimate};
+use lserve::sparse::{Config, PageRank, PrefillEstimate, SelectUnit};
 use lserve::tokenizer::StreamDecoder;
 use serde_json::json;
 
 use super::tp::Ranks;
 use super::{
-    GenerateArgs, ModelArgs, OnOff, Output, PageRankArg, PrefillEstimateArg, QuantizeArg, ScoreArgs, SparseArgs,
-    VocabOnlyArgs, WeightsArg,
+    GenerateArgs, ModelArgs, OnOff, Output, PageRankArg, PrefillEstimateArg, QuantizeArg, ScoreArgs, SelectUnitArg,
+    SparseArgs, VocabOnlyArgs, WeightsArg,
 };
 
 /// The backend a `--device` value names. `auto` takes CUDA device 0 when a CUDA driver and GPU are
@@ -165,6 +165,12 @@ pub fn resolve_config(sparse: Option<OnOff>, a: &SparseArgs) -> Result<Config> {
         s.prefill_estimate = match v {
             PrefillEstimateArg::Antidiagonal => PrefillEstimate::Antidiagonal,
             PrefillEstimateArg::MeanBound => PrefillEstimate::MeanBound,
+        };
+    }
+    if let Some(v) = a.select_unit {
+        s.select_unit = match v {
+            SelectUnitArg::Physical => SelectUnit::Physical,
+            SelectUnitArg::Logical => SelectUnit::Logical,
         };
     }
     if let Some(v) = a.page_rank {

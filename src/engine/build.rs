@@ -91,10 +91,12 @@ pub fn build_engine_tp<B: Backend>(shards: Shards<B>, opts: &EngineOptions) -> R
     let layout = crate::model::gemma3::local_layout(&cfg, layout);
     let s = &c.sparse;
     let ps = c.cache.physical_page;
+    let unit = s.select_unit.tokens(&c.cache);
     let attn = AttnSettings {
         sink: s.sink_tokens,
         local: s.local_tokens,
-        k_pages: k_pages(s.token_budget, ps),
+        k_pages: k_pages(s.token_budget, unit),
+        sel_unit: if unit == ps { 0 } else { unit },
         page_rank: s.page_rank,
         bound_shrink: s.bound_shrink,
         pin_sink_page: s.pin_sink_page,

@@ -263,8 +263,10 @@ impl<B: Backend> Engine<B> {
             }
             let retrieval = match seq.sel_tail {
                 Some(tail) if !self.attn.dense_layer[l] => {
+                    // k_pages units, at most those below the tail (tails count units).
+                    let unit = self.attn.unit(ps as usize) as u64;
                     let selected = (self.attn.k_pages as u64).min(tail as u64);
-                    selected * ps + len - tail as u64 * ps
+                    selected * unit + len.saturating_sub(tail as u64 * unit)
                 }
                 _ => len,
             };

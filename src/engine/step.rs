@@ -94,13 +94,13 @@ impl<B: Backend> Engine<B> {
             self.cache.reserve(r.seq, r.tokens.len())?;
         }
         let decode = rows.iter().all(|r| r.tokens.len() == 1);
-        let ps = self.cache.shape.page_size;
+        let unit = self.attn.unit(self.cache.shape.page_size);
         let plans: Vec<DecodePlan> = rows
             .iter_mut()
             .map(|r| {
                 if decode {
                     let kv_len = r.seq.len + 1;
-                    plan_decode(&self.sparse, r.seq, kv_len, ps)
+                    plan_decode(&self.sparse, r.seq, kv_len, unit)
                 } else {
                     r.seq.sel_tail = None;
                     DecodePlan { select: false, tail_start: 0 }

@@ -403,6 +403,12 @@ pub(crate) fn score_scale(c: &ModelConfig) -> f32 {
 pub fn measure<B: Backend>(e: &mut Engine<B>, ids: &[u32], steps: usize, every: usize) -> Result<Vec<LayerRecall>> {
     let c = e.model.cfg.clone();
     let s = e.cache.shape.clone();
+    if e.attn.sel_unit != 0 && e.attn.sel_unit != s.page_size {
+        return Err(crate::error::Error::InvalidArgument(format!(
+            "recall measures physical-page selection; for selection in {}-token logical pages measure pages {}/{} (the same unit)",
+            e.attn.sel_unit, e.attn.sel_unit, e.attn.sel_unit
+        )));
+    }
     let scale = score_scale(&c);
     let mut probe = RecallProbe::new(c.num_layers, e.attn.k_pages, scale, e.attn.bound_shrink);
     let mut seq = e.cache.admit()?;

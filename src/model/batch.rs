@@ -35,6 +35,9 @@ pub struct AttnSettings {
     pub bound_shrink: f32,
     /// `page_select` always keeps each sequence's first page (the attention sink).
     pub pin_sink_page: bool,
+    /// Decode selection's unit (`AttentionParams::sel_unit`): 0, the physical page; or a
+    /// logical page's tokens. `k_pages` and decode tails count these units.
+    pub sel_unit: usize,
     /// `[layer]`: never select pages in this layer.
     pub dense_layer: Vec<bool>,
     /// Model sliding window in tokens (Mistral v0.1); 0 = none.
@@ -49,6 +52,11 @@ pub struct AttnSettings {
 }
 
 impl AttnSettings {
+    /// The selection unit in tokens for pages of `page_size`.
+    pub fn unit(&self, page_size: usize) -> usize {
+        if self.sel_unit == 0 { page_size } else { self.sel_unit }
+    }
+
     /// Dense attention for `cfg` (no streaming heads, no selection).
     pub fn dense(cfg: &ModelConfig) -> Self {
         AttnSettings {
@@ -58,6 +66,7 @@ impl AttnSettings {
             page_rank: crate::sparse::PageRank::Max,
             bound_shrink: 0.0,
             pin_sink_page: false,
+            sel_unit: 0,
             dense_layer: vec![true; cfg.num_layers],
             window: cfg.sliding_window.unwrap_or(0),
             prefill_k_pages: 0,

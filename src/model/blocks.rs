@@ -175,7 +175,7 @@ impl<B: Backend> PrefillBlocks<B> {
         self.lists.insert(nret, (selected, counts));
         r?;
         let (selected, counts) = &self.lists[&nret];
-        Ok((AttentionParams { sel_stride: k as u32, ..*ap }, BlockPages { selected, counts }))
+        Ok((AttentionParams { sel_stride: k as u32, sel_unit: 0, ..*ap }, BlockPages { selected, counts }))
     }
 
     /// `antidiagonal_score` over the step's blocks, then `page_top_k` into `out`.
@@ -224,7 +224,7 @@ impl<B: Backend> PrefillBlocks<B> {
         let dim = (ap.n_heads * ap.head_dim) as usize;
         let mut qbar = pool.take(be, DType::F32, nb * dim)?;
         let mp = MeanRowsParams { n_out: nb as u32, dim: dim as u32, n_src: ap.n_tokens, _pad: 0 };
-        let vap = AttentionParams { num_seqs: nb as u32, sel_stride: k as u32, ..*ap };
+        let vap = AttentionParams { num_seqs: nb as u32, sel_stride: k as u32, sel_unit: 0, ..*ap };
         let sp = PageSelectParams::new(&vap, logical_page as u32, k, self.max_pages);
         let vmeta = PagedMeta {
             page_indptr: &self.v_page_indptr,

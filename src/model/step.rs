@@ -187,7 +187,9 @@ impl<B: Backend> StepMeta<B> {
             sink: attn.sink,
             local: attn.local,
         };
-        AttentionParams::new(&cache.geometry(layer), &step)
+        let ap = AttentionParams::new(&cache.geometry(layer), &step);
+        // Only decode's key lists come in selection units; prefill's block lists are pages.
+        AttentionParams { sel_unit: if self.decode { attn.sel_unit as u32 } else { 0 }, ..ap }
     }
 
     /// `page_select` parameters of a layer whose attention runs with `ap`: `attn`'s budget,

@@ -19,6 +19,8 @@
 //! page_rank = "max"         # max | head_norm: how page_select ranks pages
 //! bound_shrink = 0.0        # 0..1: logical pages' min/max boxes shrunk toward their centres
 //!                           # before scoring (0 = the Quest bound; docs/sparse-attention.md)
+//! select_unit = "physical"  # physical | logical: decode selects (and reads) whole physical
+//!                           # pages, or logical pages inside them (docs/sparse-attention.md)
 //! [cache]
 //! physical_page = 64
 //! logical_page = 16
@@ -71,6 +73,38 @@ pub struct SparseConfig {
     /// before decode selection scores it (`PageSelectParams::bound_shrink`; 0 = the Quest
     /// bound; block-sparse prefill keeps the bound, as it keeps `page_rank` max).
     pub bound_shrink: f32,
+    /// What decode page selection keeps and attention reads: whole physical pages, or logical
+    /// pages (`PageSelectParams::sel_unit`); the budget counts tokens either way.
+    pub select_unit: SelectUnit,
+}
+
+/// The unit of decode page selection (docs/sparse-attention.md "Selection unit").
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SelectUnit {
+    /// Physical pages, ranked by the max of their logical pages (LServe's hierarchical paging).
+    #[default]
+    Physical,
+    /// Logical pages: each scored and kept on its own, attention reading only those tokens of
+    /// their physical pages.
+    Logical,
+}
+
+impl SelectUnit {
+    pub fn name(self) -> &'static str {
+        match self {
+            SelectUnit::Physical => "physical",
+            SelectUnit::Logical => "logical",
+        }
+    }
+
+    /// The unit in tokens for a cache of these pages.
+    pub fn tokens(self, cache: &CacheConfig) -> usize {
+        match self {
+            SelectUnit::Physical => cache.physical_page,
+            SelectUnit::Logical => cache.logical_page,
+        }
+    }
 }
 
 /// How `page_select` ranks physical pages from their logical pages' Quest bounds.
@@ -142,6 +176,7 @@ impl Default for SparseConfig {
             prefill_estimate: PrefillEstimate::Antidiagonal,
             page_rank: PageRank::Max,
             bound_shrink: 0.0,
+            select_unit: SelectUnit::Physical,
         }
     }
 }

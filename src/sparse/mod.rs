@@ -6,15 +6,16 @@
 pub mod config;
 pub mod pattern;
 
-pub use config::{CacheConfig, Config, KvMemory, PageRank, PrefillEstimate, SparseConfig};
+pub use config::{CacheConfig, Config, KvMemory, PageRank, PrefillEstimate, SelectUnit, SparseConfig};
 pub use pattern::HeadPattern;
 
 use crate::kv::SeqPages;
 
-/// Pages `page_select` keeps per retrieval head, the newest page excluded (attention always reads
-/// the pages from the selection's tail on).
-pub fn k_pages(token_budget: usize, page_size: usize) -> usize {
-    (token_budget / page_size).saturating_sub(1)
+/// Selection units (`unit` tokens: the physical page, or a logical page under
+/// `select_unit = "logical"`) `page_select` keeps per retrieval head, the newest unit excluded
+/// (attention always reads the units from the selection's tail on).
+pub fn k_pages(token_budget: usize, unit: usize) -> usize {
+    (token_budget / unit.max(1)).saturating_sub(1)
 }
 
 /// What one decode step does for one sequence.
@@ -28,8 +29,9 @@ pub struct DecodePlan {
 
 /// Decide, before a decode step that brings `seq` to `kv_len` tokens, whether it selects pages and
 /// where its tail starts; updates the sequence's selection bookkeeping.
-pub fn plan_decode(cfg: &SparseConfig, seq: &mut SeqPages, kv_len: usize, page_size: usize) -> DecodePlan {
-    let n_pages = kv_len.div_ceil(page_size) as u32;
+/// `unit` is the selection unit in tokens (`AttnSettings::unit`); tails count units.
+pub fn plan_decode(cfg: &SparseConfig, seq: &mut SeqPages, kv_len: usize, unit: usize) -> DecodePlan {
+    let n_pages = kv_len.div_ceil(unit) as u32;
     if !cfg.enabled || kv_len <= cfg.dense_below {
         seq.sel_tail = None;
         return DecodePlan { select: false, tail_start: 0 };

@@ -223,8 +223,15 @@ enum Check {
 /// With a 16-bit backend KV the page summaries differ by rounding, so the selections may too
 /// (only the counts are compared then); f32 and 8-bit KV (the CPU keeps the same 8-bit cache:
 /// bit-identical summaries) must select the same pages. The decode check always copies the CPU's
-/// selection to the backend first, so it compares attention alone.
+/// selection to the backend first, so it compares attention alone. Each selection unit
+/// (`sel_unit`): 0 (the 16-token physical page), 4 (the logical page) and 8 (two of them).
 fn decode_and_select<B: Backend>(gpu: &B, kvd: DType, hd: usize, nh: usize, check: Check) {
+    for unit in [0, 4, 8] {
+        decode_and_select_unit(gpu, kvd, hd, nh, check, unit);
+    }
+}
+
+fn decode_and_select_unit<B: Backend>(gpu: &B, kvd: DType, hd: usize, nh: usize, check: Check, unit: u32) {
     let mut t = pair(gpu);
     let (ps, lp) = (16, 4);
     let (_, tol) = kv_tols(kvd);
@@ -238,7 +245,7 @@ fn decode_and_select<B: Backend>(gpu: &B, kvd: DType, hd: usize, nh: usize, chec
     let mc = PagedMeta { page_indptr: &m[0].1, page_table: &m[1].1, kv_len: &m[2].1, ring_table: &m[3].1 };
     let slot = t.up_u32(&[kv.seq.slot]);
     let mask = t.up_u32(&[1]);
-    let ap = attn_params(&kv, 1, nh, 0);
+    let ap = AttentionParams { sel_unit: unit, ..attn_params(&kv, 1, nh, 0) };
     let sp = PageSelectParams {
         num_seqs: 1,
         n_heads: nh as u32,
@@ -250,6 +257,7 @@ fn decode_and_select<B: Backend>(gpu: &B, kvd: DType, hd: usize, nh: usize, chec
         n_ret: 2,
         k_pages: 4,
         sel_stride: 6,
+        sel_unit: unit,
         ..Default::default()
     };
     {
@@ -265,12 +273,12 @@ fn decode_and_select<B: Backend>(gpu: &B, kvd: DType, hd: usize, nh: usize, chec
         let (gc, cc) =
             (t.gpu.download_u32(&g.counts, base, 2).unwrap(), t.cpu.download_u32(&c.counts, base, 2).unwrap());
         if check == Check::Select {
-            assert_eq!(gc, cc, "page_select counts");
+            assert_eq!(gc, cc, "page_select counts, unit {unit}");
             // f32 and 8-bit KV: identical summaries on both sides, so identical selections.
             if kvd == DType::F32 || kvd.is_kv8() {
                 for r in 0..2 {
                     let k = cc[r] as usize;
-                    assert_eq!(gs[r * 6..r * 6 + k], cs[r * 6..r * 6 + k], "page_select head {r}");
+                    assert_eq!(gs[r * 6..r * 6 + k], cs[r * 6..r * 6 + k], "page_select head {r}, unit {unit}");
                 }
             }
             return;
@@ -288,7 +296,9 @@ fn decode_and_select<B: Backend>(gpu: &B, kvd: DType, hd: usize, nh: usize, chec
     } else {
         tol
     };
-    for tail in [0u32, (kv.seq.pages.len() - 1) as u32, 3] {
+    // Tails count units: none, the newest page's first, the fourth.
+    let upp = if unit == 0 { 1 } else { ps / unit as usize };
+    for tail in [0u32, ((kv.seq.pages.len() - 1) * upp) as u32, 3] {
         let tl = t.up_u32(&[tail]);
         let (g, c) = (&kv.gpu.layers[0], &kv.cpu.layers[0]);
         let hg = HeadPages { selected: &g.selected, counts: &g.counts, seq_slot: &slot.0, tail_start: &tl.0 };
@@ -296,7 +306,7 @@ fn decode_and_select<B: Backend>(gpu: &B, kvd: DType, hd: usize, nh: usize, chec
         let mut out = t.out(nh * hd);
         t.gpu.sparse_decode_attention(&ap, &q.0, g.view(), &mg, &hg, &mut out.0).unwrap();
         t.cpu.sparse_decode_attention(&ap, &q.1, c.view(), &mc, &hc, &mut out.1).unwrap();
-        let name = format!("sparse_decode_attention tail {tail} kv {kvd:?} hd {hd} nh {nh}");
+        let name = format!("sparse_decode_attention tail {tail} unit {unit} kv {kvd:?} hd {hd} nh {nh}");
         t.check(&name, &out, nh * hd, tol);
         // The same row as x8 digits where the backend writes them (one sequence, head_dim a
         // multiple of 32): against the reference's result snapped to the grid.

@@ -134,11 +134,28 @@ impl Ctx<'_> {
         len: usize,
         spans: &mut Vec<Span>,
     ) {
+        self.unit_spans(s, i, pages, self.ps, lo, len, spans)
+    }
+
+    /// The spans of units `units` of `unit` tokens (a divisor of the page size: unit j is positions
+    /// `j * unit .. (j + 1) * unit`, within page `j * unit / ps`) of retrieval head `i` of
+    /// sequence `s`, clipped to `lo..len`.
+    #[allow(clippy::too_many_arguments)]
+    fn unit_spans(
+        &self,
+        s: usize,
+        i: usize,
+        units: impl Iterator<Item = usize>,
+        unit: usize,
+        lo: usize,
+        len: usize,
+        spans: &mut Vec<Span>,
+    ) {
         let ps = self.ps;
-        for j in pages {
-            let (a, b) = ((j * ps).max(lo), ((j + 1) * ps).min(len));
+        for j in units {
+            let (a, b) = ((j * unit).max(lo), ((j + 1) * unit).min(len));
             if a < b {
-                let page = u(self.page_table[u(self.page_indptr[s]) + j]);
+                let page = u(self.page_table[u(self.page_indptr[s]) + a / ps]);
                 spans.push(Span {
                     streaming: false,
                     at: ((page * self.ret.heads + i) * ps + a % ps) * self.hd,
@@ -482,6 +499,8 @@ pub fn sparse_decode_attention(
 ) -> Result<()> {
     let (ns, nh, hd, ps) = (u(p.num_seqs), u(p.n_heads), u(p.head_dim), u(p.page_size));
     let (n_ret, stride) = (u(p.n_ret), u(p.sel_stride));
+    p.check_unit().map_err(err)?;
+    let unit = u(p.unit());
     let ctx = context(p, &kv, meta)?;
     let slots = u32s(pages.seq_slot, ns, "decode seq_slot")?;
     let tail = u32s(pages.tail_start, ns, "decode tail_start")?;
@@ -502,13 +521,15 @@ pub fn sparse_decode_attention(
             _ if len == 0 => {}
             (true, si) => ctx.lambda_spans(s, si, len - 1, &mut sc.spans),
             (false, r) => {
-                // Selected pages below the tail (in list order), then the tail's pages.
-                let (n_pages, tail) = (len.div_ceil(ps), u(tail[s]));
+                // Selected units below the tail (in list order), then the tail's units
+                // (tail_start counts units: pages when sel_unit is 0).
+                let (n_pages, upp) = (len.div_ceil(ps), ps / unit);
+                let tail = u(tail[s]).min(n_pages * upp);
                 let base = (u(slots[s]) * n_ret + r) * stride;
                 let c = u(counts[u(slots[s]) * n_ret + r]).min(stride);
                 let sel = selected[base..base + c].iter().map(|&j| u(j)).filter(|&j| j < tail);
                 let lo = ctx.window_lo(len - 1);
-                ctx.page_spans(s, r, sel.chain(tail.min(n_pages)..n_pages), lo, len, &mut sc.spans);
+                ctx.unit_spans(s, r, sel.chain(tail..n_pages * upp), unit, lo, len, &mut sc.spans);
             }
         }
         ctx.attend_group(&q[i * group * hd..(i + 1) * group * hd], sc, o, kn);

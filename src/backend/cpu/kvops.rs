@@ -176,6 +176,17 @@ pub fn best_k(scores: &[f32], k: usize) -> Vec<u32> {
     order
 }
 
+/// Candidates of a row with `n_pages` page-table entries and `kv_len` tokens: with `sel_unit` 0,
+/// every page but the newest; otherwise the units below the one holding position `kv_len - 1`
+/// (and within the table).
+pub fn select_candidates(p: &PageSelectParams, n_pages: usize, kv_len: usize) -> usize {
+    if p.sel_unit == 0 {
+        return n_pages.saturating_sub(1);
+    }
+    let (unit, upp) = (u(p.sel_unit), u(p.page_size / p.sel_unit));
+    (n_pages * upp).min(kv_len.div_ceil(unit)).saturating_sub(1)
+}
+
 pub fn page_select(
     p: &PageSelectParams,
     q: &CpuBuffer,
@@ -191,11 +202,14 @@ pub fn page_select(
     if lp == 0 || ps % lp != 0 || k_sel > stride {
         return Err(err("page_select: bad logical page or k_pages > sel_stride"));
     }
-    let lpp = ps / lp;
+    let unit = u(p.checked_unit().map_err(err)?);
+    // Logical pages a physical page holds, units a page holds, logical pages a unit holds.
+    let (lpp, upp, lpu) = (ps / lp, ps / unit, unit / lp);
     let kinds = head_kinds(kv.head_map, nkv, n_ret, nkv - n_ret.min(nkv))?;
     let q = f32s(q, ns * nh * hd, "page_select q")?;
     let page_indptr = u32s(meta.page_indptr, ns + 1, "page_select page_indptr")?;
     let page_table = u32s(meta.page_table, u(page_indptr[ns]), "page_select page_table")?;
+    let kv_len = u32s(meta.kv_len, ns, "page_select kv_len")?;
     let slots = u32s(seq_slot, ns, "page_select seq_slot")?;
     let mask = u32s(select_mask, ns, "page_select select_mask")?;
     let summary = f32s(kv.summary, u(p.num_pages) * n_ret * lpp * 2 * hd, "page_select summary")?;
@@ -209,7 +223,10 @@ pub fn page_select(
     let group = nh / nkv;
     for s in (0..ns).filter(|&s| mask[s] != 0) {
         let pages = &page_table[u(page_indptr[s])..u(page_indptr[s + 1])];
-        let candidates = &pages[..pages.len().saturating_sub(1)];
+        // Candidate j: unit j % upp of page j / upp; the newest page (sel_unit 0) or the newest
+        // unit is never one.
+        let n = select_candidates(p, pages.len(), u(kv_len[s]));
+        let candidates: Vec<(usize, usize)> = (0..n).map(|j| (u(pages[j / upp]), j % upp)).collect();
         for (h, &(streaming, r)) in kinds.iter().enumerate() {
             if streaming {
                 continue;
@@ -224,7 +241,9 @@ pub fn page_select(
                     };
                     candidates
                         .iter()
-                        .map(|&pg| (0..lpp).map(|l| bound(u(pg), l)).fold(f32::NEG_INFINITY, f32::max))
+                        .map(|&(pg, x)| {
+                            (x * lpu..(x + 1) * lpu).map(|l| bound(pg, l)).fold(f32::NEG_INFINITY, f32::max)
+                        })
                         .collect()
                 })
                 .collect();

@@ -341,7 +341,7 @@ kernels! {
     /// `PAGE_RANK_HEAD_NORM` each query head's bound into `heads` instead.
     page_select_score: "page_select" (PageSelectParams) ["page_select_score"]
     {
-        q: In F32, summary: In F32, head_map: In U32, page_indptr: In U32, page_table: In U32,
+        q: In F32, summary: In F32, head_map: In U32, page_indptr: In U32, page_table: In U32, kv_len: In U32,
         select_mask: In U32, keys: ScratchOut U64, heads: ScratchOut F32, np: U32 Scalar,
         page_table_len: U32 Scalar,
     }
@@ -350,7 +350,8 @@ kernels! {
     /// into the keys.
     page_select_norm: "page_select" (PageSelectParams) ["page_select_norm"]
     {
-        head_map: In U32, page_indptr: In U32, select_mask: In U32, heads: ScratchOut F32, keys: ScratchOut U64,
+        head_map: In U32, page_indptr: In U32, kv_len: In U32, select_mask: In U32, heads: ScratchOut F32,
+        keys: ScratchOut U64,
         np: U32 Scalar, page_table_len: U32 Scalar,
     }
 
@@ -358,7 +359,8 @@ kernels! {
     /// shared memory).
     page_select: "page_select" (PageSelectParams) ["page_select"]
     {
-        head_map: In U32, page_indptr: In U32, seq_slot: In U32, select_mask: In U32, keys_in: ScratchIn U64,
+        head_map: In U32, page_indptr: In U32, kv_len: In U32, seq_slot: In U32, select_mask: In U32,
+        keys_in: ScratchIn U64,
         selected: Out U32, counts: Out U32, np: U32 Scalar, page_table_len: U32 Scalar, selected_len: U32 Scalar,
         counts_len: U32 Scalar,
     }
@@ -366,7 +368,8 @@ kernels! {
     /// Pass 2 for rows too long for shared memory: sorts the keys in place in the scratch.
     page_select_global: "page_select" (PageSelectParams) ["page_select_global"]
     {
-        head_map: In U32, page_indptr: In U32, seq_slot: In U32, select_mask: In U32, keys_io: ScratchOut U64,
+        head_map: In U32, page_indptr: In U32, kv_len: In U32, seq_slot: In U32, select_mask: In U32,
+        keys_io: ScratchOut U64,
         selected: Out U32, counts: Out U32, np: U32 Scalar, page_table_len: U32 Scalar, selected_len: U32 Scalar,
         counts_len: U32 Scalar,
     }

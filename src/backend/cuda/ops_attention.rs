@@ -366,6 +366,7 @@ pub fn sparse_decode_attention(
     out: &mut CudaBuffer,
 ) -> Result<()> {
     check_common(p, &kv, meta, "sparse_decode_attention")?;
+    p.check_unit().map_err(err)?;
     let (ns, nh, hd, nkv) = (u(p.num_seqs), u(p.n_heads), u(p.head_dim), u(p.n_kv_heads));
     need(q, DType::F32, ns * nh * hd, "sparse_decode_attention q")?;
     // An X8 out (one sequence's row as x8 digits, Caps::act_x8_dtypes) is written by the merge,

@@ -125,6 +125,7 @@ pub fn page_select(
     need(kv.head_map, DType::U32, nkv, "head_map")?;
     need(meta.page_indptr, DType::U32, ns + 1, "page_select page_indptr")?;
     need(meta.page_table, DType::U32, 0, "page_select page_table")?;
+    need(meta.kv_len, DType::U32, ns, "page_select kv_len")?;
     need(seq_slot, DType::U32, ns, "page_select seq_slot")?;
     need(select_mask, DType::U32, ns, "page_select select_mask")?;
     need(out.selected, DType::U32, 0, "page_select selected")?;
@@ -136,10 +137,11 @@ pub fn page_select(
         return Err(err("page_select: head_dim above 256 is not supported"));
     }
     let hn = p.checked_rank().map_err(err)?;
+    let upp = ps / u(p.checked_unit().map_err(err)?);
     let ptl = meta.page_table.len;
-    // Keys per row: a power of two covering the longest sequence's candidates.
+    // Keys per row: a power of two covering the longest sequence's candidates (units).
     let longest = if p.max_seq_pages == 0 { ptl } else { u(p.max_seq_pages).min(ptl) };
-    let np = longest.next_power_of_two().max(32);
+    let np = (longest * upp).next_power_of_two().max(32);
     let g = be.gpu();
     let keys = Scratch(g.scratch("page_select_keys", ns * nkv * np * 8)?);
     // head_norm: one f32 bound per (sequence, query head, candidate).
@@ -151,6 +153,7 @@ pub fn page_select(
         head_map: kv.head_map,
         page_indptr: meta.page_indptr,
         page_table: meta.page_table,
+        kv_len: meta.kv_len,
         select_mask,
         keys,
         heads,
@@ -162,6 +165,7 @@ pub fn page_select(
         let args = kern::page_select_norm::Args {
             head_map: kv.head_map,
             page_indptr: meta.page_indptr,
+            kv_len: meta.kv_len,
             select_mask,
             heads,
             keys,
@@ -178,6 +182,7 @@ pub fn page_select(
             kern::$binding::Args {
                 head_map: kv.head_map,
                 page_indptr: meta.page_indptr,
+                kv_len: meta.kv_len,
                 seq_slot,
                 select_mask,
                 $keys: keys,

@@ -275,6 +275,7 @@ pub fn sparse_decode_attention(
     pages: &HeadPages<WgpuBackend>,
     out: &mut WgpuBuffer,
 ) -> Result<()> {
+    p.check_unit().map_err(err)?;
     decode(be, p, q, kv, meta, pages, out, DecodeForce::default())
 }
 

@@ -113,10 +113,12 @@ pub fn page_top_k(
         rank: PAGE_RANK_MAX,
         ..Default::default()
     };
+    // sel_unit 0: the pass reads no kv_len (page_indptr stands in for the binding).
     let binds = pl::page_select_topk::Binds {
         keys: &keys,
         head_map: &heads,
         page_indptr,
+        kv_len: page_indptr,
         seq_slot,
         select_mask,
         selected: out.selected,

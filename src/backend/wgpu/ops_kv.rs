@@ -210,6 +210,7 @@ pub fn page_select(
     need(kv.head_map, DType::U32, nkv, "page_select head_map")?;
     need(m.page_indptr, DType::U32, ns + 1, "page_select page_indptr")?;
     need(m.page_table, DType::U32, 0, "page_select page_table")?;
+    need(m.kv_len, DType::U32, ns, "page_select kv_len")?;
     need(seq_slot, DType::U32, ns, "page_select seq_slot")?;
     need(select_mask, DType::U32, ns, "page_select select_mask")?;
     // Slots are on the device: the shader skips rows whose slot lies past these buffers.
@@ -219,8 +220,10 @@ pub fn page_select(
         return Ok(());
     }
     let norm = p.checked_rank().map_err(err)?;
-    let entries = m.page_table.len;
-    // head_norm: one key per (entry, retrieval head, query head), combined in place.
+    // Keys per selection unit: upp of them a page-table entry.
+    let upp = ps / u(p.checked_unit().map_err(err)?);
+    let entries = m.page_table.len * upp;
+    // head_norm: one key per (unit entry, retrieval head, query head), combined in place.
     let width = if norm { nh / nkv.max(1) } else { 1 };
     if entries * n_ret * width > u32::MAX as usize {
         return Err(err("page_select: page table too large for 32-bit indexing"));
@@ -232,6 +235,7 @@ pub fn page_select(
         head_map: kv.head_map,
         page_indptr: m.page_indptr,
         page_table: m.page_table,
+        kv_len: m.kv_len,
         select_mask,
         keys: &mut keys,
     };
@@ -241,6 +245,7 @@ pub fn page_select(
         let binds = pl::page_select_norm::Binds {
             head_map: kv.head_map,
             page_indptr: m.page_indptr,
+            kv_len: m.kv_len,
             select_mask,
             keys: &mut keys,
         };
@@ -250,6 +255,7 @@ pub fn page_select(
         keys: &keys,
         head_map: kv.head_map,
         page_indptr: m.page_indptr,
+        kv_len: m.kv_len,
         seq_slot,
         select_mask,
         selected: out.selected,

@@ -158,15 +158,17 @@ pipelines! {
     rope_append_kv_summary(RopeAppendKvParams) { slots: read, k_pool: read, summary: read_write }
     /// Pass 1 of `page_select`: packed (score, page) keys.
     page_select(PageSelectParams) {
-        q: read, summary: read, head_map: read, page_indptr: read, page_table: read, select_mask: read,
-        keys: read_write,
+        q: read, summary: read, head_map: read, page_indptr: read, page_table: read, kv_len: read,
+        select_mask: read, keys: read_write,
     }
     /// Between passes 1 and 2 of `page_select` with `PAGE_RANK_HEAD_NORM`: the per-query-head
     /// keys normalized and combined into one key per (candidate, retrieval head), in place.
-    page_select_norm(PageSelectParams) { head_map: read, page_indptr: read, select_mask: read, keys: read_write }
+    page_select_norm(PageSelectParams) {
+        head_map: read, page_indptr: read, kv_len: read, select_mask: read, keys: read_write,
+    }
     /// Pass 2 of `page_select`: top-k of the keys per (sequence, retrieval head).
     page_select_topk(PageSelectParams) {
-        keys: read, head_map: read, page_indptr: read, seq_slot: read, select_mask: read,
+        keys: read, head_map: read, page_indptr: read, kv_len: read, seq_slot: read, select_mask: read,
         selected: read_write, counts: read_write,
     }
     /// Block-sparse prefill's antidiagonal estimate, per (query block, KV head).

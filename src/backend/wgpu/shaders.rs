@@ -209,6 +209,16 @@ macro_rules! norm_src {
     };
 }
 
+/// A pass of `page_select` (shaders/<name>.wgsl) with the row-candidate helpers it shares.
+macro_rules! select_src {
+    ($name:literal) => {
+        concat!(
+            include_str!(concat!("../../../shaders/", $name, ".wgsl")),
+            include_str!("../../../shaders/select_units.wgsl")
+        )
+    };
+}
+
 /// `sparse_decode_attention_merge` and its `_x8` variant (`X8_OUT`).
 macro_rules! merge_src {
     ($x8:literal) => {
@@ -417,9 +427,9 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
     ),
     ("sparse_decode_attention_merge", merge_src!("false"), Reads::Nothing, false),
     ("sparse_decode_attention_merge_x8", merge_src!("true"), Reads::Nothing, false),
-    ("page_select", include_str!("../../../shaders/page_select.wgsl"), Reads::Nothing, false),
-    ("page_select_norm", include_str!("../../../shaders/page_select_norm.wgsl"), Reads::Nothing, false),
-    ("page_select_topk", include_str!("../../../shaders/page_select_topk.wgsl"), Reads::Nothing, false),
+    ("page_select", select_src!("page_select"), Reads::Nothing, false),
+    ("page_select_norm", select_src!("page_select_norm"), Reads::Nothing, false),
+    ("page_select_topk", select_src!("page_select_topk"), Reads::Nothing, false),
     ("lambda_mass", include_str!("../../../shaders/lambda_mass.wgsl"), Reads::Kv, false),
     ("antidiagonal_score", include_str!("../../../shaders/antidiagonal_score.wgsl"), Reads::Kv, false),
     ("page_top_k", include_str!("../../../shaders/page_top_k.wgsl"), Reads::Nothing, false),
