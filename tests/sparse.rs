@@ -16,7 +16,7 @@ use lserve::backend::cpu::{CpuBackend, CpuBuffer};
 use lserve::backend::*;
 use lserve::kv::{CacheShape, HeadLayout, KvCache, SeqPages};
 use lserve::model::llama::{Llama, Logits};
-use lserve::sparse::{Config, HeadPattern};
+use lserve::sparse::{Config, HeadPattern, SelectUnit};
 
 const PAGE_SIZES: [(usize, usize); 4] = [(16, 4), (16, 16), (32, 8), (64, 16)];
 
@@ -48,6 +48,36 @@ fn budget_covering_the_context_equals_dense() {
         let mut sparse = common::engine(load(), 256, cfg, 40);
         let (a, b) = (run(&mut dense, &ids, 40, 40), run(&mut sparse, &ids, 40, 40));
         assert_eq!(a, b, "pages {ps}/{lp}: sparse with a covering budget differs from dense");
+        cfg = sparse_config(ps, lp);
+        (cfg.sparse.token_budget, cfg.sparse.select_unit) = (256, SelectUnit::Logical);
+        let mut logical = common::engine(load(), 256, cfg, 40);
+        let b = run(&mut logical, &ids, 40, 40);
+        assert_eq!(a, b, "pages {ps}/{lp}, logical units: sparse with a covering budget differs from dense");
+    }
+}
+
+/// Selection in logical-page units reads what selection over physical pages of the logical
+/// page's size reads (the same candidates, budget, tails and scores), so a `ps/lp` cache with
+/// `select_unit = "logical"` decodes exactly as an `lp/lp` cache does, with a budget well below
+/// the context (selection at work); and differently from `ps/lp` with physical units.
+#[test]
+fn logical_units_decode_as_pages_of_their_size() {
+    let mut rng = Rng(common::seed() | 1);
+    let c = lserve::model::config::ModelConfig { max_position_embeddings: 512, ..base_config() };
+    let w = random_weights(&c, &mut rng);
+    let ids: Vec<u32> = (0..400).map(|_| (rng.next() * c.vocab_size as f64) as u32).collect();
+    let load = || Llama::load(&CpuBackend::new(), &c, &w, |_, _| {}).unwrap();
+    for (ps, lp) in [(64, 16), (32, 16), (64, 32)] {
+        let engine = |p: usize, l: usize, unit: SelectUnit| {
+            let mut cfg = sparse_config(p, l);
+            (cfg.sparse.token_budget, cfg.sparse.select_unit) = (96, unit);
+            common::engine(load(), 512, cfg, 64)
+        };
+        let small = run(&mut engine(lp, lp, SelectUnit::Physical), &ids, 128, 64);
+        let logical = run(&mut engine(ps, lp, SelectUnit::Logical), &ids, 128, 64);
+        let physical = run(&mut engine(ps, lp, SelectUnit::Physical), &ids, 128, 64);
+        assert_eq!(small, logical, "pages {ps}/{lp}: logical units differ from {lp}-token pages");
+        assert_ne!(physical, logical, "pages {ps}/{lp}: the unit changed nothing (selection idle?)");
     }
 }
 

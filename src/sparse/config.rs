@@ -411,6 +411,19 @@ mod tests {
     }
 
     #[test]
+    fn select_unit_names_physical_or_logical_pages() {
+        let c = Config::default();
+        assert_eq!(c.sparse.select_unit, SelectUnit::Physical, "LServe's physical pages by default");
+        assert_eq!(c.sparse.select_unit.tokens(&c.cache), 64);
+        let t = "[sparse]\nselect_unit = \"logical\"\n[cache]\nlogical_page = 8\n";
+        let c: Config = toml::from_str(t).unwrap();
+        c.validate().unwrap();
+        assert_eq!((c.sparse.select_unit, c.sparse.select_unit.tokens(&c.cache)), (SelectUnit::Logical, 8));
+        let e = toml::from_str::<Config>("[sparse]\nselect_unit = \"token\"\n").unwrap_err().to_string();
+        assert!(e.contains("logical"), "{e}");
+    }
+
+    #[test]
     fn bound_shrink_lies_in_zero_to_one() {
         assert_eq!(Config::default().sparse.bound_shrink, 0.0, "the Quest bound by default");
         let c: Config = toml::from_str("[sparse]\nbound_shrink = 0.75\n").unwrap();
