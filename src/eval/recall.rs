@@ -16,6 +16,8 @@
 //! (a diagnostic of what a centroid summary would select; the op has none). [`Rank::MidSink`] and
 //! [`Rank::ShrinkSink`] score the min/max boxes shrunk toward their centres (by 1, and by the
 //! engine's `bound_shrink`): what `page_select` computes with that `bound_shrink` and the pin on.
+//! "Page" here is the engine's selection unit: the physical page, or with `select_unit =
+//! "logical"` the logical page (then each unit is scored on its own box, as `page_select` does).
 
 use serde::Serialize;
 
@@ -296,6 +298,9 @@ pub struct ProbeShape {
     pub head_dim: usize,
     pub page_size: usize,
     pub logical_page: usize,
+    /// The selection unit in tokens (the page, or a logical page: `select_unit`); the probe's
+    /// "pages" are these units.
+    pub unit: usize,
 }
 
 /// Accumulates [`LayerRecall`]s from decode-step hooks.
@@ -334,7 +339,7 @@ impl RecallProbe {
         }
         let t = be.download_u32(meta.kv_len, 0, 1)?[0] as usize;
         let n_pages = t.div_ceil(ps);
-        if n_pages < 2 {
+        if t.div_ceil(shape.unit) < 2 {
             return Ok(());
         }
         let table = be.download_u32(meta.page_table, 0, n_pages)?;
@@ -350,7 +355,7 @@ impl RecallProbe {
                 q: &qs[kvh * group * hd..(kvh + 1) * group * hd],
                 keys: &keys,
                 head_dim: hd,
-                page_size: ps,
+                page_size: shape.unit,
                 logical_page: lp,
                 scale: self.scale,
                 shrink: self.shrink,
@@ -403,12 +408,6 @@ pub(crate) fn score_scale(c: &ModelConfig) -> f32 {
 pub fn measure<B: Backend>(e: &mut Engine<B>, ids: &[u32], steps: usize, every: usize) -> Result<Vec<LayerRecall>> {
     let c = e.model.cfg.clone();
     let s = e.cache.shape.clone();
-    if e.attn.sel_unit != 0 && e.attn.sel_unit != s.page_size {
-        return Err(crate::error::Error::InvalidArgument(format!(
-            "recall measures physical-page selection; for selection in {}-token logical pages measure pages {}/{} (the same unit)",
-            e.attn.sel_unit, e.attn.sel_unit, e.attn.sel_unit
-        )));
-    }
     let scale = score_scale(&c);
     let mut probe = RecallProbe::new(c.num_layers, e.attn.k_pages, scale, e.attn.bound_shrink);
     let mut seq = e.cache.admit()?;
@@ -425,6 +424,7 @@ pub fn measure<B: Backend>(e: &mut Engine<B>, ids: &[u32], steps: usize, every: 
                 head_dim: c.head_dim,
                 page_size: s.page_size,
                 logical_page: s.logical_page,
+                unit: e.attn.unit(s.page_size),
             };
             let layout = s.layout.clone();
             let mut failed = Ok(());
