@@ -74,8 +74,10 @@ pub fn accuracy(a: AccuracyArgs) -> Result<()> {
         .collect::<Option<_>>()
         .context("--ratios: fractions between 0 and 1, like 0,0.25,0.5")?;
     let pages = parse_pages(&a.pages)?;
-    let variants = grid(&Budget::parse_list(&a.budgets)?, &ratios, &pages, pages[0]);
+    let mut variants = grid(&Budget::parse_list(&a.budgets)?, &ratios, &pages, pages[0]);
     let base = resolve_config(None, &a.tuning)?;
+    let logical = base.sparse.select_unit == lserve::sparse::SelectUnit::Logical;
+    variants.iter_mut().for_each(|v| v.logical_units = logical);
     if ratios.iter().any(|&r| r > 0.0) && base.sparse.head_pattern.is_none() {
         bail!("streaming ratios above 0 need --head-pattern (run `lserve calibrate`)");
     }

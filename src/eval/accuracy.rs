@@ -57,12 +57,15 @@ impl Budget {
 }
 
 /// One attention configuration of the sweep; `budget: None` is dense.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Variant {
     pub budget: Option<Budget>,
     pub streaming_ratio: f32,
     pub physical_page: usize,
     pub logical_page: usize,
+    /// Decode selects logical pages (`select_unit = "logical"`, from the base config); labelled
+    /// where that differs from physical pages.
+    pub logical_units: bool,
 }
 
 impl Variant {
@@ -70,7 +73,8 @@ impl Variant {
         match self.budget {
             None => "dense".into(),
             Some(b) => {
-                format!("b{} s{} p{}/{}", b.label(), self.streaming_ratio, self.physical_page, self.logical_page)
+                let unit = if self.logical_units && self.physical_page != self.logical_page { " logical" } else { "" };
+                format!("b{} s{} p{}/{}{unit}", b.label(), self.streaming_ratio, self.physical_page, self.logical_page)
             }
         }
     }
@@ -97,11 +101,18 @@ impl Variant {
 /// The cross product budgets x ratios x pages, after one dense variant.
 pub fn grid(budgets: &[Budget], ratios: &[f32], pages: &[(usize, usize)], dense_pages: (usize, usize)) -> Vec<Variant> {
     let mut v =
-        vec![Variant { budget: None, streaming_ratio: 0.0, physical_page: dense_pages.0, logical_page: dense_pages.1 }];
+        vec![Variant { budget: None, physical_page: dense_pages.0, logical_page: dense_pages.1, ..Variant::default() }];
     for &b in budgets {
         for &r in ratios {
             for &(p, l) in pages {
-                v.push(Variant { budget: Some(b), streaming_ratio: r, physical_page: p, logical_page: l });
+                let (physical_page, logical_page) = (p, l);
+                v.push(Variant {
+                    budget: Some(b),
+                    streaming_ratio: r,
+                    physical_page,
+                    logical_page,
+                    logical_units: false,
+                });
             }
         }
     }
@@ -395,4 +406,18 @@ pub fn draw_charts(dir: &Path, rows: &[Row]) -> Result<Vec<std::path::PathBuf>> 
         written.push(path);
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variant_labels_name_logical_units_where_they_differ() {
+        let mut v = grid(&[Budget::Fixed(4096)], &[0.0], &[(64, 16), (16, 16)], (64, 16));
+        let labels = |v: &[Variant]| v.iter().map(Variant::label).collect::<Vec<_>>();
+        assert_eq!(labels(&v), ["dense", "b4096 s0 p64/16", "b4096 s0 p16/16"]);
+        v.iter_mut().for_each(|x| x.logical_units = true);
+        assert_eq!(labels(&v), ["dense", "b4096 s0 p64/16 logical", "b4096 s0 p16/16"]);
+    }
 }
