@@ -1,7 +1,8 @@
 // page_select (between the scores and the top-k, PAGE_RANK_HEAD_NORM only): for each selecting
 // row s and retrieval head r, turn the per-query-head keys page_select wrote,
-// keys[((page_indptr[s] * upp + j) * n_ret + r) * group + g] (upp selection units a page) (g < group = n_heads / n_kv_heads, the
-// max bound over candidate j's logical pages in f32::total_cmp key order), into one key per
+// keys[((page_indptr[s] * upp + j) * n_ret + r) * group + g] (upp selection units a page;
+// g < group = n_heads / n_kv_heads; the max bound over candidate j's logical pages in
+// f32::total_cmp key order), into one key per
 // candidate in the slot of g = 0, which page_select_topk reads at stride group. The score, as
 // the CPU reference computes it (`head_norm_scores`): per head, m = the bound clamped to +-1e30
 // (keys at or below key(-inf), and key 1 of a page outside the pool, read as -1e30),

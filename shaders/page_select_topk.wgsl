@@ -2,8 +2,9 @@
 // min(k_pages, candidates) candidate pages j by (key desc, j asc), written ascending to
 // selected[(slot * n_ret + r) * sel_stride..] with their number in counts[slot * n_ret + r]
 // (slot = seq_slot[s]); keys come from page_select (keys[((page_indptr[s] * upp + j) * n_ret + r)
-// * stride], upp selection units a page (PageSelectParams::sel_unit), stride 1, or the query-head group size for PAGE_RANK_HEAD_NORM, whose
-// page_select_norm leaves each key in its item's first slot).
+// * stride], upp selection units a page (select_units.wgsl), stride 1, or the query-head group
+// size for PAGE_RANK_HEAD_NORM, whose page_select_norm leaves each key in its item's first
+// slot).
 //
 // One workgroup of 256 per (row, head): g = wg.x + wg.y * num_workgroups.x, s = g / n_ret,
 // r = g % n_ret. Radix select, most significant byte first, finds the k-th largest key T in four

@@ -15,6 +15,7 @@ use common::naive::*;
 use lserve::backend::cpu::{CpuBackend, CpuBuffer};
 use lserve::backend::*;
 use lserve::kv::{CacheShape, HeadLayout, KvCache, SeqPages};
+use lserve::loader::MemWeights;
 use lserve::model::llama::{Llama, Logits};
 use lserve::sparse::{Config, HeadPattern, SelectUnit};
 
@@ -34,25 +35,28 @@ fn run(e: &mut lserve::engine::Engine<CpuBackend>, ids: &[u32], prefill: usize, 
     common::step_logits(e, ids, prefill, chunk)
 }
 
+/// A random model with `max_positions` positions and `n_ids` random token ids (fresh seed).
+fn random_model(max_positions: usize, n_ids: usize) -> (lserve::model::config::ModelConfig, MemWeights, Vec<u32>) {
+    let mut rng = Rng(common::seed() | 1);
+    let c = lserve::model::config::ModelConfig { max_position_embeddings: max_positions, ..base_config() };
+    let w = random_weights(&c, &mut rng);
+    let ids: Vec<u32> = (0..n_ids).map(|_| (rng.next() * c.vocab_size as f64) as u32).collect();
+    (c, w, ids)
+}
+
 #[test]
 fn budget_covering_the_context_equals_dense() {
-    let mut rng = Rng(common::seed() | 1);
-    let c = lserve::model::config::ModelConfig { max_position_embeddings: 256, ..base_config() };
-    let w = random_weights(&c, &mut rng);
-    let ids: Vec<u32> = (0..150).map(|_| (rng.next() * c.vocab_size as f64) as u32).collect();
+    let (c, w, ids) = random_model(256, 150);
     for (ps, lp) in PAGE_SIZES {
         let load = || Llama::load(&CpuBackend::new(), &c, &w, |_, _| {}).unwrap();
         let mut dense = common::engine(load(), 256, common::paged_config(ps, lp), 40);
-        let mut cfg = sparse_config(ps, lp);
-        cfg.sparse.token_budget = 256;
-        let mut sparse = common::engine(load(), 256, cfg, 40);
-        let (a, b) = (run(&mut dense, &ids, 40, 40), run(&mut sparse, &ids, 40, 40));
-        assert_eq!(a, b, "pages {ps}/{lp}: sparse with a covering budget differs from dense");
-        cfg = sparse_config(ps, lp);
-        (cfg.sparse.token_budget, cfg.sparse.select_unit) = (256, SelectUnit::Logical);
-        let mut logical = common::engine(load(), 256, cfg, 40);
-        let b = run(&mut logical, &ids, 40, 40);
-        assert_eq!(a, b, "pages {ps}/{lp}, logical units: sparse with a covering budget differs from dense");
+        let a = run(&mut dense, &ids, 40, 40);
+        for unit in [SelectUnit::Physical, SelectUnit::Logical] {
+            let mut cfg = sparse_config(ps, lp);
+            (cfg.sparse.token_budget, cfg.sparse.select_unit) = (256, unit);
+            let b = run(&mut common::engine(load(), 256, cfg, 40), &ids, 40, 40);
+            assert_eq!(a, b, "pages {ps}/{lp}, {unit:?} units: sparse with a covering budget differs from dense");
+        }
     }
 }
 
@@ -62,10 +66,7 @@ fn budget_covering_the_context_equals_dense() {
 /// the context (selection at work); and differently from `ps/lp` with physical units.
 #[test]
 fn logical_units_decode_as_pages_of_their_size() {
-    let mut rng = Rng(common::seed() | 1);
-    let c = lserve::model::config::ModelConfig { max_position_embeddings: 512, ..base_config() };
-    let w = random_weights(&c, &mut rng);
-    let ids: Vec<u32> = (0..400).map(|_| (rng.next() * c.vocab_size as f64) as u32).collect();
+    let (c, w, ids) = random_model(512, 400);
     let load = || Llama::load(&CpuBackend::new(), &c, &w, |_, _| {}).unwrap();
     for (ps, lp) in [(64, 16), (32, 16), (64, 32)] {
         let engine = |p: usize, l: usize, unit: SelectUnit| {
