@@ -513,6 +513,16 @@ fn sparse_on_works_out_of_the_box() {
         &["niah", "--sparse", "both", "--lengths", "300", "--depths", "50", "--out-dir", "n", "--device", "cpu"],
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // `lserve accuracy` with streaming heads takes the shipped pattern too, and names the missing
+    // one for a model without.
+    let acc = ["accuracy", "--tasks", "niah", "--lengths", "300", "--samples", "1", "--budgets", "128"];
+    let out = lserve_in(dir.path(), &[&acc[..], &["--ratios", "0.5", "--out-dir", "a", "--device", "cpu"]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = std::fs::read_to_string(dir.path().join("a/accuracy.md")).unwrap();
+    assert!(table.contains("s0.5"), "{table}");
+    let tiny_acc = ["accuracy", "--model", t, "--tasks", "ppl", "--lengths", "32", "--ratios", "0.5", "--out-dir", "a"];
+    let out = lserve_in(dir.path(), &tiny_acc);
+    assert_fails(&out, "no head pattern ships for this model");
 }
 
 #[test]

@@ -75,11 +75,17 @@ pub fn accuracy(a: AccuracyArgs) -> Result<()> {
         .context("--ratios: fractions between 0 and 1, like 0,0.25,0.5")?;
     let pages = parse_pages(&a.pages)?;
     let mut variants = grid(&Budget::parse_list(&a.budgets)?, &ratios, &pages, pages[0]);
-    let base = resolve_config(None, &a.tuning)?;
+    let mut base = resolve_config(None, &a.tuning)?;
     let logical = base.sparse.select_unit == lserve::sparse::SelectUnit::Logical;
     variants.iter_mut().for_each(|v| v.logical_units = logical);
     if ratios.iter().any(|&r| r > 0.0) && base.sparse.head_pattern.is_none() {
-        bail!("streaming ratios above 0 need --head-pattern (run `lserve calibrate`)");
+        // The model's shipped pattern (found by identity, as `--sparse on` finds it), else none.
+        match lserve::sparse::pattern::shipped_pattern(&m.identity()) {
+            Some((_, p)) => base.sparse.pattern = Some(p),
+            None => bail!(
+                "streaming ratios above 0 need --head-pattern: no head pattern ships for this model (run `lserve calibrate`)"
+            ),
+        }
     }
     let corpus = if tasks.contains(&Task::Ppl) { corpus_ids(&m, &a.text)? } else { vec![] };
     let o = SuiteOptions {
