@@ -198,13 +198,26 @@ fn tiny_engine_with<B: lserve::backend::Backend>(
     c: &lserve::model::config::ModelConfig,
     w: &lserve::loader::MemWeights,
     dtype: Option<lserve::backend::DType>,
+    config: lserve::sparse::Config,
+) -> Engine<B> {
+    tiny_engine_chunk(be, c, w, dtype, config, 16)
+}
+
+/// The same with steps of up to `prefill_chunk` rows (the local layers' ring holds one).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn tiny_engine_chunk<B: lserve::backend::Backend>(
+    be: B,
+    c: &lserve::model::config::ModelConfig,
+    w: &lserve::loader::MemWeights,
+    dtype: Option<lserve::backend::DType>,
     mut config: lserve::sparse::Config,
+    prefill_chunk: usize,
 ) -> Engine<B> {
     let model = Llama::load_as(&be, c, w, dtype, |_, _| {}).unwrap();
     (config.sparse.sink_tokens, config.sparse.local_tokens) = (4, 8);
     config.cache.physical_page = 16;
     config.cache.logical_page = 16;
-    let opts = lserve::engine::EngineOptions { config, max_tokens: 200, max_seqs: 1, prefill_chunk: 16, layout: None };
+    let opts = lserve::engine::EngineOptions { config, max_tokens: 200, max_seqs: 1, prefill_chunk, layout: None };
     lserve::engine::build_engine(be, model, &opts).unwrap()
 }
 
@@ -334,7 +347,7 @@ fn block_sparse_prefill_acts_on_the_global_layers() {
     let mut rng = common::naive::Rng(seed ^ 0xb10c);
     let ids: Vec<u32> = (0..150).map(|_| (rng.next() * 511.0) as u32).collect();
     use lserve::sparse::PrefillEstimate;
-    let last = |budget: Option<usize>, dense_layers: Vec<usize>, est: PrefillEstimate| -> Vec<f32> {
+    let last_in = |chunk: usize, budget: Option<usize>, dense_layers: Vec<usize>, est: PrefillEstimate| -> Vec<f32> {
         let mut config = lserve::sparse::Config::default();
         if let Some(b) = budget {
             config.sparse.enabled = true;
@@ -345,14 +358,16 @@ fn block_sparse_prefill_acts_on_the_global_layers() {
             config.sparse.dense_layers = dense_layers;
             config.sparse.prefill_estimate = est;
         }
-        let mut e = tiny_engine_with(CpuBackend::new(), &c, &w, None, config);
+        let mut e = tiny_engine_chunk(CpuBackend::new(), &c, &w, None, config, chunk);
         let mut seq = e.cache.admit().unwrap();
         let mut out = vec![];
-        for chunk in ids.chunks(16) {
-            out = e.step(&mut seq, chunk, Logits::Last, None).unwrap();
+        for rows in ids.chunks(chunk) {
+            out = e.step(&mut seq, rows, Logits::Last, None).unwrap();
         }
         out
     };
+    let last =
+        |budget: Option<usize>, dense_layers: Vec<usize>, est: PrefillEstimate| last_in(16, budget, dense_layers, est);
     let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
     let dense = last(None, vec![], PrefillEstimate::Antidiagonal);
     for est in [PrefillEstimate::Antidiagonal, PrefillEstimate::MeanBound] {
@@ -370,5 +385,12 @@ fn block_sparse_prefill_acts_on_the_global_layers() {
         assert!(diff(&two_pages, &dense) > 1e-3, "a two-page budget must change the global layer's attention");
         assert!(diff(&global_dense, &dense) < 1e-4, "with the global layer dense nothing is sparse");
         assert!(two_pages.iter().all(|x| x.is_finite()));
+        // The whole prompt in one step: two query blocks, so page_select's virtual rows outnumber
+        // the step's sequences (their kv_len is the blocks' own; session 35's unit selection
+        // made the mean bound ask for one per row).
+        let one_step = last_in(150, Some(16 * 16), vec![], est);
+        let one_step_dense = last_in(150, None, vec![], est);
+        assert!(diff(&one_step, &one_step_dense) < 1e-4, "{}: one step, every page", est.name());
+        assert!(diff(&last_in(150, Some(32), vec![], est), &one_step_dense) > 1e-3, "{}", est.name());
     }
 }

@@ -43,6 +43,9 @@ pub struct PrefillBlocks<B: Backend> {
     /// sparse block (none for a dense one).
     v_page_indptr: B::Buffer,
     v_page_table: B::Buffer,
+    /// `[n_blocks]`: the tokens of each virtual row's pages (its `kv_len` for `page_select`, which
+    /// reads it only for selection in logical units, never asked for here: `sel_unit` 0).
+    v_kv_len: B::Buffer,
     /// `[n_blocks]`: block b's list slot (b), and whether page_select runs for it (sparse).
     seq_slot: B::Buffer,
     select_mask: B::Buffer,
@@ -119,6 +122,7 @@ impl<B: Backend> PrefillBlocks<B> {
         let n_blocks = dense.len();
         let max_pages = vin.windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(1).next_power_of_two();
         let slots: Vec<u32> = (0..n_blocks as u32).collect();
+        let vlen: Vec<u32> = vin.windows(2).map(|w| (w[1] - w[0]) * page_size as u32).collect();
         let entries = vtab.len();
         if vtab.is_empty() {
             vtab.push(0);
@@ -130,6 +134,7 @@ impl<B: Backend> PrefillBlocks<B> {
             estimate,
             v_page_indptr: pool.upload_u32(be, &vin)?,
             v_page_table: pool.upload_u32(be, &vtab)?,
+            v_kv_len: pool.upload_u32(be, &vlen)?,
             seq_slot: pool.upload_u32(be, &slots)?,
             select_mask: pool.upload_u32(be, &mask)?,
             entries,
@@ -229,7 +234,7 @@ impl<B: Backend> PrefillBlocks<B> {
         let vmeta = PagedMeta {
             page_indptr: &self.v_page_indptr,
             page_table: &self.v_page_table,
-            kv_len: &m.kv_len,
+            kv_len: &self.v_kv_len,
             ring_table: &m.ring_table,
         };
         let r = be
@@ -241,8 +246,16 @@ impl<B: Backend> PrefillBlocks<B> {
 
     /// Give the pooled buffers back (the per-layout lists are freed).
     pub fn recycle(self, pool: &BufferPool<B>) {
-        [self.row_indptr, self.info, self.v_page_indptr, self.v_page_table, self.seq_slot, self.select_mask]
-            .into_iter()
-            .for_each(|b| pool.put(b));
+        [
+            self.row_indptr,
+            self.info,
+            self.v_page_indptr,
+            self.v_page_table,
+            self.v_kv_len,
+            self.seq_slot,
+            self.select_mask,
+        ]
+        .into_iter()
+        .for_each(|b| pool.put(b));
     }
 }
