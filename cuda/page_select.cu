@@ -11,10 +11,10 @@
 // Two kernels. page_select_score: grid (np / 8, n_kv_heads, num_seqs), one warp per candidate
 // page, writes u64 keys (inverted order-preserving float bits << 32 | j; ~0 past the candidates)
 // to keys [num_seqs][n_kv_heads][np] (np a power of two >= the candidates, chosen by the host
-// from the page table's length). page_select: grid (n_kv_heads, num_seqs), sorts a row's keys
-// ascending by a bitonic sort in dynamic shared memory (page_select_global: in place in the
-// scratch keys, for rows longer than shared memory holds); the first k keys are the winners, put
-// in ascending page order by counting ranks. np comes from the step's longest sequence
+// from the page table's length). page_select: grid (n_kv_heads, num_seqs), picks the k smallest
+// of a row's keys (the winners: the first k of the keys sorted ascending) by a radix select
+// (select_row) in dynamic shared memory (page_select_global: from the scratch keys, for rows
+// longer than shared memory holds) and writes them in ascending page order. np comes from the step's longest sequence
 // (max_seq_pages), not the batch's whole page table. Lengths of selected/counts/page_table come
 // as arguments: nothing is read or written outside them.
 //
@@ -153,37 +153,101 @@ extern "C" __global__ void page_select_norm(PageSelectParams p, const u32* head_
     }
 }
 
-// Sort one row's np keys ascending (bitonic, in place in `keys`: shared or global memory) and
-// write the first k in ascending page order.
-__device__ void select_row(PageSelectParams p, u32 r, u32 cand, u32 slot, u64* keys, u32* selected, u32* counts,
-                           u32 np, u32 selected_len, u32 counts_len) {
-    for (u32 size = 2; size <= np; size <<= 1) {
-        for (u32 stride = size >> 1; stride > 0; stride >>= 1) {
-            for (u32 i = threadIdx.x; i < np; i += blockDim.x) {
-                u32 j = i ^ stride;
-                if (j > i) {
-                    bool up = (i & size) == 0;
-                    u64 x = keys[i], y = keys[j];
-                    if ((x > y) == up) { keys[i] = y; keys[j] = x; }
-                }
-            }
-            __syncthreads();
+// Block-wide exclusive prefix sum of v (blockDim.x a multiple of 32, at most 1024; every thread
+// calls it); `sh` holds 32 words of shared memory.
+__device__ __forceinline__ u32 block_exclusive_scan(u32 v, u32* sh) {
+    const u32 lane = threadIdx.x & 31u, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    u32 x = v;
+    for (u32 o = 1; o < 32u; o <<= 1) {
+        u32 y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    __syncthreads();
+    if (lane == 31u) sh[w] = x;
+    __syncthreads();
+    if (w == 0) {
+        u32 t = lane < nw ? sh[lane] : 0u;
+        for (u32 o = 1; o < 32u; o <<= 1) {
+            u32 y = __shfl_up_sync(0xffffffffu, t, o);
+            if (lane >= o) t += y;
         }
+        if (lane < nw) sh[lane] = t;
     }
-    u32 k = p.k_pages < cand ? p.k_pages : cand;
-    if (k > p.sel_stride) k = p.sel_stride;
-    u64 base = ((u64)slot * p.n_ret + r) * p.sel_stride;
-    u64 ci = (u64)slot * p.n_ret + r;
-    if (base + p.sel_stride > selected_len || ci >= counts_len) return;
-    for (u32 i = threadIdx.x; i < k; i += blockDim.x) {
-        u32 mine = (u32)(keys[i] & 0xffffffffu), rank = 0;
-        for (u32 j = 0; j < k; j++) rank += (u32)(keys[j] & 0xffffffffu) < mine;
-        selected[base + rank] = mine;
-    }
-    if (threadIdx.x == 0) counts[ci] = k;
+    __syncthreads();
+    return (w > 0 ? sh[w - 1] : 0u) + x - v;
 }
 
-// The row's keys are copied to dynamic shared memory (np * 8 bytes) and sorted there.
+// The k = min(k_pages, cand, sel_stride) smallest of a row's keys (keys[j], j < cand: score word
+// << 32 | j; shared or global memory, only read), written in ascending page order. The result
+// of sorting the keys ascending and taking the first k, without the sort: a radix select finds
+// T, the k-th smallest score word, most significant byte first (four 256-bin histogram passes,
+// warp-aggregated shared atomics); every key whose word is < T is taken, and of those == T the
+// lowest-indexed `ties`. Thread t owns candidates [t * per, (t + 1) * per), so two block prefix
+// sums (ties, then picks) give each pick its place in ascending order.
+__device__ void select_row(PageSelectParams p, u32 r, u32 cand, u32 slot, const u64* keys, u32* selected,
+                           u32* counts, u32 np, u32 selected_len, u32 counts_len) {
+    __shared__ u32 hist[256];
+    __shared__ u32 found[2]; // T's bytes found so far; picks still needed among keys matching them
+    __shared__ u32 sh[32];
+    (void)np;
+    u32 k = p.k_pages < cand ? p.k_pages : cand;
+    if (k > p.sel_stride) k = p.sel_stride;
+    const u64 base = ((u64)slot * p.n_ret + r) * p.sel_stride;
+    const u64 ci = (u64)slot * p.n_ret + r;
+    if (base + p.sel_stride > selected_len || ci >= counts_len) return;
+    const u32 t = threadIdx.x, bd = blockDim.x;
+    if (t == 0) {
+        found[0] = 0u;
+        found[1] = k;
+    }
+    u32 mask = 0u;
+    for (int shift = 24; shift >= 0 && k > 0u; shift -= 8) {
+        for (u32 i = t; i < 256u; i += bd) hist[i] = 0u;
+        __syncthreads();
+        const u32 prefix = found[0];
+        // Whole warps step together (j0 is warp-uniform) so the match covers every lane.
+        for (u32 j0 = t & ~31u; j0 < cand; j0 += bd) {
+            const u32 j = j0 + (t & 31u);
+            const u32 w = j < cand ? (u32)(keys[j] >> 32) : 0u;
+            const bool in = j < cand && (w & mask) == prefix;
+            const u32 bin = in ? (w >> shift) & 255u : 256u;
+            const u32 peers = __match_any_sync(0xffffffffu, bin);
+            if (in && (t & 31u) == (u32)(__ffs(peers) - 1)) atomicAdd(&hist[bin], (u32)__popc(peers));
+        }
+        __syncthreads();
+        if (t == 0) {
+            u32 need = found[1], d = 0u;
+            while (d < 255u && hist[d] < need) need -= hist[d++];
+            found[0] = prefix | (d << shift);
+            found[1] = need;
+        }
+        __syncthreads();
+        mask |= 255u << shift;
+    }
+    __syncthreads();
+    const u32 thr = found[0], ties = found[1];
+    const u32 per = (cand + bd - 1u) / bd, j0 = min(t * per, cand), j1 = min(j0 + per, cand);
+    u32 lt = 0u, eq = 0u;
+    for (u32 j = j0; j < j1 && k > 0u; j++) {
+        const u32 w = (u32)(keys[j] >> 32);
+        lt += w < thr;
+        eq += w == thr;
+    }
+    const u32 eq_before = block_exclusive_scan(eq, sh);
+    const u32 take_eq = min(eq, ties - min(ties, eq_before));
+    u32 at = block_exclusive_scan(lt + take_eq, sh);
+    u32 eq_seen = 0u;
+    for (u32 j = j0; j < j1 && k > 0u; j++) {
+        const u64 key = keys[j];
+        const u32 w = (u32)(key >> 32);
+        bool pick = w < thr;
+        if (w == thr) pick = eq_seen++ < take_eq;
+        if (pick) selected[base + at++] = (u32)(key & 0xffffffffu);
+    }
+    if (t == 0) counts[ci] = k;
+}
+
+// The row's keys are copied to dynamic shared memory (np * 8 bytes) and selected from there.
 extern "C" __global__ void page_select(PageSelectParams p, const u32* head_map, const u32* page_indptr,
                                        const u32* kv_len, const u32* seq_slot, const u32* select_mask, const u64* keys_in,
                                        u32* selected, u32* counts, u32 np, u32 page_table_len, u32 selected_len,
@@ -199,8 +263,8 @@ extern "C" __global__ void page_select(PageSelectParams p, const u32* head_map, 
     select_row(p, hm, cand, seq_slot[s], keys, selected, counts, np, selected_len, counts_len);
 }
 
-// The same for rows too long for shared memory: sorted in place in the scratch keys (global
-// memory, L2-resident), so no length is refused.
+// The same for rows too long for shared memory: selected from the scratch keys (global memory,
+// L2-resident), so no length is refused.
 extern "C" __global__ void page_select_global(PageSelectParams p, const u32* head_map, const u32* page_indptr,
                                               const u32* kv_len, const u32* seq_slot, const u32* select_mask, u64* keys_io,
                                               u32* selected, u32* counts, u32 np, u32 page_table_len,
@@ -217,8 +281,8 @@ extern "C" __global__ void page_select_global(PageSelectParams p, const u32* hea
 // (retrieval head r, row s) (grid (n_ret, num_seqs)); rows with select_mask[s] == 0 return. A
 // row's scores f32 [(page_indptr[s] + j) * n_ret + r] become page_select's sort keys (inverted
 // order-preserving bits << 32 | j, NaN as -inf, ~0 from the row's candidates (entries - 1) to np,
-// a power of two the host takes from max_seq_pages), sorted by select_row: page_top_k in dynamic
-// shared memory (np * 8 bytes), page_top_k_global in place in the scratch keys [num_seqs][n_ret][np].
+// a power of two the host takes from max_seq_pages), whose k smallest select_row picks: page_top_k in dynamic
+// shared memory (np * 8 bytes), page_top_k_global in the scratch keys [num_seqs][n_ret][np].
 __device__ __forceinline__ u32 top_k_row(const PageTopKParams& p, const float* scores, const u32* page_indptr,
                                          u32 s, u32 r, u64* keys, u32 np, u32 scores_len) {
     u32 a = page_indptr[s], e = page_indptr[s + 1];

@@ -125,7 +125,8 @@ pub fn page_top_k(
             }
         };
     }
-    if np * 8 <= g.smem_optin as usize {
+    if np * 8 + 2048 <= g.smem_optin as usize {
+        // select_row's own ~1.2 KiB beside the keys
         let l = Launch::new(grid, TOP_K_THREADS).smem(np * 8);
         kern::page_top_k::launch(g, l, p, top_k_args!(page_top_k))
     } else {

@@ -196,7 +196,8 @@ pub fn page_select(
         };
     }
     // Rows whose keys fit in shared memory sort there; longer ones in place in the scratch.
-    if np * 8 <= g.smem_optin as usize {
+    // (select_row's own shared memory, ~1.2 KiB, beside the keys.)
+    if np * 8 + 2048 <= g.smem_optin as usize {
         let l = Launch::new((nkv as u32, ns as u32, 1), SELECT_THREADS).smem(np * 8);
         kern::page_select::launch(g, l, p, sort_args!(page_select, keys_in))
     } else {
