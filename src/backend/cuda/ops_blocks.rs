@@ -1,6 +1,6 @@
 //! Launches of block-sparse prefill's estimate ops: `antidiagonal_score`
 //! (cuda/antidiagonal_score.cu: a CTA per (KV head, query block), 16 warps of mma.sync tiles)
-//! and `page_top_k` (cuda/page_select.cu: page_select's bitonic sort over a score table's rows).
+//! and `page_top_k` (cuda/page_select.cu: page_select's radix top-k over a score table's rows).
 //! The kernel headers give layouts and block mappings.
 //!
 //! Invariants: block metadata, page tables and score rows live on the device and are
@@ -17,7 +17,7 @@ fn u(x: u32) -> usize {
     x as usize
 }
 
-/// Threads of a page_top_k sort block (its bitonic sort's).
+/// Threads of a page_top_k block (select_row's radix select).
 const TOP_K_THREADS: u32 = 1024;
 
 /// (entry variant, D, keys per tile, warps per head, heads per CTA) for head_dim `hd` (the
@@ -125,8 +125,8 @@ pub fn page_top_k(
             }
         };
     }
+    // (select_row's own shared memory, ~1.2 KiB, beside the keys.)
     if np * 8 + 2048 <= g.smem_optin as usize {
-        // select_row's own ~1.2 KiB beside the keys
         let l = Launch::new(grid, TOP_K_THREADS).smem(np * 8);
         kern::page_top_k::launch(g, l, p, top_k_args!(page_top_k))
     } else {

@@ -19,7 +19,7 @@ fn u(x: u32) -> usize {
     x as usize
 }
 
-/// Block size of the page_select sort (its bitonic sort's threads).
+/// Block size of the page_select top-k (select_row's radix select).
 const SELECT_THREADS: u32 = 1024;
 
 pub fn rope_append_kv(
