@@ -14,8 +14,8 @@
 // from the page table's length). page_select: grid (n_kv_heads, num_seqs), picks the k smallest
 // of a row's keys (the winners: the first k of the keys sorted ascending) by a radix select
 // (select_row) in dynamic shared memory (page_select_global: from the scratch keys, for rows
-// longer than shared memory holds) and writes them in ascending page order. np comes from the step's longest sequence
-// (max_seq_pages), not the batch's whole page table. Lengths of selected/counts/page_table come
+// longer than shared memory holds) and writes them in ascending page order. np comes from the
+// step's longest sequence (max_seq_pages), not the batch's whole page table. Lengths of selected/counts/page_table come
 // as arguments: nothing is read or written outside them.
 //
 // Ranks (p.rank): PAGE_RANK_MAX (0) as above. PAGE_RANK_HEAD_NORM (1): page_select_score writes
@@ -185,11 +185,10 @@ __device__ __forceinline__ u32 block_exclusive_scan(u32 v, u32* sh) {
 // lowest-indexed `ties`. Thread t owns candidates [t * per, (t + 1) * per), so two block prefix
 // sums (ties, then picks) give each pick its place in ascending order.
 __device__ void select_row(PageSelectParams p, u32 r, u32 cand, u32 slot, const u64* keys, u32* selected,
-                           u32* counts, u32 np, u32 selected_len, u32 counts_len) {
+                           u32* counts, u32 selected_len, u32 counts_len) {
     __shared__ u32 hist[256];
     __shared__ u32 found[2]; // T's bytes found so far; picks still needed among keys matching them
     __shared__ u32 sh[32];
-    (void)np;
     u32 k = p.k_pages < cand ? p.k_pages : cand;
     if (k > p.sel_stride) k = p.sel_stride;
     const u64 base = ((u64)slot * p.n_ret + r) * p.sel_stride;
@@ -260,7 +259,7 @@ extern "C" __global__ void page_select(PageSelectParams p, const u32* head_map, 
     const u64* row = keys_in + ((u64)s * p.n_kv_heads + kvh) * np;
     for (u32 i = threadIdx.x; i < np; i += blockDim.x) keys[i] = row[i];
     __syncthreads();
-    select_row(p, hm, cand, seq_slot[s], keys, selected, counts, np, selected_len, counts_len);
+    select_row(p, hm, cand, seq_slot[s], keys, selected, counts, selected_len, counts_len);
 }
 
 // The same for rows too long for shared memory: selected from the scratch keys (global memory,
@@ -274,15 +273,16 @@ extern "C" __global__ void page_select_global(PageSelectParams p, const u32* hea
     if ((hm & STREAMING_BIT) || select_mask[s] == 0u) return;
     u32 cand = row_candidates(p, page_indptr, kv_len, s, np, page_table_len);
     u64* row = keys_io + ((u64)s * p.n_kv_heads + kvh) * np;
-    select_row(p, hm, cand, seq_slot[s], row, selected, counts, np, selected_len, counts_len);
+    select_row(p, hm, cand, seq_slot[s], row, selected, counts, selected_len, counts_len);
 }
 
 // page_top_k: the top-k of a CSR score table (the contract: Backend::page_top_k). One block per
 // (retrieval head r, row s) (grid (n_ret, num_seqs)); rows with select_mask[s] == 0 return. A
 // row's scores f32 [(page_indptr[s] + j) * n_ret + r] become page_select's sort keys (inverted
 // order-preserving bits << 32 | j, NaN as -inf, ~0 from the row's candidates (entries - 1) to np,
-// a power of two the host takes from max_seq_pages), whose k smallest select_row picks: page_top_k in dynamic
-// shared memory (np * 8 bytes), page_top_k_global in the scratch keys [num_seqs][n_ret][np].
+// a power of two the host takes from max_seq_pages), whose k smallest select_row picks:
+// page_top_k in dynamic shared memory (np * 8 bytes), page_top_k_global in the scratch keys
+// [num_seqs][n_ret][np].
 __device__ __forceinline__ u32 top_k_row(const PageTopKParams& p, const float* scores, const u32* page_indptr,
                                          u32 s, u32 r, u64* keys, u32 np, u32 scores_len) {
     u32 a = page_indptr[s], e = page_indptr[s + 1];
@@ -316,7 +316,7 @@ extern "C" __global__ void page_top_k(PageTopKParams p, const float* scores, con
     u32 r = blockIdx.x, s = blockIdx.y;
     if (select_mask[s] == 0u) return;
     u32 cand = top_k_row(p, scores, page_indptr, s, r, keys, np, scores_len);
-    select_row(top_k_select_params(p), r, cand, seq_slot[s], keys, selected, counts, np, selected_len, counts_len);
+    select_row(top_k_select_params(p), r, cand, seq_slot[s], keys, selected, counts, selected_len, counts_len);
 }
 
 extern "C" __global__ void page_top_k_global(PageTopKParams p, const float* scores, const u32* page_indptr,
@@ -327,5 +327,5 @@ extern "C" __global__ void page_top_k_global(PageTopKParams p, const float* scor
     if (select_mask[s] == 0u) return;
     u64* row = keys_io + ((u64)s * p.n_ret + r) * np;
     u32 cand = top_k_row(p, scores, page_indptr, s, r, row, np, scores_len);
-    select_row(top_k_select_params(p), r, cand, seq_slot[s], row, selected, counts, np, selected_len, counts_len);
+    select_row(top_k_select_params(p), r, cand, seq_slot[s], row, selected, counts, selected_len, counts_len);
 }

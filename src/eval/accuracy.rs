@@ -105,13 +105,12 @@ pub fn grid(budgets: &[Budget], ratios: &[f32], pages: &[(usize, usize)], dense_
     for &b in budgets {
         for &r in ratios {
             for &(p, l) in pages {
-                let (physical_page, logical_page) = (p, l);
                 v.push(Variant {
                     budget: Some(b),
                     streaming_ratio: r,
-                    physical_page,
-                    logical_page,
-                    logical_units: false,
+                    physical_page: p,
+                    logical_page: l,
+                    ..Variant::default()
                 });
             }
         }

@@ -9,6 +9,7 @@
 
 use super::bindings::{self as kern, Scratch, entry};
 use super::context::{Launch, err};
+use super::ops_kv::{SELECT_THREADS, select_keys_in_smem};
 use super::{CudaBackend, CudaBuffer, need, need_kv};
 use crate::backend::*;
 use crate::error::Result;
@@ -16,9 +17,6 @@ use crate::error::Result;
 fn u(x: u32) -> usize {
     x as usize
 }
-
-/// Threads of a page_top_k block (select_row's radix select).
-const TOP_K_THREADS: u32 = 1024;
 
 /// (entry variant, D, keys per tile, warps per head, heads per CTA) for head_dim `hd` (the
 /// kernel's constants: IPW = 256 / D, WPH = 8 / IPW, HG = 16 / WPH).
@@ -125,12 +123,11 @@ pub fn page_top_k(
             }
         };
     }
-    // (select_row's own shared memory, ~1.2 KiB, beside the keys.)
-    if np * 8 + 2048 <= g.smem_optin as usize {
-        let l = Launch::new(grid, TOP_K_THREADS).smem(np * 8);
+    if select_keys_in_smem(g, np) {
+        let l = Launch::new(grid, SELECT_THREADS).smem(np * 8);
         kern::page_top_k::launch(g, l, p, top_k_args!(page_top_k))
     } else {
         let keys = Scratch(g.scratch("page_top_k_keys", ns * u(p.n_ret) * np * 8)?);
-        kern::page_top_k_global::launch(g, Launch::new(grid, TOP_K_THREADS), p, top_k_args!(page_top_k_global, keys))
+        kern::page_top_k_global::launch(g, Launch::new(grid, SELECT_THREADS), p, top_k_args!(page_top_k_global, keys))
     }
 }

@@ -10,7 +10,7 @@
 //! Slots of one call must be distinct (the trait's contract; two writers of one slot would race).
 
 use super::bindings::{self as kern, Scratch, entry};
-use super::context::{Launch, err};
+use super::context::{Gpu, Launch, err};
 use super::{CudaBackend, CudaBuffer, need, need_kv};
 use crate::backend::*;
 use crate::error::Result;
@@ -19,8 +19,15 @@ fn u(x: u32) -> usize {
     x as usize
 }
 
-/// Block size of the page_select top-k (select_row's radix select).
-const SELECT_THREADS: u32 = 1024;
+/// Threads of a block that runs cuda/page_select.cu's `select_row` (the radix top-k of
+/// `page_select` and `page_top_k`).
+pub(super) const SELECT_THREADS: u32 = 1024;
+
+/// Whether a row of `np` u64 keys is copied into dynamic shared memory for `select_row`, beside
+/// its own ~1.2 KiB (histogram, scan, state); longer rows are read from the scratch keys.
+pub(super) fn select_keys_in_smem(g: &Gpu, np: usize) -> bool {
+    np * 8 + 2048 <= g.smem_optin as usize
+}
 
 pub fn rope_append_kv(
     be: &CudaBackend,
@@ -195,9 +202,7 @@ pub fn page_select(
             }
         };
     }
-    // Rows whose keys fit in shared memory sort there; longer ones in place in the scratch.
-    // (select_row's own shared memory, ~1.2 KiB, beside the keys.)
-    if np * 8 + 2048 <= g.smem_optin as usize {
+    if select_keys_in_smem(g, np) {
         let l = Launch::new((nkv as u32, ns as u32, 1), SELECT_THREADS).smem(np * 8);
         kern::page_select::launch(g, l, p, sort_args!(page_select, keys_in))
     } else {
