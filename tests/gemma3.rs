@@ -284,52 +284,65 @@ fn assert_rows_close(got: &[Vec<f32>], want: &[Vec<f32>], f32w: bool, what: &str
     }
 }
 
-/// Block-sparse prefill with the antidiagonal estimate through a GPU backend's kernels against
-/// the CPU (f32 weights and KV where the backend has them): 150 tokens in 16-token steps, blocks
-/// sparse from position 32 on the global layer, logits of every row within 1e-3. wgpu (f32 all
+/// Block-sparse prefill through a GPU backend's kernels against the CPU (f32 weights and KV where
+/// the backend has them), with either estimate: 150 tokens in 16-token steps and in one step,
+/// blocks sparse from position 32 on the global layer, logits of every row within 1e-3. wgpu (f32 all
 /// through) keeps two pages a block, so its selection must agree with the CPU's; CUDA multiplies
 /// the estimate in bf16 on tensor cores, where a near tie may pick another page, so it keeps
 /// every candidate (its scores are compared by the `antidiagonal_score` parity test instead).
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_block_sparse_prefill_matches_cpu() {
-    if let Some(gpu) = common::wgpu_backend() {
-        gpu_block_sparse_matches_cpu(gpu, "wgpu", 32);
+    if common::wgpu_backend().is_some() {
+        gpu_block_sparse_matches_cpu(|| common::wgpu_backend().unwrap(), "wgpu", 32);
     }
 }
 
 #[cfg(feature = "cuda")]
 #[test]
 fn cuda_block_sparse_prefill_matches_cpu() {
-    if let Some(gpu) = common::cuda_backend() {
-        gpu_block_sparse_matches_cpu(gpu, "cuda", 16 * 16);
+    if common::cuda_backend().is_some() {
+        gpu_block_sparse_matches_cpu(|| common::cuda_backend().unwrap(), "cuda", 16 * 16);
     }
 }
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn gpu_block_sparse_matches_cpu<G: lserve::backend::Backend>(gpu: G, name: &str, budget: usize) {
+fn gpu_block_sparse_matches_cpu<G: lserve::backend::Backend>(mk: impl Fn() -> G, name: &str, budget: usize) {
     use lserve::backend::{Backend, DType};
+    use lserve::sparse::PrefillEstimate;
     let seed = common::seed();
     let (c, w) = tiny_gemma(seed);
     let mut rng = common::naive::Rng(seed ^ 0xad1a);
     let ids: Vec<u32> = (0..150).map(|_| (rng.next() * 511.0) as u32).collect();
-    let f32w = gpu.caps().weight_dtypes.contains(&DType::F32).then_some(DType::F32);
-    fn run<B: Backend>(e: &mut Engine<B>, ids: &[u32]) -> Vec<Vec<f32>> {
+    let caps = mk().caps().clone();
+    let f32w = caps.weight_dtypes.contains(&DType::F32).then_some(DType::F32);
+    fn run<B: Backend>(e: &mut Engine<B>, ids: &[u32], chunk: usize) -> Vec<Vec<f32>> {
         let mut seq = e.cache.admit().unwrap();
-        ids.chunks(16).map(|chunk| e.step(&mut seq, chunk, Logits::All, None).unwrap()).collect()
+        ids.chunks(chunk).map(|rows| e.step(&mut seq, rows, Logits::All, None).unwrap()).collect()
     }
-    let mut config = lserve::sparse::Config::default();
-    config.sparse.enabled = true;
-    config.sparse.streaming_ratio = 0.0;
-    config.sparse.dense_below = 1 << 20;
-    config.sparse.prefill_budget = budget;
-    config.sparse.prefill_dense_below = 32;
-    if gpu.caps().kv_dtypes.contains(&DType::F32) {
-        config.cache.kv_dtype = "f32".into();
+    // 16-row steps (one query block each) and the whole prompt in one step (ten blocks: the
+    // mean bound's virtual rows outnumber the step's sequences), with either estimate.
+    for (est, chunk) in [
+        (PrefillEstimate::Antidiagonal, 16),
+        (PrefillEstimate::MeanBound, 16),
+        (PrefillEstimate::Antidiagonal, 150),
+        (PrefillEstimate::MeanBound, 150),
+    ] {
+        let mut config = lserve::sparse::Config::default();
+        config.sparse.enabled = true;
+        config.sparse.streaming_ratio = 0.0;
+        config.sparse.dense_below = 1 << 20;
+        config.sparse.prefill_budget = budget;
+        config.sparse.prefill_dense_below = 32;
+        config.sparse.prefill_estimate = est;
+        if caps.kv_dtypes.contains(&DType::F32) {
+            config.cache.kv_dtype = "f32".into();
+        }
+        let got = run(&mut tiny_engine_chunk(mk(), &c, &w, f32w, config.clone(), chunk), &ids, chunk);
+        let want = run(&mut tiny_engine_chunk(CpuBackend::new(), &c, &w, None, config, chunk), &ids, chunk);
+        let what = format!("{name} vs cpu (seed {seed}, budget {budget}, {}, {chunk}-row steps)", est.name());
+        assert_rows_close(&got, &want, f32w.is_some(), &what);
     }
-    let got = run(&mut tiny_engine_with(gpu, &c, &w, f32w, config.clone()), &ids);
-    let want = run(&mut tiny_engine_with(CpuBackend::new(), &c, &w, None, config), &ids);
-    assert_rows_close(&got, &want, f32w.is_some(), &format!("{name} vs cpu (seed {seed}, budget {budget})"));
 }
 
 /// Block-sparse prefill on Gemma 3 acts on its global layer (layer 5 of the tiny model; the
