@@ -14,10 +14,14 @@
 //
 // Two passes over the key tiles per head chunk: pass 0 keeps each (head, row group) row's running
 // max and sum of exp (online softmax) over its visible key groups kg < (first + r0) / 8; pass 1
-// recomputes z over the candidate pages' tiles only and sums exp(z - m) / l per (row, page), then
-// per page over the rows in a fixed order into the block's scores (the CTA owns its scores: it
-// zeroes them first and adds each tile's page sums in tile order, so the result does not depend
-// on scheduling). Rows past the block's last full group of 8 contribute nothing.
+// recomputes z over the candidate pages' tiles only and adds exp(z - m) / l per page. After a
+// tile's products, all the CTA's threads finalize: a row's (head, row group) TPR threads are adjacent
+// lanes holding CPT cells each, reduce the row's max and sum by shuffles and keep identical copies
+// of (m, l); pass 1 writes the cells' shares to shared memory, a warp per key group sums them over
+// the rows (a fixed shuffle tree), and one thread per page adds its key groups in order into the
+// block's score (the CTA owns its scores: it zeroes them first and adds each tile's page sums in
+// tile order, so the result does not depend on scheduling). Rows past the block's last full group
+// of 8 contribute nothing.
 //
 // 16-bit KV with head_dim % 8 == 0 stages tiles by cp.async (two stages); f32 and 8-bit KV (and
 // other head dims) convert element by element (kv_elem) into bf16. Q is rounded to the same
@@ -41,12 +45,16 @@ __device__ void antidiag_impl(AntidiagonalParams p, const float* q, const KT* k,
     typedef typename AdType<KT>::T CT;
     constexpr u32 IPW = 256 / D, WPH = 8 / IPW, HG = 16 / WPH;  // i per warp, warps per head, heads
     constexpr u32 TK = AD_TK(D), NKG = TK / 8, NT = NKG / 8, LD = D + 8, KD = D / 16;
-    constexpr u32 PMAX = NKG + 1;  // pages one tile touches (page_size >= 8)
+    constexpr u32 NROW = HG * 16;  // (head, row group) rows of a head chunk
+    // The finalize's cells (row, key group) per thread and threads per row (a power of two <= 32).
+    constexpr u32 CPT = NROW * NKG >= 512 ? NROW * NKG / 512 : 1, TPR = NKG / CPT;
+    static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0 && NKG <= 16, "finalize mapping");
     constexpr bool ASYNC = AdAsync<KT>::value;
     extern __shared__ __align__(16) unsigned char ad_smem[];
     CT* ks = reinterpret_cast<CT*>(ad_smem);                    // [2][TK][LD]
     float* red = reinterpret_cast<float*>(ks + 2 * TK * LD);    // [HG][WPH][16][NKG]
-    float* prow = red + HG * WPH * 16 * NKG;                    // [HG * 16][PMAX]
+    float* pz = red + HG * WPH * 16 * NKG;                      // [NROW][NKG]: pass 1's cell shares
+    float* csum = pz + NROW * NKG;                              // [NKG]: their sums over the rows
 
     const u32 kvh = blockIdx.x, b = blockIdx.y;
     const u32 hm = head_map[kvh];
@@ -66,7 +74,7 @@ __device__ void antidiag_impl(AntidiagonalParams p, const float* q, const KT* k,
     vmax = min(vmax, kv_len[seq] / 8);
     if (pt1 > pt0) vmax = min(vmax, (pt1 - pt0) * ps / 8); else vmax = 0;
     const u32 kend = 8 * vmax;
-    const u32 group = nh / p.n_kv_heads, n_hg = min(group, HG);
+    const u32 group = nh / p.n_kv_heads;
     const float zs = p.scale * 0.125f;
 
     // Stage key tile starting at k0 into stage st.
@@ -102,7 +110,6 @@ __device__ void antidiag_impl(AntidiagonalParams p, const float* q, const KT* k,
     };
 
     const u32 hg = warp / WPH, ip = warp % WPH;
-    const u32 nrow = n_hg * 16;  // (head, row group) rows of a chunk
     for (u32 h0 = 0; h0 < group; h0 += HG) {
         const u32 hc = min(HG, group - h0);
         const bool active = hg < hc;
@@ -127,11 +134,13 @@ __device__ void antidiag_impl(AntidiagonalParams p, const float* q, const KT* k,
                 }
             }
         }
-        // Row statistics of the row this thread finalizes (tid < nrow: head tid / 16, rg tid % 16).
-        float m_row = -LS_INF, l_row = 0.0f;
-        const u32 my_rg = tid % 16;
-        const bool row_ok = tid < hc * 16 && my_rg < groups;
+        // Finalize mapping: thread t owns row fr = t / TPR of the chunk (head fr / 16, row group
+        // fr % 16) and its columns fc0 .. fc0 + CPT; a row's TPR threads are consecutive lanes of
+        // one warp and keep identical copies of the row's statistics (m, l).
+        const u32 fr = tid / TPR, fc0 = (tid % TPR) * CPT, my_rg = fr % 16;
+        const bool row_ok = fr < hc * 16 && my_rg < groups;
         const u32 my_vis = (first + 8 * my_rg) / 8;
+        float m_row = -LS_INF, l_row = 0.0f;
         for (u32 pass = 0; pass < 2; pass++) {
             // Pass 0: every key the block sees; pass 1: the candidate pages 1..cand.
             const u32 lo = pass == 0 ? 0u : ps / TK * TK;
@@ -173,56 +182,64 @@ __device__ void antidiag_impl(AntidiagonalParams p, const float* q, const KT* k,
                     }
                 }
                 __syncthreads();
-                // Finalize: thread tid < hc * 16 owns row (head tid / 16, row group tid % 16).
-                const u32 pa = k0 / ps;
-                if (tid < nrow) {
-                    float* pr = prow + tid * PMAX;
-                    for (u32 x = 0; x < PMAX; x++) pr[x] = 0.0f;
-                }
-                if (row_ok) {
-                    const u32 rh = tid / 16;
-                    float z[NKG];
-                    float tmax = -LS_INF;
+                // z of this thread's cells: the WPH partial sums (over i) added in warp order.
+                float z[CPT];
+                float tmax = -LS_INF;
 #pragma unroll
-                    for (u32 c = 0; c < NKG; c++) {
+                for (u32 c = 0; c < CPT; c++) {
+                    const u32 col = fc0 + c, kg = k0 / 8 + col;
+                    z[c] = -LS_INF;
+                    if (row_ok && kg < my_vis && 8 * kg < hi) {
                         float s = 0.0f;
 #pragma unroll
-                        for (u32 w = 0; w < WPH; w++) s += red[((rh * WPH + w) * 16 + my_rg) * NKG + c];
-                        const u32 kg = k0 / 8 + c;
-                        z[c] = kg < my_vis && 8 * kg < hi ? s * zs : -LS_INF;
-                        tmax = fmaxf(tmax, z[c]);
+                        for (u32 w = 0; w < WPH; w++) s += red[(((fr / 16) * WPH + w) * 16 + my_rg) * NKG + col];
+                        z[c] = s * zs;
                     }
-                    if (pass == 0) {
-                        if (tmax > -LS_INF) {
-                            const float mn = fmaxf(m_row, tmax);
-                            float sum = 0.0f;
+                    tmax = fmaxf(tmax, z[c]);
+                }
 #pragma unroll
-                            for (u32 c = 0; c < NKG; c++) sum += z[c] > -LS_INF ? expf(z[c] - mn) : 0.0f;
-                            l_row = l_row * expf(m_row - mn) + sum;
-                            m_row = mn;
-                        }
-                    } else if (l_row > 0.0f) {
-                        float* pr = prow + tid * PMAX;
-                        const float inv = 1.0f / l_row;
+                for (u32 o = TPR / 2; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+                if (pass == 0) {
+                    const float mn = fmaxf(m_row, tmax);
+                    float sum = 0.0f;
 #pragma unroll
-                        for (u32 c = 0; c < NKG; c++) {
-                            if (z[c] > -LS_INF) pr[(k0 + 8 * c) / ps - pa] += expf(z[c] - m_row) * inv;
-                        }
+                    for (u32 c = 0; c < CPT; c++) sum += z[c] > -LS_INF ? expf(z[c] - mn) : 0.0f;
+#pragma unroll
+                    for (u32 o = TPR / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                    if (tmax > -LS_INF) {
+                        l_row = l_row * expf(m_row - mn) + sum;
+                        m_row = mn;
                     }
+                    continue;  // the next tile's barrier orders red's reads before its writes
+                }
+                // Pass 1: each cell's softmax share into pz[row][col], then column sums over the
+                // rows (a warp per column, fixed shuffle tree), then page sums over the columns.
+                if (fr < NROW) {
+                    const float inv = l_row > 0.0f ? 1.0f / l_row : 0.0f;
+#pragma unroll
+                    for (u32 c = 0; c < CPT; c++) pz[fr * NKG + fc0 + c] = z[c] > -LS_INF ? expf(z[c] - m_row) * inv : 0.0f;
                 }
                 __syncthreads();
-                if (pass == 1) {
-                    // Page sums over the chunk's rows in row order, added to the block's scores.
-                    const u32 pb = (k0 + TK - 1) / ps;
-                    for (u32 x = tid; x <= pb - pa && x < PMAX; x += blockDim.x) {
-                        const u32 pg = pa + x;
-                        if (pg < 1 || pg > cand) continue;
-                        float s = 0.0f;
-                        for (u32 row = 0; row < hc * 16; row++) s += prow[row * PMAX + x];
-                        scores[(u64)(at + pg - 1) * p.n_ret + r] += s;
-                    }
+                // The launch has min(group, HG) * WPH warps (fewer than 512 threads when group < HG):
+                // only rows < hc * 16 of pz are written (the rest is stale shared memory) and there
+                // may be fewer warps than columns, so sum the chunk's rows and stride the columns.
+                for (u32 col = warp; col < NKG; col += blockDim.x / 32) {
+                    float s = 0.0f;
+                    for (u32 row = lane; row < hc * 16; row += 32) s += pz[row * NKG + col];
+                    s = warp_sum(s);
+                    if (lane == 0) csum[col] = s;
                 }
                 __syncthreads();
+                const u32 pa = k0 / ps, pb = (k0 + TK - 1) / ps;
+                for (u32 x = tid; x <= pb - pa; x += blockDim.x) {
+                    const u32 pg = pa + x;
+                    if (pg < 1 || pg > cand) continue;
+                    const u32 c0 = pg * ps > k0 ? (pg * ps - k0) / 8 : 0u;
+                    const u32 c1 = min(NKG, ((pg + 1) * ps - k0) / 8);
+                    float s = 0.0f;
+                    for (u32 c = c0; c < c1; c++) s += csum[c];
+                    scores[(u64)(at + pg - 1) * p.n_ret + r] += s;
+                }
             }
         }
     }

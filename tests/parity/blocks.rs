@@ -18,13 +18,35 @@ const TOL_SCORE: f32 = 1e-2;
 const BLOCKS: [[u32; 3]; 5] = [[0, 128, 200], [128, 37, 328], [165, 10, 60], [175, 5, 100], [180, 40, 50]];
 
 pub fn test_antidiagonal_score<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
+    // Groups of 3 (and 8 at head_dim 64: two CUDA head chunks at head_dim 256 would need 3 or
+    // more, tested by the group of 3 there).
+    antidiagonal_case(gpu, kvd, hd, if hd == 64 { 8 } else { 3 });
+}
+
+/// GQA groups smaller than a CUDA CTA's head chunk (which then launches fewer warps than its
+/// finalize has key groups: session 36's failed rewrite read rows no thread wrote) and odd ones.
+pub fn test_antidiagonal_score_groups<B: Backend>(gpu: &B) {
+    for (kvd, hd, group) in [
+        (DType::BF16, 64, 1),
+        (DType::BF16, 64, 3),
+        (DType::F16, 64, 5),
+        (DType::BF16, 128, 1),
+        (DType::F16, 128, 2),
+        (DType::BF16, 128, 6),
+        (DType::BF16, 256, 1),
+    ] {
+        eprintln!("group {group}, head_dim {hd}, {kvd:?}");
+        antidiagonal_case(gpu, kvd, hd, group);
+    }
+}
+
+fn antidiagonal_case<B: Backend>(gpu: &B, kvd: DType, hd: usize, group: usize) {
     if !has_kv(gpu, kvd) {
         return;
     }
     let mut t = pair(gpu);
-    // KV heads: retrieval, streaming, retrieval; groups of 3 (and 8 at head_dim 64: two CUDA head
-    // chunks at head_dim 256 would need 3 or more, tested by the group of 3 there).
-    let (ps, group) = (16, if hd == 64 { 8 } else { 3 });
+    // KV heads: retrieval, streaming, retrieval.
+    let ps = 16;
     let nh = 3 * group;
     let shape = CacheShape {
         num_layers: 1,

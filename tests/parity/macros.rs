@@ -136,6 +136,12 @@ macro_rules! parity_tests {
             /// head_dim 64 (a GQA group of 8), 72 (zero-padded dims), 128, 256 for the KV dtypes.
             mod antidiagonal_score {
                 axes!(kv_hd test_antidiagonal_score: F32 64 => kv_f32_hd64, F32 72 => kv_f32_hd72, F32 128 => kv_f32_hd128, F16 64 => kv_f16_hd64, F16 128 => kv_f16_hd128, F16 256 => kv_f16_hd256, BF16 72 => kv_bf16_hd72, BF16 128 => kv_bf16_hd128, BF16 256 => kv_bf16_hd256, I8 64 => kv_int8_hd64, I8 128 => kv_int8_hd128, F8E4M3 128 => kv_fp8_hd128, F8E4M3 256 => kv_fp8_hd256);
+                /// GQA groups of 1-6 at head_dim 64, 128 and 256.
+                #[test]
+                fn groups() {
+                    let _one = super::ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+                    super::backend().map(|b| super::super::test_antidiagonal_score_groups(&b));
+                }
             }
             #[test]
             fn page_top_k() {
@@ -149,6 +155,12 @@ macro_rules! parity_tests {
                 fn many() {
                     let _one = super::ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                     super::backend().map(|b| super::super::test_page_select_many(&b));
+                }
+                /// Block-sparse prefill's virtual rows, which share their page lists.
+                #[test]
+                fn rows() {
+                    let _one = super::ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+                    super::backend().map(|b| super::super::test_page_select_rows(&b));
                 }
                 /// Both rankings (max, head_norm), with and without the pinned sink page.
                 #[test]

@@ -59,7 +59,9 @@ pub fn antidiagonal_score(
     let name = entry(kern::antidiagonal_score::ENTRIES, kv.k.dtype, variant, 3)?;
     let heads = (nh / nkv).min(hg);
     let nkg = tk / ANTIDIAGONAL_STRIDE;
-    let smem = 2 * tk * (d + 8) * 2 + hg * wph * 16 * nkg * 4 + hg * 16 * (nkg + 1) * 4;
+    // Key tiles [2][tk][d + 8] (16-bit), the partial sums [hg][wph][16][nkg], pz [hg * 16][nkg]
+    // and csum [nkg] (f32): the kernel's layout.
+    let smem = 2 * tk * (d + 8) * 2 + (hg * wph * 16 * nkg + hg * 16 * nkg + nkg) * 4;
     let l = Launch::new((nkv as u32, nb as u32, 1), (heads * wph * 32) as u32).smem(smem);
     let args = kern::antidiagonal_score::Args {
         q,
