@@ -110,6 +110,154 @@ extern "C" __global__ void page_select_score(PageSelectParams p, const float* q,
 }
 
 
+// page_select_score for many rows that share their page lists (p.rows_share_pages: block-sparse
+// prefill's virtual rows, one per query block of a sequence, whose candidate j is the same page
+// in every row that has it), PAGE_RANK_MAX, whole pages as units (upp 1), group <= PSR_GMAX and
+// lpp dividing PSR_COLS: the same keys as page_select_score. Grid (ceil(np * lpp / PSR_COLS),
+// n_kv_heads, ceil(num_seqs / PSR_ROWS)), PSR_THREADS threads. A block scores a tile of PSR_ROWS
+// rows against PSR_COLS logical pages (PSR_COLS / lpp candidates): each head-dim chunk of the
+// rows' query heads and of the candidates' boxes is staged in shared memory once, read from
+// the page list of the tile's row with the most candidates (the leader), and every thread
+// accumulates 1 row x 4 logical pages x group heads sequentially over head_dim (no shuffles).
+// Small tiles (16 x 32, 128 threads) so that a step's few rows still give every SM blocks.
+// A (row, candidate) whose own page differs from the leader's (a tile that straddles two
+// sequences, or rows that do not share lists after all) is scored again from global memory, so
+// the hint only ever changes speed.
+#define PSR_ROWS 16
+#define PSR_COLS 32
+#define PSR_TC (PSR_COLS / 4)  // threads along a row: each takes columns tc + PSR_TC * ci, ci < 4
+#define PSR_C 16
+#define PSR_GMAX 8
+#define PSR_THREADS (PSR_ROWS * PSR_TC)
+
+template <bool SHRINK>
+__device__ __forceinline__ float psr_term(float qc, float lo, float hi, float keep) {
+    if (!SHRINK) return fmaxf(qc * hi, qc * lo);
+    return qc * ((hi + lo) * 0.5f) + fabsf(qc) * (keep * ((hi - lo) * 0.5f));
+}
+
+// Row s's max over its query heads of logical page l of `page`'s bound, all from global memory.
+__device__ float psr_direct(const PageSelectParams& p, const float* q, const float* summary, u32 s, u32 kvh, u32 r,
+                            u32 page, u32 l, u32 group, u32 lpp) {
+    const u32 hd = p.head_dim;
+    const float* mn = summary + ((((u64)page * p.n_ret + r) * lpp + l) * 2) * hd;
+    float best = -LS_INF;
+    for (u32 g = 0; g < group; g++) {
+        const float* qg = q + ((u64)s * p.n_heads + kvh * group + g) * hd;
+        float acc = 0.0f;
+        for (u32 c = 0; c < hd; c++) acc += box_term(qg[c], mn[c], mn[hd + c], p.bound_shrink);
+        best = fmaxf(best, acc);
+    }
+    return best;
+}
+
+template <bool SHRINK>
+__device__ __forceinline__ void psr_tile(const PageSelectParams& p, const float* q, const float* summary, u32 kvh, u32 r, u32 s0,
+                         u32 ns, u32 group, u32 lpp, const u32* pg, float (*qs)[PSR_GMAX][PSR_ROWS],
+                         float (*ss)[2][PSR_COLS], float acc[PSR_GMAX][4]) {
+    const u32 hd = p.head_dim, t = threadIdx.x, tr = t / PSR_TC, tc = t % PSR_TC;
+    const float keep = 1.0f - p.bound_shrink;
+    for (u32 c0 = 0; c0 < hd; c0 += PSR_C) {
+        // Stage the rows' query heads (zeros past the rows or head_dim) ...
+        for (u32 i = t; i < PSR_ROWS * group * PSR_C; i += PSR_THREADS) {
+            u32 cc = i % PSR_C, g = (i / PSR_C) % group, row = i / (PSR_C * group), s = s0 + row, c = c0 + cc;
+            qs[cc][g][row] = (s < ns && c < hd) ? q[((u64)s * p.n_heads + kvh * group + g) * hd + c] : 0.0f;
+        }
+        // ... and the leader's boxes (zeros for a missing page: such pairs are set to -inf later).
+        for (u32 i = t; i < PSR_COLS * 2 * PSR_C; i += PSR_THREADS) {
+            u32 cc = i % PSR_C, lh = (i / PSR_C) % 2u, col = i / (2 * PSR_C), c = c0 + cc;
+            u32 page = pg[col / lpp];
+            ss[cc][lh][col] = (page < p.num_pages && c < hd)
+                ? summary[((((u64)page * p.n_ret + r) * lpp + col % lpp) * 2 + lh) * hd + c] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (u32 cc = 0; cc < PSR_C; cc++) {
+            float lo[4], hi[4];
+#pragma unroll
+            for (int ci = 0; ci < 4; ci++) {
+                lo[ci] = ss[cc][0][tc + PSR_TC * ci];
+                hi[ci] = ss[cc][1][tc + PSR_TC * ci];
+            }
+#pragma unroll
+            for (int g = 0; g < PSR_GMAX; g++) {
+                if ((u32)g < group) {
+                    float qv = qs[cc][g][tr];
+#pragma unroll
+                    for (int ci = 0; ci < 4; ci++) acc[g][ci] += psr_term<SHRINK>(qv, lo[ci], hi[ci], keep);
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(PSR_THREADS) page_select_score_rows(
+    PageSelectParams p, const float* q, const float* summary, const u32* head_map, const u32* page_indptr,
+    const u32* page_table, const u32* kv_len, const u32* select_mask, u64* keys, float* heads, u32 np,
+    u32 page_table_len) {
+    __shared__ float qs[PSR_C][PSR_GMAX][PSR_ROWS];
+    __shared__ float ss[PSR_C][2][PSR_COLS];
+    __shared__ float sc[PSR_ROWS][PSR_COLS + 1];
+    __shared__ u32 pg[PSR_COLS], cands[PSR_ROWS], starts[PSR_ROWS], lead[1];
+    (void)heads;
+    const u32 kvh = blockIdx.y, hm = head_map[kvh];
+    if (hm & STREAMING_BIT) return;
+    const u32 r = hm, ns = p.num_seqs, group = p.n_heads / p.n_kv_heads, lpp = p.page_size / p.logical_page;
+    const u32 cpt = PSR_COLS / lpp, j0 = blockIdx.x * cpt, s0 = blockIdx.z * PSR_ROWS, t = threadIdx.x;
+    if (t < PSR_ROWS) {
+        u32 s = s0 + t;
+        bool on = s < ns && select_mask[s] != 0u;
+        cands[t] = on ? row_candidates(p, page_indptr, kv_len, s, np, page_table_len) : 0u;
+        starts[t] = on ? page_indptr[s] : 0u;
+    }
+    __syncthreads();
+    if (t == 0) {
+        u32 best = 0;
+        for (u32 i = 1; i < PSR_ROWS; i++) best = cands[i] > cands[best] ? i : best;
+        lead[0] = best;
+    }
+    __syncthreads();
+    const u32 L = lead[0];
+    if (t < cpt) pg[t] = j0 + t < cands[L] ? page_table[starts[L] + j0 + t] : 0xffffffffu;
+    __syncthreads();
+    float acc[PSR_GMAX][4];
+#pragma unroll
+    for (int g = 0; g < PSR_GMAX; g++)
+#pragma unroll
+        for (int ci = 0; ci < 4; ci++) acc[g][ci] = 0.0f;
+    if (j0 < cands[L]) {
+        if (p.bound_shrink == 0.0f) psr_tile<false>(p, q, summary, kvh, r, s0, ns, group, lpp, pg, qs, ss, acc);
+        else psr_tile<true>(p, q, summary, kvh, r, s0, ns, group, lpp, pg, qs, ss, acc);
+    }
+    const u32 row = t / PSR_TC, tc = t % PSR_TC;
+#pragma unroll
+    for (int ci = 0; ci < 4; ci++) {
+        u32 col = tc + PSR_TC * ci, j = j0 + col / lpp;
+        float v = -LS_INF;
+        if (j < cands[row]) {
+            u32 page = page_table[starts[row] + j];
+            if (page >= p.num_pages) v = -LS_INF;
+            else if (page != pg[col / lpp]) v = psr_direct(p, q, summary, s0 + row, kvh, r, page, col % lpp, group, lpp);
+            else {
+#pragma unroll
+                for (int g = 0; g < PSR_GMAX; g++) if ((u32)g < group) v = fmaxf(v, acc[g][ci]);
+            }
+        }
+        sc[row][col] = v;
+    }
+    __syncthreads();
+    for (u32 i = t; i < PSR_ROWS * cpt; i += PSR_THREADS) {
+        u32 row = i / cpt, jt = i % cpt, s = s0 + row, j = j0 + jt;
+        if (s >= ns || j >= np || select_mask[s] == 0u) continue;
+        u64* out = keys + ((u64)s * p.n_kv_heads + kvh) * np;
+        if (j >= cands[row]) { out[j] = ~0ull; continue; }
+        float best = -LS_INF;
+        for (u32 l = 0; l < lpp; l++) best = fmaxf(best, sc[row][jt * lpp + l]);
+        out[j] = (p.pin_first != 0u && j == 0) ? 0ull : ((u64)(~ordered(best)) << 32) | j;
+    }
+}
+
 #define PS_LIM 1e30f
 // A head's bound as head_norm reads it: clamped to +-1e30 (-inf and NaN read as -1e30).
 __device__ __forceinline__ float norm_bound(float v) { return fminf(fmaxf(v, -PS_LIM), PS_LIM); }

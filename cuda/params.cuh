@@ -32,6 +32,7 @@ struct PageSelectParams {
     u32 page_size; u32 logical_page; u32 num_pages; u32 n_ret;
     u32 k_pages; u32 sel_stride; u32 max_seq_pages; u32 rank;
     u32 pin_first; float scale; float bound_shrink; u32 sel_unit;
+    u32 rows_share_pages; u32 _pad0; u32 _pad1; u32 _pad2;
 };
 struct AntidiagonalParams {
     u32 n_blocks; u32 n_tokens; u32 num_seqs; u32 n_heads;

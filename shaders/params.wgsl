@@ -30,6 +30,7 @@ struct PageSelectParams {
     page_size: u32, logical_page: u32, num_pages: u32, n_ret: u32,
     k_pages: u32, sel_stride: u32, max_seq_pages: u32, rank: u32,
     pin_first: u32, scale: f32, bound_shrink: f32, sel_unit: u32,
+    rows_share_pages: u32, _pad0: u32, _pad1: u32, _pad2: u32,
 }
 struct AntidiagonalParams {
     n_blocks: u32, n_tokens: u32, num_seqs: u32, n_heads: u32,

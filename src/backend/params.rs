@@ -181,6 +181,14 @@ params! {
         /// candidate is a unit, scored as the max over its logical pages; `k_pages` counts units.
         /// A multiple of logical_page that divides page_size.
         pub sel_unit: u32,
+        /// Nonzero: a hint that rows which both hold candidate j hold the same page there (the
+        /// virtual rows of block-sparse prefill: one per query block, each listing a prefix of
+        /// its sequence's pages), so a backend may score a tile of rows against one copy of each
+        /// page (CUDA: `page_select_score_rows`). The picks are the same with or without it.
+        pub rows_share_pages: u32,
+        pub _pad0: u32,
+        pub _pad1: u32,
+        pub _pad2: u32,
     }
     /// `antidiagonal_score` (block-sparse prefill's estimate, XAttention's antidiagonal at stride
     /// [`ANTIDIAGONAL_STRIDE`]): `n_blocks` query blocks over q `[n_tokens][n_heads][head_dim]`,
@@ -406,6 +414,10 @@ impl PageSelectParams {
             scale: ap.scale,
             bound_shrink: 0.0,
             sel_unit: ap.sel_unit,
+            rows_share_pages: 0,
+            _pad0: 0,
+            _pad1: 0,
+            _pad2: 0,
         }
     }
 

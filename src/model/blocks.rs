@@ -230,7 +230,11 @@ impl<B: Backend> PrefillBlocks<B> {
         let mut qbar = pool.take(be, DType::F32, nb * dim)?;
         let mp = MeanRowsParams { n_out: nb as u32, dim: dim as u32, n_src: ap.n_tokens, _pad: 0 };
         let vap = AttentionParams { num_seqs: nb as u32, sel_stride: k as u32, sel_unit: 0, ..*ap };
-        let sp = PageSelectParams::new(&vap, logical_page as u32, k, self.max_pages);
+        // The virtual rows list prefixes of their sequence's pages: the rows hint holds.
+        let sp = PageSelectParams {
+            rows_share_pages: 1,
+            ..PageSelectParams::new(&vap, logical_page as u32, k, self.max_pages)
+        };
         let vmeta = PagedMeta {
             page_indptr: &self.v_page_indptr,
             page_table: &self.v_page_table,

@@ -393,6 +393,88 @@ fn page_select_case<B: Backend>(gpu: &B, num_pages: usize, lens: [usize; 4], max
     t.check_u32("page_select selected", &sel, 4 * n_ret * sel_stride);
 }
 
+/// page_select over block-sparse prefill's virtual rows (`rows_share_pages`, CUDA's
+/// `page_select_score_rows`): 70 rows, each listing a prefix `1..=tail` of one of two sequences'
+/// pages (300 and 120 pages of a shuffled pool; rows 0-39 the first, 40-69 the second, so a
+/// tile of 16 or 32 rows straddles them), three rows not selecting, one without candidates;
+/// logical pages of 16 and 4 tokens (1 and 4 a page), the bound and a shrunk box, the sink pin
+/// off and on, head_dim 72 (a partial chunk) and 128, a GQA group of 4: the same counts and
+/// picks as the CPU reference, which ignores the hint.
+pub fn test_page_select_rows<B: Backend>(gpu: &B) {
+    for (hd, lp, shrink, pin) in [(72, 16, 0.0, 0), (128, 4, 0.0, 1), (128, 16, 0.5, 1), (72, 4, 0.25, 0)] {
+        page_select_rows_case(gpu, hd, lp, shrink, pin);
+    }
+}
+
+fn page_select_rows_case<B: Backend>(gpu: &B, hd: usize, lp: usize, shrink: f32, pin: u32) {
+    let mut t = pair(gpu);
+    let (n_kv, n_ret, group, ps, num_pages) = (3usize, 2usize, 4usize, 16usize, 500usize);
+    let (nh, lpp) = (n_kv * group, ps / lp);
+    let summary = t.f32s(num_pages * n_ret * lpp * 2 * hd, 1.0);
+    let mut perm: Vec<u32> = (0..num_pages as u32).collect();
+    for i in (1..perm.len()).rev() {
+        perm.swap(i, (t.rng.next() * (i + 1) as f64) as usize % (i + 1));
+    }
+    let (seq_a, seq_b) = (&perm[..300], &perm[300..420]);
+    let rows = 70;
+    let (mut indptr, mut table) = (vec![0u32], vec![]);
+    for i in 0..rows {
+        let (pages, tail) = if i < 40 { (seq_a, (5 + 7 * i).min(299)) } else { (seq_b, (3 + 4 * (i - 40)).min(119)) };
+        let tail = if i == 17 { 1 } else { tail }; // a single entry: no candidates
+        table.extend_from_slice(&pages[1..=tail]);
+        indptr.push(table.len() as u32);
+    }
+    let mask: Vec<u32> = (0..rows).map(|i| u32::from(![5, 38, 61].contains(&i))).collect();
+    let slots: Vec<u32> = (0..rows as u32).collect();
+    let (k_pages, sel_stride) = (20u32, 24usize);
+    let summary = t.up(DType::F32, &summary);
+    let pool = t.rand(DType::F32, num_pages * n_ret * ps * hd, 1.0);
+    let spool = t.rand(DType::F32, ps * hd, 1.0);
+    let head_map = t.up_u32(&[0, STREAMING_BIT, 1]);
+    let (ip, tab) = (t.up_u32(&indptr), t.up_u32(&table));
+    let (kvl, ring) = (t.up_u32(&vec![0; rows]), t.up_u32(&vec![0; rows]));
+    let q = t.rand(DType::F32, rows * nh * hd, 1.0);
+    let (slot, maskb) = (t.up_u32(&slots), t.up_u32(&mask));
+    let mut sel = t.out_u32(rows * n_ret * sel_stride);
+    let mut cnt = t.out_u32(rows * n_ret);
+    let max_seq_pages = (indptr.windows(2).map(|w| w[1] - w[0]).max().unwrap() as usize).next_power_of_two() as u32;
+    let p = PageSelectParams {
+        num_seqs: rows as u32,
+        n_heads: nh as u32,
+        n_kv_heads: n_kv as u32,
+        head_dim: hd as u32,
+        page_size: ps as u32,
+        logical_page: lp as u32,
+        num_pages: num_pages as u32,
+        n_ret: n_ret as u32,
+        k_pages,
+        sel_stride: sel_stride as u32,
+        max_seq_pages,
+        pin_first: pin,
+        bound_shrink: shrink,
+        rows_share_pages: 1,
+        ..Default::default()
+    };
+    let kvg =
+        LayerKv { k: &pool.0, v: &pool.0, summary: &summary.0, sk: &spool.0, sv: &spool.0, head_map: &head_map.0 };
+    let kvc =
+        LayerKv { k: &pool.1, v: &pool.1, summary: &summary.1, sk: &spool.1, sv: &spool.1, head_map: &head_map.1 };
+    let mg = PagedMeta { page_indptr: &ip.0, page_table: &tab.0, kv_len: &kvl.0, ring_table: &ring.0 };
+    let mc = PagedMeta { page_indptr: &ip.1, page_table: &tab.1, kv_len: &kvl.1, ring_table: &ring.1 };
+    t.gpu
+        .page_select(&p, &q.0, kvg, &mg, &slot.0, &maskb.0, SelectedMut { selected: &mut sel.0, counts: &mut cnt.0 })
+        .unwrap();
+    t.cpu
+        .page_select(&p, &q.1, kvc, &mc, &slot.1, &maskb.1, SelectedMut { selected: &mut sel.1, counts: &mut cnt.1 })
+        .unwrap();
+    let what = format!("page_select rows (hd {hd}, logical page {lp}, shrink {shrink}, pin {pin})");
+    t.check_u32(&format!("{what} counts"), &cnt, rows * n_ret);
+    let want = t.cpu.download_u32(&cnt.1, 0, rows * n_ret).unwrap();
+    assert_eq!(want[17 * n_ret..18 * n_ret], [0, 0], "{what}: the row without candidates");
+    assert_eq!(want[5 * n_ret..6 * n_ret], [u32::MAX; 2], "{what}: a row not selecting is untouched");
+    t.check_u32(&format!("{what} selected"), &sel, rows * n_ret * sel_stride);
+}
+
 /// An independent f64 score of every candidate of one (row, retrieval head): per query head the
 /// max over the page's logical pages of the Quest bound (with `shrink` > 0 of the box shrunk
 /// toward its centre, `q . mid + (1 - shrink) |q| . half`), combined by max (`PAGE_RANK_MAX`) or

@@ -338,8 +338,9 @@ kernels! {
     { s: In U32, k: In Store, sum: Out F32 }
 
     /// Pass 1 of `page_select`: packed (score, page) keys per (sequence, KV head); with
-    /// `PAGE_RANK_HEAD_NORM` each query head's bound into `heads` instead.
-    page_select_score: "page_select" (PageSelectParams) ["page_select_score"]
+    /// `PAGE_RANK_HEAD_NORM` each query head's bound into `heads` instead. `_rows`: tiles of rows
+    /// that share their page lists (`PageSelectParams::rows_share_pages`; the same keys).
+    page_select_score: "page_select" (PageSelectParams) ["page_select_score", "page_select_score_rows"]
     {
         q: In F32, summary: In F32, head_map: In U32, page_indptr: In U32, page_table: In U32, kv_len: In U32,
         select_mask: In U32, keys: ScratchOut U64, heads: ScratchOut F32, np: U32 Scalar,

@@ -111,6 +111,20 @@ const ROWS_THREADS: usize = 256;
 /// Where the `rope_append_kv_rows` entries start in the `rope_append_kv` binding's table.
 const ROWS_FROM: usize = 5;
 
+/// `page_select_score_rows`'s tile (cuda/page_select.cu): rows, logical pages, threads, and the
+/// most query heads a KV head may have.
+const PSR_ROWS: usize = 16;
+const PSR_COLS: usize = 32;
+const PSR_THREADS: u32 = (PSR_ROWS * PSR_COLS / 4) as u32;
+const PSR_GMAX: usize = 8;
+
+/// Whether pass 1 runs as `page_select_score_rows`: the caller says the rows share their page
+/// lists, there are rows enough to tile, the ranking is the max, the units whole pages, the
+/// group small enough for its accumulators and the logical pages a divisor of the tile.
+fn rows_kernel(p: &PageSelectParams, head_norm: bool, upp: usize, group: usize, lpp: usize) -> bool {
+    p.rows_share_pages != 0 && p.num_seqs >= 2 && !head_norm && upp == 1 && group <= PSR_GMAX && PSR_COLS % lpp == 0
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn page_select(
     be: &CudaBackend,
@@ -153,7 +167,14 @@ pub fn page_select(
     let keys = Scratch(g.scratch("page_select_keys", ns * nkv * np * 8)?);
     // head_norm: one f32 bound per (sequence, query head, candidate).
     let heads = if hn { Scratch(g.scratch("page_select_heads", ns * nh * np * 4)?) } else { Scratch::NONE };
-    let l = Launch::new(((np / 8) as u32, nkv as u32, ns as u32), 256);
+    let lpp = ps / lp;
+    let rows = rows_kernel(p, hn, upp, nh / nkv, lpp);
+    let l = if rows {
+        Launch::new(((np * lpp).div_ceil(PSR_COLS) as u32, nkv as u32, ns.div_ceil(PSR_ROWS) as u32), PSR_THREADS)
+    } else {
+        Launch::new(((np / 8) as u32, nkv as u32, ns as u32), 256)
+    };
+    let name = kern::page_select_score::ENTRIES[rows as usize];
     let args = kern::page_select_score::Args {
         q,
         summary: kv.summary,
@@ -167,7 +188,7 @@ pub fn page_select(
         np: np as u32,
         page_table_len: ptl as u32,
     };
-    kern::page_select_score::launch(g, l, p, args)?;
+    kern::page_select_score::launch_variant(g, name, l, p, args)?;
     if hn {
         let args = kern::page_select_norm::Args {
             head_map: kv.head_map,
