@@ -545,8 +545,9 @@ pub fn test_add<B: Backend>(gpu: &B) {
 
 pub fn test_silu_mul<B: Backend>(gpu: &B) {
     let mut t = pair(gpu);
-    // dim 300: float4 rows; 301: the scalar path.
-    for (rows, dim) in [(7, 300), (3, 301)] {
+    // dim 300: float4 rows; 301: the scalar path; 296 and 2056: 16-bit rows of 8-column words
+    // (CUDA's `_in8`; 2056: two blocks along the row).
+    for (rows, dim) in [(7, 300), (3, 301), (5, 296), (3, 2056)] {
         let gu = t.rand(DType::F32, rows * 2 * dim, 3.0);
         let p = SiluMulParams { rows: rows as u32, dim: dim as u32, ..Default::default() };
         for dt in act_dtypes(gpu) {

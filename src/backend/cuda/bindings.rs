@@ -171,7 +171,8 @@ kernels! {
     { gu: In F32, out: Out Store }
 
     /// gate_up as a GEMM wrote it (`Backend::matmul_out16_dtype`), out the same dtype: `[f16, bf16]`.
-    silu_mul_in16: "silu_mul" (SiluMulParams) ["silu_mul_f16_in", "silu_mul_bf16_in"]
+    /// Then the same with 8 columns a thread (16-byte accesses): `[f16, bf16]`.
+    silu_mul_in16: "silu_mul" (SiluMulParams) ["silu_mul_f16_in", "silu_mul_bf16_in", "silu_mul_f16_in8", "silu_mul_bf16_in8"]
     { gu: In Store, out: Out Store }
 
     gelu_tanh_mul: "gelu_tanh_mul" (GeluTanhMulParams) ["gelu_tanh_mul"]

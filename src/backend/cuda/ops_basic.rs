@@ -106,12 +106,15 @@ pub fn silu_mul(be: &CudaBackend, p: &SiluMulParams, gate_up: &CudaBuffer, out: 
     if n == 0 {
         return Ok(());
     }
-    // 4 columns a thread (an X8 row: a word of 4 elements, whole blocks of 32), 256 threads a
-    // block along the row; rows over y (strided past 65535).
+    // 4 columns a thread (an X8 row: a word of 4 elements, whole blocks of 32; 8 for wide 16-bit
+    // rows), 256 threads a block along the row; rows over y (strided past 65535).
     let cols = if out.dtype == DType::X8 { 32 * u(p.dim).div_ceil(32) } else { u(p.dim) };
-    let l = Launch::new((cols.div_ceil(1024) as u32, p.rows.min(65535), 1), 256);
+    // 16-bit rows of a multiple of 8 on 16-byte boundaries: 8 columns a thread, 16-byte accesses.
+    let wide = in16 && p.dim.is_multiple_of(8) && gate_up.ptr().is_multiple_of(16) && out.ptr().is_multiple_of(16);
+    let per = if wide { 8 } else { 4 };
+    let l = Launch::new((cols.div_ceil(256 * per) as u32, p.rows.min(65535), 1), 256);
     if in16 {
-        let name = k::silu_mul_in16::ENTRIES[usize::from(gate_up.dtype == DType::BF16)];
+        let name = k::silu_mul_in16::ENTRIES[usize::from(gate_up.dtype == DType::BF16) + 2 * usize::from(wide)];
         return k::silu_mul_in16::launch_variant(be.gpu(), name, l, p, k::silu_mul_in16::Args { gu: gate_up, out });
     }
     let name = entry_in(k::silu_mul::ENTRIES, &k::ACT_DTYPES, out.dtype, 0, 1)?;
