@@ -112,23 +112,23 @@ extern "C" __global__ void page_select_score(PageSelectParams p, const float* q,
 
 // page_select_score for many rows that share their page lists (p.rows_share_pages: block-sparse
 // prefill's virtual rows, one per query block of a sequence, whose candidate j is the same page
-// in every row that has it), PAGE_RANK_MAX, whole pages as units (upp 1), group <= PSR_GMAX and
-// lpp dividing PSR_COLS: the same keys as page_select_score. Grid (ceil(np * lpp / PSR_COLS),
-// n_kv_heads, ceil(num_seqs / PSR_ROWS)), PSR_THREADS threads. A block scores a tile of PSR_ROWS
-// rows against PSR_COLS logical pages (PSR_COLS / lpp candidates): each head-dim chunk of the
-// rows' query heads and of the candidates' boxes is staged in shared memory once, read from
-// the page list of the tile's row with the most candidates (the leader), and every thread
-// accumulates 1 row x 4 logical pages x group heads sequentially over head_dim (no shuffles).
-// Small tiles (16 x 32, 128 threads) so that a step's few rows still give every SM blocks.
-// A (row, candidate) whose own page differs from the leader's (a tile that straddles two
-// sequences, or rows that do not share lists after all) is scored again from global memory, so
-// the hint only ever changes speed.
-#define PSR_ROWS 16
-#define PSR_COLS 32
-#define PSR_TC (PSR_COLS / 4)  // threads along a row: each takes columns tc + PSR_TC * ci, ci < 4
+// in every row that has it), PAGE_RANK_MAX, whole pages as units (upp 1), group <= PSR_GMAX,
+// head_dim % 4 == 0 and lpp dividing PSR_COLS: the same keys as page_select_score. Grid
+// (ceil(np * lpp / PSR_COLS), n_kv_heads, ceil(num_seqs / PSR_ROWS)), PSR_THREADS threads. A
+// block scores a tile of PSR_ROWS rows against PSR_COLS logical pages (PSR_COLS / lpp
+// candidates): each 16-wide head-dim chunk of the rows' query heads and of the candidates' boxes
+// is staged in shared memory once (16-byte loads; lanes along rows / columns, so the stores are
+// free of bank conflicts), the boxes from the page list of the tile's row with the most
+// candidates (the leader), and thread (tr, tc) accumulates rows tr and tr + 16 x logical pages
+// 4 tc .. 4 tc + 3 x the group's heads sequentially over head_dim (no shuffles; a 16-byte shared
+// load a box half). A (row, candidate) whose own page differs from the leader's (a tile that
+// straddles two sequences, or rows that do not share lists after all) is scored again from
+// global memory, so the hint only ever changes speed.
+#define PSR_ROWS 32
+#define PSR_COLS 64
 #define PSR_C 16
 #define PSR_GMAX 8
-#define PSR_THREADS (PSR_ROWS * PSR_TC)
+#define PSR_THREADS 256
 
 template <bool SHRINK>
 __device__ __forceinline__ float psr_term(float qc, float lo, float hi, float keep) {
@@ -151,40 +151,66 @@ __device__ float psr_direct(const PageSelectParams& p, const float* q, const flo
     return best;
 }
 
+struct PsrSmem {
+    float qs[PSR_C][PSR_GMAX][PSR_ROWS];
+    float4 ss[PSR_C][2][PSR_COLS / 4];
+    float sc[PSR_ROWS][PSR_COLS + 4];
+    u32 pg[PSR_COLS], cands[PSR_ROWS], starts[PSR_ROWS], lead;
+};
+
+// Stage head-dim chunk c0 (zeros past the rows, head_dim or a missing page: such pairs are set
+// to -inf later). Element i of the query part: row i % 32, 4 dims (i / 32) % 4, head i / 128; of
+// the box part: column i % 64, half (i / 64) % 2, 4 dims i / 128 — a warp's lanes take
+// consecutive rows or columns.
+__device__ __forceinline__ void psr_stage(const PageSelectParams& p, const float* q, const float* summary, u32 kvh,
+                                          u32 r, u32 s0, u32 group, u32 lpp, u32 c0, PsrSmem& sm) {
+    const u32 hd = p.head_dim, t = threadIdx.x, ns = p.num_seqs;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (u32 i = t; i < PSR_ROWS * 4 * group; i += PSR_THREADS) {
+        const u32 row = i % PSR_ROWS, c4 = (i / PSR_ROWS) % 4, g = i / (PSR_ROWS * 4), s = s0 + row, c = c0 + 4 * c4;
+        const float4 v = (s < ns && c < hd)
+            ? *reinterpret_cast<const float4*>(q + ((u64)s * p.n_heads + kvh * group + g) * hd + c) : zero;
+        sm.qs[4 * c4][g][row] = v.x;
+        sm.qs[4 * c4 + 1][g][row] = v.y;
+        sm.qs[4 * c4 + 2][g][row] = v.z;
+        sm.qs[4 * c4 + 3][g][row] = v.w;
+    }
+    for (u32 i = t; i < PSR_COLS * 2 * 4; i += PSR_THREADS) {
+        const u32 col = i % PSR_COLS, lh = (i / PSR_COLS) % 2, c4 = i / (PSR_COLS * 2), c = c0 + 4 * c4;
+        const u32 page = sm.pg[col / lpp];
+        const float4 v = (page < p.num_pages && c < hd)
+            ? *reinterpret_cast<const float4*>(summary + ((((u64)page * p.n_ret + r) * lpp + col % lpp) * 2 + lh) * hd + c)
+            : zero;
+        float* d = reinterpret_cast<float*>(&sm.ss[0][lh][0]);
+        const u32 stride = 2 * PSR_COLS;  // floats from one dim's box half to the next dim's
+        d[(4 * c4) * stride + col] = v.x;
+        d[(4 * c4 + 1) * stride + col] = v.y;
+        d[(4 * c4 + 2) * stride + col] = v.z;
+        d[(4 * c4 + 3) * stride + col] = v.w;
+    }
+}
+
 template <bool SHRINK>
-__device__ __forceinline__ void psr_tile(const PageSelectParams& p, const float* q, const float* summary, u32 kvh, u32 r, u32 s0,
-                         u32 ns, u32 group, u32 lpp, const u32* pg, float (*qs)[PSR_GMAX][PSR_ROWS],
-                         float (*ss)[2][PSR_COLS], float acc[PSR_GMAX][4]) {
-    const u32 hd = p.head_dim, t = threadIdx.x, tr = t / PSR_TC, tc = t % PSR_TC;
+__device__ __forceinline__ void psr_tile(const PageSelectParams& p, const float* q, const float* summary, u32 kvh,
+                                         u32 r, u32 s0, u32 group, u32 lpp, PsrSmem& sm, float acc[PSR_GMAX][2][4]) {
+    const u32 hd = p.head_dim, t = threadIdx.x, tr = t / 16u, tc = t % 16u;
     const float keep = 1.0f - p.bound_shrink;
     for (u32 c0 = 0; c0 < hd; c0 += PSR_C) {
-        // Stage the rows' query heads (zeros past the rows or head_dim) ...
-        for (u32 i = t; i < PSR_ROWS * group * PSR_C; i += PSR_THREADS) {
-            u32 cc = i % PSR_C, g = (i / PSR_C) % group, row = i / (PSR_C * group), s = s0 + row, c = c0 + cc;
-            qs[cc][g][row] = (s < ns && c < hd) ? q[((u64)s * p.n_heads + kvh * group + g) * hd + c] : 0.0f;
-        }
-        // ... and the leader's boxes (zeros for a missing page: such pairs are set to -inf later).
-        for (u32 i = t; i < PSR_COLS * 2 * PSR_C; i += PSR_THREADS) {
-            u32 cc = i % PSR_C, lh = (i / PSR_C) % 2u, col = i / (2 * PSR_C), c = c0 + cc;
-            u32 page = pg[col / lpp];
-            ss[cc][lh][col] = (page < p.num_pages && c < hd)
-                ? summary[((((u64)page * p.n_ret + r) * lpp + col % lpp) * 2 + lh) * hd + c] : 0.0f;
-        }
+        psr_stage(p, q, summary, kvh, r, s0, group, lpp, c0, sm);
         __syncthreads();
 #pragma unroll 4
         for (u32 cc = 0; cc < PSR_C; cc++) {
-            float lo[4], hi[4];
-#pragma unroll
-            for (int ci = 0; ci < 4; ci++) {
-                lo[ci] = ss[cc][0][tc + PSR_TC * ci];
-                hi[ci] = ss[cc][1][tc + PSR_TC * ci];
-            }
+            const float4 lo4 = sm.ss[cc][0][tc], hi4 = sm.ss[cc][1][tc];
+            const float lo[4] = {lo4.x, lo4.y, lo4.z, lo4.w}, hi[4] = {hi4.x, hi4.y, hi4.z, hi4.w};
 #pragma unroll
             for (int g = 0; g < PSR_GMAX; g++) {
                 if ((u32)g < group) {
-                    float qv = qs[cc][g][tr];
 #pragma unroll
-                    for (int ci = 0; ci < 4; ci++) acc[g][ci] += psr_term<SHRINK>(qv, lo[ci], hi[ci], keep);
+                    for (int ri = 0; ri < 2; ri++) {
+                        const float qv = sm.qs[cc][g][tr + 16 * ri];
+#pragma unroll
+                        for (int ci = 0; ci < 4; ci++) acc[g][ri][ci] += psr_term<SHRINK>(qv, lo[ci], hi[ci], keep);
+                    }
                 }
             }
         }
@@ -196,10 +222,7 @@ extern "C" __global__ void __launch_bounds__(PSR_THREADS) page_select_score_rows
     PageSelectParams p, const float* q, const float* summary, const u32* head_map, const u32* page_indptr,
     const u32* page_table, const u32* kv_len, const u32* select_mask, u64* keys, float* heads, u32 np,
     u32 page_table_len) {
-    __shared__ float qs[PSR_C][PSR_GMAX][PSR_ROWS];
-    __shared__ float ss[PSR_C][2][PSR_COLS];
-    __shared__ float sc[PSR_ROWS][PSR_COLS + 1];
-    __shared__ u32 pg[PSR_COLS], cands[PSR_ROWS], starts[PSR_ROWS], lead[1];
+    __shared__ PsrSmem sm;
     (void)heads;
     const u32 kvh = blockIdx.y, hm = head_map[kvh];
     if (hm & STREAMING_BIT) return;
@@ -208,52 +231,59 @@ extern "C" __global__ void __launch_bounds__(PSR_THREADS) page_select_score_rows
     if (t < PSR_ROWS) {
         u32 s = s0 + t;
         bool on = s < ns && select_mask[s] != 0u;
-        cands[t] = on ? row_candidates(p, page_indptr, kv_len, s, np, page_table_len) : 0u;
-        starts[t] = on ? page_indptr[s] : 0u;
+        sm.cands[t] = on ? row_candidates(p, page_indptr, kv_len, s, np, page_table_len) : 0u;
+        sm.starts[t] = on ? page_indptr[s] : 0u;
     }
     __syncthreads();
     if (t == 0) {
         u32 best = 0;
-        for (u32 i = 1; i < PSR_ROWS; i++) best = cands[i] > cands[best] ? i : best;
-        lead[0] = best;
+        for (u32 i = 1; i < PSR_ROWS; i++) best = sm.cands[i] > sm.cands[best] ? i : best;
+        sm.lead = best;
     }
     __syncthreads();
-    const u32 L = lead[0];
-    if (t < cpt) pg[t] = j0 + t < cands[L] ? page_table[starts[L] + j0 + t] : 0xffffffffu;
+    const u32 L = sm.lead;
+    if (t < cpt) sm.pg[t] = j0 + t < sm.cands[L] ? page_table[sm.starts[L] + j0 + t] : 0xffffffffu;
     __syncthreads();
-    float acc[PSR_GMAX][4];
+    float acc[PSR_GMAX][2][4];
 #pragma unroll
     for (int g = 0; g < PSR_GMAX; g++)
 #pragma unroll
-        for (int ci = 0; ci < 4; ci++) acc[g][ci] = 0.0f;
-    if (j0 < cands[L]) {
-        if (p.bound_shrink == 0.0f) psr_tile<false>(p, q, summary, kvh, r, s0, ns, group, lpp, pg, qs, ss, acc);
-        else psr_tile<true>(p, q, summary, kvh, r, s0, ns, group, lpp, pg, qs, ss, acc);
+        for (int ri = 0; ri < 2; ri++)
+#pragma unroll
+            for (int ci = 0; ci < 4; ci++) acc[g][ri][ci] = 0.0f;
+    if (j0 < sm.cands[L]) {
+        if (p.bound_shrink == 0.0f) psr_tile<false>(p, q, summary, kvh, r, s0, group, lpp, sm, acc);
+        else psr_tile<true>(p, q, summary, kvh, r, s0, group, lpp, sm, acc);
     }
-    const u32 row = t / PSR_TC, tc = t % PSR_TC;
+    const u32 tr = t / 16u, tc = t % 16u;
 #pragma unroll
-    for (int ci = 0; ci < 4; ci++) {
-        u32 col = tc + PSR_TC * ci, j = j0 + col / lpp;
-        float v = -LS_INF;
-        if (j < cands[row]) {
-            u32 page = page_table[starts[row] + j];
-            if (page >= p.num_pages) v = -LS_INF;
-            else if (page != pg[col / lpp]) v = psr_direct(p, q, summary, s0 + row, kvh, r, page, col % lpp, group, lpp);
-            else {
+    for (int ri = 0; ri < 2; ri++) {
+        const u32 row = tr + 16 * ri;
+        float v[4];
 #pragma unroll
-                for (int g = 0; g < PSR_GMAX; g++) if ((u32)g < group) v = fmaxf(v, acc[g][ci]);
+        for (int ci = 0; ci < 4; ci++) {
+            const u32 col = 4 * tc + ci, j = j0 + col / lpp;
+            v[ci] = -LS_INF;
+            if (j < sm.cands[row]) {
+                const u32 page = page_table[sm.starts[row] + j];
+                if (page >= p.num_pages) v[ci] = -LS_INF;
+                else if (page != sm.pg[col / lpp]) v[ci] = psr_direct(p, q, summary, s0 + row, kvh, r, page, col % lpp, group, lpp);
+                else {
+#pragma unroll
+                    for (int g = 0; g < PSR_GMAX; g++) if ((u32)g < group) v[ci] = fmaxf(v[ci], acc[g][ri][ci]);
+                }
             }
         }
-        sc[row][col] = v;
+        *reinterpret_cast<float4*>(&sm.sc[row][4 * tc]) = make_float4(v[0], v[1], v[2], v[3]);
     }
     __syncthreads();
     for (u32 i = t; i < PSR_ROWS * cpt; i += PSR_THREADS) {
-        u32 row = i / cpt, jt = i % cpt, s = s0 + row, j = j0 + jt;
+        const u32 row = i / cpt, jt = i % cpt, s = s0 + row, j = j0 + jt;
         if (s >= ns || j >= np || select_mask[s] == 0u) continue;
         u64* out = keys + ((u64)s * p.n_kv_heads + kvh) * np;
-        if (j >= cands[row]) { out[j] = ~0ull; continue; }
+        if (j >= sm.cands[row]) { out[j] = ~0ull; continue; }
         float best = -LS_INF;
-        for (u32 l = 0; l < lpp; l++) best = fmaxf(best, sc[row][jt * lpp + l]);
+        for (u32 l = 0; l < lpp; l++) best = fmaxf(best, sm.sc[row][jt * lpp + l]);
         out[j] = (p.pin_first != 0u && j == 0) ? 0ull : ((u64)(~ordered(best)) << 32) | j;
     }
 }

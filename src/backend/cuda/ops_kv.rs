@@ -113,16 +113,32 @@ const ROWS_FROM: usize = 5;
 
 /// `page_select_score_rows`'s tile (cuda/page_select.cu): rows, logical pages, threads, and the
 /// most query heads a KV head may have.
-const PSR_ROWS: usize = 16;
-const PSR_COLS: usize = 32;
-const PSR_THREADS: u32 = (PSR_ROWS * PSR_COLS / 4) as u32;
+const PSR_ROWS: usize = 32;
+const PSR_COLS: usize = 64;
+const PSR_THREADS: u32 = (PSR_ROWS * PSR_COLS / 8) as u32;
 const PSR_GMAX: usize = 8;
 
 /// Whether pass 1 runs as `page_select_score_rows`: the caller says the rows share their page
 /// lists, there are rows enough to tile, the ranking is the max, the units whole pages, the
-/// group small enough for its accumulators and the logical pages a divisor of the tile.
-fn rows_kernel(p: &PageSelectParams, head_norm: bool, upp: usize, group: usize, lpp: usize) -> bool {
-    p.rows_share_pages != 0 && p.num_seqs >= 2 && !head_norm && upp == 1 && group <= PSR_GMAX && PSR_COLS % lpp == 0
+/// group small enough for its accumulators, the logical pages a divisor of the tile, and q and
+/// the summaries readable by 16-byte loads (head_dim % 4 == 0, 16-byte aligned buffers).
+fn rows_kernel(
+    p: &PageSelectParams,
+    head_norm: bool,
+    upp: usize,
+    lpp: usize,
+    q: &CudaBuffer,
+    sum: &CudaBuffer,
+) -> bool {
+    let group = (p.n_heads / p.n_kv_heads) as usize;
+    let aligned = p.head_dim.is_multiple_of(4) && q.ptr().is_multiple_of(16) && sum.ptr().is_multiple_of(16);
+    p.rows_share_pages != 0
+        && p.num_seqs >= 2
+        && !head_norm
+        && upp == 1
+        && group <= PSR_GMAX
+        && PSR_COLS.is_multiple_of(lpp)
+        && aligned
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -168,7 +184,7 @@ pub fn page_select(
     // head_norm: one f32 bound per (sequence, query head, candidate).
     let heads = if hn { Scratch(g.scratch("page_select_heads", ns * nh * np * 4)?) } else { Scratch::NONE };
     let lpp = ps / lp;
-    let rows = rows_kernel(p, hn, upp, nh / nkv, lpp);
+    let rows = rows_kernel(p, hn, upp, lpp, q, kv.summary);
     let l = if rows {
         Launch::new(((np * lpp).div_ceil(PSR_COLS) as u32, nkv as u32, ns.div_ceil(PSR_ROWS) as u32), PSR_THREADS)
     } else {
