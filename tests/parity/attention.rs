@@ -2,13 +2,15 @@
 //! `prefill_attention` (head_dim 16: short chained chunks with windows and streaming heads; 72 or
 //! 80, 128, 256: a ragged batch at the tensor-core kernel's scale), `sparse_decode_attention` and
 //! `page_select` (one chained decode scenario, each test comparing its op), and `page_select`
-//! at scale (`page_select::many`: up to a 40,000-page sequence). Instantiated per backend by
+//! at scale (`page_select::many`: up to a 40,000-page sequence) and over block-sparse prefill's
+//! virtual rows (`page_select::rows`). Instantiated per backend by
 //! `parity_tests!` in tests/backend_parity.rs.
 
 use super::{
     KvPair, Pair, TOL_ATTENTION, TOL_ATTENTION_KV_F16, append, append_data, attn_params, download_pool,
     download_u32_all, has_kv, kv_pair, kv_pair_shape, kv_tols, paged, pair, round_to,
 };
+use lserve::backend::cpu::CpuBackend;
 use lserve::backend::*;
 use lserve::kv::{CacheShape, HeadLayout};
 
@@ -373,6 +375,32 @@ fn page_select_case<B: Backend>(gpu: &B, num_pages: usize, lens: [usize; 4], max
         max_seq_pages,
         ..Default::default()
     };
+    let kv = [&summary, &pool, &spool, &head_map];
+    select_both(&t, &p, kv, [&ip, &tab, &kvl, &ring], &q, [&slot, &mask], (&mut sel, &mut cnt));
+    t.check_u32("page_select counts", &cnt, 4 * n_ret);
+    let want = t.cpu.download_u32(&cnt.1, 0, 4 * n_ret).unwrap();
+    // Slots 0..3 hold sequences 1 (the long one), 3 (299 pages), 0 (1) and 2 (not selecting).
+    assert_eq!(want[..3 * n_ret], counts, "k, capped by the candidates");
+    assert_eq!(want[3 * n_ret..], [u32::MAX; 2], "the row not selecting is untouched");
+    t.check_u32("page_select selected", &sel, 4 * n_ret * sel_stride);
+}
+
+/// A buffer on the tested backend and its copy on the CPU reference.
+type Both<B> = (<B as Backend>::Buffer, <CpuBackend as Backend>::Buffer);
+
+/// `page_select` with `p` on both backends: KV `[summary, K/V pool, streaming pool, head_map]`,
+/// paging `[page_indptr, page_table, kv_len, ring_table]`, `[seq_slot, select_mask]`, into
+/// (selected, counts).
+#[allow(clippy::type_complexity)]
+fn select_both<B: Backend>(
+    t: &Pair<'_, B>,
+    p: &PageSelectParams,
+    [summary, pool, spool, head_map]: [&Both<B>; 4],
+    [ip, tab, kvl, ring]: [&Both<B>; 4],
+    q: &Both<B>,
+    [slot, mask]: [&Both<B>; 2],
+    (sel, cnt): (&mut Both<B>, &mut Both<B>),
+) {
     let kvg =
         LayerKv { k: &pool.0, v: &pool.0, summary: &summary.0, sk: &spool.0, sv: &spool.0, head_map: &head_map.0 };
     let kvc =
@@ -380,17 +408,11 @@ fn page_select_case<B: Backend>(gpu: &B, num_pages: usize, lens: [usize; 4], max
     let mg = PagedMeta { page_indptr: &ip.0, page_table: &tab.0, kv_len: &kvl.0, ring_table: &ring.0 };
     let mc = PagedMeta { page_indptr: &ip.1, page_table: &tab.1, kv_len: &kvl.1, ring_table: &ring.1 };
     t.gpu
-        .page_select(&p, &q.0, kvg, &mg, &slot.0, &mask.0, SelectedMut { selected: &mut sel.0, counts: &mut cnt.0 })
+        .page_select(p, &q.0, kvg, &mg, &slot.0, &mask.0, SelectedMut { selected: &mut sel.0, counts: &mut cnt.0 })
         .unwrap();
     t.cpu
-        .page_select(&p, &q.1, kvc, &mc, &slot.1, &mask.1, SelectedMut { selected: &mut sel.1, counts: &mut cnt.1 })
+        .page_select(p, &q.1, kvc, &mc, &slot.1, &mask.1, SelectedMut { selected: &mut sel.1, counts: &mut cnt.1 })
         .unwrap();
-    t.check_u32("page_select counts", &cnt, 4 * n_ret);
-    let want = t.cpu.download_u32(&cnt.1, 0, 4 * n_ret).unwrap();
-    // Slots 0..3 hold sequences 1 (the long one), 3 (299 pages), 0 (1) and 2 (not selecting).
-    assert_eq!(want[..3 * n_ret], counts, "k, capped by the candidates");
-    assert_eq!(want[3 * n_ret..], [u32::MAX; 2], "the row not selecting is untouched");
-    t.check_u32("page_select selected", &sel, 4 * n_ret * sel_stride);
 }
 
 /// page_select over block-sparse prefill's virtual rows (`rows_share_pages`, CUDA's
@@ -455,18 +477,8 @@ fn page_select_rows_case<B: Backend>(gpu: &B, hd: usize, lp: usize, shrink: f32,
         rows_share_pages: 1,
         ..Default::default()
     };
-    let kvg =
-        LayerKv { k: &pool.0, v: &pool.0, summary: &summary.0, sk: &spool.0, sv: &spool.0, head_map: &head_map.0 };
-    let kvc =
-        LayerKv { k: &pool.1, v: &pool.1, summary: &summary.1, sk: &spool.1, sv: &spool.1, head_map: &head_map.1 };
-    let mg = PagedMeta { page_indptr: &ip.0, page_table: &tab.0, kv_len: &kvl.0, ring_table: &ring.0 };
-    let mc = PagedMeta { page_indptr: &ip.1, page_table: &tab.1, kv_len: &kvl.1, ring_table: &ring.1 };
-    t.gpu
-        .page_select(&p, &q.0, kvg, &mg, &slot.0, &maskb.0, SelectedMut { selected: &mut sel.0, counts: &mut cnt.0 })
-        .unwrap();
-    t.cpu
-        .page_select(&p, &q.1, kvc, &mc, &slot.1, &maskb.1, SelectedMut { selected: &mut sel.1, counts: &mut cnt.1 })
-        .unwrap();
+    let kv = [&summary, &pool, &spool, &head_map];
+    select_both(&t, &p, kv, [&ip, &tab, &kvl, &ring], &q, [&slot, &maskb], (&mut sel, &mut cnt));
     let what = format!("page_select rows (hd {hd}, logical page {lp}, shrink {shrink}, pin {pin})");
     t.check_u32(&format!("{what} counts"), &cnt, rows * n_ret);
     let want = t.cpu.download_u32(&cnt.1, 0, rows * n_ret).unwrap();
