@@ -37,10 +37,15 @@ pub fn quiet_vulkan_env() {
     }
 }
 
-/// The wgpu instance every probe and backend uses (compute only: no display handle).
+/// The wgpu instance every probe and backend uses (compute only: no display handle): one per
+/// process, made on first use (from the environment's WGPU_* settings then). NVIDIA's Vulkan
+/// driver stopped enumerating adapters after ~30 instances in one process (docs/backends.md).
 #[cfg(feature = "wgpu")]
 pub fn wgpu_instance() -> wgpu::Instance {
-    wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
+    static INSTANCE: std::sync::OnceLock<wgpu::Instance> = std::sync::OnceLock::new();
+    INSTANCE
+        .get_or_init(|| wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env()))
+        .clone()
 }
 
 #[cfg(feature = "wgpu")]
