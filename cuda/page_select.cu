@@ -113,7 +113,8 @@ extern "C" __global__ void page_select_score(PageSelectParams p, const float* q,
 // page_select_score for many rows that share their page lists (p.rows_share_pages: block-sparse
 // prefill's virtual rows, one per query block of a sequence, whose candidate j is the same page
 // in every row that has it), PAGE_RANK_MAX, whole pages as units (upp 1), group <= PSR_GMAX,
-// head_dim % 4 == 0 and lpp dividing PSR_COLS: the same keys as page_select_score. Grid
+// head_dim % 4 == 0 and lpp dividing PSR_COLS: page_select_score's keys, its sums taken in
+// head-dim order instead of by lane and warp tree (equal up to f32 rounding). Grid
 // (ceil(np * lpp / PSR_COLS), n_kv_heads, ceil(num_seqs / PSR_ROWS)), PSR_THREADS threads. A
 // block scores a tile of PSR_ROWS rows against PSR_COLS logical pages (PSR_COLS / lpp
 // candidates): each 16-wide head-dim chunk of the rows' query heads and of the candidates' boxes
@@ -123,7 +124,7 @@ extern "C" __global__ void page_select_score(PageSelectParams p, const float* q,
 // 4 tc .. 4 tc + 3 x the group's heads sequentially over head_dim (no shuffles; a 16-byte shared
 // load a box half). A (row, candidate) whose own page differs from the leader's (a tile that
 // straddles two sequences, or rows that do not share lists after all) is scored again from
-// global memory, so the hint only ever changes speed.
+// global memory, so a wrong hint costs only speed.
 #define PSR_ROWS 32
 #define PSR_COLS 64
 #define PSR_C 16

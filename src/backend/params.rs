@@ -184,7 +184,9 @@ params! {
         /// Nonzero: a hint that rows which both hold candidate j hold the same page there (the
         /// virtual rows of block-sparse prefill: one per query block, each listing a prefix of
         /// its sequence's pages), so a backend may score a tile of rows against one copy of each
-        /// page (CUDA: `page_select_score_rows`). The picks are the same with or without it.
+        /// page (CUDA: `page_select_score_rows`). With or without it, and where it does not hold,
+        /// the scores are the same up to the order of their f32 sums (a near tie may pick the
+        /// other page).
         pub rows_share_pages: u32,
         pub _pad0: u32,
         pub _pad1: u32,
