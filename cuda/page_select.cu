@@ -31,10 +31,15 @@ __device__ __forceinline__ u32 ordered(float f) {
 }
 
 // Term c of a logical page's score: max(q_c * max_c, q_c * min_c) (bound_shrink 0), or the box
-// shrunk toward its centre, q_c * mid_c + |q_c| * ((1 - shrink) * half_c).
+// shrunk toward its centre, q_c * mid_c + |q_c| * (keep * half_c) with keep = 1 - shrink.
+// box_term_k takes the choice as a template argument (loops that hoist it), box_term at run time.
+template <bool SHRINK>
+__device__ __forceinline__ float box_term_k(float qc, float lo, float hi, float keep) {
+    if (!SHRINK) return fmaxf(qc * hi, qc * lo);
+    return qc * ((hi + lo) * 0.5f) + fabsf(qc) * (keep * ((hi - lo) * 0.5f));
+}
 __device__ __forceinline__ float box_term(float qc, float lo, float hi, float shrink) {
-    if (shrink == 0.0f) return fmaxf(qc * hi, qc * lo);
-    return qc * ((hi + lo) * 0.5f) + fabsf(qc) * ((1.0f - shrink) * ((hi - lo) * 0.5f));
+    return shrink == 0.0f ? box_term_k<false>(qc, lo, hi, 1.0f) : box_term_k<true>(qc, lo, hi, 1.0f - shrink);
 }
 
 // Selection units a page holds: page_size / sel_unit (0: one; the host checks sel_unit).
@@ -131,12 +136,6 @@ extern "C" __global__ void page_select_score(PageSelectParams p, const float* q,
 #define PSR_GMAX 8
 #define PSR_THREADS 256
 
-template <bool SHRINK>
-__device__ __forceinline__ float psr_term(float qc, float lo, float hi, float keep) {
-    if (!SHRINK) return fmaxf(qc * hi, qc * lo);
-    return qc * ((hi + lo) * 0.5f) + fabsf(qc) * (keep * ((hi - lo) * 0.5f));
-}
-
 // Row s's max over its query heads of logical page l of `page`'s bound, all from global memory.
 __device__ float psr_direct(const PageSelectParams& p, const float* q, const float* summary, u32 s, u32 kvh, u32 r,
                             u32 page, u32 l, u32 group, u32 lpp) {
@@ -210,7 +209,7 @@ __device__ __forceinline__ void psr_tile(const PageSelectParams& p, const float*
                     for (int ri = 0; ri < 2; ri++) {
                         const float qv = sm.qs[cc][g][tr + 16 * ri];
 #pragma unroll
-                        for (int ci = 0; ci < 4; ci++) acc[g][ri][ci] += psr_term<SHRINK>(qv, lo[ci], hi[ci], keep);
+                        for (int ci = 0; ci < 4; ci++) acc[g][ri][ci] += box_term_k<SHRINK>(qv, lo[ci], hi[ci], keep);
                     }
                 }
             }
