@@ -293,28 +293,28 @@ fn assert_rows_close(got: &[Vec<f32>], want: &[Vec<f32>], f32w: bool, what: &str
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_block_sparse_prefill_matches_cpu() {
-    if common::wgpu_backend().is_some() {
-        gpu_block_sparse_matches_cpu(|| common::wgpu_backend().unwrap(), "wgpu", 32);
+    if let Some(gpu) = common::wgpu_backend() {
+        gpu_block_sparse_matches_cpu(gpu, "wgpu", 32);
     }
 }
 
 #[cfg(feature = "cuda")]
 #[test]
 fn cuda_block_sparse_prefill_matches_cpu() {
-    if common::cuda_backend().is_some() {
-        gpu_block_sparse_matches_cpu(|| common::cuda_backend().unwrap(), "cuda", 16 * 16);
+    if let Some(gpu) = common::cuda_backend() {
+        gpu_block_sparse_matches_cpu(gpu, "cuda", 16 * 16);
     }
 }
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn gpu_block_sparse_matches_cpu<G: lserve::backend::Backend>(mk: impl Fn() -> G, name: &str, budget: usize) {
+fn gpu_block_sparse_matches_cpu<G: lserve::backend::Backend>(mut gpu: G, name: &str, budget: usize) {
     use lserve::backend::{Backend, DType};
     use lserve::sparse::PrefillEstimate;
     let seed = common::seed();
     let (c, w) = tiny_gemma(seed);
     let mut rng = common::naive::Rng(seed ^ 0xad1a);
     let ids: Vec<u32> = (0..150).map(|_| (rng.next() * 511.0) as u32).collect();
-    let caps = mk().caps().clone();
+    let caps = gpu.caps().clone();
     let f32w = caps.weight_dtypes.contains(&DType::F32).then_some(DType::F32);
     fn run<B: Backend>(e: &mut Engine<B>, ids: &[u32], chunk: usize) -> Vec<Vec<f32>> {
         let mut seq = e.cache.admit().unwrap();
@@ -338,7 +338,10 @@ fn gpu_block_sparse_matches_cpu<G: lserve::backend::Backend>(mk: impl Fn() -> G,
         if caps.kv_dtypes.contains(&DType::F32) {
             config.cache.kv_dtype = "f32".into();
         }
-        let got = run(&mut tiny_engine_chunk(mk(), &c, &w, f32w, config.clone(), chunk), &ids, chunk);
+        // The one backend goes through every engine (each takes it, and gives it back after).
+        let mut e = tiny_engine_chunk(gpu, &c, &w, f32w, config.clone(), chunk);
+        let got = run(&mut e, &ids, chunk);
+        gpu = e.backend;
         let want = run(&mut tiny_engine_chunk(CpuBackend::new(), &c, &w, None, config, chunk), &ids, chunk);
         let what = format!("{name} vs cpu (seed {seed}, budget {budget}, {}, {chunk}-row steps)", est.name());
         assert_rows_close(&got, &want, f32w.is_some(), &what);
