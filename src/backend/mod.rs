@@ -284,6 +284,10 @@ pub const ANTIDIAGONAL_STRIDE: usize = 8;
 pub struct BlockRows<'a, B: Backend + ?Sized> {
     pub info: &'a B::Buffer,
     pub page_indptr: &'a B::Buffer,
+    /// Host copies of `info` and `page_indptr` where the caller has them (the same values; the
+    /// CPU backend checks): a backend may size its launches from them (CUDA's antidiagonal GEMM
+    /// path). `None` is always valid.
+    pub host: Option<(&'a [u32], &'a [u32])>,
 }
 
 /// Output of `page_select`: the `selected` and `counts` buffers of [`HeadPages`].

@@ -38,6 +38,9 @@ pub struct PrefillBlocks<B: Backend> {
     row_indptr: B::Buffer,
     /// `[n_blocks][4]`: q row, rows, first position, sequence ([`BlockRows::info`]).
     info: B::Buffer,
+    /// Host copies of `info` and `v_page_indptr` ([`BlockRows::host`]).
+    host_info: Vec<u32>,
+    host_indptr: Vec<u32>,
     estimate: PrefillEstimate,
     /// The virtual sequences of `page_select`: `[n_blocks + 1]` and the pages `1..=tail` of each
     /// sparse block (none for a dense one).
@@ -133,6 +136,8 @@ impl<B: Backend> PrefillBlocks<B> {
             info: pool.upload_u32(be, &info)?,
             estimate,
             v_page_indptr: pool.upload_u32(be, &vin)?,
+            host_info: info,
+            host_indptr: vin,
             v_page_table: pool.upload_u32(be, &vtab)?,
             v_kv_len: pool.upload_u32(be, &vlen)?,
             seq_slot: pool.upload_u32(be, &slots)?,
@@ -197,7 +202,11 @@ impl<B: Backend> PrefillBlocks<B> {
     ) -> Result<()> {
         let (nb, k) = (self.n_blocks, self.k_pages as u32);
         let mut scores = pool.take(be, DType::F32, (self.entries * ap.n_ret as usize).max(1))?;
-        let rows = BlockRows { info: &self.info, page_indptr: &self.v_page_indptr };
+        let rows = BlockRows {
+            info: &self.info,
+            page_indptr: &self.v_page_indptr,
+            host: Some((&self.host_info, &self.host_indptr)),
+        };
         let tp = PageTopKParams {
             num_seqs: nb as u32,
             n_ret: ap.n_ret,

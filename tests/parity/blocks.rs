@@ -20,7 +20,7 @@ const BLOCKS: [[u32; 3]; 5] = [[0, 128, 200], [128, 37, 328], [165, 10, 60], [17
 pub fn test_antidiagonal_score<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
     // Groups of 3 (and 8 at head_dim 64: two CUDA head chunks at head_dim 256 would need 3 or
     // more, tested by the group of 3 there).
-    antidiagonal_case(gpu, kvd, hd, if hd == 64 { 8 } else { 3 });
+    antidiagonal_case(gpu, kvd, hd, if hd == 64 { 8 } else { 3 }, &AdCase::SHORT);
 }
 
 /// GQA groups smaller than a CUDA CTA's head chunk (which then launches fewer warps than its
@@ -36,11 +36,37 @@ pub fn test_antidiagonal_score_groups<B: Backend>(gpu: &B) {
         (DType::BF16, 256, 1),
     ] {
         eprintln!("group {group}, head_dim {hd}, {kvd:?}");
-        antidiagonal_case(gpu, kvd, hd, group);
+        antidiagonal_case(gpu, kvd, hd, group, &AdCase::SHORT);
     }
 }
 
-fn antidiagonal_case<B: Backend>(gpu: &B, kvd: DType, hd: usize, group: usize) {
+/// A long prompt's step: 17 full blocks and a partial one of one sequence after 128 cached
+/// tokens, a GQA group of 8 (so CUDA's GEMM path, at most 2048 rows of z a head per chunk, cuts
+/// them into two chunks of different row lengths).
+pub fn test_antidiagonal_score_chunks<B: Backend>(gpu: &B) {
+    let blocks: Vec<[u32; 3]> = (0..18u32).map(|i| [128 * i, if i == 17 { 45 } else { 128 }, 128 + 128 * i]).collect();
+    let case = AdCase { blocks: &blocks, num_pages: 160, n_tokens: 17 * 128 + 45, appends: (6, 400), ring_tokens: 512 };
+    antidiagonal_case(gpu, DType::BF16, 64, 8, &case);
+}
+
+/// One `antidiagonal_score` case: blocks `[q_row, rows, first]` of one sequence (16-token pages)
+/// whose KV holds `appends.0` calls of `appends.1` tokens.
+struct AdCase<'a> {
+    blocks: &'a [[u32; 3]],
+    num_pages: usize,
+    n_tokens: usize,
+    appends: (usize, usize),
+    ring_tokens: usize,
+}
+
+impl AdCase<'static> {
+    const SHORT: AdCase<'static> =
+        AdCase { blocks: &BLOCKS, num_pages: 40, n_tokens: 220, appends: (16, 25), ring_tokens: 32 };
+}
+
+/// The GPU (its general path, without host copies of the blocks, and with them: CUDA's GEMM path)
+/// against the CPU reference, which is checked against the f64 estimate.
+fn antidiagonal_case<B: Backend>(gpu: &B, kvd: DType, hd: usize, group: usize, case: &AdCase) {
     if !has_kv(gpu, kvd) {
         return;
     }
@@ -54,78 +80,91 @@ fn antidiagonal_case<B: Backend>(gpu: &B, kvd: DType, hd: usize, group: usize) {
         head_dim: hd,
         page_size: ps,
         logical_page: 4,
-        num_pages: 40,
+        num_pages: case.num_pages,
         max_seqs: 2,
-        ring_tokens: 2 * ps,
+        ring_tokens: case.ring_tokens,
         sink: 4,
         sel_stride: 6,
         layout: HeadLayout { streaming: vec![vec![false, true, false]] },
         kv_dtype: DType::F32,
     };
     let mut kv = kv_pair_shape(&t, shape, kvd);
-    for _ in 0..16 {
-        super::append(&mut t, &mut kv, 25, nh); // the 32-token ring never wraps within a call
+    for _ in 0..case.appends.0 {
+        super::append(&mut t, &mut kv, case.appends.1, nh); // the ring never wraps within a call
     }
     if matches!(kvd, DType::F16 | DType::BF16) {
         mirror_pools(&t, &mut kv);
     }
-    let n_tokens = 220;
+    let n_tokens = case.n_tokens;
     let q = t.rand(DType::F32, n_tokens * nh * hd, 1.0);
     let (mut info, mut indptr) = (vec![], vec![0u32]);
-    for (b, &[q_row, rows, first]) in BLOCKS.iter().enumerate() {
+    for (b, &[q_row, rows, first]) in case.blocks.iter().enumerate() {
         info.extend([q_row, rows, first, 0]);
-        let entries = if b == 2 { 0 } else { block_tail_page(first as usize, ps) as u32 };
+        let entries =
+            if b == 2 && case.blocks.len() == BLOCKS.len() { 0 } else { block_tail_page(first as usize, ps) as u32 };
         indptr.push(indptr[b] + entries);
     }
     let entries = *indptr.last().unwrap() as usize;
     let (info_b, indptr_b) = (t.up_u32(&info), t.up_u32(&indptr));
     let m = super::paged(&t, &kv.seq);
-    let mut scores = t.out(entries * 2 + 3);
     let p = AntidiagonalParams {
-        n_blocks: BLOCKS.len() as u32,
+        n_blocks: case.blocks.len() as u32,
         n_tokens: n_tokens as u32,
         num_seqs: 1,
         n_heads: nh as u32,
         n_kv_heads: 3,
         head_dim: hd as u32,
         page_size: ps as u32,
-        num_pages: 40,
+        num_pages: case.num_pages as u32,
         n_ret: 2,
         scale: 0.3,
         ..Default::default()
     };
-    {
+    let mut got = vec![];
+    for host in [None, Some((&info[..], &indptr[..]))] {
+        let mut scores = t.out(entries * 2 + 3);
         let (g, c) = (&kv.gpu.layers[0], &kv.cpu.layers[0]);
         let mg = PagedMeta { page_indptr: &m[0].0, page_table: &m[1].0, kv_len: &m[2].0, ring_table: &m[3].0 };
         let mc = PagedMeta { page_indptr: &m[0].1, page_table: &m[1].1, kv_len: &m[2].1, ring_table: &m[3].1 };
         let (bg, bc) = (
-            BlockRows { info: &info_b.0, page_indptr: &indptr_b.0 },
-            BlockRows { info: &info_b.1, page_indptr: &indptr_b.1 },
+            BlockRows { info: &info_b.0, page_indptr: &indptr_b.0, host },
+            BlockRows { info: &info_b.1, page_indptr: &indptr_b.1, host },
         );
         t.gpu.antidiagonal_score(&p, &q.0, g.view(), &mg, &bg, &mut scores.0).unwrap();
         t.cpu.antidiagonal_score(&p, &q.1, c.view(), &mc, &bc, &mut scores.1).unwrap();
+        eprintln!("antidiagonal_score, host copies {}", host.is_some());
+        t.check("antidiagonal_score", &scores, entries * 2, TOL_SCORE);
+        let g = t.gpu.download_f32(&scores.0, 0, entries * 2 + 3).unwrap();
+        assert!(g[entries * 2..].iter().all(|x| x.is_nan()), "entries past the table are untouched");
+        got = t.cpu.download_f32(&scores.1, 0, entries * 2 + 3).unwrap();
     }
-    t.check("antidiagonal_score", &scores, entries * 2, TOL_SCORE);
-    let got = t.cpu.download_f32(&scores.1, 0, entries * 2 + 3).unwrap();
-    assert!(got[entries * 2..].iter().all(|x| x.is_nan()), "entries past the table are untouched");
+    // A host copy that differs from the buffers is refused (by the CPU reference).
+    let mut bad = info.clone();
+    bad[2] += 8;
+    let bc = BlockRows { info: &info_b.1, page_indptr: &indptr_b.1, host: Some((&bad[..], &indptr[..])) };
+    let (c, mut sc) = (&kv.cpu.layers[0], t.cpu.alloc(DType::F32, entries * 2 + 3).unwrap());
+    let mc = PagedMeta { page_indptr: &m[0].1, page_table: &m[1].1, kv_len: &m[2].1, ring_table: &m[3].1 };
+    assert!(t.cpu.antidiagonal_score(&p, &q.1, c.view(), &mc, &bc, &mut sc).is_err());
     if !kvd.is_kv8() {
-        check_against_block_recall(&t, &kv, &q.1, &got, &indptr, (nh, group, hd, ps));
+        check_against_block_recall(&t, &kv, &q.1, &got, &indptr, case.blocks, (nh, group, hd, ps));
     }
 }
 
 /// The CPU reference against `BlockView::antidiagonal_scores` (f64, keys read back in position
 /// order) for every block with candidates and both retrieval heads; the tail's entry is 0.
+#[allow(clippy::too_many_arguments)]
 fn check_against_block_recall<B: Backend>(
     t: &Pair<B>,
     kv: &super::KvPair<B>,
     q: &<lserve::backend::cpu::CpuBackend as Backend>::Buffer,
     got: &[f32],
     indptr: &[u32],
+    blocks: &[[u32; 3]],
     (nh, group, hd, ps): (usize, usize, usize, usize),
 ) {
     let pool = download_pool(&t.cpu, &kv.cpu.layers[0].k);
     let q = t.cpu.download_f32(q, 0, t.cpu.len(q)).unwrap();
-    for (b, &[q_row, rows, first]) in BLOCKS.iter().enumerate() {
+    for (b, &[q_row, rows, first]) in blocks.iter().enumerate() {
         let (a, e) = (indptr[b] as usize, indptr[b + 1] as usize);
         if e < a + 2 {
             continue;

@@ -142,6 +142,12 @@ macro_rules! parity_tests {
                     let _one = super::ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                     super::backend().map(|b| super::super::test_antidiagonal_score_groups(&b));
                 }
+                /// One sequence's 18 blocks with a GQA group of 8 (two chunks of CUDA's GEMM path).
+                #[test]
+                fn chunks() {
+                    let _one = super::ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+                    super::backend().map(|b| super::super::test_antidiagonal_score_chunks(&b));
+                }
             }
             #[test]
             fn page_top_k() {

@@ -142,6 +142,11 @@ pub fn antidiagonal_score(
     let kinds = head_kinds(kv.head_map, nkv, n_ret, nkv - n_ret)?;
     let info = u32s(blocks.info, nb * 4, "antidiagonal_score blocks")?;
     let indptr = u32s(blocks.page_indptr, nb + 1, "antidiagonal_score block page_indptr")?;
+    if let Some((hi, hp)) = blocks.host
+        && (hi.get(..nb * 4) != Some(info) || hp.get(..nb + 1) != Some(indptr))
+    {
+        return Err(err("antidiagonal_score: the blocks' host copies differ from their buffers"));
+    }
     let page_indptr = u32s(meta.page_indptr, ns + 1, "antidiagonal_score page_indptr")?;
     let table = u32s(meta.page_table, u(page_indptr[ns]), "antidiagonal_score page_table")?;
     let kv_len = u32s(meta.kv_len, ns, "antidiagonal_score kv_len")?;

@@ -404,6 +404,37 @@ kernels! {
         info: In U32, v_indptr: In U32, scores: Out F32, page_table_len: U32 Scalar, scores_len: U32 Scalar,
     }
 
+    /// `antidiagonal_score`'s GEMM path (cuda/antidiagonal_score_gemm.cu): the blocks' rows of q
+    /// in the products' 16-bit type `[f16, bf16]`.
+    antidiagonal_pack_q: "antidiagonal_score" (AntidiagonalParams) ["antidiagonal_pack_q_f16", "antidiagonal_pack_q_bf16"]
+    { q: In F32, head_map: In U32, info: In U32, qs: ScratchOut Store, b0: U32 Scalar, nbc: U32 Scalar }
+
+    /// The GEMM path's keys in position order `[STORE_DTYPES]` (out: f16 for f16 KV, else bf16).
+    antidiagonal_pack_k: "antidiagonal_score" (AntidiagonalParams) [
+        "antidiagonal_pack_k_f32", "antidiagonal_pack_k_f16", "antidiagonal_pack_k_bf16", "antidiagonal_pack_k_int8",
+        "antidiagonal_pack_k_fp8",
+    ]
+    {
+        k: In Store, head_map: In U32, page_indptr: In U32, page_table: In U32, kv_len: In U32, ks: ScratchOut Store,
+        seq: U32 Scalar, n_pos: U32 Scalar, page_table_len: U32 Scalar,
+    }
+
+    /// The GEMM path's row maxima and inverse sums of the products z (zeroes the score rows).
+    antidiagonal_row_stats: "antidiagonal_score" (AntidiagonalParams) ["antidiagonal_row_stats"]
+    {
+        head_map: In U32, page_indptr: In U32, kv_len: In U32, info: In U32, v_indptr: In U32, z: ScratchIn F32,
+        stats: ScratchOut F32, scores: Out F32, b0: U32 Scalar, nbc: U32 Scalar, ldz: U32 Scalar,
+        seq_one: U32 Scalar, page_table_len: U32 Scalar, scores_len: U32 Scalar,
+    }
+
+    /// The GEMM path's softmax shares summed by page, from z and the row stats.
+    antidiagonal_block_sums: "antidiagonal_score" (AntidiagonalParams) ["antidiagonal_block_sums"]
+    {
+        head_map: In U32, page_indptr: In U32, kv_len: In U32, info: In U32, v_indptr: In U32, z: ScratchIn F32,
+        stats: ScratchIn F32, scores: Out F32, b0: U32 Scalar, nbc: U32 Scalar, ldz: U32 Scalar,
+        seq_one: U32 Scalar, page_table_len: U32 Scalar, scores_len: U32 Scalar,
+    }
+
     /// The scalar prefill `[f32 | int8 | fp8 KV][log2 dims-per-thread - 2]` (f32: the exact
     /// reference; 8-bit: codes dequantized as they are staged).
     prefill_attention: "prefill_attention" (AttentionParams) [

@@ -288,10 +288,15 @@ impl Gpu {
     /// Enqueue a 16-bit cuBLAS GEMM (recorded into the current list while recording, so it is
     /// part of the step's graph).
     pub fn gemm16(&self, g: GemmRec) -> Result<()> {
-        if g.m <= 0 || g.n <= 0 || g.k <= 0 {
+        self.gemm16_as("matmul_cublas", g)
+    }
+
+    /// [`Gpu::gemm16`] profiled as `op` (a GEMM inside another op's launches).
+    pub fn gemm16_as(&self, op: &'static str, g: GemmRec) -> Result<()> {
+        if g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch.count <= 0 {
             return Ok(());
         }
-        self.submit("matmul_cublas", Rec::library(Some(g), None))
+        self.submit(op, Rec::library(Some(g), None))
     }
 
     /// Enqueue an NCCL collective (recorded into the current list while recording, so it is
@@ -310,6 +315,38 @@ impl Gpu {
         // SAFETY: the caller (ops_matmul) checked that w holds n*k, x m*k 16-bit elements and out
         // (m-1)*ldc + n elements (f32, or 16-bit with out16) from g.out; the handle runs on this
         // stream.
+        if g.batch.count > 1 {
+            // SAFETY: as above, for each of the batch's products at its strides (checked by the
+            // caller against its scratch sizes).
+            return unsafe {
+                cudarc::cublas::result::gemm_strided_batched_ex(
+                    *self.blas.handle(),
+                    tn,
+                    nn,
+                    g.n,
+                    g.m,
+                    g.k,
+                    &one as *const f32 as *const _,
+                    g.w as *const _,
+                    ty,
+                    g.k,
+                    g.batch.w,
+                    g.x as *const _,
+                    ty,
+                    g.k,
+                    g.batch.x,
+                    &zero as *const f32 as *const _,
+                    g.out as *mut _,
+                    cty,
+                    g.ldc,
+                    g.batch.out,
+                    g.batch.count,
+                    blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    blas::cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,
+                )
+            }
+            .map_err(|e| err(format!("cuBLAS batched GEMM {} x {}x{}x{}: {e:?}", g.batch.count, g.m, g.n, g.k)));
+        }
         unsafe {
             cudarc::cublas::result::gemm_ex(
                 *self.blas.handle(),

@@ -82,6 +82,23 @@ pub struct GemmRec {
     pub w: u64,
     pub x: u64,
     pub out: u64,
+    /// Independent products of the same shape (cuBLAS strided batched): product i reads
+    /// `w + i * batch.w`, `x + i * batch.x` and writes `out + i * batch.out` (element strides).
+    pub batch: GemmBatch,
+}
+
+/// [`GemmRec::batch`]: how many products and their element strides (w, x, out).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct GemmBatch {
+    pub count: i32,
+    pub w: i64,
+    pub x: i64,
+    pub out: i64,
+}
+
+impl GemmBatch {
+    /// One product (a plain GEMM).
+    pub const ONE: GemmBatch = GemmBatch { count: 1, w: 0, x: 0, out: 0 };
 }
 
 impl Rec {

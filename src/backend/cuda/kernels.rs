@@ -52,7 +52,7 @@ sources!(
     "rope_append_kv",
     "rope_append_kv_summary",
     "page_select",
-    "antidiagonal_score",
+    "antidiagonal_score" + "antidiagonal_score_gemm",
     "sparse_decode_attention",
     "sparse_decode_attention_merge",
     "prefill_attention" + "prefill_attention_wgmma",

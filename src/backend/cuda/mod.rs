@@ -109,6 +109,9 @@ pub struct CudaBackend {
     /// Calls of several tokens take `rope_append_kv_rows` (`LSERVE_CUDA_ROPE_ROWS`, default on:
     /// off measures the per-(token, head) kernel beside it).
     rope_rows: bool,
+    /// `antidiagonal_score` by cuBLAS where the blocks allow (`LSERVE_CUDA_AD_GEMM`, default on:
+    /// off measures the fused kernel beside it).
+    ad_gemm: bool,
 }
 
 /// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md, CUDA).
@@ -194,6 +197,7 @@ impl CudaBackend {
         let decode_splits = count_from_env("LSERVE_CUDA_DECODE_SPLITS", ops_attention::MAX_SPLITS)?;
         let decode_pf = switch_from_env("LSERVE_CUDA_DECODE_PF")?;
         let rope_rows = switch_from_env("LSERVE_CUDA_ROPE_ROWS")?;
+        let ad_gemm = switch_from_env("LSERVE_CUDA_AD_GEMM")?;
         let mmv_stages =
             count_from_env("LSERVE_CUDA_MMV_STAGES", ops_matmul::MMV_MAX_STAGES)?.unwrap_or(ops_matmul::MMV_MAX_STAGES);
         Ok(CudaBackend {
@@ -208,6 +212,7 @@ impl CudaBackend {
             decode_pf,
             mmv_stages,
             rope_rows,
+            ad_gemm,
         })
     }
 
@@ -238,6 +243,12 @@ impl CudaBackend {
     /// The bulk GEMVs' stage cap read at open (`LSERVE_CUDA_MMV_STAGES`, else the maximum).
     pub(crate) fn mmv_stages(&self) -> usize {
         self.mmv_stages
+    }
+
+    /// Whether `antidiagonal_score` takes its GEMM path where the blocks allow
+    /// (`LSERVE_CUDA_AD_GEMM` at open; ops_blocks.rs).
+    pub(crate) fn ad_gemm(&self) -> bool {
+        self.ad_gemm
     }
 
     /// Whether calls of several tokens take `rope_append_kv_rows` (`LSERVE_CUDA_ROPE_ROWS`).

@@ -51,7 +51,7 @@ use cudarc::cublas::sys as blas;
 
 use super::bindings::{self as kern, MMQ_DTYPES, QUANT_DTYPES, REG_DTYPES, Scratch, entry, entry_w};
 use super::context::{Launch, err};
-use super::graph::GemmRec;
+use super::graph::{GemmBatch, GemmRec};
 use super::{CudaBackend, CudaBuffer, need, need_float, need_weights};
 use crate::backend::reference::ggml_quant::GgmlType;
 use crate::backend::*;
@@ -155,7 +155,18 @@ pub fn matmul(
         let bf16 = w.dtype == DType::BF16;
         let x16 = if x_act16 { x.ptr() } else { round_x(be, p, x, bf16)? };
         let ldc = p.ldo as i32;
-        let g = GemmRec { m: m as i32, n: n as i32, k: k as i32, bf16, out16, ldc, w: w.ptr(), x: x16, out: out0 };
+        let g = GemmRec {
+            m: m as i32,
+            n: n as i32,
+            k: k as i32,
+            bf16,
+            out16,
+            ldc,
+            w: w.ptr(),
+            x: x16,
+            out: out0,
+            batch: GemmBatch::ONE,
+        };
         be.gpu().gemm16(g)?;
     }
     add_bias(be, p, bias, out)
@@ -240,6 +251,7 @@ fn matmul_quant(
             w: w16,
             x: x16,
             out: out0,
+            batch: GemmBatch::ONE,
         };
         g.gemm16(rec)?;
     }
