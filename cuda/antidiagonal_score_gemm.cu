@@ -220,8 +220,9 @@ extern "C" __global__ void __launch_bounds__(256) antidiagonal_row_stats(
 // [group * 16][2] row stats, [16] row-group limits, [max(256, ps / 8)] key-group sums.
 extern "C" __global__ void __launch_bounds__(256) antidiagonal_block_sums(
     AntidiagonalParams p, const u32* head_map, const u32* page_indptr, const u32* kv_len, const u32* info,
-    const u32* v_indptr, const float* z, const float* stats, float* scores, u32 b0, u32 nbc, u32 ldz, u32 seq_one,
+    const u32* v_indptr, const float* z, float* stats, float* scores, u32 b0, u32 nbc, u32 ldz, u32 seq_one,
     u32 page_table_len, u32 scores_len) {
+    // stats: read only (written by antidiagonal_row_stats; one signature for both, bindings.rs).
     extern __shared__ __align__(16) float ads_smem[];
     const u32 kvh = blockIdx.x, bl = blockIdx.y;
     const AdBlock k = ad_block(p, kvh, b0 + bl, head_map, page_indptr, kv_len, info, v_indptr, ldz, seq_one,

@@ -7,7 +7,7 @@
 # rope_append_kv tests alone (kv_fp8 failed in call 1's all-wgpu run, cut off before its message).
 # Also both estimates' 32K op profiles with the SM clock and power logged (cuBLAS measured 600
 # ms in antidiagonal runs and 641-655 in mean-bound runs in session 37), and 16K / 32K prefill steps (--prefill-chunk; 8192 by default) for both estimates.
-BINS=.gpu/s38b/bins.tgz LIMIT=${LIMIT:-330} # lserve, backend_parity, gemma3
+BINS=.gpu/s38c/bins.tgz LIMIT=${LIMIT:-330} # lserve, backend_parity, gemma3
 . scripts/gpu_call_lib.sh
 export LSERVE_REQUIRE_CUDA=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$L"

@@ -231,44 +231,34 @@ fn antidiagonal_gemm(
             batch,
         };
         g.gemm16_as("antidiagonal_gemm", rec)?;
-        let sa = kern::antidiagonal_row_stats::Args {
-            head_map: kv.head_map,
-            page_indptr: meta.page_indptr,
-            kv_len: meta.kv_len,
-            info: blocks.info,
-            v_indptr: blocks.page_indptr,
-            z: Scratch(z),
-            stats: Scratch(stats),
-            scores_len: scores.len as u32,
-            scores: &mut *scores,
-            b0: b0 as u32,
-            nbc: nbc as u32,
-            ldz: ldz as u32,
-            seq_one: plan.seq,
-            page_table_len: ptl,
-        };
+        // The two launches' arguments (one signature), each with its own borrow of scores.
+        macro_rules! args {
+            () => {
+                kern::antidiagonal_sums::Args {
+                    head_map: kv.head_map,
+                    page_indptr: meta.page_indptr,
+                    kv_len: meta.kv_len,
+                    info: blocks.info,
+                    v_indptr: blocks.page_indptr,
+                    z: Scratch(z),
+                    stats: Scratch(stats),
+                    scores_len: scores.len as u32,
+                    scores: &mut *scores,
+                    b0: b0 as u32,
+                    nbc: nbc as u32,
+                    ldz: ldz as u32,
+                    seq_one: plan.seq,
+                    page_table_len: ptl,
+                }
+            };
+        }
+        let [row_stats, block_sums] = kern::antidiagonal_sums::ENTRIES else { unreachable!() };
         let rl = Launch::new((nkv as u32, nbc as u32, (rows_per / 8) as u32), 256);
-        kern::antidiagonal_row_stats::launch(g, rl, p, sa)?;
-        let ba = kern::antidiagonal_block_sums::Args {
-            head_map: kv.head_map,
-            page_indptr: meta.page_indptr,
-            kv_len: meta.kv_len,
-            info: blocks.info,
-            v_indptr: blocks.page_indptr,
-            z: Scratch(z),
-            stats: Scratch(stats),
-            scores_len: scores.len as u32,
-            scores: &mut *scores,
-            b0: b0 as u32,
-            nbc: nbc as u32,
-            ldz: ldz as u32,
-            seq_one: plan.seq,
-            page_table_len: ptl,
-        };
+        kern::antidiagonal_sums::launch_variant(g, row_stats, rl, p, args!())?;
         // Runs of whole candidate pages: every page with a key group below ldz is in one.
         let runs = (ldz / cpp + 1).div_ceil(ppc);
         let bl = Launch::new((nkv as u32, nbc as u32, runs as u32), 256).smem(smem);
-        kern::antidiagonal_block_sums::launch(g, bl, p, ba)?;
+        kern::antidiagonal_sums::launch_variant(g, block_sums, bl, p, args!())?;
     }
     Ok(())
 }
