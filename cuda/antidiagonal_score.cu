@@ -36,6 +36,39 @@ template <typename KT> struct AdAsync { static const bool value = false; };
 template <> struct AdAsync<f16_t> { static const bool value = true; };
 template <> struct AdAsync<bf16_t> { static const bool value = true; };
 
+// A block of `info` / `v_indptr` as both antidiagonal paths read it. ok: false where the block
+// is skipped before anything is written (no candidates; rows, sequence, page size or score row
+// out of range). cand and groups are meaningful only when ok.
+struct AdBlock {
+    bool ok;
+    u32 q_row, rows, first, seq, at, cand, groups;
+};
+
+__device__ __forceinline__ AdBlock ad_block(const AntidiagonalParams& p, u32 b, const u32* info, const u32* v_indptr,
+                                            u32 scores_len) {
+    AdBlock k;
+    k.q_row = info[4 * b];
+    k.rows = info[4 * b + 1];
+    k.first = info[4 * b + 2];
+    k.seq = info[4 * b + 3];
+    k.at = v_indptr[b];
+    const u32 e = v_indptr[b + 1], ps = p.page_size;
+    k.ok = e >= k.at + 2 && k.seq < p.num_seqs && k.q_row + k.rows <= p.n_tokens && ps >= 8 && ps % 8 == 0 &&
+           (u64)e * p.n_ret <= scores_len;
+    k.cand = e - k.at - 1;
+    k.groups = k.rows / 8;
+    return k;
+}
+
+// Key groups [0, vmax) a block with groups >= 1 reads: those before its last row group, within
+// its sequence's length and page table.
+__device__ __forceinline__ u32 ad_vmax(const AntidiagonalParams& p, const AdBlock& k, const u32* page_indptr,
+                                       const u32* kv_len, u32 page_table_len) {
+    const u32 pt0 = page_indptr[k.seq], pt1 = min(page_indptr[k.seq + 1], page_table_len);
+    const u32 v = min((k.first + 8 * (k.groups - 1)) / 8, kv_len[k.seq] / 8);
+    return pt1 > pt0 ? min(v, (pt1 - pt0) * p.page_size / 8) : 0u;
+}
+
 // Long (about 190 lines) on purpose: staging, the two passes and the page sums share the Q
 // fragments, the row statistics and shared memory; the body reads in the order it runs.
 template <typename KT, int D>
@@ -60,20 +93,15 @@ __device__ void antidiag_impl(AntidiagonalParams p, const float* q, const KT* k,
     const u32 hm = head_map[kvh];
     if (hm & STREAMING_BIT) return;
     const u32 r = hm, ps = p.page_size, hd = p.head_dim, nh = p.n_heads;
-    const u32 q_row = info[4 * b], rows = info[4 * b + 1], first = info[4 * b + 2], seq = info[4 * b + 3];
-    const u32 at = v_indptr[b], e = v_indptr[b + 1];
-    if (e < at + 2 || seq >= p.num_seqs || q_row + rows > p.n_tokens || ps < 8 || ps % 8 != 0) return;
-    if ((u64)e * p.n_ret > scores_len) return;
-    const u32 cand = e - at - 1, groups = rows / 8;
+    const AdBlock blk = ad_block(p, b, info, v_indptr, scores_len);
+    if (!blk.ok) return;
+    const u32 q_row = blk.q_row, first = blk.first, seq = blk.seq, at = blk.at, cand = blk.cand, groups = blk.groups;
     const u32 tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
     for (u32 j = tid; j <= cand; j += blockDim.x) scores[(u64)(at + j) * p.n_ret + r] = 0.0f;
     if (groups == 0) return;
-    const u32 pt0 = page_indptr[seq], pt1 = min(page_indptr[seq + 1], page_table_len);
-    // Keys the block reads: [0, 8 vmax), within the sequence and its page table.
-    u32 vmax = (first + 8 * (groups - 1)) / 8;
-    vmax = min(vmax, kv_len[seq] / 8);
-    if (pt1 > pt0) vmax = min(vmax, (pt1 - pt0) * ps / 8); else vmax = 0;
-    const u32 kend = 8 * vmax;
+    const u32 pt0 = page_indptr[seq];
+    // Keys the block reads: [0, kend).
+    const u32 kend = 8 * ad_vmax(p, blk, page_indptr, kv_len, page_table_len);
     const u32 group = nh / p.n_kv_heads;
     const float zs = p.scale * 0.125f;
 

@@ -128,19 +128,14 @@ extern "C" __global__ void __launch_bounds__(256) antidiagonal_block_sums(
     const u32 hm = head_map[kvh];
     if ((hm & STREAMING_BIT) || hm >= p.n_ret || b >= p.n_blocks) return;
     const u32 r = hm, ps = p.page_size, group = p.n_heads / p.n_kv_heads, nrow = group * 16;
-    const u32 q_row = info[4 * b], rows = info[4 * b + 1], first = info[4 * b + 2], seq = info[4 * b + 3];
-    const u32 at = v_indptr[b], e = v_indptr[b + 1];
     // The fused kernel's conditions, and the sequence the keys were packed from.
-    if (e < at + 2 || seq >= p.num_seqs || q_row + rows > p.n_tokens || ps < 8 || ps % 8 != 0) return;
-    if ((u64)e * p.n_ret > scores_len || seq != seq_one) return;
-    const u32 cand = e - at - 1, groups = rows / 8, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const AdBlock blk = ad_block(p, b, info, v_indptr, scores_len);
+    if (!blk.ok || blk.seq != seq_one) return;
+    const u32 first = blk.first, at = blk.at, cand = blk.cand, groups = blk.groups;
+    const u32 tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     for (u32 j = tid; j <= cand; j += blockDim.x) scores[(u64)(at + j) * p.n_ret + r] = 0.0f;
     if (groups == 0) return;
-    const u32 pt0 = page_indptr[seq], pt1 = min(page_indptr[seq + 1], page_table_len);
-    u32 vmax = (first + 8 * (groups - 1)) / 8;
-    vmax = min(vmax, kv_len[seq] / 8);
-    vmax = pt1 > pt0 ? min(vmax, (pt1 - pt0) * ps / 8) : 0u;
-    vmax = min(vmax, ldz);
+    const u32 vmax = min(ad_vmax(p, blk, page_indptr, kv_len, page_table_len), ldz);
     const float zs = p.scale * 0.125f;
     const float* zb = z + ((u64)r * nbc + bl) * nrow * ldz;
     float* m_s = ads_smem;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # NOT RUN: after call 1 no device machine could be started in session 38. It measures the code of
-# split.patch (apply it to main, rebuild the bins).
+# split.patch (it applies to commit 1655081; fold its `ad_block` into the shared `ad_block` /
+# `ad_vmax` of antidiagonal_score.cu to apply it on later main; rebuild the bins).
 # Session 38, GPU call 2: the GEMM path's page sums in two kernels with many more CTAs
 # (antidiagonal_row_stats: a warp per row; antidiagonal_block_sums: a CTA per run of whole pages,
 # eight rows' loads in flight) and q packed with 16-byte reads (call 1's profile: block_sums 93.6
