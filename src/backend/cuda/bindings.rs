@@ -419,12 +419,14 @@ kernels! {
         seq: U32 Scalar, n_pos: U32 Scalar, page_table_len: U32 Scalar,
     }
 
-    /// The GEMM path's softmax shares summed by page, from the products z.
-    antidiagonal_block_sums: "antidiagonal_score" (AntidiagonalParams) ["antidiagonal_block_sums"]
+    /// The GEMM path's reductions of the products z, in this order: `antidiagonal_row_stats`
+    /// (each row's maximum and inverse sum into stats; zeroes the blocks' score rows), then
+    /// `antidiagonal_block_sums` (the softmax shares summed by page; reads stats).
+    antidiagonal_sums: "antidiagonal_score" (AntidiagonalParams) ["antidiagonal_row_stats", "antidiagonal_block_sums"]
     {
         head_map: In U32, page_indptr: In U32, kv_len: In U32, info: In U32, v_indptr: In U32, z: ScratchIn F32,
-        scores: Out F32, b0: U32 Scalar, nbc: U32 Scalar, ldz: U32 Scalar, seq_one: U32 Scalar,
-        page_table_len: U32 Scalar, scores_len: U32 Scalar,
+        stats: ScratchOut F32, scores: Out F32, b0: U32 Scalar, nbc: U32 Scalar, ldz: U32 Scalar,
+        seq_one: U32 Scalar, page_table_len: U32 Scalar, scores_len: U32 Scalar,
     }
 
     /// The scalar prefill `[f32 | int8 | fp8 KV][log2 dims-per-thread - 2]` (f32: the exact

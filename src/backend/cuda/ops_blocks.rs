@@ -197,7 +197,12 @@ fn antidiagonal_gemm(
     let kname = entry(kern::antidiagonal_pack_k::ENTRIES, kv.k.dtype, 0, 1)?;
     kern::antidiagonal_pack_k::launch_variant(g, kname, kl, p, ka)?;
     let qname = kern::antidiagonal_pack_q::ENTRIES[usize::from(bf16)];
-    let smem = (2 * rows_per + 256.max(u(p.page_size) / 8)) * 4;
+    let stats = g.scratch("antidiagonal_stats", (nret * most * 2 * 4).max(1))?;
+    // antidiagonal_block_sums: whole pages of at most 256 key groups a CTA (or one page); shared
+    // memory: the row stats, 16 row-group limits and the key-group sums.
+    let cpp = u(p.page_size) / 8;
+    let ppc = (256 / cpp).max(1);
+    let smem = (2 * rows_per + 16 + 256.max(cpp)) * 4;
     for &(b0, b1, ldz) in &plan.chunks {
         let nbc = b1 - b0;
         let ql = Launch::new((nkv as u32, nbc as u32, group as u32), 256);
@@ -226,23 +231,34 @@ fn antidiagonal_gemm(
             batch,
         };
         g.gemm16_as("antidiagonal_gemm", rec)?;
-        let sa = kern::antidiagonal_block_sums::Args {
-            head_map: kv.head_map,
-            page_indptr: meta.page_indptr,
-            kv_len: meta.kv_len,
-            info: blocks.info,
-            v_indptr: blocks.page_indptr,
-            z: Scratch(z),
-            scores_len: scores.len as u32,
-            scores: &mut *scores,
-            b0: b0 as u32,
-            nbc: nbc as u32,
-            ldz: ldz as u32,
-            seq_one: plan.seq,
-            page_table_len: ptl,
-        };
-        let sl = Launch::new((nkv as u32, nbc as u32, 1), 256).smem(smem);
-        kern::antidiagonal_block_sums::launch(g, sl, p, sa)?;
+        // The two launches' arguments (one signature), each with its own borrow of scores.
+        macro_rules! args {
+            () => {
+                kern::antidiagonal_sums::Args {
+                    head_map: kv.head_map,
+                    page_indptr: meta.page_indptr,
+                    kv_len: meta.kv_len,
+                    info: blocks.info,
+                    v_indptr: blocks.page_indptr,
+                    z: Scratch(z),
+                    stats: Scratch(stats),
+                    scores_len: scores.len as u32,
+                    scores: &mut *scores,
+                    b0: b0 as u32,
+                    nbc: nbc as u32,
+                    ldz: ldz as u32,
+                    seq_one: plan.seq,
+                    page_table_len: ptl,
+                }
+            };
+        }
+        let [row_stats, block_sums] = kern::antidiagonal_sums::ENTRIES else { unreachable!() };
+        let rl = Launch::new((nkv as u32, nbc as u32, (rows_per / 8) as u32), 256);
+        kern::antidiagonal_sums::launch_variant(g, row_stats, rl, p, args!())?;
+        // Runs of whole candidate pages: every page with a key group below ldz is in one.
+        let runs = (ldz / cpp + 1).div_ceil(ppc);
+        let bl = Launch::new((nkv as u32, nbc as u32, runs as u32), 256).smem(smem);
+        kern::antidiagonal_sums::launch_variant(g, block_sums, bl, p, args!())?;
     }
     Ok(())
 }
