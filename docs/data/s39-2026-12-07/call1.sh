@@ -19,7 +19,7 @@ E torch 200 python3 scripts/torch_prefill_bench.py --lengths 32768,131072 --chun
 grep -vE "^\s*$" "$OUT/torch.txt" | tail -3 | tee -a "$L"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 100 > "$OUT/clocks.txt" 2>&1 &
 SMI=$!
-C ad32_prof $PF $S32 --profile
+C ad32_prof $PF $S32 --profile --out-dir $OUT/ad32p
 kill $SMI
 C dense32 $PF --prefill 32768
 E gem 60 $B/gemma3 cuda_ --test-threads 1
