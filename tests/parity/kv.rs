@@ -90,7 +90,11 @@ fn rope_case<B: Backend>(t: &mut Pair<'_, B>, kvd: DType, (ps, lp, hd): (usize, 
         if kvd.is_kv8() {
             let (gr, cr) = (download_raw_all(t.gpu, gb), download_raw_all(&t.cpu, cb));
             assert_eq!(gr.len(), cr.len(), "{name} pool size ({kvd:?})");
-            if let Some(i) = (0..gr.len()).find(|&i| gr[i] != cr[i]) {
+            // e4m3 codes 0x00 and 0x80 are both zero: a negative f32 subnormal (the crafted rows
+            // hold some) rounds to -0 on the CPU, while a GPU that flushes subnormals to zero
+            // (NVIDIA's Vulkan driver) may lose its sign in the identity rotation.
+            let zeros = |i: usize| kvd == DType::F8E4M3 && i % (ps * (hd + 4)) < ps * hd && (gr[i] | cr[i]) == 0x80;
+            if let Some(i) = (0..gr.len()).find(|&i| gr[i] != cr[i] && !zeros(i)) {
                 panic!("rope_append_kv {name} pool ({kvd:?}): byte {i} is {:#04x}, want {:#04x}", gr[i], cr[i]);
             }
             continue;
