@@ -4,7 +4,7 @@
 typedef unsigned int u32;
 
 struct EmbedParams { u32 n_tokens; u32 dim; u32 vocab; u32 first; };
-struct MatmulParams { u32 m; u32 n; u32 k; u32 has_bias; u32 ldo; u32 out_off; u32 _pad0; u32 _pad1; };
+struct MatmulParams { u32 m; u32 n; u32 k; u32 has_bias; u32 ldo; u32 out_off; u32 accumulate; u32 _pad1; };
 struct RmsnormParams { u32 rows; u32 dim; float eps; u32 _pad; };
 struct AddParams { u32 n; u32 _pad0; u32 _pad1; u32 _pad2; };
 struct SiluMulParams { u32 rows; u32 dim; u32 _pad0; u32 _pad1; };

@@ -122,7 +122,11 @@ ROPE(rope_append_kv_bf16, bf16_t)
 // (G = 512 / head_dim), so each (token, pair) computes its cos/sin G times instead of once per
 // head (the per-head grid above spends most of its instructions there: 2.6 IPC, 34% of DRAM
 // bandwidth at 8,192 tokens on an H100, session 32). Same values: the same expressions per
-// element. No summary fold (n_tokens > 1: rope_append_kv_summary.cu follows).
+// element. A thread takes its heads ROPE_ROWS_U at a time, loading all of them before storing
+// any (session 39: 19.3 ms of a 32K prefill with one head's loads in flight a thread, H100). No
+// summary fold (n_tokens > 1: rope_append_kv_summary.cu follows).
+#define ROPE_ROWS_U 4u
+
 template <typename KT>
 __device__ void rope_rows_impl(RopeAppendKvParams p, const void* qkv, const u32* positions, const u32* slots,
                                const u32* ring_slots, const float* inv_freq, const u32* head_map, float* q,
@@ -134,30 +138,48 @@ __device__ void rope_rows_impl(RopeAppendKvParams p, const void* qkv, const u32*
     const float pos = (float)positions[t];
     const float a = __fmul_rn(pos, inv_freq[i]);
     const float c = cosf(a) * p.attention_scaling, s = sinf(a) * p.attention_scaling;
-    for (u32 h = threadIdx.x / half; h < nh + nkv; h += groups) {
-        const QkvRow src = row + h * hd;
-        const float x0 = src[i], x1 = src[i + half];
-        const float r0 = x0 * c - x1 * s, r1 = x1 * c + x0 * s;
-        if (h < nh) {
-            float* dst = q + ((u64)t * nh + h) * hd;
-            dst[i] = r0;
-            dst[i + half] = r1;
-            continue;
+    // ROPE_ROWS_U heads a pass: every load of the pass is issued before its stores (q, k and v
+    // may alias qkv as far as the compiler knows, so it would not move a load above a store).
+    for (u32 h0 = threadIdx.x / half; h0 < nh + nkv; h0 += ROPE_ROWS_U * groups) {
+        float x0[ROPE_ROWS_U], x1[ROPE_ROWS_U], v0[ROPE_ROWS_U], v1[ROPE_ROWS_U];
+#pragma unroll
+        for (u32 u = 0; u < ROPE_ROWS_U; u++) {
+            const u32 h = h0 + u * groups;
+            x0[u] = x1[u] = v0[u] = v1[u] = 0.0f;
+            if (h >= nh + nkv) continue;
+            const QkvRow src = row + h * hd;
+            x0[u] = src[i];
+            x1[u] = src[i + half];
+            if (h < nh) continue;
+            const QkvRow vs = row + (nkv + h) * hd;  // v of KV head h - nh
+            v0[u] = vs[i];
+            v1[u] = vs[i + half];
         }
-        const u32 kvh = h - nh, hm = head_map[kvh];
-        const bool streaming = (hm & STREAMING_BIT) != 0u;
-        const u32 hi = hm & ~STREAMING_BIT;
-        const u32 slot = streaming ? ring_slots[t] : slots[t];
-        const u32 nheads = streaming ? p.n_str : p.n_ret, pages = streaming ? p.num_str_pages : p.num_pages;
-        if (hi >= nheads || slot >= pages * p.page_size) continue;
-        const u64 at = (((u64)(slot / p.page_size) * nheads + hi) * p.page_size + slot % p.page_size) * hd;
-        KT* kd = (streaming ? sk : k) + at;
-        KT* vd = (streaming ? sv : v) + at;
-        kd[i] = from_f32<KT>(r0);
-        kd[i + half] = from_f32<KT>(r1);
-        const QkvRow vs = row + (nh + nkv + kvh) * hd;
-        vd[i] = from_f32<KT>(vs[i]);
-        vd[i + half] = from_f32<KT>(vs[i + half]);
+#pragma unroll
+        for (u32 u = 0; u < ROPE_ROWS_U; u++) {
+            const u32 h = h0 + u * groups;
+            if (h >= nh + nkv) continue;
+            const float r0 = x0[u] * c - x1[u] * s, r1 = x1[u] * c + x0[u] * s;
+            if (h < nh) {
+                float* dst = q + ((u64)t * nh + h) * hd;
+                dst[i] = r0;
+                dst[i + half] = r1;
+                continue;
+            }
+            const u32 kvh = h - nh, hm = head_map[kvh];
+            const bool streaming = (hm & STREAMING_BIT) != 0u;
+            const u32 hi = hm & ~STREAMING_BIT;
+            const u32 slot = streaming ? ring_slots[t] : slots[t];
+            const u32 nheads = streaming ? p.n_str : p.n_ret, pages = streaming ? p.num_str_pages : p.num_pages;
+            if (hi >= nheads || slot >= pages * p.page_size) continue;
+            const u64 at = (((u64)(slot / p.page_size) * nheads + hi) * p.page_size + slot % p.page_size) * hd;
+            KT* kd = (streaming ? sk : k) + at;
+            KT* vd = (streaming ? sv : v) + at;
+            kd[i] = from_f32<KT>(r0);
+            kd[i + half] = from_f32<KT>(r1);
+            vd[i] = from_f32<KT>(v0[u]);
+            vd[i + half] = from_f32<KT>(v1[u]);
+        }
     }
 }
 

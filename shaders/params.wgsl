@@ -2,7 +2,7 @@
 // (a test compares the offsets naga computes here with the Rust ones). Prepended to every module.
 
 struct EmbedParams { n_tokens: u32, dim: u32, vocab: u32, first: u32 }
-struct MatmulParams { m: u32, n: u32, k: u32, has_bias: u32, ldo: u32, out_off: u32, _pad0: u32, _pad1: u32 }
+struct MatmulParams { m: u32, n: u32, k: u32, has_bias: u32, ldo: u32, out_off: u32, accumulate: u32, _pad1: u32 }
 struct RmsnormParams { rows: u32, dim: u32, eps: f32, _pad: u32 }
 struct AddParams { n: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
 struct SiluMulParams { rows: u32, dim: u32, _pad0: u32, _pad1: u32 }

@@ -347,6 +347,16 @@ pub trait Backend: Send {
         let _ = (w, m);
         None
     }
+    /// Whether `matmul` over weights `w` at `m` rows takes `MatmulParams::accumulate` (out += the
+    /// product, into an f32 out) and the model should fold a residual add into it: o_proj and
+    /// down then accumulate into the residual stream, whose next norm is a plain `rmsnorm`.
+    /// Default false: `matmul` then refuses `accumulate`. (CPU: `matmul` takes it everywhere,
+    /// as the reference, but this stays false: the fused add saves no traffic there. CUDA: where
+    /// the matmul is a cuBLAS GEMM, whose beta = 1 reads the residual in its epilogue.)
+    fn matmul_accumulates(&self, w: &Self::Buffer, m: usize) -> bool {
+        let _ = (w, m);
+        false
+    }
     /// Overwrite elements `offset..offset + data.len()` of an f32 buffer (KV swap-in).
     fn write_f32_at(&self, dst: &mut Self::Buffer, offset: usize, data: &[f32]) -> Result<()>;
     /// Overwrite elements `offset..offset + data.len()` of a u32 buffer.
@@ -407,6 +417,8 @@ pub trait Backend: Send {
     /// out[out_off + r * ldo + c] = x[r, :] . w[c, :] (+ bias[c]) for r < m, c < n; f32
     /// accumulation; other elements of out are left alone (a fused output's column block can be
     /// written by one matmul per weight part). w `[n][k]` of any type in `caps().weight_dtypes`.
+    /// With `p.accumulate` = 1 (only where [`Backend::matmul_accumulates`], or on the CPU) those
+    /// elements become out + the product instead, out f32.
     fn matmul(
         &self,
         p: &MatmulParams,

@@ -69,7 +69,8 @@ params! {
         pub has_bias: u32,
         pub ldo: u32,
         pub out_off: u32,
-        pub _pad0: u32,
+        /// 1: out += the product (`Backend::matmul_accumulates`), instead of out = it.
+        pub accumulate: u32,
         pub _pad1: u32,
     }
     pub struct RmsnormParams { pub rows: u32, pub dim: u32, pub eps: f32, pub _pad: u32 }

@@ -56,14 +56,30 @@ impl<B: Backend> Linear<B> {
 
     /// out `[m][n]` = x `[m][k]` . w^T (+ bias), one matmul per part.
     pub fn matmul(&self, be: &B, m: usize, x: &B::Buffer, out: &mut B::Buffer) -> Result<()> {
+        self.run(be, m, x, out, false)
+    }
+
+    /// out `[m][n]` (f32) += x `[m][k]` . w^T (+ bias): the residual add folded into the matmul
+    /// (`MatmulParams::accumulate`); only where [`Linear::accumulates`].
+    pub fn matmul_add(&self, be: &B, m: usize, x: &B::Buffer, out: &mut B::Buffer) -> Result<()> {
+        self.run(be, m, x, out, true)
+    }
+
+    fn run(&self, be: &B, m: usize, x: &B::Buffer, out: &mut B::Buffer, acc: bool) -> Result<()> {
         for p in &self.parts {
             let mut mp = MatmulParams::new(m, p.rows, self.k, p.bias.is_some());
             if self.parts.len() > 1 {
                 (mp.ldo, mp.out_off) = (self.n as u32, p.off as u32);
             }
+            mp.accumulate = acc as u32;
             be.matmul(&mp, x, &p.w, p.bias.as_ref(), out)?;
         }
         Ok(())
+    }
+
+    /// Its matmul at `m` rows takes `matmul_add` (`Backend::matmul_accumulates` for every part).
+    pub fn accumulates(&self, be: &B, m: usize) -> bool {
+        self.parts.iter().all(|p| be.matmul_accumulates(&p.w, m))
     }
 
     /// The 16-bit dtype its x of `m` rows may come in where the backend takes 16-bit activations

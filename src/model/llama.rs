@@ -1,7 +1,9 @@
 //! The Llama-family forward pass (Llama 2/3, Mistral, Qwen2, SmolLM), written once against the
 //! [`Backend`] trait. It reads top to bottom: embed, then per layer
 //! `rmsnorm -> qkv -> rope_append_kv -> attention -> o_proj -> add_rmsnorm -> gate_up -> silu_mul
-//! -> down`, then the final norm and the LM head on the rows whose logits are wanted.
+//! -> down`, then the final norm and the LM head on the rows whose logits are wanted. Where the
+//! backend folds the residual add into o_proj and down (`Backend::matmul_accumulates`: CUDA's
+//! cuBLAS GEMMs), those two accumulate into the residual stream and each add_rmsnorm is an rmsnorm.
 //!
 //! Weights are fused at load: q|k|v into one `[qkv_dim][hidden]` matrix (and bias), gate|up into one
 //! `[2*ffn][hidden]` matrix, so a decode step is four matmuls per layer (more where a file's
@@ -488,8 +490,12 @@ impl<B: Backend> Llama<B> {
         let paged = m.paged();
         let rmeta = m.rope_meta();
         let lp = cache.shape.logical_page;
+        // o_proj and down add into the residual x themselves where every layer's GEMMs take it
+        // (cuBLAS beta = 1; not under tensor parallelism, whose partial products are summed by
+        // the all-reduce first): each norm is then a plain rmsnorm of x.
+        let fuse = ranks == 1 && self.layers.iter().all(|l| l.w_o.accumulates(be, n) && l.w_down.accumulates(be, n));
         for (i, l) in self.layers.iter().enumerate() {
-            if i == 0 {
+            if i == 0 || fuse {
                 be.rmsnorm(&norm, &x, &l.attn_norm, &mut xn)?;
             } else {
                 be.add_rmsnorm(&norm, &mut x, &o, &l.attn_norm, &mut xn)?;
@@ -523,13 +529,22 @@ impl<B: Backend> Llama<B> {
             if let Some(hook) = hook.as_mut() {
                 hook(be, i, &q, store.view(), &paged)?;
             }
-            l.w_o.matmul(be, n, &attn_out, &mut o)?;
-            self.all_reduce(be, &mut o, n * h)?;
-            be.add_rmsnorm(&norm, &mut x, &o, &l.ffn_norm, &mut xn)?;
+            if fuse {
+                l.w_o.matmul_add(be, n, &attn_out, &mut x)?;
+                be.rmsnorm(&norm, &x, &l.ffn_norm, &mut xn)?;
+            } else {
+                l.w_o.matmul(be, n, &attn_out, &mut o)?;
+                self.all_reduce(be, &mut o, n * h)?;
+                be.add_rmsnorm(&norm, &mut x, &o, &l.ffn_norm, &mut xn)?;
+            }
             l.w_gate_up.matmul(be, n, &xn, &mut gu)?;
             be.silu_mul(&SiluMulParams { rows: n as u32, dim: ffn as u32, ..Default::default() }, &gu, &mut act)?;
-            l.w_down.matmul(be, n, &act, &mut o)?;
-            self.all_reduce(be, &mut o, n * h)?;
+            if fuse {
+                l.w_down.matmul_add(be, n, &act, &mut x)?;
+            } else {
+                l.w_down.matmul(be, n, &act, &mut o)?;
+                self.all_reduce(be, &mut o, n * h)?;
+            }
         }
         let nl = m.n_logits;
         tracing::trace!(record_us = t_record.elapsed().as_micros() as u64, "step recorded");
@@ -541,7 +556,11 @@ impl<B: Backend> Llama<B> {
                 Some(b) => b,
                 None => &mut xn,
             };
-            be.add_rmsnorm(&norm, &mut x, &o, &self.norm, fin)?;
+            if fuse {
+                be.rmsnorm(&norm, &x, &self.norm, fin)?;
+            } else {
+                be.add_rmsnorm(&norm, &mut x, &o, &self.norm, fin)?;
+            }
             let mut sel = a(nl * h)?;
             let gp = GatherRowsParams { n_out: nl as u32, dim: h as u32, n_src: n as u32, _pad: 0 };
             be.gather_rows(&gp, fin, &m.logit_rows, &mut sel)?;

@@ -163,6 +163,7 @@ pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
                 let name = format!("matmul {dtype:?} {m}x{n}x{k} bias={bias}");
                 t.check(&name, &out, m * n, TOL_REDUCTION);
                 out16_case(&t, &name, &p, &x.0, &w.0, &out.1, m * n, TOL_REDUCTION);
+                accumulate_case(&mut t, &name, &p, (&x, &w, bias.then_some(&b)), &out.1, m * n, TOL_REDUCTION);
             }
         }
     }
@@ -201,6 +202,7 @@ fn matmul_strided<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, tol: f32
         let tol = if x16 { TOL_QUANT } else { tol };
         t.check(&name, &out, len, tol);
         out16_case(t, &name, &p, &x.0, &w.0, &out.1, len, tol);
+        accumulate_case(t, &name, &p, (&x, &w, b), &out.1, len, tol);
     }
 }
 
@@ -230,6 +232,41 @@ fn out16_case<B: Backend>(
     let want = round_to(d, &t.cpu.download_f32(want, 0, len).unwrap());
     let ulp = if d == DType::BF16 { 2f32.powi(-7) } else { 2f32.powi(-10) };
     close(&format!("{name} out {d:?}"), &t.gpu.download_f32(&o, 0, len).unwrap(), &want, tol + ulp);
+}
+
+/// A matmul's buffers on both backends: x, w and the bias.
+type MatmulBufs<'a, B> = (&'a Bufs<B>, &'a Bufs<B>, Option<&'a Bufs<B>>);
+type Bufs<B> = (<B as Backend>::Buffer, lserve::backend::cpu::CpuBuffer);
+
+/// The same matmul with `accumulate` (out += the product) into an out of random values, the same
+/// on both backends, where the backend takes it (`Backend::matmul_accumulates`; elsewhere it
+/// must refuse it): against the CPU's, which is checked first against its own product `want`
+/// (NaN poison outside the written elements) added to those values, exactly.
+#[allow(clippy::too_many_arguments)]
+fn accumulate_case<B: Backend>(
+    t: &mut super::Pair<'_, B>,
+    name: &str,
+    p: &MatmulParams,
+    (x, w, bias): MatmulBufs<'_, B>,
+    want: &lserve::backend::cpu::CpuBuffer,
+    len: usize,
+    tol: f32,
+) {
+    let pa = MatmulParams { accumulate: 1, ..*p };
+    let base = t.f32s(len, 1.0);
+    let mut out = t.up(DType::F32, &base);
+    let r = t.gpu.matmul(&pa, &x.0, &w.0, bias.map(|b| &b.0), &mut out.0);
+    if !t.gpu.matmul_accumulates(&w.0, p.m as usize) {
+        assert!(t.gpu.caps().name == "cpu" || r.is_err(), "{name}: accumulate taken where the backend says it is not");
+        return;
+    }
+    r.unwrap();
+    t.cpu.matmul(&pa, &x.1, &w.1, bias.map(|b| &b.1), &mut out.1).unwrap();
+    let prod = t.cpu.download_f32(want, 0, len).unwrap();
+    let sum: Vec<f32> = base.iter().zip(&prod).map(|(&a, &b)| if b.is_nan() { a } else { a + b }).collect();
+    let cpu = t.cpu.download_f32(&out.1, 0, len).unwrap();
+    assert!(cpu.iter().zip(&sum).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: the CPU's accumulate");
+    t.check(&format!("{name} accumulate"), &out, len, tol);
 }
 
 /// Quantized weights: random blocks (odd n; k a few whole blocks, and one long row), every GEMV
@@ -327,6 +364,7 @@ fn quant_case<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, p: &MatmulPa
     let x16 = t.gpu.caps().matmul_x16_from.is_some_and(|r| m >= r) && !x8;
     t.check(&name, &out, len, if x16 { TOL_QUANT } else { TOL_REDUCTION });
     out16_case(t, &name, p, &x.0, &w.0, &out.1, len, if x16 { TOL_QUANT } else { TOL_REDUCTION });
+    accumulate_case(t, &name, p, (&x, &w, bias), &out.1, len, if x16 { TOL_QUANT } else { TOL_REDUCTION });
     // The same x already in the 16-bit dtype the backend multiplies (`weight_x16_dtype`: CUDA's
     // dequantize + f16 GEMM path, the rows a prefill's norms and silu_mul write in f16): the
     // operands the GEMM would have rounded itself, so the f32 x's output bit for bit.

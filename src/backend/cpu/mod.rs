@@ -265,18 +265,30 @@ impl Backend for CpuBackend {
             return Err(err(format!("matmul: ldo {} < n {n}", p.ldo)));
         }
         let out = f32s_mut(out, p.out_len(), "matmul out")?;
-        if let CpuBuffer::Bytes(dt, bytes) = w {
-            return quant::matmul(p, x, *dt, bytes, bias, out);
+        if m == 0 || n == 0 {
+            return Ok(());
         }
-        let w = f32s(w, n * k, "matmul w")?;
-        if p.is_dense() {
-            ops::matmul(x, w, bias, out, m, n, k);
-        } else {
-            let (ldo, off) = (u(p.ldo), u(p.out_off));
-            let mut dense = vec![0.0; m * n];
-            ops::matmul(x, w, bias, &mut dense, m, n, k);
-            for (r, row) in dense.chunks_exact(n).enumerate() {
-                out[off + r * ldo..off + r * ldo + n].copy_from_slice(row);
+        // The product in place where it can go there (a dense out, or quantized weights, whose
+        // kernels take ldo and out_off), else densely first, then copied or added.
+        let product = |p: &MatmulParams, out: &mut [f32]| -> Result<()> {
+            if let CpuBuffer::Bytes(dt, bytes) = w {
+                return quant::matmul(p, x, *dt, bytes, bias, out);
+            }
+            ops::matmul(x, f32s(w, n * k, "matmul w")?, bias, out, m, n, k);
+            Ok(())
+        };
+        if p.accumulate == 0 && (p.is_dense() || matches!(w, CpuBuffer::Bytes(..))) {
+            return product(p, out);
+        }
+        let mut dense = vec![0.0; m * n];
+        product(&MatmulParams { ldo: p.n, out_off: 0, accumulate: 0, ..*p }, &mut dense)?;
+        let (ldo, off) = (u(p.ldo), u(p.out_off));
+        for (r, row) in dense.chunks_exact(n).enumerate() {
+            let o = &mut out[off + r * ldo..off + r * ldo + n];
+            if p.accumulate != 0 {
+                o.iter_mut().zip(row).for_each(|(a, b)| *a += b);
+            } else {
+                o.copy_from_slice(row);
             }
         }
         Ok(())
@@ -548,5 +560,52 @@ mod alloc_tests {
         assert!(zeroed::<u8>(usize::MAX).is_err());
         assert_eq!(zeroed::<u32>(3).unwrap(), vec![0, 0, 0]);
         assert!(zeroed::<f32>(0).unwrap().is_empty());
+    }
+}
+
+#[cfg(test)]
+mod accumulate_tests {
+    use super::*;
+
+    /// `MatmulParams::accumulate` adds the product to what out held, exactly the plain product
+    /// plus those values (the one f32 add), and leaves every other element alone: a dense and a
+    /// strided out, f32 and quantized (int8 row) weights, with and without bias.
+    #[test]
+    fn accumulate_is_the_product_plus_out() {
+        let be = CpuBackend::new();
+        let mut seed = 0x9e37_79b9u32;
+        let mut rnd = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+                })
+                .collect()
+        };
+        let (m, n, k) = (5, 7, 64);
+        let x = be.upload_f32(DType::F32, rnd(m * k)).unwrap();
+        let wf = rnd(n * k);
+        let b = be.upload_f32(DType::F32, rnd(n)).unwrap();
+        // int8 rows: n x k codes, then n f32 scales.
+        let mut q: Vec<u8> = wf.iter().map(|v| ((v * 250.0) as i8) as u8).collect();
+        q.extend(rnd(n).iter().flat_map(|s| (s.abs() + 0.01).to_le_bytes()));
+        let ws = [be.upload_f32(DType::F32, wf).unwrap(), be.upload_weight(DType::I8Row, n, k, &q).unwrap()];
+        for w in &ws {
+            for (ldo, off, bias) in [(n, 0, false), (n, 0, true), (11, 3, true)] {
+                let p = MatmulParams { ldo: ldo as u32, out_off: off as u32, ..MatmulParams::new(m, n, k, bias) };
+                let len = p.out_len() + 2;
+                let base = rnd(len);
+                let mut plain = be.upload_f32(DType::F32, vec![f32::NAN; len]).unwrap();
+                be.matmul(&p, &x, w, bias.then_some(&b), &mut plain).unwrap();
+                let mut acc = be.upload_f32(DType::F32, base.clone()).unwrap();
+                let pa = MatmulParams { accumulate: 1, ..p };
+                be.matmul(&pa, &x, w, bias.then_some(&b), &mut acc).unwrap();
+                let (plain, acc) = (be.download_f32(&plain, 0, len).unwrap(), be.download_f32(&acc, 0, len).unwrap());
+                for i in 0..len {
+                    let want = if plain[i].is_nan() { base[i] } else { base[i] + plain[i] };
+                    assert_eq!(acc[i].to_bits(), want.to_bits(), "element {i} (ldo {ldo}, {:?})", be.dtype(w));
+                }
+            }
+        }
     }
 }

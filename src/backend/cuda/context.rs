@@ -307,7 +307,9 @@ impl Gpu {
 
     fn run_gemm(&self, g: &GemmRec) -> Result<()> {
         use cudarc::cublas::sys as blas;
-        let (one, zero) = (1f32, 0f32);
+        let one = 1f32;
+        // beta: 1 adds the product to out (GemmRec::acc), 0 overwrites it.
+        let beta = if g.acc { 1f32 } else { 0f32 };
         let (tn, nn) = (blas::cublasOperation_t::CUBLAS_OP_T, blas::cublasOperation_t::CUBLAS_OP_N);
         let ty = if g.bf16 { blas::cudaDataType::CUDA_R_16BF } else { blas::cudaDataType::CUDA_R_16F };
         // Row-major out[m][n] = x . w^T is column-major out^T (n x m) = W^T(n x k) . x^T (k x m).
@@ -335,7 +337,7 @@ impl Gpu {
                     ty,
                     g.k,
                     g.batch.x,
-                    &zero as *const f32 as *const _,
+                    &beta as *const f32 as *const _,
                     g.out as *mut _,
                     cty,
                     g.ldc,
@@ -362,7 +364,7 @@ impl Gpu {
                 g.x as *const _,
                 ty,
                 g.k,
-                &zero as *const f32 as *const _,
+                &beta as *const f32 as *const _,
                 g.out as *mut _,
                 cty,
                 g.ldc,

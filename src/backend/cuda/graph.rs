@@ -67,8 +67,9 @@ pub struct NcclRec {
 }
 
 /// A 16-bit tensor-core GEMM: out[r * ldc + c] (f32) = x[r][:] . w[c][:] for r < m, c < n, x and w
-/// both f16 or both bf16, f32 accumulation, those elements overwritten (others untouched). Pointers
-/// are device addresses (`out` already offset to the first output element).
+/// both f16 or both bf16, f32 accumulation, those elements overwritten (others untouched), or
+/// with `acc` added to (beta = 1). Pointers are device addresses (`out` already offset to the
+/// first output element).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct GemmRec {
     pub m: i32,
@@ -82,6 +83,8 @@ pub struct GemmRec {
     pub w: u64,
     pub x: u64,
     pub out: u64,
+    /// out += the product (cuBLAS beta = 1; `MatmulParams::accumulate`), else out = it.
+    pub acc: bool,
     /// Independent products of the same shape (cuBLAS strided batched): product i reads
     /// `w + i * batch.w`, `x + i * batch.x` and writes `out + i * batch.out` (element strides).
     pub batch: GemmBatch,

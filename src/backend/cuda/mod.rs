@@ -112,6 +112,10 @@ pub struct CudaBackend {
     /// `antidiagonal_score` by cuBLAS where the blocks allow (`LSERVE_CUDA_AD_GEMM`, default on:
     /// off measures the fused kernel beside it).
     ad_gemm: bool,
+    /// o_proj and down add into the residual stream by cuBLAS beta = 1 where they are cuBLAS
+    /// GEMMs (`Backend::matmul_accumulates`; `LSERVE_CUDA_FUSE_RESIDUAL`, default on: off measures
+    /// add_rmsnorm beside it).
+    fuse_residual: bool,
 }
 
 /// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md, CUDA).
@@ -198,6 +202,7 @@ impl CudaBackend {
         let decode_pf = switch_from_env("LSERVE_CUDA_DECODE_PF")?;
         let rope_rows = switch_from_env("LSERVE_CUDA_ROPE_ROWS")?;
         let ad_gemm = switch_from_env("LSERVE_CUDA_AD_GEMM")?;
+        let fuse_residual = switch_from_env("LSERVE_CUDA_FUSE_RESIDUAL")?;
         let mmv_stages =
             count_from_env("LSERVE_CUDA_MMV_STAGES", ops_matmul::MMV_MAX_STAGES)?.unwrap_or(ops_matmul::MMV_MAX_STAGES);
         Ok(CudaBackend {
@@ -213,6 +218,7 @@ impl CudaBackend {
             mmv_stages,
             rope_rows,
             ad_gemm,
+            fuse_residual,
         })
     }
 
@@ -490,6 +496,11 @@ impl Backend for CudaBackend {
     /// Where the matmul is a cuBLAS GEMM (`ops_matmul::x16_dtype`), its C in the 16-bit type.
     fn matmul_out16_dtype(&self, w: &CudaBuffer, m: usize) -> Option<DType> {
         ops_matmul::x16_dtype(w.dtype, m).filter(|_| self.out16)
+    }
+    /// Where the matmul is a cuBLAS GEMM (`ops_matmul::x16_dtype`): beta = 1 reads the residual
+    /// in the GEMM's epilogue, in place of add_rmsnorm's separate read of the product.
+    fn matmul_accumulates(&self, w: &CudaBuffer, m: usize) -> bool {
+        ops_matmul::x16_dtype(w.dtype, m).is_some() && self.fuse_residual
     }
     /// The listed dtypes (`Caps::act_x8_dtypes`), but a matrix of a format that packs takes X8 only
     /// where it is stored packed: its GGML-block GEMV quantizes x in every block, faster than

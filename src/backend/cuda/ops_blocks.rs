@@ -228,6 +228,7 @@ fn antidiagonal_gemm(
             w: ks,
             x: qs,
             out: z,
+            acc: false,
             batch,
         };
         g.gemm16_as("antidiagonal_gemm", rec)?;

@@ -122,6 +122,13 @@ pub fn matmul(
         )));
     }
     need(out, if out16 { out.dtype } else { DType::F32 }, p.out_len(), "matmul out")?;
+    // accumulate: only a cuBLAS GEMM (beta = 1) into an f32 out (Backend::matmul_accumulates).
+    if p.accumulate != 0 && (gemm16.is_none() || out16) {
+        return Err(err(format!(
+            "matmul: accumulate needs a cuBLAS GEMM into an f32 out ({:?} weights at {m} rows into {:?} do not take it)",
+            w.dtype, out.dtype
+        )));
+    }
     let bias = match (p.has_bias, bias) {
         (0, _) => None,
         (_, Some(b)) => {
@@ -165,6 +172,7 @@ pub fn matmul(
             w: w.ptr(),
             x: x16,
             out: out0,
+            acc: p.accumulate != 0,
             batch: GemmBatch::ONE,
         };
         be.gpu().gemm16(g)?;
@@ -251,6 +259,7 @@ fn matmul_quant(
             w: w16,
             x: x16,
             out: out0,
+            acc: p.accumulate != 0,
             batch: GemmBatch::ONE,
         };
         g.gemm16(rec)?;

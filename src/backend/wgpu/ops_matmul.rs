@@ -148,6 +148,9 @@ pub fn matmul(
     out: &mut WgpuBuffer,
 ) -> Result<()> {
     let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
+    if p.accumulate != 0 {
+        return Err(err("matmul: accumulate is not taken by the wgpu backend (Backend::matmul_accumulates)"));
+    }
     if x.dtype == DType::X8 {
         need_x8(be, p, x, w)?;
     } else {
