@@ -312,6 +312,20 @@ template <typename O> __device__ __forceinline__ void store4(O* o, float4 v) {
     *reinterpret_cast<uint2*>(o) = make_uint2(lo, hi);
 }
 template <> __device__ __forceinline__ void store4<float>(float* o, float4 v) { *reinterpret_cast<float4*>(o) = v; }
+// An attention output (prefill_attention's out): f32 (o16 = 0), or f16 (1) / bf16 (2) rounded
+// to nearest even, the o projection's x as it is. Two elements at an even index, or one.
+__device__ __forceinline__ u32 attn_bits16(float x, u32 o16) { return o16 == 1u ? f32_to_f16(x) : f32_to_bf16(x); }
+__device__ __forceinline__ void attn_store2(void* out, u64 i, float a, float b, u32 o16) {
+    if (o16 == 0u) {
+        *reinterpret_cast<float2*>(reinterpret_cast<float*>(out) + i) = make_float2(a, b);
+        return;
+    }
+    *reinterpret_cast<u32*>(reinterpret_cast<u16*>(out) + i) = attn_bits16(a, o16) | (attn_bits16(b, o16) << 16);
+}
+__device__ __forceinline__ void attn_store1(void* out, u64 i, float a, u32 o16) {
+    if (o16 == 0u) reinterpret_cast<float*>(out)[i] = a;
+    else reinterpret_cast<u16*>(out)[i] = (u16)attn_bits16(a, o16);
+}
 // Four consecutive elements (f32, or f16/bf16 widened) at a 4-element aligned address.
 __device__ __forceinline__ float4 load4(const float* a) { return *reinterpret_cast<const float4*>(a); }
 template <typename T> __device__ __forceinline__ float4 load4(const T* a) {

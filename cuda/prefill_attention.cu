@@ -94,9 +94,9 @@ __device__ __forceinline__ void pm_block_list(const AttentionParams& p, const u3
 template <typename KT, int DPT>
 __device__ void prefill_impl(AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v,
                              const KT* sk, const KT* sv, const u32* head_map, const u32* page_indptr,
-                             const u32* page_table, const u32* kv_len, const u32* ring_table, float* out,
+                             const u32* page_table, const u32* kv_len, const u32* ring_table, void* out,
                              u32 page_table_len, u32 ring_table_len, const u32* blk_sel, const u32* blk_cnt,
-                             u32 bsl, u32 bcl) {
+                             u32 bsl, u32 bcl, u32 out16) {
     extern __shared__ float smem[];
     __shared__ u32 lst[PM_MAX_LIST];  // a sparse block's list pages (pm_block_list)
     __shared__ PmTile bt;             // its block geometry (sparse, tpage, klo, cnt, sel_off, nv)
@@ -242,7 +242,7 @@ __device__ void prefill_impl(AttentionParams p, const float* q, const u32* q_ind
 #pragma unroll
     for (int i = 0; i < DPT; i++) {
         u32 d = sub + 4 * i;
-        if (d < hd) out[((u64)row * nh + h) * hd + d] = l > 0.0f ? acc[i] / l : 0.0f;
+        if (d < hd) attn_store1(out, ((u64)row * nh + h) * hd + d, l > 0.0f ? acc[i] / l : 0.0f, out16);
     }
 }
 
@@ -250,9 +250,9 @@ __device__ void prefill_impl(AttentionParams p, const float* q, const u32* q_ind
     extern "C" __global__ void __launch_bounds__(PF_THREADS) name( \
         AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v, const KT* sk, const KT* sv, \
         const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, \
-        float* out, const u32* blk_sel, const u32* blk_cnt, u32 ptl, u32 rtl, u32 bsl, u32 bcl) { \
+        void* out, const u32* blk_sel, const u32* blk_cnt, u32 ptl, u32 rtl, u32 bsl, u32 bcl, u32 out16) { \
         prefill_impl<KT, DPT>(p, q, q_indptr, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, out, \
-                              ptl, rtl, blk_sel, blk_cnt, bsl, bcl); \
+                              ptl, rtl, blk_sel, blk_cnt, bsl, bcl, out16); \
     }
 PF(prefill_attention_f32_d4, float, 4)
 PF(prefill_attention_f32_d8, float, 8)
@@ -479,9 +479,9 @@ __device__ __forceinline__ u32 pm_key_at(const AttentionParams& p, const PmTile&
 template <typename KT, int D, bool FULL>
 __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v,
                                  const KT* sk, const KT* sv, const u32* head_map, const u32* page_indptr,
-                                 const u32* page_table, const u32* kv_len, const u32* ring_table, float* out,
+                                 const u32* page_table, const u32* kv_len, const u32* ring_table, void* out,
                                  u32 page_table_len, u32 ring_table_len, const u32* blk_sel, const u32* blk_cnt,
-                                 u32 bsl, u32 bcl) {
+                                 u32 bsl, u32 bcl, u32 out16) {
     using S = PmShape<D>;
     constexpr u32 MT = S::MT, BQ = S::BQ, BK = S::BK, LD = S::LD;
     constexpr u32 NT = BK / 8;                     // n-tiles of S per m-tile
@@ -818,8 +818,8 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 if (ra + 8 * r < t.nr)
-                    *reinterpret_cast<float2*>(out + ((u64)(t.r0 + ra + 8 * r) * nh + h) * hd + d) =
-                        make_float2(acc[mt][n][2 * r] * inv[r], acc[mt][n][2 * r + 1] * inv[r]);
+                    attn_store2(out, ((u64)(t.r0 + ra + 8 * r) * nh + h) * hd + d, acc[mt][n][2 * r] * inv[r],
+                                acc[mt][n][2 * r + 1] * inv[r], out16);
             }
         }
     }
@@ -829,9 +829,9 @@ __device__ void prefill_mma_impl(AttentionParams p, const float* q, const u32* q
     extern "C" __global__ void __launch_bounds__(PM_THREADS) name( \
         AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v, const KT* sk, const KT* sv, \
         const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, \
-        float* out, const u32* blk_sel, const u32* blk_cnt, u32 ptl, u32 rtl, u32 bsl, u32 bcl) { \
+        void* out, const u32* blk_sel, const u32* blk_cnt, u32 ptl, u32 rtl, u32 bsl, u32 bcl, u32 out16) { \
         prefill_mma_impl<KT, D, FULL>(p, q, q_indptr, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, \
-                                      ring_table, out, ptl, rtl, blk_sel, blk_cnt, bsl, bcl); \
+                                      ring_table, out, ptl, rtl, blk_sel, blk_cnt, bsl, bcl, out16); \
     }
 // _d<D>: head_dim == D; _d<D>_pad: head_dim below D, zero-padded up to it.
 PM(prefill_attention_mma_f16_d64, f16_t, 64, true)

@@ -173,9 +173,9 @@ PW_MMA(f16_t, "f16")
 template <typename KT, bool WS, bool TMA>
 __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v,
                                    const KT* sk, const KT* sv, const u32* head_map, const u32* page_indptr,
-                                   const u32* page_table, const u32* kv_len, const u32* ring_table, float* out,
+                                   const u32* page_table, const u32* kv_len, const u32* ring_table, void* out,
                                    u32 page_table_len, u32 ring_table_len, const u32* blk_sel, const u32* blk_cnt,
-                                   u32 bsl, u32 bcl, const u64* tmaps) {
+                                   u32 bsl, u32 bcl, const u64* tmaps, u32 out16) {
     constexpr u32 D = 128, BQ = 128, BK = 128;
     constexpr u32 CH = D / 8;                    // 16-byte chunks per row
     constexpr u32 WR = 32 / CH;                  // rows a warp copies per pass
@@ -598,10 +598,10 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
         const float inv = s > 0.0f ? 1.0f / s : 0.0f;
         const u32 row = r_lo + 8 * r;
         if (row >= t.nr) continue;
-        float* o = out + ((u64)(t.r0 + row) * nh + h) * D + 2 * tq;
+        const u64 o = ((u64)(t.r0 + row) * nh + h) * D + 2 * tq;
 #pragma unroll
         for (u32 n = 0; n < D / 8; n++)
-            *reinterpret_cast<float2*>(o + 8 * n) = make_float2(acc[4 * n + 2 * r] * inv, acc[4 * n + 2 * r + 1] * inv);
+            attn_store2(out, o + 8 * n, acc[4 * n + 2 * r] * inv, acc[4 * n + 2 * r + 1] * inv, out16);
     }
 }
 
@@ -610,7 +610,7 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define PW_BODY(KT, WS, TMA, TMAPS) \
     prefill_wgmma_impl<KT, WS, TMA>(p, q, q_indptr, k, v, sk, sv, head_map, page_indptr, page_table, kv_len, ring_table, \
-                                    out, ptl, rtl, blk_sel, blk_cnt, bsl, bcl, TMAPS);
+                                    out, ptl, rtl, blk_sel, blk_cnt, bsl, bcl, TMAPS, out16);
 #else
 #define PW_BODY(KT, WS, TMA, TMAPS)
 #endif
@@ -619,7 +619,7 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
     extern "C" __global__ void __launch_bounds__(PW_THREADS, 1) name( \
         AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v, const KT* sk, const KT* sv, \
         const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, \
-        float* out, const u32* blk_sel, const u32* blk_cnt, u32 ptl, u32 rtl, u32 bsl, u32 bcl) { \
+        void* out, const u32* blk_sel, const u32* blk_cnt, u32 ptl, u32 rtl, u32 bsl, u32 bcl, u32 out16) { \
         PW_BODY(KT, false, false, nullptr) \
     }
 // The TMA entries: `_tma` (WS false: the plain kernel, each warp's 16 keys as boxes) and `_ws`
@@ -630,7 +630,7 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
     extern "C" __global__ void __launch_bounds__(WS ? PW_WS_THREADS : PW_THREADS, 1) name( \
         AttentionParams p, const float* q, const u32* q_indptr, const KT* k, const KT* v, const KT* sk, const KT* sv, \
         const u32* head_map, const u32* page_indptr, const u32* page_table, const u32* kv_len, const u32* ring_table, \
-        float* out, const u32* blk_sel, const u32* blk_cnt, const u64* tmaps, u32 ptl, u32 rtl, u32 bsl, u32 bcl) { \
+        void* out, const u32* blk_sel, const u32* blk_cnt, const u64* tmaps, u32 ptl, u32 rtl, u32 bsl, u32 bcl, u32 out16) { \
         PW_BODY(KT, WS, true, tmaps) \
     }
 PW(prefill_attention_wgmma_f16_d128, f16_t)

@@ -10,8 +10,9 @@
 //! - An op never reads an output before writing it (outputs may hold garbage; tests poison them).
 //! - An op validates buffer lengths against its params and returns [`Error::Backend`] on mismatch
 //!   instead of reading or writing out of bounds.
-//! - Activations and logits are f32 (except where `caps().act16_from` allows 16-bit norm and
-//!   FFN outputs feeding a matmul, and `matmul_out16_dtype` 16-bit q|k|v and gate|up outputs);
+//! - Activations and logits are f32 (except where `caps().act16_from` allows 16-bit norm, FFN
+//!   and prefill attention outputs feeding a matmul, and `matmul_out16_dtype` 16-bit q|k|v and
+//!   gate|up outputs);
 //!   weights use one of `caps().weight_dtypes`; the KV cache uses one of `caps().kv_dtypes`. The
 //!   engine asks before planning, never by catching a failure.
 
@@ -147,8 +148,9 @@ pub struct Caps {
     /// with cooperative matrices: from 2 rows, quantized weights too, with x and the dequantized
     /// weights in f16.)
     pub matmul_x16_from: Option<usize>,
-    /// 16-bit activations: from this many rows on, `rmsnorm`, `add_rmsnorm` and `silu_mul` may
-    /// write an f16 or bf16 `out` (the f32 result rounded to nearest even), and `matmul` takes an
+    /// 16-bit activations: from this many rows on, `rmsnorm`, `add_rmsnorm`, `silu_mul` and
+    /// `prefill_attention` may write an f16 or bf16 `out` (the f32 result rounded to nearest
+    /// even), and `matmul` takes an
     /// x of its 16-bit weights' own dtype as it is: the values `matmul_x16_from`'s rounding would
     /// have made, without the rounding pass (never below `matmul_x16_from`). `None`: activations
     /// are f32 only. (CUDA: from 2 rows; the model uses it for prefill and batched decode.)
@@ -347,12 +349,14 @@ pub trait Backend: Send {
         let _ = (w, m);
         None
     }
-    /// Whether `matmul` over weights `w` at `m` rows takes `MatmulParams::accumulate` (out += the
-    /// product, into an f32 out) and the model should fold a residual add into it: o_proj and
-    /// down then accumulate into the residual stream, whose next norm is a plain `rmsnorm`.
-    /// Default false: `matmul` then refuses `accumulate`. (CPU: `matmul` takes it everywhere,
-    /// as the reference, but this stays false: the fused add saves no traffic there. CUDA: where
-    /// the matmul is a cuBLAS GEMM, whose beta = 1 reads the residual in its epilogue.)
+    /// Whether the model should fold a residual add into `matmul` over weights `w` at `m` rows
+    /// (`MatmulParams::accumulate`: out += the product, into an f32 out; `matmul` must take it
+    /// where this is true): o_proj and down then accumulate into the residual stream, whose next
+    /// norm is a plain `rmsnorm`. Default false. A backend may take accumulate where it does not
+    /// ask for it, and refuses it with an error where it cannot. (CPU: `matmul` takes it
+    /// everywhere, as the reference, but this stays false: the fused add saves no traffic there.
+    /// CUDA: wherever the matmul is a cuBLAS GEMM, whose beta = 1 reads the residual in its
+    /// epilogue; asked for from a prefill's row counts. wgpu: never, refused.)
     fn matmul_accumulates(&self, w: &Self::Buffer, m: usize) -> bool {
         let _ = (w, m);
         false
@@ -492,7 +496,8 @@ pub trait Backend: Send {
     /// see every earlier token (within `window` if set); streaming heads the Lambda mask: keys
     /// `k <= q` with `k < sink` or `q - k < local`. With `blocks` (block-sparse prefill, window 0
     /// only), a retrieval head's queries in a sparse block read only that block's pages
-    /// ([`BlockPages`]).
+    /// ([`BlockPages`]). q is f32; out f32, or f16 / bf16 where `caps().act16_from` is set (the f32
+    /// result rounded to nearest even).
     #[allow(clippy::too_many_arguments)]
     fn prefill_attention(
         &self,

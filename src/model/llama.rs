@@ -595,7 +595,8 @@ impl<B: Backend> Llama<B> {
 
     /// The dtypes of a step's norm output (the x of q|k|v and gate|up), attention output (the x
     /// of o) and silu_mul's output (the x of down) at `n` rows: the weights' 16-bit dtype where
-    /// every layer's matrices take it (`Linear::x16_dtype`; attention writes f32), at one row x8
+    /// every layer's matrices take it (`Linear::x16_dtype`; the attention's only where it is
+    /// `prefill_attention`, not in a decode step of several rows), at one row x8
     /// digits where they all take those (`Linear::takes_x8`; attention only in a decode step, with
     /// head_dim a multiple of 32), else f32. Either is what the matmul would have made of the f32
     /// activations (the attention's at short contexts within an f32 rounding: its X8 row always
@@ -617,7 +618,9 @@ impl<B: Backend> Llama<B> {
         }
         let x16 = |l: &Linear<B>| l.x16_dtype(be, n);
         let xn = common_dtype(ls.iter().flat_map(|l| [&l.w_qkv, &l.w_gate_up]), x16);
-        (xn, DType::F32, common_dtype(ls.iter().map(|l| &l.w_down), x16))
+        // prefill_attention writes o's x in 16 bits too; the decode attention keeps f32.
+        let attn = if decode { DType::F32 } else { common_dtype(ls.iter().map(|l| &l.w_o), x16) };
+        (xn, attn, common_dtype(ls.iter().map(|l| &l.w_down), x16))
     }
 
     /// The dtypes of a prefill's q|k|v and gate|up matmul outputs: 16 bits where every layer's

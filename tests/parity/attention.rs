@@ -7,7 +7,7 @@
 //! `parity_tests!` in tests/backend_parity.rs.
 
 use super::{
-    KvPair, Pair, TOL_ATTENTION, TOL_ATTENTION_KV_F16, append, append_data, attn_params, download_pool,
+    KvPair, Pair, TOL_ATTENTION, TOL_ATTENTION_KV_F16, append, append_data, attn_params, close, download_pool,
     download_u32_all, has_kv, kv_pair, kv_pair_shape, kv_tols, paged, pair, round_to,
 };
 use lserve::backend::cpu::CpuBackend;
@@ -49,7 +49,35 @@ pub fn test_prefill_attention<B: Backend>(gpu: &B, kvd: DType, hd: usize) {
         let mc = PagedMeta { page_indptr: &m[0].1, page_table: &m[1].1, kv_len: &m[2].1, ring_table: &m[3].1 };
         t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, None, &mut out.0).unwrap();
         t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, None, &mut out.1).unwrap();
-        t.check(&format!("prefill_attention window {window} kv {kvd:?}"), &out, n * nh * hd, tol);
+        let name = format!("prefill_attention window {window} kv {kvd:?}");
+        t.check(&name, &out, n * nh * hd, tol);
+        let run = |o: &mut B::Buffer| t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, None, o);
+        out16_case(&t, &name, run, &out.1, n * nh * hd, tol);
+    }
+}
+
+/// The same call into f16 and bf16 outs where the backend writes them (`Caps::act16_from`): the
+/// reference's f32 out rounded to each, within `tol` plus one unit in the last place; a
+/// backend without 16-bit activations must refuse them.
+fn out16_case<B: Backend>(
+    t: &Pair<'_, B>,
+    name: &str,
+    run: impl Fn(&mut B::Buffer) -> lserve::error::Result<()>,
+    want: &<CpuBackend as Backend>::Buffer,
+    len: usize,
+    tol: f32,
+) {
+    let want = t.cpu.download_f32(want, 0, len).unwrap();
+    for d in [DType::F16, DType::BF16] {
+        let Ok(mut o) = t.gpu.upload_f32(d, vec![f32::NAN; len]) else { continue };
+        let r = run(&mut o);
+        if t.gpu.caps().act16_from.is_none() {
+            assert!(r.is_err(), "{name}: a {d:?} out without 16-bit activations");
+            continue;
+        }
+        r.unwrap();
+        let ulp = if d == DType::BF16 { 2f32.powi(-7) } else { 2f32.powi(-10) };
+        close(&format!("{name} out {d:?}"), &t.gpu.download_f32(&o, 0, len).unwrap(), &round_to(d, &want), tol + ulp);
     }
 }
 
@@ -151,6 +179,9 @@ fn prefill_attention_long_group<B: Backend>(gpu: &B, kvd: DType, hd: usize, nh: 
             t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, None, &mut out.1).unwrap();
             let name = format!("prefill_attention_long hd {hd} heads {nh} window {window} keys x{kx} kv {kvd:?}");
             t.check(&name, &out, 240 * row, tol);
+            let run =
+                |o: &mut B::Buffer| t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, None, o);
+            out16_case(&t, &name, run, &out.1, 240 * row, tol);
         }
         // Block-sparse: blocks A0 (first 300, tail page 17), A1 (first 428, tail 25), B0 (first
         // 0, tail 0); lists with entries at or past the tail (skipped), out of order, garbage
@@ -178,6 +209,10 @@ fn prefill_attention_long_group<B: Backend>(gpu: &B, kvd: DType, hd: usize, nh: 
             t.cpu.prefill_attention(&p, &q.1, &qi.1, kv.cpu.layers[0].view(), &mc, Some(&bc), &mut out.1).unwrap();
             let name = format!("block-sparse prefill hd {hd} heads {nh} counts {counts:?} kv {kvd:?}");
             t.check(&name, &out, 240 * row, tol);
+            let run = |o: &mut B::Buffer| {
+                t.gpu.prefill_attention(&p, &q.0, &qi.0, kv.gpu.layers[0].view(), &mg, Some(&bg), o)
+            };
+            out16_case(&t, &name, run, &out.1, 240 * row, tol);
         }
     }
 }

@@ -430,7 +430,8 @@ kernels! {
     }
 
     /// The scalar prefill `[f32 | int8 | fp8 KV][log2 dims-per-thread - 2]` (f32: the exact
-    /// reference; 8-bit: codes dequantized as they are staged).
+    /// reference; 8-bit: codes dequantized as they are staged). Every prefill kernel writes out in
+    /// f32 (out16 0) or rounded to f16 (1) / bf16 (2) (`Caps::act16_from`).
     prefill_attention: "prefill_attention" (AttentionParams) [
         "prefill_attention_f32_d4", "prefill_attention_f32_d8", "prefill_attention_f32_d16",
         "prefill_attention_f32_d32", "prefill_attention_f32_d64",
@@ -441,8 +442,9 @@ kernels! {
     ]
     {
         q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,
-        page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out F32,
+        page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out Any,
         blk_sel: In U32, blk_cnt: In U32, ptl: U32 Scalar, rtl: U32 Scalar, bsl: U32 Scalar, bcl: U32 Scalar,
+        out16: U32 Scalar,
     }
 
     /// The tensor-core prefill `[f16 | bf16 KV][head_dim tier 64 | 128 | 256, then the same tiers
@@ -457,8 +459,9 @@ kernels! {
     ]
     {
         q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,
-        page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out F32,
+        page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out Any,
         blk_sel: In U32, blk_cnt: In U32, ptl: U32 Scalar, rtl: U32 Scalar, bsl: U32 Scalar, bcl: U32 Scalar,
+        out16: U32 Scalar,
     }
 
     /// The Hopper (sm_90a, wgmma) prefill `[f16 | bf16 KV]` at head_dim 128, every thread
@@ -468,8 +471,9 @@ kernels! {
     ]
     {
         q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,
-        page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out F32,
+        page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out Any,
         blk_sel: In U32, blk_cnt: In U32, ptl: U32 Scalar, rtl: U32 Scalar, bsl: U32 Scalar, bcl: U32 Scalar,
+        out16: U32 Scalar,
     }
 
     /// The Hopper prefill with TMA page loads `[f16 | bf16 KV][every thread stages | a producer
@@ -480,9 +484,9 @@ kernels! {
     ]
     {
         q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,
-        page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out F32,
+        page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out Any,
         blk_sel: In U32, blk_cnt: In U32, tmaps: ScratchIn U64, ptl: U32 Scalar, rtl: U32 Scalar, bsl: U32 Scalar,
-        bcl: U32 Scalar,
+        bcl: U32 Scalar, out16: U32 Scalar,
     }
 
     /// The tensor-core prefill over 8-bit KV `[int8 | fp8][head_dim 64 | 128 | 256]`, head_dim
@@ -493,8 +497,9 @@ kernels! {
     ]
     {
         q: In F32, q_indptr: In U32, k: In Store, v: In Store, sk: In Store, sv: In Store, head_map: In U32,
-        page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out F32,
+        page_indptr: In U32, page_table: In U32, kv_len: In U32, ring_table: In U32, out: Out Any,
         blk_sel: In U32, blk_cnt: In U32, ptl: U32 Scalar, rtl: U32 Scalar, bsl: U32 Scalar, bcl: U32 Scalar,
+        out16: U32 Scalar,
     }
 
     /// `[kv dtype][log2 G]` (G query heads of one KV head per block).

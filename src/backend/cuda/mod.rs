@@ -497,10 +497,12 @@ impl Backend for CudaBackend {
     fn matmul_out16_dtype(&self, w: &CudaBuffer, m: usize) -> Option<DType> {
         ops_matmul::x16_dtype(w.dtype, m).filter(|_| self.out16)
     }
-    /// Where the matmul is a cuBLAS GEMM (`ops_matmul::x16_dtype`): beta = 1 reads the residual
-    /// in the GEMM's epilogue, in place of add_rmsnorm's separate read of the product.
+    /// Where the matmul is a cuBLAS GEMM (`ops_matmul::x16_dtype`) of a prefill's rows
+    /// (`ops_matmul::ACC_FROM_M`): beta = 1 reads the residual in the GEMM's epilogue, in place of
+    /// add_rmsnorm's separate read of the product. (`matmul` itself takes accumulate on any
+    /// cuBLAS GEMM.)
     fn matmul_accumulates(&self, w: &CudaBuffer, m: usize) -> bool {
-        ops_matmul::x16_dtype(w.dtype, m).is_some() && self.fuse_residual
+        m >= ops_matmul::ACC_FROM_M && ops_matmul::x16_dtype(w.dtype, m).is_some() && self.fuse_residual
     }
     /// The listed dtypes (`Caps::act_x8_dtypes`), but a matrix of a format that packs takes X8 only
     /// where it is stored packed: its GGML-block GEMV quantizes x in every block, faster than

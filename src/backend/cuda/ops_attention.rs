@@ -193,7 +193,14 @@ pub fn prefill_attention(
     let (n, ns, nh, hd) = (u(p.n_tokens), u(p.num_seqs), u(p.n_heads), u(p.head_dim));
     need(q, DType::F32, n * nh * hd, "prefill_attention q")?;
     need(q_indptr, DType::U32, ns + 1, "prefill_attention q_indptr")?;
-    need(out, DType::F32, n * nh * hd, "prefill_attention out")?;
+    // out: f32, or rounded to f16 / bf16 (Caps::act16_from: the o projection's x as it is).
+    let out16 = match out.dtype {
+        DType::F32 => 0u32,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        d => return Err(err(format!("prefill_attention: a {d:?} out (f32, f16 or bf16)"))),
+    };
+    need(out, out.dtype, n * nh * hd, "prefill_attention out")?;
     if n == 0 || ns == 0 {
         return Ok(());
     }
@@ -236,6 +243,7 @@ pub fn prefill_attention(
                 blk_cnt,
                 bsl,
                 bcl,
+                out16,
             }
         };
     }

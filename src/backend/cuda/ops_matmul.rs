@@ -62,6 +62,11 @@ pub const X16_FROM_M: usize = 2;
 /// Rows of x up to which quantized weights (not fp8) multiply x as two int8 digits per element:
 /// the integer-dot GEMV at m == 1, the MMQ GEMM from 2 rows to this (`Caps::matmul_x8_max_m`).
 pub const MMQ_MAX_M: usize = 64;
+/// Rows from which the model is told to fold the residual add into o_proj's and down's GEMMs
+/// (`Backend::matmul_accumulates`): a 32K prefill's 8,192-row steps gained ~10 ms (H100, session
+/// 39), while a batch-16 decode step measured 8.88 ms against 8.78 without it (cuBLAS picks its
+/// small-m kernels differently with beta = 1; the norm it saves is ~4 us there).
+pub const ACC_FROM_M: usize = 256;
 /// Rows of x up to which fp8 weights take the f32 GEMV (dequantizing in registers).
 pub const QUANT_GEMV_MAX_M: usize = 16;
 /// Bound of the f16 scratch a quantized GEMM dequantizes its weight rows into (one chunk), unless
