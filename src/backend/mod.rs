@@ -354,7 +354,8 @@ pub trait Backend: Send {
     /// where this is true): o_proj and down then accumulate into the residual stream, whose next
     /// norm is a plain `rmsnorm`. Default false. A backend may take accumulate where it does not
     /// ask for it, and refuses it with an error where it cannot. (CPU: `matmul` takes it
-    /// everywhere, as the reference, but this stays false: the fused add saves no traffic there.
+    /// everywhere, as the reference, and asks for it only when made `with_fused_residual`, which
+    /// runs the fused layer loop in tests; it saves no traffic there.
     /// CUDA: wherever the matmul is a cuBLAS GEMM, whose beta = 1 reads the residual in its
     /// epilogue; asked for from a prefill's row counts. wgpu: never, refused.)
     fn matmul_accumulates(&self, w: &Self::Buffer, m: usize) -> bool {

@@ -32,6 +32,8 @@ pub enum CpuBuffer {
 
 pub struct CpuBackend {
     caps: Caps,
+    /// `Backend::matmul_accumulates` (off by default; [`CpuBackend::with_fused_residual`]).
+    fused_residual: bool,
 }
 
 impl Default for CpuBackend {
@@ -58,7 +60,16 @@ impl CpuBackend {
                 act_x8_max_k: 0,
                 act_x8_k_multiple: 0,
             },
+            fused_residual: false,
         }
+    }
+
+    /// A CPU backend that asks the model to fold the residual add into o_proj and down
+    /// (`Backend::matmul_accumulates`), as CUDA does for a prefill: the fused layer loop then runs,
+    /// and is tested, on the reference. Same values either way (one f32 add per element).
+    pub fn with_fused_residual(mut self, on: bool) -> Self {
+        self.fused_residual = on;
+        self
     }
 }
 
@@ -244,6 +255,10 @@ impl Backend for CpuBackend {
             }
         }
         Ok(())
+    }
+
+    fn matmul_accumulates(&self, _w: &CpuBuffer, _m: usize) -> bool {
+        self.fused_residual
     }
 
     fn matmul(
