@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# NOT RUN: session 39 had too little device time left to start a machine.
 # Session 39, GPU call 4: wgpu on NVIDIA Vulkan, the tests this session touched: rope_append_kv
 # (kv_fp8's 0x00 / 0x80 zero codes now equal), matmul (accumulate refused) and prefill_attention
 # (a 16-bit out refused), one process.
