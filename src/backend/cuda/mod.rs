@@ -361,6 +361,19 @@ pub(crate) fn need(b: &CudaBuffer, dtype: DType, n: usize, what: &str) -> Result
     Ok(())
 }
 
+/// `b` is an activation of at least `n` elements in f32 or 16 bits (a cuBLAS GEMM's 16-bit out,
+/// an attention's 16-bit out): the kernels' code for its dtype, 0 f32, 1 f16, 2 bf16
+/// (`QkvRow` and `attn_store1/2` in the .cu files).
+pub(crate) fn need_act(b: &CudaBuffer, n: usize, what: &str) -> Result<u32> {
+    let code = match b.dtype {
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        _ => 0,
+    };
+    need(b, if code == 0 { DType::F32 } else { b.dtype }, n, what)?;
+    Ok(code)
+}
+
 /// `b` holds at least `n` elements of a float type (weights or KV).
 pub(crate) fn need_float(b: &CudaBuffer, n: usize, what: &str) -> Result<()> {
     if !matches!(b.dtype, DType::F32 | DType::F16 | DType::BF16) || b.len < n {

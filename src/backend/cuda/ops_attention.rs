@@ -42,7 +42,7 @@
 
 use super::bindings::{self as kern, Scratch, entry, entry_in};
 use super::context::{Launch, bytes_for, err};
-use super::{CudaBackend, CudaBuffer, need, need_kv};
+use super::{CudaBackend, CudaBuffer, need, need_act, need_kv};
 use crate::backend::*;
 use crate::error::Result;
 
@@ -194,13 +194,7 @@ pub fn prefill_attention(
     need(q, DType::F32, n * nh * hd, "prefill_attention q")?;
     need(q_indptr, DType::U32, ns + 1, "prefill_attention q_indptr")?;
     // out: f32, or rounded to f16 / bf16 (Caps::act16_from: the o projection's x as it is).
-    let out16 = match out.dtype {
-        DType::F32 => 0u32,
-        DType::F16 => 1,
-        DType::BF16 => 2,
-        d => return Err(err(format!("prefill_attention: a {d:?} out (f32, f16 or bf16)"))),
-    };
-    need(out, out.dtype, n * nh * hd, "prefill_attention out")?;
+    let out16 = need_act(out, n * nh * hd, "prefill_attention out")?;
     if n == 0 || ns == 0 {
         return Ok(());
     }

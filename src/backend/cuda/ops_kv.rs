@@ -11,7 +11,7 @@
 
 use super::bindings::{self as kern, Scratch, entry};
 use super::context::{Gpu, Launch, err};
-use super::{CudaBackend, CudaBuffer, need, need_kv};
+use super::{CudaBackend, CudaBuffer, need, need_act, need_kv};
 use crate::backend::*;
 use crate::error::Result;
 
@@ -43,12 +43,7 @@ pub fn rope_append_kv(
         return Err(err("rope_append_kv: bad head split, page size or logical page"));
     }
     // qkv f32, or 16-bit as a cuBLAS GEMM wrote it (Backend::matmul_out16_dtype): the kernel's qkv16.
-    let qkv16 = match qkv.dtype {
-        DType::F16 => 1,
-        DType::BF16 => 2,
-        _ => 0,
-    };
-    need(qkv, if qkv16 == 0 { DType::F32 } else { qkv.dtype }, n * (nh + 2 * nkv) * hd, "rope_append_kv qkv")?;
+    let qkv16 = need_act(qkv, n * (nh + 2 * nkv) * hd, "rope_append_kv qkv")?;
     need(meta.positions, DType::U32, n, "rope_append_kv positions")?;
     need(meta.slots, DType::U32, n, "rope_append_kv slots")?;
     need(meta.ring_slots, DType::U32, n, "rope_append_kv ring_slots")?;
