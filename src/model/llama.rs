@@ -494,11 +494,23 @@ impl<B: Backend> Llama<B> {
         // (cuBLAS beta = 1; not under tensor parallelism, whose partial products are summed by
         // the all-reduce first): each norm is then a plain rmsnorm of x.
         let fuse = ranks == 1 && self.layers.iter().all(|l| l.w_o.accumulates(be, n) && l.w_down.accumulates(be, n));
+        // A branch's projection: added into x (fused), or into o, which the next norm adds.
+        let project = |lin: &Linear<B>, input: &B::Buffer, x: &mut B::Buffer, o: &mut B::Buffer| -> Result<()> {
+            if fuse {
+                return lin.matmul_add(be, n, input, x);
+            }
+            lin.matmul(be, n, input, o)?;
+            self.all_reduce(be, o, n * h)
+        };
+        // The norm after a branch: of x (fused), or of x + o.
+        let renorm = |x: &mut B::Buffer, o: &B::Buffer, w: &B::Buffer, out: &mut B::Buffer| -> Result<()> {
+            if fuse { be.rmsnorm(&norm, x, w, out) } else { be.add_rmsnorm(&norm, x, o, w, out) }
+        };
         for (i, l) in self.layers.iter().enumerate() {
-            if i == 0 || fuse {
+            if i == 0 {
                 be.rmsnorm(&norm, &x, &l.attn_norm, &mut xn)?;
             } else {
-                be.add_rmsnorm(&norm, &mut x, &o, &l.attn_norm, &mut xn)?;
+                renorm(&mut x, &o, &l.attn_norm, &mut xn)?;
             }
             l.w_qkv.matmul(be, n, &xn, &mut qkv)?;
             let rp = m.rope_params(cache, i, attention_scaling);
@@ -529,22 +541,11 @@ impl<B: Backend> Llama<B> {
             if let Some(hook) = hook.as_mut() {
                 hook(be, i, &q, store.view(), &paged)?;
             }
-            if fuse {
-                l.w_o.matmul_add(be, n, &attn_out, &mut x)?;
-                be.rmsnorm(&norm, &x, &l.ffn_norm, &mut xn)?;
-            } else {
-                l.w_o.matmul(be, n, &attn_out, &mut o)?;
-                self.all_reduce(be, &mut o, n * h)?;
-                be.add_rmsnorm(&norm, &mut x, &o, &l.ffn_norm, &mut xn)?;
-            }
+            project(&l.w_o, &attn_out, &mut x, &mut o)?;
+            renorm(&mut x, &o, &l.ffn_norm, &mut xn)?;
             l.w_gate_up.matmul(be, n, &xn, &mut gu)?;
             be.silu_mul(&SiluMulParams { rows: n as u32, dim: ffn as u32, ..Default::default() }, &gu, &mut act)?;
-            if fuse {
-                l.w_down.matmul_add(be, n, &act, &mut x)?;
-            } else {
-                l.w_down.matmul(be, n, &act, &mut o)?;
-                self.all_reduce(be, &mut o, n * h)?;
-            }
+            project(&l.w_down, &act, &mut x, &mut o)?;
         }
         let nl = m.n_logits;
         tracing::trace!(record_us = t_record.elapsed().as_micros() as u64, "step recorded");
@@ -556,11 +557,7 @@ impl<B: Backend> Llama<B> {
                 Some(b) => b,
                 None => &mut xn,
             };
-            if fuse {
-                be.rmsnorm(&norm, &x, &self.norm, fin)?;
-            } else {
-                be.add_rmsnorm(&norm, &mut x, &o, &self.norm, fin)?;
-            }
+            renorm(&mut x, &o, &self.norm, fin)?;
             let mut sel = a(nl * h)?;
             let gp = GatherRowsParams { n_out: nl as u32, dim: h as u32, n_src: n as u32, _pad: 0 };
             be.gather_rows(&gp, fin, &m.logit_rows, &mut sel)?;
