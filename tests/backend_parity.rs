@@ -302,6 +302,18 @@ pub fn out16_dtypes<B: Backend>(gpu: &B) -> Vec<DType> {
         .collect()
 }
 
+/// One unit in the last place of a 16-bit `dtype`, relative: bf16 keeps 8 significant bits (a
+/// unit is 2^-7 of the value at most), f16 11 (2^-10).
+pub fn ulp16(dtype: DType) -> f32 {
+    if dtype == DType::BF16 { 2f32.powi(-7) } else { 2f32.powi(-10) }
+}
+
+/// A backend's 16-bit out `got` against the reference's f32 values `want` rounded to `dtype`,
+/// within `tol` plus one unit in the last place (a sum in another order may round the other way).
+pub fn close16(name: &str, dtype: DType, got: &[f32], want: &[f32], tol: f32) {
+    close(&format!("{name} out {dtype:?}"), got, &round_to(dtype, want), tol + ulp16(dtype));
+}
+
 /// `data` rounded to a 16-bit `dtype` (nearest even) and back; other dtypes leave it as it is.
 pub fn round_to(dtype: DType, data: &[f32]) -> Vec<f32> {
     match dtype {

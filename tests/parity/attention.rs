@@ -7,7 +7,7 @@
 //! `parity_tests!` in tests/backend_parity.rs.
 
 use super::{
-    KvPair, Pair, TOL_ATTENTION, TOL_ATTENTION_KV_F16, append, append_data, attn_params, close, download_pool,
+    KvPair, Pair, TOL_ATTENTION, TOL_ATTENTION_KV_F16, append, append_data, attn_params, close16, download_pool,
     download_u32_all, has_kv, kv_pair, kv_pair_shape, kv_tols, paged, pair, round_to,
 };
 use lserve::backend::cpu::CpuBackend;
@@ -76,8 +76,7 @@ fn out16_case<B: Backend>(
             continue;
         }
         r.unwrap();
-        let ulp = if d == DType::BF16 { 2f32.powi(-7) } else { 2f32.powi(-10) };
-        close(&format!("{name} out {d:?}"), &t.gpu.download_f32(&o, 0, len).unwrap(), &round_to(d, &want), tol + ulp);
+        close16(name, d, &t.gpu.download_f32(&o, 0, len).unwrap(), &want, tol);
     }
 }
 

@@ -3,7 +3,9 @@
 //! the partial writes of KV swap-in (write_at). Instantiated per backend by `parity_tests!` in
 //! tests/backend_parity.rs.
 
-use super::{TOL_ELEMENTWISE, TOL_QUANT, TOL_REDUCTION, close, has_weights, out16_dtypes, pair, round_to};
+use super::{
+    TOL_ELEMENTWISE, TOL_QUANT, TOL_REDUCTION, close, close16, has_weights, out16_dtypes, pair, round_to, ulp16,
+};
 use lserve::backend::reference::weight_quant;
 use lserve::backend::*;
 
@@ -229,9 +231,8 @@ fn out16_case<B: Backend>(
         return;
     }
     t.gpu.matmul(p, x, w, None, &mut o).unwrap();
-    let want = round_to(d, &t.cpu.download_f32(want, 0, len).unwrap());
-    let ulp = if d == DType::BF16 { 2f32.powi(-7) } else { 2f32.powi(-10) };
-    close(&format!("{name} out {d:?}"), &t.gpu.download_f32(&o, 0, len).unwrap(), &want, tol + ulp);
+    let want = t.cpu.download_f32(want, 0, len).unwrap();
+    close16(name, d, &t.gpu.download_f32(&o, 0, len).unwrap(), &want, tol);
 }
 
 /// A matmul's buffers on both backends: x, w and the bias.
@@ -563,11 +564,9 @@ fn check_act<B: Backend>(
 ) {
     let got = t.gpu.download_f32(&out.0, 0, n).unwrap();
     let want = t.cpu.download_f32(&out.1, 0, n).unwrap();
-    let (want, tol): (Vec<f32>, f32) = match dtype {
-        // One unit in the last place, relative: bf16 keeps 8 significant bits (a unit is 2^-7 of
-        // the value at most), f16 11 (2^-10); a sum in another order may round the other way.
-        DType::BF16 => (want.iter().map(|&v| half::bf16::from_f32(v).to_f32()).collect(), 2f32.powi(-7)),
-        DType::F16 => (want.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect(), 2f32.powi(-10)),
+    // 16 bits: within one unit in the last place of the rounded reference (ulp16), f32 within tol.
+    let (want, tol) = match dtype {
+        DType::BF16 | DType::F16 => (round_to(dtype, &want), ulp16(dtype)),
         _ => (want, tol),
     };
     close(name, &got, &want, tol);
