@@ -1,5 +1,7 @@
 //! The layer loop with the residual add folded into o_proj and down (`Backend::matmul_accumulates`:
-//! CUDA's cuBLAS prefill GEMMs) run on the CPU reference (`CpuBackend::with_fused_residual`): every
+//! CUDA's cuBLAS prefill GEMMs and batch-1 GEMVs) and the norms and silu_mul folded into the
+//! matmuls after them (`Backend::matmul_prologue`: CUDA's batch-1 GEMVs) run on the CPU reference
+//! (`CpuBackend::with_fused_residual`, whose prologue is the op and then the matmul): every
 //! row's logits equal the plain loop's (add_rmsnorm) bit for bit — the same f32 add per element —
 //! for a synthetic Llama with f32 and int8-row weights, dense and sparse (streaming heads, page
 //! selection), over a prompt in two chunks and a few decode steps. Random tokens, seeded and

@@ -30,6 +30,38 @@ use crate::error::Result;
 pub use params::*;
 pub use reference::ggml_quant::GgmlType;
 
+/// The op whose output x `Backend::matmul_prologue` computes in its loads (the norm before q|k|v
+/// and gate|up, silu_mul before down).
+pub enum Prologue<'a, B> {
+    /// x = rmsnorm(src) * w, one row of k (`w` `[k]` f32).
+    Rmsnorm { w: &'a B, eps: f32 },
+    /// x = silu(src[.., ..k]) * src[.., k..2k].
+    SiluMul,
+}
+
+/// A [`Prologue`] without its operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrologueKind {
+    Rmsnorm,
+    SiluMul,
+}
+
+impl<B> Clone for Prologue<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B> Copy for Prologue<'_, B> {}
+
+impl<B> Prologue<'_, B> {
+    pub fn kind(&self) -> PrologueKind {
+        match self {
+            Prologue::Rmsnorm { .. } => PrologueKind::Rmsnorm,
+            Prologue::SiluMul => PrologueKind::SiluMul,
+        }
+    }
+}
+
 /// Element types a buffer can hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -357,9 +389,19 @@ pub trait Backend: Send {
     /// everywhere, as the reference, and asks for it only when made `with_fused_residual`, which
     /// runs the fused layer loop in tests; it saves no traffic there.
     /// CUDA: wherever the matmul is a cuBLAS GEMM, whose beta = 1 reads the residual in its
-    /// epilogue; asked for from a prefill's row counts. wgpu: never, refused.)
+    /// epilogue, asked for from a prefill's row counts; and every batch-1 GEMV, which adds in its
+    /// store, asked for at one row. wgpu: never, refused.)
     fn matmul_accumulates(&self, w: &Self::Buffer, m: usize) -> bool {
         let _ = (w, m);
+        false
+    }
+    /// Whether `matmul_prologue` with `kind` over weights `w` at `p`'s shape is one kernel (x
+    /// never written), so the model should call it instead of the op and `matmul`. Default false.
+    /// A backend that records graphs takes `matmul_prologue` only where this is true. (CPU: where
+    /// made `with_fused_residual`, to run the fused layer loop in tests; CUDA: at one row, the
+    /// GEMVs that quantize x in their lanes, and the 16-bit / f32 weights' GEMV for `Rmsnorm`.)
+    fn matmul_prologue_fuses(&self, p: &MatmulParams, w: &Self::Buffer, kind: PrologueKind) -> bool {
+        let _ = (p, w, kind);
         false
     }
     /// Overwrite elements `offset..offset + data.len()` of an f32 buffer (KV swap-in).
@@ -432,6 +474,34 @@ pub trait Backend: Send {
         bias: Option<&Self::Buffer>,
         out: &mut Self::Buffer,
     ) -> Result<()>;
+    /// `matmul` of an x made from `src` by `pro` (the op that would have written x, folded into
+    /// the matmul's loads of x; `Backend::matmul_prologue_fuses` says where it is one kernel):
+    /// `Prologue::Rmsnorm` x = rmsnorm(src) * w (`src` `[m][k]` f32), `Prologue::SiluMul` x =
+    /// silu(gate) * up (`src` `[m][2k]` f32, gate | up). Everything else (`p`, bias, out,
+    /// accumulate) as `matmul`. The default runs the op into a new buffer, then `matmul` (the
+    /// reference; a backend that records graphs must override it, as the buffer is dropped
+    /// before the region ends).
+    fn matmul_prologue(
+        &self,
+        p: &MatmulParams,
+        pro: Prologue<'_, Self::Buffer>,
+        src: &Self::Buffer,
+        w: &Self::Buffer,
+        bias: Option<&Self::Buffer>,
+        out: &mut Self::Buffer,
+    ) -> Result<()> {
+        let (m, k) = (p.m as usize, p.k as usize);
+        let mut x = self.alloc(DType::F32, m * k)?;
+        match pro {
+            Prologue::Rmsnorm { w: nw, eps } => {
+                self.rmsnorm(&RmsnormParams { rows: p.m, dim: p.k, eps, _pad: 0 }, src, nw, &mut x)?
+            }
+            Prologue::SiluMul => {
+                self.silu_mul(&SiluMulParams { rows: p.m, dim: p.k, ..Default::default() }, src, &mut x)?
+            }
+        }
+        self.matmul(p, &x, w, bias, out)
+    }
     /// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w. `[rows][dim]`.
     fn rmsnorm(&self, p: &RmsnormParams, x: &Self::Buffer, w: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
     /// residual += x, then out = rmsnorm(residual) * w (the pre-norm block boundary, fused).

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 
 use super::weights::{LoadOptions, RawTensor, WeightMode, WeightSource};
 use crate::backend::reference::weight_quant;
-use crate::backend::{Backend, DType, MatmulParams};
+use crate::backend::{Backend, DType, MatmulParams, Prologue, PrologueKind};
 use crate::error::{Error, Result};
 
 struct Part<B: Backend> {
@@ -65,16 +65,47 @@ impl<B: Backend> Linear<B> {
         self.run(be, m, x, out, true)
     }
 
+    /// out `[m][n]` (+)= pro(src) . w^T (+ bias): x made by `pro` in the matmul's loads
+    /// (`Backend::matmul_prologue`), added into out with `acc`; only where
+    /// [`Linear::prologue_fuses`] (and [`Linear::accumulates`] for `acc`).
+    pub fn matmul_prologue(
+        &self,
+        be: &B,
+        m: usize,
+        pro: Prologue<'_, B::Buffer>,
+        src: &B::Buffer,
+        out: &mut B::Buffer,
+        acc: bool,
+    ) -> Result<()> {
+        self.each(m, acc, |mp, p| be.matmul_prologue(mp, pro, src, &p.w, p.bias.as_ref(), out))
+    }
+
     fn run(&self, be: &B, m: usize, x: &B::Buffer, out: &mut B::Buffer, acc: bool) -> Result<()> {
+        self.each(m, acc, |mp, p| be.matmul(mp, x, &p.w, p.bias.as_ref(), out))
+    }
+
+    /// `f` for each part with its params (its column block of a shared out).
+    fn each(&self, m: usize, acc: bool, mut f: impl FnMut(&MatmulParams, &Part<B>) -> Result<()>) -> Result<()> {
         for p in &self.parts {
             let mut mp = MatmulParams::new(m, p.rows, self.k, p.bias.is_some());
             if self.parts.len() > 1 {
                 (mp.ldo, mp.out_off) = (self.n as u32, p.off as u32);
             }
             mp.accumulate = acc as u32;
-            be.matmul(&mp, x, &p.w, p.bias.as_ref(), out)?;
+            f(&mp, p)?;
         }
         Ok(())
+    }
+
+    /// Its matmul at `m` rows takes a prologue of `kind` in one kernel per part
+    /// (`Backend::matmul_prologue_fuses`).
+    pub fn prologue_fuses(&self, be: &B, m: usize, kind: PrologueKind) -> bool {
+        let mut all = true;
+        let _ = self.each(m, false, |mp, p| {
+            all &= be.matmul_prologue_fuses(mp, &p.w, kind);
+            Ok(())
+        });
+        all
     }
 
     /// Its matmul at `m` rows takes `matmul_add` (`Backend::matmul_accumulates` for every part).

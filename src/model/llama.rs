@@ -3,7 +3,10 @@
 //! `rmsnorm -> qkv -> rope_append_kv -> attention -> o_proj -> add_rmsnorm -> gate_up -> silu_mul
 //! -> down`, then the final norm and the LM head on the rows whose logits are wanted. Where the
 //! backend folds the residual add into o_proj and down (`Backend::matmul_accumulates`: CUDA's
-//! cuBLAS GEMMs), those two accumulate into the residual stream and each add_rmsnorm is an rmsnorm.
+//! cuBLAS GEMMs and batch-1 GEMVs), those two accumulate into the residual stream and each
+//! add_rmsnorm is an rmsnorm; where it also folds the norms and silu_mul into the matmuls after
+//! them (`Backend::matmul_prologue`: CUDA's batch-1 GEMVs) a layer is qkv(norm) -> rope_append_kv
+//! -> attention -> o_proj (+= x) -> gate_up(norm) -> down(silu_mul) (+= x).
 //!
 //! Weights are fused at load: q|k|v into one `[qkv_dim][hidden]` matrix (and bias), gate|up into one
 //! `[2*ffn][hidden]` matrix, so a decode step is four matmuls per layer (more where a file's
@@ -506,13 +509,37 @@ impl<B: Backend> Llama<B> {
         let renorm = |x: &mut B::Buffer, o: &B::Buffer, w: &B::Buffer, out: &mut B::Buffer| -> Result<()> {
             if fuse { be.rmsnorm(&norm, x, w, out) } else { be.add_rmsnorm(&norm, x, o, w, out) }
         };
-        for (i, l) in self.layers.iter().enumerate() {
-            if i == 0 {
-                be.rmsnorm(&norm, &x, &l.attn_norm, &mut xn)?;
-            } else {
-                renorm(&mut x, &o, &l.attn_norm, &mut xn)?;
+        // On top of that, the norms and silu_mul fold into the matmuls after them where every
+        // layer's take it (`Backend::matmul_prologue_fuses`: CUDA's batch-1 GEMVs): the norm reads
+        // x as the projections left it, silu_mul gate|up as its matmul wrote it.
+        let pro_norm = fuse
+            && self.layers.iter().all(|l| {
+                l.w_qkv.prologue_fuses(be, n, PrologueKind::Rmsnorm)
+                    && l.w_gate_up.prologue_fuses(be, n, PrologueKind::Rmsnorm)
+            });
+        let pro_silu = fuse && self.layers.iter().all(|l| l.w_down.prologue_fuses(be, n, PrologueKind::SiluMul));
+        // A block's norm and the matmul after it: one matmul_prologue, or the norm into xn
+        // (layer 0's attention norm: of x alone) and the matmul of xn.
+        let norm_matmul = |lin: &Linear<B>,
+                           x: &mut B::Buffer,
+                           o: &B::Buffer,
+                           w: &B::Buffer,
+                           xn: &mut B::Buffer,
+                           out: &mut B::Buffer,
+                           first: bool|
+         -> Result<()> {
+            if pro_norm {
+                return lin.matmul_prologue(be, n, Prologue::Rmsnorm { w, eps: c.rms_norm_eps }, x, out, false);
             }
-            l.w_qkv.matmul(be, n, &xn, &mut qkv)?;
+            if first {
+                be.rmsnorm(&norm, x, w, xn)?
+            } else {
+                renorm(x, o, w, xn)?
+            }
+            lin.matmul(be, n, xn, out)
+        };
+        for (i, l) in self.layers.iter().enumerate() {
+            norm_matmul(&l.w_qkv, &mut x, &o, &l.attn_norm, &mut xn, &mut qkv, i == 0)?;
             let rp = m.rope_params(cache, i, attention_scaling);
             be.rope_append_kv(&rp, &qkv, &rmeta, &mut q, cache.layers[i].view_mut())?;
             let ap = m.attention_params(cache, i, attn);
@@ -542,10 +569,13 @@ impl<B: Backend> Llama<B> {
                 hook(be, i, &q, store.view(), &paged)?;
             }
             project(&l.w_o, &attn_out, &mut x, &mut o)?;
-            renorm(&mut x, &o, &l.ffn_norm, &mut xn)?;
-            l.w_gate_up.matmul(be, n, &xn, &mut gu)?;
-            be.silu_mul(&SiluMulParams { rows: n as u32, dim: ffn as u32, ..Default::default() }, &gu, &mut act)?;
-            project(&l.w_down, &act, &mut x, &mut o)?;
+            norm_matmul(&l.w_gate_up, &mut x, &o, &l.ffn_norm, &mut xn, &mut gu, false)?;
+            if pro_silu {
+                l.w_down.matmul_prologue(be, n, Prologue::SiluMul, &gu, &mut x, true)?;
+            } else {
+                be.silu_mul(&SiluMulParams { rows: n as u32, dim: ffn as u32, ..Default::default() }, &gu, &mut act)?;
+                project(&l.w_down, &act, &mut x, &mut o)?;
+            }
         }
         let nl = m.n_logits;
         tracing::trace!(record_us = t_record.elapsed().as_micros() as u64, "step recorded");

@@ -170,6 +170,70 @@ pub fn test_matmul<B: Backend>(gpu: &B, dtype: DType) {
         }
     }
     matmul_strided(&mut t, dtype, TOL_REDUCTION);
+    matmul_prologue_cases(&mut t, dtype);
+}
+
+/// `matmul_prologue` wherever the backend runs it as one kernel (`Backend::matmul_prologue_fuses`:
+/// CUDA's batch-1 GEMVs), against the CPU's op and then its matmul: random src (gate | up for
+/// silu_mul), norm weight, eps 0.25 (a wrong eps, or a sum of squares over part of the row,
+/// shows), with and without bias, a strided output, and again with accumulate into random
+/// values. Rows of whole 256-element super-blocks (every register GEMV's unit), Llama-3-8B's k
+/// among them (4096, 14336), and odd k for a float GEMV's scalar path. The integer GEMVs
+/// quantize the x the op made to two digits an element: the reference snaps the CPU op's output
+/// to that grid before its matmul (as [`rand_x`] snaps x), so the dots must agree to summation
+/// order (a digit the device's own rounding of the op puts one step away is ~2^-15 of its block).
+fn matmul_prologue_cases<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType) {
+    let ks: &[usize] = if dtype.is_weight_quant() { &[256, 1024, 4096, 14336] } else { &[64, 1024, 131, 4096] };
+    let ns = [300, 37, 9, 64];
+    for (i, &k) in ks.iter().enumerate() {
+        for (j, kind) in [PrologueKind::Rmsnorm, PrologueKind::SiluMul].into_iter().enumerate() {
+            let p = MatmulParams::new(1, ns[i], k, (i + j) % 2 == 0);
+            prologue_case(t, dtype, &p, kind);
+        }
+    }
+    let p = MatmulParams { ldo: 50, out_off: 3, ..MatmulParams::new(1, 41, 512, true) };
+    prologue_case(t, dtype, &p, PrologueKind::Rmsnorm);
+}
+
+fn prologue_case<B: Backend>(t: &mut super::Pair<'_, B>, dtype: DType, p: &MatmulParams, kind: PrologueKind) {
+    let (n, k) = (p.n as usize, p.k as usize);
+    let w = weights(t, dtype, n, k, 0.1);
+    if !t.gpu.matmul_prologue_fuses(p, &w.0, kind) {
+        return;
+    }
+    let src_len = if kind == PrologueKind::SiluMul { 2 * k } else { k };
+    let src = t.rand(DType::F32, src_len, 2.0);
+    let nw = t.rand(DType::F32, k, 1.0);
+    let b = t.rand(DType::F32, n, 1.0);
+    let bias = (p.has_bias != 0).then_some(&b);
+    // The reference's x: the CPU's op, snapped to the two-digit grid for the integer GEMVs.
+    let mut xo = t.cpu.alloc(DType::F32, k).unwrap();
+    match kind {
+        PrologueKind::Rmsnorm => {
+            t.cpu.rmsnorm(&RmsnormParams { rows: 1, dim: k as u32, eps: 0.25, _pad: 0 }, &src.1, &nw.1, &mut xo)
+        }
+        PrologueKind::SiluMul => {
+            t.cpu.silu_mul(&SiluMulParams { rows: 1, dim: k as u32, ..Default::default() }, &src.1, &mut xo)
+        }
+    }
+    .unwrap();
+    let xv = t.cpu.download_f32(&xo, 0, k).unwrap();
+    let x8 = dtype.is_weight_quant() && dtype != DType::F8Row;
+    let xr = t.cpu.upload_f32(DType::F32, if x8 { weight_quant::x8_blocks(&xv, k) } else { xv }).unwrap();
+    let name =
+        format!("matmul_prologue {kind:?} {dtype:?} 1x{n}x{k} bias={} ldo={} off={}", p.has_bias, p.ldo, p.out_off);
+    let len = p.out_len() + 9;
+    for acc in [false, true] {
+        let pa = MatmulParams { accumulate: acc as u32, ..*p };
+        let mut out = if acc { t.rand(DType::F32, len, 1.0) } else { t.out(len) };
+        let pro = match kind {
+            PrologueKind::Rmsnorm => Prologue::Rmsnorm { w: &nw.0, eps: 0.25 },
+            PrologueKind::SiluMul => Prologue::SiluMul,
+        };
+        t.gpu.matmul_prologue(&pa, pro, &src.0, &w.0, bias.map(|b| &b.0), &mut out.0).unwrap();
+        t.cpu.matmul(&pa, &xr, &w.1, bias.map(|b| &b.1), &mut out.1).unwrap();
+        t.check(&format!("{name} accumulate={acc}"), &out, len, TOL_REDUCTION);
+    }
 }
 
 /// A strided output (ldo > n, out_off > 0) at a GEMV and a GEMM row count: the result lands in its
@@ -299,6 +363,7 @@ fn matmul_quantized<B: Backend>(gpu: &B, dtype: DType) {
     }
     matmul_quantized_m1(&mut t, dtype);
     matmul_strided(&mut t, dtype, TOL_REDUCTION);
+    matmul_prologue_cases(&mut t, dtype);
 }
 
 /// Batch-1 edges (wgpu: matmul_gemv_x8, 8 weight rows per workgroup, lanes striding over

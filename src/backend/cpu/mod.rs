@@ -65,8 +65,10 @@ impl CpuBackend {
     }
 
     /// A CPU backend that asks the model to fold the residual add into o_proj and down
-    /// (`Backend::matmul_accumulates`), as CUDA does for a prefill: the fused layer loop then runs,
-    /// and is tested, on the reference. Same values either way (one f32 add per element).
+    /// (`Backend::matmul_accumulates`), as CUDA does for a prefill, and the norms and silu_mul
+    /// into the matmuls after them (`Backend::matmul_prologue_fuses`), as CUDA does for a batch-1
+    /// decode step: the fused layer loop then runs, and is tested, on the reference. Same values
+    /// either way (one f32 add per element; the prologue is the op and then the matmul here).
     pub fn with_fused_residual(mut self, on: bool) -> Self {
         self.fused_residual = on;
         self
@@ -258,6 +260,12 @@ impl Backend for CpuBackend {
     }
 
     fn matmul_accumulates(&self, _w: &CpuBuffer, _m: usize) -> bool {
+        self.fused_residual
+    }
+
+    /// `matmul_prologue` is the trait's composition here (the op, then `matmul`: the reference);
+    /// it says so where made `with_fused_residual`, so the fused layer loop runs on the CPU.
+    fn matmul_prologue_fuses(&self, _p: &MatmulParams, _w: &CpuBuffer, _kind: PrologueKind) -> bool {
         self.fused_residual
     }
 
