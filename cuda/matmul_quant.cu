@@ -34,6 +34,10 @@
 // Row-scaled types: the GEMVs multiply the codes and apply the row's scale once at the end
 // (16-byte code loads when k % 16 == 0, else byte loads).
 
+// Every GEMV's store of one output: v, or out + v where the params say accumulate (each output
+// element is stored by one thread, once).
+__device__ __forceinline__ void mm_put(const MatmulParams& p, float* o, float v) { *o = p.accumulate ? *o + v : v; }
+
 template <class Q, int MT>
 __device__ void qgemv_impl(MatmulParams p, const float* x, const u8* w, const float* bias, float* out) {
     u32 lane = threadIdx.x & 31;
@@ -74,7 +78,7 @@ __device__ void qgemv_impl(MatmulParams p, const float* x, const u8* w, const fl
 #pragma unroll
     for (int r = 0; r < MT; r++) {
         float s = warp_sum(acc[r]);
-        if (lane == 0 && r < (int)p.m) out[p.out_off + (u64)r * p.ldo + n] = s + (p.has_bias ? bias[n] : 0.0f);
+        if (lane == 0 && r < (int)p.m) mm_put(p, out + p.out_off + (u64)r * p.ldo + n, s + (p.has_bias ? bias[n] : 0.0f));
     }
 }
 
@@ -125,7 +129,7 @@ __device__ void rgemv_impl(MatmulParams p, const float* x, const u8* w, const fl
 #pragma unroll
     for (int r = 0; r < MT; r++) {
         float s = warp_sum(acc[r]) * scale;
-        if (lane == 0 && r < (int)p.m) out[p.out_off + (u64)r * p.ldo + n] = s + (p.has_bias ? bias[n] : 0.0f);
+        if (lane == 0 && r < (int)p.m) mm_put(p, out + p.out_off + (u64)r * p.ldo + n, s + (p.has_bias ? bias[n] : 0.0f));
     }
 }
 
@@ -471,7 +475,7 @@ __device__ __forceinline__ void mmv_rows(const MatmulParams& p, XQ xq, const flo
 #pragma unroll
     for (u32 r = 0; r < Q::RM; r++) {
         float v = warp_sum(acc[r]);
-        if (lane == 0 && r < rows) out[p.out_off + n0 + r] = v + (p.has_bias ? bias[n0 + r] : 0.0f);
+        if (lane == 0 && r < rows) mm_put(p, out + p.out_off + n0 + r, v + (p.has_bias ? bias[n0 + r] : 0.0f));
     }
 }
 
@@ -520,7 +524,7 @@ __device__ __forceinline__ void mmv_int8_rows(const MatmulParams& p, XQ xq, cons
     for (u32 r = 0; r < rows; r++) {
         u32 n = n0 + r;
         float v = mmv_int8_row(w + (u64)n * p.k, p.k, xq, xds) * __uint_as_float(ld_u32_a1(w + (u64)p.n * p.k + 4ull * n));
-        if ((threadIdx.x & 31) == 0) out[p.out_off + n] = v + (p.has_bias ? bias[n] : 0.0f);
+        if ((threadIdx.x & 31) == 0) mm_put(p, out + p.out_off + n, v + (p.has_bias ? bias[n] : 0.0f));
     }
 }
 
@@ -669,17 +673,73 @@ __device__ __forceinline__ float mmv_reduce4(const float* v) {
     return c;
 }
 
+// ---- matmul_prologue: x made from its producer's operands in the lanes (the XF kernels) ----
+// xop 0: x as given. 1 (rmsnorm): the lanes take x * xw (the norm's weight) and add up x^2; the
+// block's total (every block's lanes hold all of x) gives 1 / sqrt(mean + eps), one scalar for the
+// whole row, which multiplies each row's dot at the end (the dot of x * xw scaled once is the
+// normalized x's; the digits of x * xw are those of the normalized x but for the scale's
+// rounding). 2 (silu_mul): x[e] = silu(x[e]) * x[k + e] (x is gate | up, as the gate|up GEMV
+// wrote it). `eps` holds the f32's bits. silu takes the fast exponential and division (a few
+// instructions where expf and an IEEE division are ~40 an element, before the first weight row
+// is read): their ~1e-6 relative error is far below the two-digit quantization the lanes apply
+// next (~2^-15 of the block's largest element).
+__device__ __forceinline__ float mmv_silu(float g) { return __fdividef(g, 1.0f + __expf(-g)); }
+struct XPro {
+    const float* x;
+    const float* xw;
+    u32 op, k;
+    // Elements e .. e + 4 of x (16-byte aligned), made by the op; ss += their x^2 for rmsnorm.
+    __device__ __forceinline__ float4 load4(u32 e, float& ss) const {
+        float4 a = __ldg(reinterpret_cast<const float4*>(x + e));
+        if (op == 1u) {
+            ss = fmaf(a.x, a.x, fmaf(a.y, a.y, fmaf(a.z, a.z, fmaf(a.w, a.w, ss))));
+            const float4 g = __ldg(reinterpret_cast<const float4*>(xw + e));
+            a = make_float4(a.x * g.x, a.y * g.y, a.z * g.z, a.w * g.w);
+        } else if (op == 2u) {
+            const float4 u = __ldg(reinterpret_cast<const float4*>(x + k + e));
+            a = make_float4(mmv_silu(a.x) * u.x, mmv_silu(a.y) * u.y, mmv_silu(a.z) * u.z, mmv_silu(a.w) * u.w);
+        }
+        return a;
+    }
+};
+// The warps' sums of x^2 (rmsnorm), one a warp: written after x is loaded, read after the block's
+// final barrier.
+__shared__ float mmv_ssq[32];
+__device__ __forceinline__ void mmv_ssq_put(u32 op, float ss) {
+    if (op != 1u) return;
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) mmv_ssq[threadIdx.x >> 5] = ss;
+}
+// What each row's dot is multiplied by: 1 / sqrt(mean(x^2) + eps) for rmsnorm, else 1.
+__device__ __forceinline__ float mmv_row_scale(u32 op, u32 k, u32 eps, u32 warps) {
+    if (op != 1u) return 1.0f;
+    float ss = 0.0f;
+    for (u32 i = 0; i < warps; i++) ss += mmv_ssq[i];
+    return 1.0f / sqrtf(ss / (float)k + __uint_as_float(eps));
+}
+// The first row group's lines at a + row * rb into L2 (rows r0 .. r0 + 4, clamped to r1 - 1)
+// before a prologue makes x, so the weights are on their way while the lanes compute (the bulk
+// kernels' producer streams them anyway).
+__device__ __forceinline__ void mmv_prefetch_group(const u8* a, u64 rb, u32 r0, u32 r1) {
+#pragma unroll
+    for (u32 r = 0; r < 4; r++) asm volatile("prefetch.global.L2 [%0];" ::"l"(a + (u64)min(r0 + r, r1 - 1) * rb));
+}
+// A register GEMV's store of row n's total s (already scaled), plus the bias.
+__device__ __forceinline__ void mmv_store(const MatmulParams& p, float* out, const float* bias, u32 n, float s) {
+    mm_put(p, out + p.out_off + n, s + (p.has_bias ? bias[n] : 0.0f));
+}
+
 // N elements of x (f32 x + e0 .. + N, 16-byte aligned; `on` false: zeros) as both digits of their
 // N / 4 words (x8_quantize4's formula, so the digits of matmul_quantize_x_m1), the x block's d and
 // its f32 sum: N = 32, the whole block, quantized by the lane alone; N = 16, half of the block
 // whose other half lane ^ 1 holds (every lane calling: max|x| and the sum exchanged with one
 // shuffle each).
 template <int N>
-__device__ __forceinline__ void mmv_quantize_xn(const float* x, bool on, int* h, int* l, float& d, float& sum) {
+__device__ __forceinline__ void mmv_quantize_xn(const XPro& x, u32 e0, bool on, int* h, int* l, float& d, float& sum, float& ss) {
     float v[N];
 #pragma unroll
     for (int j = 0; j < N / 4; j++) {
-        float4 a = on ? __ldg(reinterpret_cast<const float4*>(x) + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float4 a = on ? x.load4(e0 + 4 * j, ss) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
     }
     float amax = 0.0f, s = 0.0f;
@@ -714,8 +774,8 @@ __device__ __forceinline__ void mmv_quantize_xn(const float* x, bool on, int* h,
 // scratch (XF false: words at e0 / 4 of both planes, the block's (d, sum)) or quantized here from
 // f32 x (XF true, every lane calling). Sets h, l, d and the block's sum.
 template <bool XF>
-__device__ __forceinline__ void mmv_reg_x(const void* src, u32 k, u32 e0, bool on, int* h, int* l, float& d, float& sum) {
-    if (XF) return mmv_quantize_xn<16>(reinterpret_cast<const float*>(src) + e0, on, h, l, d, sum);
+__device__ __forceinline__ void mmv_reg_x(const void* src, const XPro& x, u32 k, u32 e0, bool on, int* h, int* l, float& d, float& sum, float& ss) {
+    if (XF) return mmv_quantize_xn<16>(x, e0, on, h, l, d, sum, ss);
     const u32 nxb = (k + 31) / 32, b = e0 / 32, w0 = 9 * b + (e0 % 32) / 4;
     const int* hp = reinterpret_cast<const int*>(src);
     float2 ds = make_float2(0.0f, 0.0f);
@@ -830,7 +890,7 @@ template <bool BULK> __device__ __forceinline__ void mmv_sync(u32 warps) {
 }
 
 template <bool Q5, bool XF, bool BULK = false>
-__device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out, u32 stages = 0) {
+__device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const float* xw, const u8* w, const float* bias, float* out, u32 stages = 0, u32 xop = 0, u32 eps = 0) {
     extern __shared__ __align__(16) unsigned char mmv_smem[];
     float* red = reinterpret_cast<float*>(mmv_smem);
     const u32 BYTES = Q5 ? 176u : 144u, QS = Q5 ? 48u : 16u;
@@ -849,11 +909,18 @@ __device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, cons
     int xh0[4], xl0[4], xh1[4], xl1[4];
     float dx0, dx1, sx0, sx1;
     const u32 e0 = 256 * sb + 64 * g + 16 * e;
-    mmv_reg_x<XF>(xs, p.k, e0, on, xh0, xl0, dx0, sx0);
-    mmv_reg_x<XF>(xs, p.k, e0 + 32, on, xh1, xl1, dx1, sx1);
-    if (e != 0) sx0 = sx1 = 0.0f; // the pair's e == 0 lane takes the blocks' min terms
     const u32 col = min(sb, nb - 1) * BYTES;
     const u8* base = w + col;
+    if (!BULK && xop != 0u) {
+        mmv_prefetch_group(base, rb, r0, r1);
+        mmv_prefetch_group(base + QS + 16 * i, rb, r0, r1);
+    }
+    const XPro xp{reinterpret_cast<const float*>(xs), xw, xop, p.k};
+    float ss = 0.0f;
+    mmv_reg_x<XF>(xs, xp, p.k, e0, on, xh0, xl0, dx0, sx0, ss);
+    mmv_reg_x<XF>(xs, xp, p.k, e0 + 32, on, xh1, xl1, dx1, sx1, ss);
+    mmv_ssq_put(xop, ss);
+    if (e != 0) sx0 = sx1 = 0.0f; // the pair's e == 0 lane takes the blocks' min terms
     for (u32 n0 = r0; n0 < r1; n0 += 4) {
         // Unpredicated loads of valid addresses (rows past r1 re-read row r1 - 1, discarded; lanes
         // past the row read its last super-block against zero x).
@@ -910,10 +977,11 @@ __device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, cons
         if ((lane & 7u) == 0u) red[warp * R + (n0 - r0) + (lane >> 3)] = s;
     }
     mmv_sync<BULK>(nwarps);
+    const float scale = mmv_row_scale(xop, p.k, eps, nwarps);
     for (u32 r = t; r0 + r < r1; r += 32 * nwarps) {
         float s = 0.0f;
         for (u32 wi = 0; wi < nwarps; wi++) s += red[wi * R + r];
-        out[p.out_off + r0 + r] = s + (p.has_bias ? bias[r0 + r] : 0.0f);
+        mmv_store(p, out, bias, r0 + r, s * scale);
     }
 }
 // The packed 4-bit formats (QQP: Q4_0, Q5_0, Q4_1, Q5_1) with x in registers: thread t owns GGML
@@ -922,7 +990,7 @@ __device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const u8* w, cons
 // fifth-bit word, and x block t with its f32 sum (from the digit scratch, or quantized by the
 // lane itself: XF). Rows four at a time as in mmv_reg_k_impl.
 template <int KIND, bool XF, bool BULK = false>
-__device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out, u32 stages = 0) {
+__device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const float* xw, const u8* w, const float* bias, float* out, u32 stages = 0, u32 xop = 0, u32 eps = 0) {
     extern __shared__ __align__(16) unsigned char mmv_smem[];
     float* red = reinterpret_cast<float*>(mmv_smem);
     const u32 t = threadIdx.x, lane = t & 31, warp = t >> 5, nwarps = (blockDim.x >> 5) - (BULK ? 1 : 0);
@@ -934,18 +1002,25 @@ __device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, con
         pipe = mmv_pipe(stages, rb, nwarps, R);
         if (warp == nwarps) return pipe.produce(w, rb, r0, r1);
     }
-    int xh[8], xl[8];
-    float dx, sx;
-    if (XF) {
-        mmv_quantize_xn<32>(reinterpret_cast<const float*>(xs) + 32 * t, on, xh, xl, dx, sx);
-    } else {
-        mmv_reg_x<false>(xs, p.k, 32 * t, on, xh, xl, dx, sx);
-        mmv_reg_x<false>(xs, p.k, 32 * t + 16, on, xh + 4, xl + 4, dx, sx);
-    }
     const u32 c = min(t, p.k / 32 - 1); // lanes past k: the row's last block, zero x
     const u32 col = PQ<KIND>::BYTES * (c / 8);
     const u8* sb = w + col;
     const u32 j = c % 8;
+    if (!BULK && xop != 0u) {
+        mmv_prefetch_group(sb + 2 * j, rb, r0, r1);
+        mmv_prefetch_group(sb + PQ<KIND>::QS + 16 * j, rb, r0, r1);
+    }
+    int xh[8], xl[8];
+    float dx, sx;
+    const XPro xp{reinterpret_cast<const float*>(xs), xw, xop, p.k};
+    float ss = 0.0f;
+    if (XF) {
+        mmv_quantize_xn<32>(xp, 32 * t, on, xh, xl, dx, sx, ss);
+    } else {
+        mmv_reg_x<false>(xs, xp, p.k, 32 * t, on, xh, xl, dx, sx, ss);
+        mmv_reg_x<false>(xs, xp, p.k, 32 * t + 16, on, xh + 4, xl + 4, dx, sx, ss);
+    }
+    mmv_ssq_put(xop, ss);
     for (u32 n0 = r0; n0 < r1; n0 += 4) {
         const u32 st = BULK ? pipe.acquire() + col : 0u;
         uint4 q[4]; // unpredicated, as in mmv_reg_k_impl
@@ -979,10 +1054,11 @@ __device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, con
         if ((lane & 7u) == 0u) red[warp * R + (n0 - r0) + (lane >> 3)] = s;
     }
     mmv_sync<BULK>(nwarps);
+    const float scale = mmv_row_scale(xop, p.k, eps, nwarps);
     for (u32 r = t; r0 + r < r1; r += 32 * nwarps) {
         float s = 0.0f;
         for (u32 wi = 0; wi < nwarps; wi++) s += red[wi * R + r];
-        out[p.out_off + r0 + r] = s + (p.has_bias ? bias[r0 + r] : 0.0f);
+        mmv_store(p, out, bias, r0 + r, s * scale);
     }
 }
 // int8 rows the same way: thread t owns elements 16t .. 16t + 16 (one uint4 of every row; k % 16
@@ -995,7 +1071,7 @@ __device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const u8* w, con
 // helpers they compiled to the same instruction count but another schedule, and the Q4_K and
 // Q8_0 steps measured 4-6% slower.)
 template <bool XF, bool P, bool BULK = false>
-__device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, const float* bias, float* out, u32 stages = 0) {
+__device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const float* xw, const u8* w, const float* bias, float* out, u32 stages = 0, u32 xop = 0, u32 eps = 0) {
     extern __shared__ __align__(16) unsigned char mmv_smem[];
     float* red = reinterpret_cast<float*>(mmv_smem);
     const u32 t = threadIdx.x, lane = t & 31, warp = t >> 5, nwarps = (blockDim.x >> 5) - (BULK ? 1 : 0);
@@ -1007,14 +1083,18 @@ __device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, con
         pipe = mmv_pipe(stages, rb, nwarps, R);
         if (warp == nwarps) return pipe.produce(w, rb, r0, r1);
     }
-    int xh[4], xl[4];
-    float dx, sx;
-    mmv_reg_x<XF>(xs, p.k, 16 * t, on, xh, xl, dx, sx);
     const u32 c = min(t, p.k / 16 - 1); // the 16-code chunk; lanes past k: the row's last, zero x
     const u32 col = P ? 272u * (c / 16) + 16 * (c % 16 + 1) : 16u * c;
     const u32 scol = 272u * (c / 16) + 2 * (c % 16 / 2); // P: the block's scale
     const u8* base = w + col;
     const u8* sbase = w + scol;
+    if (!BULK && xop != 0u) mmv_prefetch_group(base, rb, r0, r1);
+    int xh[4], xl[4];
+    float dx, sx;
+    const XPro xp{reinterpret_cast<const float*>(xs), xw, xop, p.k};
+    float ss = 0.0f;
+    mmv_reg_x<XF>(xs, xp, p.k, 16 * t, on, xh, xl, dx, sx, ss);
+    mmv_ssq_put(xop, ss);
     for (u32 n0 = r0; n0 < r1; n0 += 4) {
         const u32 st = BULK ? pipe.acquire() : 0u;
         uint4 q[4]; // unpredicated, as in mmv_reg_k_impl
@@ -1043,49 +1123,49 @@ __device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const u8* w, con
         if ((lane & 7u) == 0u) red[warp * R + (n0 - r0) + (lane >> 3)] = s;
     }
     mmv_sync<BULK>(nwarps);
+    const float scale = mmv_row_scale(xop, p.k, eps, nwarps);
     for (u32 r = t; r0 + r < r1; r += 32 * nwarps) {
         float s = 0.0f;
         for (u32 wi = 0; wi < nwarps; wi++) s += red[wi * R + r];
         const u32 n = r0 + r;
         if (!P) s *= __uint_as_float(ld_u32_a1(w + (u64)p.n * p.k + 4ull * n));
-        out[p.out_off + n] = s + (p.has_bias ? bias[n] : 0.0f);
+        mmv_store(p, out, bias, n, s * scale);
     }
 }
-extern "C" __global__ void matmul_gemv_q4_k_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_k_impl<false, false>(p, xq, w, b, o); }
-extern "C" __global__ void matmul_gemv_q5_k_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_k_impl<true, false>(p, xq, w, b, o); }
-extern "C" __global__ void matmul_gemv_int8_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<false, false>(p, xq, w, b, o); }
-extern "C" __global__ void matmul_gemv_q4_0p_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<0, false>(p, xq, w, b, o); }
-extern "C" __global__ void matmul_gemv_q5_0p_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<1, false>(p, xq, w, b, o); }
-extern "C" __global__ void matmul_gemv_q4_1p_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<3, false>(p, xq, w, b, o); }
-extern "C" __global__ void matmul_gemv_q5_1p_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<4, false>(p, xq, w, b, o); }
-extern "C" __global__ void matmul_gemv_q8_0p_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<false, true>(p, xq, w, b, o); }
-// The same with x quantized by the lanes themselves from f32 x (no matmul_quantize_x_m1 launch).
-extern "C" __global__ void matmul_gemv_q4_k_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_k_impl<false, true>(p, x, w, b, o); }
-extern "C" __global__ void matmul_gemv_q5_k_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_k_impl<true, true>(p, x, w, b, o); }
-extern "C" __global__ void matmul_gemv_int8_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<true, false>(p, x, w, b, o); }
-extern "C" __global__ void matmul_gemv_q4_0p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<0, true>(p, x, w, b, o); }
-extern "C" __global__ void matmul_gemv_q5_0p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<1, true>(p, x, w, b, o); }
-extern "C" __global__ void matmul_gemv_q4_1p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<3, true>(p, x, w, b, o); }
-extern "C" __global__ void matmul_gemv_q5_1p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_p4_impl<4, true>(p, x, w, b, o); }
-extern "C" __global__ void matmul_gemv_q8_0p_m1_regf(MatmulParams p, const float* x, const u8* w, const float* b, float* o) { mmv_reg_i8_impl<true, true>(p, x, w, b, o); }
+// Each register GEMV as one template over XF and BULK (the entries below).
+#define MMV_FMT(name, call) \
+    template <bool XF, bool BULK> __device__ __forceinline__ void name(MatmulParams p, const void* x, const float* xw, const u8* w, const float* b, float* o, u32 st, u32 xop, u32 eps) { call; }
+MMV_FMT(mmv_q4_k, (mmv_reg_k_impl<false, XF, BULK>(p, x, xw, w, b, o, st, xop, eps)))
+MMV_FMT(mmv_q5_k, (mmv_reg_k_impl<true, XF, BULK>(p, x, xw, w, b, o, st, xop, eps)))
+MMV_FMT(mmv_int8, (mmv_reg_i8_impl<XF, false, BULK>(p, x, xw, w, b, o, st, xop, eps)))
+MMV_FMT(mmv_q8_0p, (mmv_reg_i8_impl<XF, true, BULK>(p, x, xw, w, b, o, st, xop, eps)))
+MMV_FMT(mmv_q4_0p, (mmv_reg_p4_impl<0, XF, BULK>(p, x, xw, w, b, o, st, xop, eps)))
+MMV_FMT(mmv_q5_0p, (mmv_reg_p4_impl<1, XF, BULK>(p, x, xw, w, b, o, st, xop, eps)))
+MMV_FMT(mmv_q4_1p, (mmv_reg_p4_impl<3, XF, BULK>(p, x, xw, w, b, o, st, xop, eps)))
+MMV_FMT(mmv_q5_1p, (mmv_reg_p4_impl<4, XF, BULK>(p, x, xw, w, b, o, st, xop, eps)))
 
-// The same with the rows streamed through shared memory (sm_90; `stages` as mmv_pipe's).
+// Per format: x's digits from the scratch (`_reg`), or quantized by the lanes themselves from
+// f32 x (no matmul_quantize_x_m1 launch; `_regf`) after the prologue `xop` (matmul_prologue: 0
+// none, 1 rmsnorm with weight xw, 2 silu_mul; `eps` the f32's bits); `_bulk` / `_bulkf` the same
+// with the rows streamed through shared memory (sm_90; `stages` as mmv_pipe's).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define MMV_BULK(call) call
 #else
 #define MMV_BULK(call)
 #endif
-#define MMV_BULK_ENTRIES(sfx, XT, XN, XF) \
-    extern "C" __global__ void matmul_gemv_q4_k_m1_##sfx(MatmulParams p, const XT* XN, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_k_impl<false, XF, true>(p, XN, w, b, o, stages))); } \
-    extern "C" __global__ void matmul_gemv_q5_k_m1_##sfx(MatmulParams p, const XT* XN, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_k_impl<true, XF, true>(p, XN, w, b, o, stages))); } \
-    extern "C" __global__ void matmul_gemv_int8_m1_##sfx(MatmulParams p, const XT* XN, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_i8_impl<XF, false, true>(p, XN, w, b, o, stages))); } \
-    extern "C" __global__ void matmul_gemv_q4_0p_m1_##sfx(MatmulParams p, const XT* XN, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_p4_impl<0, XF, true>(p, XN, w, b, o, stages))); } \
-    extern "C" __global__ void matmul_gemv_q4_1p_m1_##sfx(MatmulParams p, const XT* XN, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_p4_impl<3, XF, true>(p, XN, w, b, o, stages))); } \
-    extern "C" __global__ void matmul_gemv_q5_0p_m1_##sfx(MatmulParams p, const XT* XN, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_p4_impl<1, XF, true>(p, XN, w, b, o, stages))); } \
-    extern "C" __global__ void matmul_gemv_q5_1p_m1_##sfx(MatmulParams p, const XT* XN, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_p4_impl<4, XF, true>(p, XN, w, b, o, stages))); } \
-    extern "C" __global__ void matmul_gemv_q8_0p_m1_##sfx(MatmulParams p, const XT* XN, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_reg_i8_impl<XF, true, true>(p, XN, w, b, o, stages))); }
-MMV_BULK_ENTRIES(bulk, u32, xq, false)
-MMV_BULK_ENTRIES(bulkf, float, x, true)
+#define MMV_ENTRIES(fmt) \
+    extern "C" __global__ void matmul_gemv_##fmt##_m1_reg(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o) { mmv_##fmt<false, false>(p, xq, nullptr, w, b, o, 0, 0, 0); } \
+    extern "C" __global__ void matmul_gemv_##fmt##_m1_regf(MatmulParams p, const float* x, const float* xw, const u8* w, const float* b, float* o, u32 xop, u32 eps) { mmv_##fmt<true, false>(p, x, xw, w, b, o, 0, xop, eps); } \
+    extern "C" __global__ void matmul_gemv_##fmt##_m1_bulk(MatmulParams p, const u32* xq, const u8* w, const float* b, float* o, u32 stages) { MMV_BULK((mmv_##fmt<false, true>(p, xq, nullptr, w, b, o, stages, 0, 0))); } \
+    extern "C" __global__ void matmul_gemv_##fmt##_m1_bulkf(MatmulParams p, const float* x, const float* xw, const u8* w, const float* b, float* o, u32 stages, u32 xop, u32 eps) { MMV_BULK((mmv_##fmt<true, true>(p, x, xw, w, b, o, stages, xop, eps))); }
+MMV_ENTRIES(q4_k)
+MMV_ENTRIES(q5_k)
+MMV_ENTRIES(int8)
+MMV_ENTRIES(q4_0p)
+MMV_ENTRIES(q5_0p)
+MMV_ENTRIES(q4_1p)
+MMV_ENTRIES(q5_1p)
+MMV_ENTRIES(q8_0p)
 
 // x [k] -> the _m1 layout in global memory (xq: mmv_smem_bytes(k) bytes, 256-byte aligned); one
 // thread per x word, grid-stride (ops_matmul launches 8 nxb threads).

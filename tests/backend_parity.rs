@@ -399,6 +399,17 @@ fn cuda_mmv_reg(max_grid: u32, lanes_quantize: bool) -> Option<lserve::backend::
 fn cuda_mmv_bulk(max_grid: u32, lanes_quantize: bool) -> Option<lserve::backend::cuda::CudaBackend> {
     crate::cuda_mmv(lserve::backend::cuda::MmvMode::Reg { max_grid, lanes_quantize, bulk: true })
 }
+// The batch-1 decode step fused (`CudaOptions::fuse_decode`, whatever its default): every
+// quantized matmul test with `matmul_prologue`'s cases on (`elementwise::matmul_prologue_cases`).
+#[cfg(feature = "cuda")]
+fn cuda_fuse_decode() -> Option<lserve::backend::cuda::CudaBackend> {
+    crate::common::cuda_backend_with(lserve::backend::cuda::CudaOptions {
+        fuse_decode: Some(true),
+        ..Default::default()
+    })
+}
+#[cfg(feature = "cuda")]
+matmul_quant_tests!(cuda_fuse_decode, crate::cuda_fuse_decode());
 #[cfg(feature = "cuda")]
 matmul_quant_tests!(cuda_mmv_bulk, crate::cuda_mmv_bulk(0, false));
 #[cfg(feature = "cuda")]

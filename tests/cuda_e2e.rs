@@ -60,9 +60,14 @@ fn greedy<B: Backend>(e: &mut Engine<B>, prompt: &[u32]) -> Vec<u32> {
     common::generate_greedy(e, prompt, TOKENS).tokens
 }
 
+/// The CPU's top-2 logit gap after `prefix`, prefilled in the engine's 64-token steps (one step
+/// of a longer prefix overruns a streaming head's ring).
 fn margin(e: &mut Engine<CpuBackend>, prefix: &[u32]) -> f32 {
     let mut seq = e.cache.admit().unwrap();
-    let mut v = e.step(&mut seq, prefix, Logits::Last, None).unwrap();
+    let mut v = vec![];
+    for chunk in prefix.chunks(64) {
+        v = e.step(&mut seq, chunk, Logits::Last, None).unwrap();
+    }
     e.cache.release(&mut seq).unwrap();
     v.sort_by(|a, b| b.total_cmp(a));
     v[0] - v[1]
@@ -74,6 +79,18 @@ fn compare(sparse: bool, kv: &str, max_margin: f32) {
 
 fn compare_w(sparse: bool, kv: &str, w: DType, max_margin: f32, chunk: usize) {
     let Some(gpu) = common::cuda_backend() else { return };
+    compare_w_on(gpu, sparse, kv, w, max_margin, chunk)
+}
+
+/// `compare_w` on a backend the caller opened (with its options).
+fn compare_w_on(
+    gpu: lserve::backend::cuda::CudaBackend,
+    sparse: bool,
+    kv: &str,
+    w: DType,
+    max_margin: f32,
+    chunk: usize,
+) {
     let mut cpu = engine_w(CpuBackend::new(), sparse, "f32", w, chunk);
     let mut cu = engine_w(gpu, sparse, kv, w, chunk);
     let seed = common::seed();
@@ -124,7 +141,20 @@ fn sparse_bf16_kv_matches_cpu_up_to_near_ties() {
 /// summation order, so a divergence must be a near tie (margin < 0.01).
 #[test]
 fn quantized_weights_with_x8_activations_match_cpu() {
-    let Some(gpu) = common::cuda_backend() else { return };
+    quantized_weights_match_cpu(None);
+}
+
+/// The same with the decode step fused (`CudaOptions::fuse_decode`): the norms and silu_mul made
+/// in the GEMVs' lanes (`Backend::matmul_prologue`), o_proj and down adding into the residual;
+/// Q6_K keeps its separate norms (no register GEMV) and adds in its store.
+#[test]
+fn quantized_weights_with_a_fused_decode_step_match_cpu() {
+    quantized_weights_match_cpu(Some(true));
+}
+
+fn quantized_weights_match_cpu(fuse_decode: Option<bool>) {
+    let open = || common::cuda_backend_with(lserve::backend::cuda::CudaOptions { fuse_decode, ..Default::default() });
+    let Some(gpu) = open() else { return };
     let ggml = |t| DType::Ggml(t);
     for w in [
         ggml(GgmlType::Q4_K),
@@ -142,8 +172,9 @@ fn quantized_weights_with_x8_activations_match_cpu() {
             continue;
         }
         assert!(gpu.caps().act_x8_dtypes.contains(&w), "{w:?}: no x8 activations (LSERVE_CUDA_ACT_X8=0?)");
-        compare_w(false, "f32", w, 0.01, 64);
-        compare_w(true, "f32", w, 0.01, 64);
+        for sparse in [false, true] {
+            compare_w_on(open().expect("opened above"), sparse, "f32", w, 0.01, 64);
+        }
     }
 }
 

@@ -246,13 +246,14 @@ kernels! {
     { xq: ScratchIn U32, w: In Store, b: OptIn F32, o: Out F32 }
 
     /// The same with x quantized by the lanes from f32 (`MmvMode::Reg` with `lanes_quantize`)
-    /// `[REG_DTYPES, PACKED_DTYPES]`.
+    /// `[REG_DTYPES, PACKED_DTYPES]`, made from its producer's operands by `xop` (0 none, 1
+    /// rmsnorm with weight `xw`, 2 silu_mul; `eps` the f32's bits: `Backend::matmul_prologue`).
     matmul_gemv_quant_regf: "matmul_quant" (MatmulParams) [
         "matmul_gemv_q4_k_m1_regf", "matmul_gemv_q5_k_m1_regf", "matmul_gemv_int8_m1_regf", "matmul_gemv_q4_0p_m1_regf",
         "matmul_gemv_q4_1p_m1_regf", "matmul_gemv_q5_0p_m1_regf", "matmul_gemv_q5_1p_m1_regf",
         "matmul_gemv_q8_0p_m1_regf",
     ]
-    { x: In F32, w: In Store, b: OptIn F32, o: Out F32 }
+    { x: In F32, xw: OptIn F32, w: In Store, b: OptIn F32, o: Out F32, xop: U32 Scalar, eps: U32 Scalar }
 
     /// The register GEMVs with their weight rows streamed into shared memory by bulk copies
     /// (sm_90, `MmvMode::Reg` with `bulk`; `stages` shared-memory stages of four rows)
@@ -264,13 +265,14 @@ kernels! {
     ]
     { xq: ScratchIn U32, w: In Store, b: OptIn F32, o: Out F32, stages: U32 Scalar }
 
-    /// The same with x quantized by the lanes from f32 `[REG_DTYPES, PACKED_DTYPES]`.
+    /// The same with x quantized by the lanes from f32 `[REG_DTYPES, PACKED_DTYPES]` (and `xop`
+    /// as `_regf`'s).
     matmul_gemv_quant_bulkf: "matmul_quant" (MatmulParams) [
         "matmul_gemv_q4_k_m1_bulkf", "matmul_gemv_q5_k_m1_bulkf", "matmul_gemv_int8_m1_bulkf",
         "matmul_gemv_q4_0p_m1_bulkf", "matmul_gemv_q4_1p_m1_bulkf", "matmul_gemv_q5_0p_m1_bulkf",
         "matmul_gemv_q5_1p_m1_bulkf", "matmul_gemv_q8_0p_m1_bulkf",
     ]
-    { x: In F32, w: In Store, b: OptIn F32, o: Out F32, stages: U32 Scalar }
+    { x: In F32, xw: OptIn F32, w: In Store, b: OptIn F32, o: Out F32, stages: U32 Scalar, xop: U32 Scalar, eps: U32 Scalar }
 
     /// x (one row) as the batch-1 GEMV's two int8 digit planes and (d, sum), in the layout of its
     /// shared memory, into a scratch (`MmvMode::Pre`).

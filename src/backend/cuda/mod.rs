@@ -116,6 +116,13 @@ pub struct CudaBackend {
     /// GEMMs (`Backend::matmul_accumulates`; `LSERVE_CUDA_FUSE_RESIDUAL`, default on: off measures
     /// add_rmsnorm beside it).
     fuse_residual: bool,
+    /// A batch-1 decode step's GEMVs add o_proj and down into the residual stream and make their
+    /// x from the norms and silu_mul in their loads (`Backend::matmul_prologue_fuses`;
+    /// `CudaOptions::fuse_decode` / `LSERVE_CUDA_FUSE_DECODE`).
+    fuse_decode: bool,
+    /// The silu_mul prologue of down among them (`LSERVE_CUDA_FUSE_SILU`, default on: off keeps
+    /// silu_mul a kernel of its own, the norms still folded).
+    pub(crate) fuse_silu: bool,
 }
 
 /// Settings of a CUDA backend: the one place its configuration lives (docs/backends.md, CUDA).
@@ -141,11 +148,25 @@ pub struct CudaOptions {
     /// Which kernel takes a 16-bit KV prefill at head_dim 128 on sm_90 ([`HopperPrefill`]);
     /// `None` reads `LSERVE_CUDA_PREFILL_WGMMA` per launch (unset: [`HopperPrefill::Ws`]).
     pub hopper_prefill: Option<HopperPrefill>,
+    /// Fold a batch-1 decode step's norms and silu_mul into the GEMVs after them and its residual
+    /// adds into o_proj's and down's (`Backend::matmul_prologue_fuses`); `None` reads
+    /// `LSERVE_CUDA_FUSE_DECODE` once, at open (unset: [`FUSE_DECODE_DEFAULT`]).
+    pub fuse_decode: Option<bool>,
 }
+
+/// Whether a batch-1 decode step runs fused where `LSERVE_CUDA_FUSE_DECODE` is unset.
+pub const FUSE_DECODE_DEFAULT: bool = false;
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        CudaOptions { kernel_cache: None, graph_replay: true, mmv: None, dequant_bytes: None, hopper_prefill: None }
+        CudaOptions {
+            kernel_cache: None,
+            graph_replay: true,
+            mmv: None,
+            dequant_bytes: None,
+            hopper_prefill: None,
+            fuse_decode: None,
+        }
     }
 }
 
@@ -203,6 +224,12 @@ impl CudaBackend {
         let rope_rows = switch_from_env("LSERVE_CUDA_ROPE_ROWS")?;
         let ad_gemm = switch_from_env("LSERVE_CUDA_AD_GEMM")?;
         let fuse_residual = switch_from_env("LSERVE_CUDA_FUSE_RESIDUAL")?;
+        let fuse_decode = match opts.fuse_decode {
+            Some(on) => on,
+            None if std::env::var_os("LSERVE_CUDA_FUSE_DECODE").is_none() => FUSE_DECODE_DEFAULT,
+            None => switch_from_env("LSERVE_CUDA_FUSE_DECODE")?,
+        };
+        let fuse_silu = switch_from_env("LSERVE_CUDA_FUSE_SILU")?;
         let mmv_stages =
             count_from_env("LSERVE_CUDA_MMV_STAGES", ops_matmul::MMV_MAX_STAGES)?.unwrap_or(ops_matmul::MMV_MAX_STAGES);
         Ok(CudaBackend {
@@ -219,6 +246,8 @@ impl CudaBackend {
             rope_rows,
             ad_gemm,
             fuse_residual,
+            fuse_decode,
+            fuse_silu,
         })
     }
 
@@ -515,7 +544,12 @@ impl Backend for CudaBackend {
     /// add_rmsnorm's separate read of the product. (`matmul` itself takes accumulate on any
     /// cuBLAS GEMM.)
     fn matmul_accumulates(&self, w: &CudaBuffer, m: usize) -> bool {
-        m >= ops_matmul::ACC_FROM_M && ops_matmul::x16_dtype(w.dtype, m).is_some() && self.fuse_residual
+        let gemm = m >= ops_matmul::ACC_FROM_M && ops_matmul::x16_dtype(w.dtype, m).is_some();
+        // Every batch-1 GEMV adds into out in its store (the prologues then read the residual).
+        (gemm && self.fuse_residual) || (m == 1 && self.fuse_decode)
+    }
+    fn matmul_prologue_fuses(&self, p: &MatmulParams, w: &CudaBuffer, kind: PrologueKind) -> bool {
+        self.fuse_decode && ops_matmul::prologue_fuses(self, p, w, kind)
     }
     /// The listed dtypes (`Caps::act_x8_dtypes`), but a matrix of a format that packs takes X8 only
     /// where it is stored packed: its GGML-block GEMV quantizes x in every block, faster than
@@ -598,6 +632,18 @@ impl Backend for CudaBackend {
         out: &mut CudaBuffer,
     ) -> Result<()> {
         ops_matmul::matmul(self, p, x, w, bias, out)
+    }
+
+    fn matmul_prologue(
+        &self,
+        p: &MatmulParams,
+        pro: Prologue<'_, CudaBuffer>,
+        src: &CudaBuffer,
+        w: &CudaBuffer,
+        bias: Option<&CudaBuffer>,
+        out: &mut CudaBuffer,
+    ) -> Result<()> {
+        ops_matmul::matmul_prologue(self, p, pro, src, w, bias, out)
     }
 
     fn rmsnorm(&self, p: &RmsnormParams, x: &CudaBuffer, w: &CudaBuffer, out: &mut CudaBuffer) -> Result<()> {

@@ -93,10 +93,85 @@ pub fn x16_dtype(w: DType, m: usize) -> Option<DType> {
     }
 }
 
+/// A matmul_prologue's operands as the batch-1 GEMVs take them (`xop` of cuda/matmul.cu and
+/// cuda/matmul_quant.cu): the op (0 none, 1 rmsnorm, 2 silu_mul), the norm's weight and eps.
+#[derive(Clone, Copy, Default)]
+pub struct XOp<'a> {
+    pub op: u32,
+    pub xw: Option<&'a CudaBuffer>,
+    pub eps: f32,
+}
+
+impl<'a> XOp<'a> {
+    pub const NONE: XOp<'static> = XOp { op: 0, xw: None, eps: 0.0 };
+
+    pub fn of(pro: Prologue<'a, CudaBuffer>) -> Self {
+        match pro {
+            Prologue::Rmsnorm { w, eps } => XOp { op: 1, xw: Some(w), eps },
+            Prologue::SiluMul => XOp { op: 2, xw: None, eps: 0.0 },
+        }
+    }
+}
+
 pub fn matmul(
     be: &CudaBackend,
     p: &MatmulParams,
     x: &CudaBuffer,
+    w: &CudaBuffer,
+    bias: Option<&CudaBuffer>,
+    out: &mut CudaBuffer,
+) -> Result<()> {
+    matmul_xop(be, p, x, XOp::NONE, w, bias, out)
+}
+
+/// `Backend::matmul_prologue`: one batch-1 GEMV whose lanes make x from `src` by the op, only
+/// where [`prologue_fuses`] (refused elsewhere: the model then runs the op and `matmul`).
+pub fn matmul_prologue(
+    be: &CudaBackend,
+    p: &MatmulParams,
+    pro: Prologue<'_, CudaBuffer>,
+    src: &CudaBuffer,
+    w: &CudaBuffer,
+    bias: Option<&CudaBuffer>,
+    out: &mut CudaBuffer,
+) -> Result<()> {
+    if !prologue_fuses(be, p, w, pro.kind()) {
+        return Err(err(format!(
+            "matmul_prologue: {:?} before a {}x{}x{} matmul over {:?} weights is not one kernel here \
+             (Backend::matmul_prologue_fuses)",
+            pro.kind(),
+            p.m,
+            p.n,
+            p.k,
+            w.dtype
+        )));
+    }
+    let xop = XOp::of(pro);
+    if let Some(nw) = xop.xw {
+        need(nw, DType::F32, u(p.k), "matmul_prologue norm weight")?;
+    }
+    matmul_xop(be, p, src, xop, w, bias, out)
+}
+
+/// Whether [`matmul_prologue`] runs a prologue of `kind` before weights `w` at `p`'s shape: one
+/// row, and a register GEMV ([`reg_gemv`]) of the integer-coded formats, whose lanes quantize x
+/// once a block. (Not the 16-bit weights' GEMV: a warp per output column reads x whole from L1,
+/// and the norm's weight beside it made the bf16 8B step 8% slower, docs/benchmarks.md session
+/// 40.)
+pub fn prologue_fuses(be: &CudaBackend, p: &MatmulParams, w: &CudaBuffer, kind: PrologueKind) -> bool {
+    let (n, k) = (u(p.n), u(p.k));
+    let on = match kind {
+        PrologueKind::Rmsnorm => true,
+        PrologueKind::SiluMul => be.fuse_silu,
+    };
+    on && p.m == 1 && n > 0 && w.dtype.is_weight_quant() && mmv_fits(be, w.dtype, k) && reg_gemv(be, w, n, k).is_some()
+}
+
+fn matmul_xop(
+    be: &CudaBackend,
+    p: &MatmulParams,
+    x: &CudaBuffer,
+    xop: XOp<'_>,
     w: &CudaBuffer,
     bias: Option<&CudaBuffer>,
     out: &mut CudaBuffer,
@@ -108,7 +183,9 @@ pub fn matmul(
     if x.dtype == DType::X8 {
         need_x8(be, p, x, w)?;
     } else {
-        need(x, if x_act16 { x.dtype } else { DType::F32 }, m * k, "matmul x")?;
+        // silu_mul's prologue reads gate | up: two rows' worth.
+        let len = if xop.op == 2 { 2 * m * k } else { m * k };
+        need(x, if x_act16 { x.dtype } else { DType::F32 }, len, "matmul x")?;
     }
     if w.dtype.is_weight_quant() {
         need_weights(w, n, k, "matmul w")?;
@@ -127,10 +204,11 @@ pub fn matmul(
         )));
     }
     need(out, if out16 { out.dtype } else { DType::F32 }, p.out_len(), "matmul out")?;
-    // accumulate: only a cuBLAS GEMM (beta = 1) into an f32 out (Backend::matmul_accumulates).
-    if p.accumulate != 0 && (gemm16.is_none() || out16) {
+    // accumulate: a cuBLAS GEMM (beta = 1) or any batch-1 GEMV, into an f32 out
+    // (Backend::matmul_accumulates).
+    if p.accumulate != 0 && ((gemm16.is_none() && m != 1) || out16) {
         return Err(err(format!(
-            "matmul: accumulate needs a cuBLAS GEMM into an f32 out ({:?} weights at {m} rows into {:?} do not take it)",
+            "matmul: accumulate needs a cuBLAS GEMM or one row, into an f32 out ({:?} weights at {m} rows into {:?} do not take it)",
             w.dtype, out.dtype
         )));
     }
@@ -146,19 +224,17 @@ pub fn matmul(
         return Ok(());
     }
     if w.dtype.is_weight_quant() {
-        return matmul_quant(be, p, x, x_act16, w, bias, out);
+        return matmul_quant(be, p, x, x_act16, xop, w, bias, out);
     }
     if m < X16_FROM_M {
         // Entries [weight dtype][plain | _vec].
         let name = entry(kern::matmul_gemv::ENTRIES, w.dtype, k.is_multiple_of(8) as usize, 2)?;
         let l = Launch::new((n.div_ceil(8) as u32, 1, 1), 256);
-        return kern::matmul_gemv::launch_variant(
-            be.gpu(),
-            name,
-            l,
-            p,
-            kern::matmul_gemv::Args { x, w, b: bias, o: out },
-        );
+        if xop.op != 0 {
+            return Err(err(format!("matmul_prologue: the {:?} GEMV makes no x", w.dtype)));
+        }
+        let args = kern::matmul_gemv::Args { x, w, b: bias, o: out };
+        return kern::matmul_gemv::launch_variant(be.gpu(), name, l, p, args);
     }
     let out0 = out_at(out, p.out_off as u64);
     if w.dtype == DType::F32 {
@@ -212,11 +288,13 @@ fn add_bias(be: &CudaBackend, p: &MatmulParams, bias: Option<&CudaBuffer>, out: 
 
 /// Quantized weights: the integer GEMV at m == 1, the MMQ GEMM up to MMQ_MAX_M (not fp8), the f32
 /// GEMV up to QUANT_GEMV_MAX_M, else f16 chunks and cuBLAS.
+#[allow(clippy::too_many_arguments)]
 fn matmul_quant(
     be: &CudaBackend,
     p: &MatmulParams,
     x: &CudaBuffer,
     x_act16: bool,
+    xop: XOp<'_>,
     w: &CudaBuffer,
     bias: Option<&CudaBuffer>,
     out: &mut CudaBuffer,
@@ -227,7 +305,7 @@ fn matmul_quant(
         return matmul_mmq(be, p, x, w, bias, out);
     }
     if m == 1 && (x.dtype == DType::X8 || mmv_fits(be, w.dtype, k)) {
-        return mmv(be, p, x, w, bias, out);
+        return mmv(be, p, x, xop, w, bias, out);
     }
     if m <= QUANT_GEMV_MAX_M {
         // fp8 rows (m == 1: the f32 GEMV), or an integer-coded format at 2..=16 rows where the MMQ
@@ -350,51 +428,47 @@ fn mmv(
     be: &CudaBackend,
     p: &MatmulParams,
     x: &CudaBuffer,
+    xop: XOp<'_>,
     w: &CudaBuffer,
     bias: Option<&CudaBuffer>,
     out: &mut CudaBuffer,
 ) -> Result<()> {
     let (g, n, k) = (be.gpu(), u(p.n), u(p.k));
     let digits = x.dtype == DType::X8;
+    if let Some((path, lanes_quantize)) = reg_gemv(be, w, n, k) {
+        // The lanes quantize x (f32, or made by a prologue) unless it comes as digits or the
+        // mode reads them from the scratch.
+        let lanes = !digits && (lanes_quantize || xop.op != 0);
+        let (xw, op, eps) = (xop.xw, xop.op, xop.eps.to_bits());
+        return match (path, lanes) {
+            (RegGemv::Bulk(l, stages), true) => {
+                let name = entry_w(kern::matmul_gemv_quant_bulkf::ENTRIES, &REG_DTYPES, w, 0, 1)?;
+                let args = kern::matmul_gemv_quant_bulkf::Args { x, xw, w, b: bias, o: out, stages, xop: op, eps };
+                kern::matmul_gemv_quant_bulkf::launch_variant(g, name, l, p, args)
+            }
+            (RegGemv::Bulk(l, stages), false) => {
+                let name = entry_w(kern::matmul_gemv_quant_bulk::ENTRIES, &REG_DTYPES, w, 0, 1)?;
+                let xq = mmv_digits(be, p, x)?;
+                let args = kern::matmul_gemv_quant_bulk::Args { xq, w, b: bias, o: out, stages };
+                kern::matmul_gemv_quant_bulk::launch_variant(g, name, l, p, args)
+            }
+            (RegGemv::Reg(l), true) => {
+                let name = entry_w(kern::matmul_gemv_quant_regf::ENTRIES, &REG_DTYPES, w, 0, 1)?;
+                let args = kern::matmul_gemv_quant_regf::Args { x, xw, w, b: bias, o: out, xop: op, eps };
+                kern::matmul_gemv_quant_regf::launch_variant(g, name, l, p, args)
+            }
+            (RegGemv::Reg(l), false) => {
+                let name = entry_w(kern::matmul_gemv_quant_reg::ENTRIES, &REG_DTYPES, w, 0, 1)?;
+                let xq = mmv_digits(be, p, x)?;
+                let args = kern::matmul_gemv_quant_reg::Args { xq, w, b: bias, o: out };
+                kern::matmul_gemv_quant_reg::launch_variant(g, name, l, p, args)
+            }
+        };
+    }
+    if xop.op != 0 {
+        return Err(err(format!("matmul_prologue: no register GEMV for {:?} weights of k = {k}", w.dtype)));
+    }
     let mode = if w.packed { packed_mode(be.mmv(), w.dtype) } else { be.mmv().for_dtype(w.dtype) };
-    let reg = w.packed || REG_DTYPES.contains(&w.dtype);
-    if let MmvMode::Reg { max_grid, lanes_quantize, bulk: true } = mode
-        && reg
-        && g.cc.0 >= 9
-        && let Some((l, stages)) = mmv_bulk_launch(
-            reg_unit(w),
-            n,
-            k,
-            reg_row_bytes(w, k),
-            g.sm_count as usize,
-            BulkLimits { max_grid, smem_max: g.smem_optin as usize, max_stages: be.mmv_stages() },
-        )
-    {
-        let stages = stages as u32;
-        if lanes_quantize && !digits {
-            let name = entry_w(kern::matmul_gemv_quant_bulkf::ENTRIES, &REG_DTYPES, w, 0, 1)?;
-            let args = kern::matmul_gemv_quant_bulkf::Args { x, w, b: bias, o: out, stages };
-            return kern::matmul_gemv_quant_bulkf::launch_variant(g, name, l, p, args);
-        }
-        let name = entry_w(kern::matmul_gemv_quant_bulk::ENTRIES, &REG_DTYPES, w, 0, 1)?;
-        let xq = mmv_digits(be, p, x)?;
-        let args = kern::matmul_gemv_quant_bulk::Args { xq, w, b: bias, o: out, stages };
-        return kern::matmul_gemv_quant_bulk::launch_variant(g, name, l, p, args);
-    }
-    if let MmvMode::Reg { max_grid, lanes_quantize, .. } = mode
-        && reg
-        && let Some(l) = mmv_reg_launch(reg_unit(w), n, k, g.sm_count as usize, max_grid, g.smem_optin as usize)
-    {
-        if lanes_quantize && !digits {
-            let name = entry_w(kern::matmul_gemv_quant_regf::ENTRIES, &REG_DTYPES, w, 0, 1)?;
-            let args = kern::matmul_gemv_quant_regf::Args { x, w, b: bias, o: out };
-            return kern::matmul_gemv_quant_regf::launch_variant(g, name, l, p, args);
-        }
-        let name = entry_w(kern::matmul_gemv_quant_reg::ENTRIES, &REG_DTYPES, w, 0, 1)?;
-        let xq = mmv_digits(be, p, x)?;
-        let args = kern::matmul_gemv_quant_reg::Args { xq, w, b: bias, o: out };
-        return kern::matmul_gemv_quant_reg::launch_variant(g, name, l, p, args);
-    }
     let (block, rows) = mmv_shape(rows_per_warp(w), n, g.sm_count as usize);
     let grid = n.div_ceil(block / 32 * rows);
     let smem = mmv_smem_bytes(k);
@@ -422,6 +496,32 @@ fn mmv(
             kern::matmul_gemv_quant_pre::launch_variant(g, name, l, p, args)
         }
     }
+}
+
+/// Which register GEMV runs a batch-1 matmul over `w` (`MmvMode::Reg` for its format, where the
+/// shape fits; with `bulk` on sm_90 the one streaming rows through shared memory), and whether
+/// its mode has the lanes quantize an f32 x; None: the `Pre` / in-block GEMVs.
+enum RegGemv {
+    Bulk(Launch, u32),
+    Reg(Launch),
+}
+
+fn reg_gemv(be: &CudaBackend, w: &CudaBuffer, n: usize, k: usize) -> Option<(RegGemv, bool)> {
+    let g = be.gpu();
+    let mode = if w.packed { packed_mode(be.mmv(), w.dtype) } else { be.mmv().for_dtype(w.dtype) };
+    let MmvMode::Reg { max_grid, lanes_quantize, bulk } = mode else { return None };
+    if !(w.packed || REG_DTYPES.contains(&w.dtype)) {
+        return None;
+    }
+    let (unit, sms) = (reg_unit(w), g.sm_count as usize);
+    if bulk && g.cc.0 >= 9 {
+        let limits = BulkLimits { max_grid, smem_max: g.smem_optin as usize, max_stages: be.mmv_stages() };
+        if let Some((l, stages)) = mmv_bulk_launch(unit, n, k, reg_row_bytes(w, k), sms, limits) {
+            return Some((RegGemv::Bulk(l, stages as u32), lanes_quantize));
+        }
+    }
+    let l = mmv_reg_launch(unit, n, k, sms, max_grid, g.smem_optin as usize)?;
+    Some((RegGemv::Reg(l), lanes_quantize))
 }
 
 /// x's two int8 digits per element in the `_m1` layout ([`mmv_smem_bytes`]): an X8 x as it is,
