@@ -423,7 +423,8 @@ fn need_x8(be: &CudaBackend, p: &MatmulParams, x: &CudaBuffer, w: &CudaBuffer) -
 /// format and shape allow it ([`mmv_reg_launch`]), else x's digits copied into each block's shared
 /// memory (`Pre`) or quantized by each block (`InBlock`). x is f32, or already its digits
 /// ([`DType::X8`]: no `matmul_quantize_x_m1`, and the modes that would quantize in the lanes or
-/// in each block read the digits as `Reg` / `Pre` do).
+/// in each block read the digits as `Reg` / `Pre` do). With a prologue (`xop`, only where
+/// [`prologue_fuses`]) the register GEMV's lanes quantize x whatever the mode, after making it.
 fn mmv(
     be: &CudaBackend,
     p: &MatmulParams,
