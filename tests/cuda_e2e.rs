@@ -60,15 +60,13 @@ fn greedy<B: Backend>(e: &mut Engine<B>, prompt: &[u32]) -> Vec<u32> {
     common::generate_greedy(e, prompt, TOKENS).tokens
 }
 
-/// The CPU's top-2 logit gap after `prefix`, prefilled in the engine's 64-token steps (one step
-/// of a longer prefix overruns a streaming head's ring).
-fn margin(e: &mut Engine<CpuBackend>, prefix: &[u32]) -> f32 {
-    let mut seq = e.cache.admit().unwrap();
-    let mut v = vec![];
-    for chunk in prefix.chunks(64) {
-        v = e.step(&mut seq, chunk, Logits::Last, None).unwrap();
-    }
-    e.cache.release(&mut seq).unwrap();
+/// The CPU's top-2 logit gap where greedy generation of `generated` after `prompt` picks its last token:
+/// the prompt prefilled in `chunk`-token steps, then one token a step, as `generate` ran it (a
+/// sparse prefill of the whole prefix selects other pages than the decode steps did, and a
+/// longer step overruns a streaming head's ring).
+fn margin(e: &mut Engine<CpuBackend>, prompt: &[u32], generated: &[u32], chunk: usize) -> f32 {
+    let ids: Vec<u32> = prompt.iter().chain(generated).copied().collect();
+    let mut v = common::step_logits(e, &ids, prompt.len(), chunk).pop().expect("rows");
     v.sort_by(|a, b| b.total_cmp(a));
     v[0] - v[1]
 }
@@ -103,8 +101,7 @@ fn compare_w_on(
             continue;
         }
         let i = a.iter().zip(&b).position(|(x, y)| x != y).unwrap();
-        let prefix: Vec<u32> = prompt.iter().chain(&a[..i]).copied().collect();
-        let gap = margin(&mut cpu, &prefix);
+        let gap = margin(&mut cpu, &prompt, &a[..i], chunk);
         eprintln!("  diverge at {i} ({} vs {}), CPU top-2 margin {gap:.5}", a[i], b[i]);
         assert!(
             gap < max_margin,
