@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# NOT RUN: every device start after call 1 was refused this session. .gpu/s40b is the tree of commit
+# 0e3ca44 built with the fused decode step ON by default (the committed default is off: with
+# another build, set LSERVE_CUDA_FUSE_DECODE=1 for the fused rows).
 # Session 40, GPU call 2: call 1's fused decode step measured slower (Q4_K 3.16-3.18 ms vs 3.01-3.02
 # without it, bf16 6.87 vs 6.35, int8 even). Changed: silu in the GEMVs' lanes by the fast
 # exponential and division (expf and an IEEE division per element had held every block's first

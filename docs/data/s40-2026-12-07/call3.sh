@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# NOT RUN: every device start after call 1 was refused this session. .gpu/s40b is the tree of commit
+# 0e3ca44 built with the fused decode step ON by default (the committed default is off: with
+# another build, set LSERVE_CUDA_FUSE_DECODE=1 for the fused rows).
 # Session 40, GPU call 3 (call 2 cut down to what ~170 s of device time allows): the 32K sparse
 # batch-1 Q4_K and int8 steps of the s40b tree (fast silu in the lanes, the first row group
 # prefetched, no 16-bit GEMV prologue) with the fused decode step (its default in that build) and
