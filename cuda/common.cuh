@@ -554,3 +554,11 @@ template <> __device__ __forceinline__ void mma_16816<f16_t>(float* c, const u32
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+// Every GEMV's store (matmul.cu, matmul_quant.cu) of output i, column c: v plus the bias, or out
+// + that where the params say accumulate (each output element is stored by one thread, once).
+__device__ __forceinline__ void mm_put(const MatmulParams& p, float* out, const float* bias, u64 i, u32 c, float v) {
+    float* o = out + p.out_off + i;
+    v += p.has_bias ? bias[c] : 0.0f;
+    *o = p.accumulate ? *o + v : v;
+}

@@ -5,7 +5,8 @@
 // rounded to 16 bits (round to nearest even) for one tensor-core GEMM, and matmul_bias adds the
 // bias afterwards.
 //
-// GEMV (out += the product where the params say accumulate): one warp per output column n, all (up to MT) rows of x at once, so each weight row is
+// GEMV (out += the product where the params say accumulate: mm_put): one warp per output column
+// n, all (up to MT) rows of x at once, so each weight row is
 // read exactly once per call; lanes stride the row 8 elements (16 bytes of 16-bit weights) at a
 // time with UNROLL loads in flight. The vector path needs k % 8 == 0 (16-byte aligned rows; every
 // allocation is 256-byte aligned); other k take the scalar path. Block: 256 threads = 8 columns.
@@ -64,9 +65,8 @@ __device__ void gemv_impl(MatmulParams p, const float* x, const W* w, const floa
     }
 #pragma unroll
     for (int r = 0; r < MT; r++) {
-        float s = warp_sum(acc[r]) + (p.has_bias ? bias[n] : 0.0f);
-        float* o = out + p.out_off + (u64)r * p.ldo + n;
-        if (lane == 0 && r < (int)p.m) *o = p.accumulate ? *o + s : s;
+        float s = warp_sum(acc[r]);
+        if (lane == 0 && r < (int)p.m) mm_put(p, out, bias, (u64)r * p.ldo + n, n, s);
     }
 }
 

@@ -34,10 +34,6 @@
 // Row-scaled types: the GEMVs multiply the codes and apply the row's scale once at the end
 // (16-byte code loads when k % 16 == 0, else byte loads).
 
-// Every GEMV's store of one output: v, or out + v where the params say accumulate (each output
-// element is stored by one thread, once).
-__device__ __forceinline__ void mm_put(const MatmulParams& p, float* o, float v) { *o = p.accumulate ? *o + v : v; }
-
 template <class Q, int MT>
 __device__ void qgemv_impl(MatmulParams p, const float* x, const u8* w, const float* bias, float* out) {
     u32 lane = threadIdx.x & 31;
@@ -78,7 +74,7 @@ __device__ void qgemv_impl(MatmulParams p, const float* x, const u8* w, const fl
 #pragma unroll
     for (int r = 0; r < MT; r++) {
         float s = warp_sum(acc[r]);
-        if (lane == 0 && r < (int)p.m) mm_put(p, out + p.out_off + (u64)r * p.ldo + n, s + (p.has_bias ? bias[n] : 0.0f));
+        if (lane == 0 && r < (int)p.m) mm_put(p, out, bias, (u64)r * p.ldo + n, n, s);
     }
 }
 
@@ -129,7 +125,7 @@ __device__ void rgemv_impl(MatmulParams p, const float* x, const u8* w, const fl
 #pragma unroll
     for (int r = 0; r < MT; r++) {
         float s = warp_sum(acc[r]) * scale;
-        if (lane == 0 && r < (int)p.m) mm_put(p, out + p.out_off + (u64)r * p.ldo + n, s + (p.has_bias ? bias[n] : 0.0f));
+        if (lane == 0 && r < (int)p.m) mm_put(p, out, bias, (u64)r * p.ldo + n, n, s);
     }
 }
 
@@ -475,7 +471,7 @@ __device__ __forceinline__ void mmv_rows(const MatmulParams& p, XQ xq, const flo
 #pragma unroll
     for (u32 r = 0; r < Q::RM; r++) {
         float v = warp_sum(acc[r]);
-        if (lane == 0 && r < rows) mm_put(p, out + p.out_off + n0 + r, v + (p.has_bias ? bias[n0 + r] : 0.0f));
+        if (lane == 0 && r < rows) mm_put(p, out, bias, n0 + r, n0 + r, v);
     }
 }
 
@@ -524,7 +520,7 @@ __device__ __forceinline__ void mmv_int8_rows(const MatmulParams& p, XQ xq, cons
     for (u32 r = 0; r < rows; r++) {
         u32 n = n0 + r;
         float v = mmv_int8_row(w + (u64)n * p.k, p.k, xq, xds) * __uint_as_float(ld_u32_a1(w + (u64)p.n * p.k + 4ull * n));
-        if ((threadIdx.x & 31) == 0) mm_put(p, out + p.out_off + n, v + (p.has_bias ? bias[n] : 0.0f));
+        if ((threadIdx.x & 31) == 0) mm_put(p, out, bias, n, n, v);
     }
 }
 
@@ -723,10 +719,6 @@ __device__ __forceinline__ float mmv_row_scale(u32 op, u32 k, u32 eps, u32 warps
 __device__ __forceinline__ void mmv_prefetch_group(const u8* a, u64 rb, u32 r0, u32 r1) {
 #pragma unroll
     for (u32 r = 0; r < 4; r++) asm volatile("prefetch.global.L2 [%0];" ::"l"(a + (u64)min(r0 + r, r1 - 1) * rb));
-}
-// A register GEMV's store of row n's total s (already scaled), plus the bias.
-__device__ __forceinline__ void mmv_store(const MatmulParams& p, float* out, const float* bias, u32 n, float s) {
-    mm_put(p, out + p.out_off + n, s + (p.has_bias ? bias[n] : 0.0f));
 }
 
 // N elements of x (f32 x + e0 .. + N, 16-byte aligned; `on` false: zeros) as both digits of their
@@ -981,7 +973,7 @@ __device__ void mmv_reg_k_impl(MatmulParams p, const void* xs, const float* xw, 
     for (u32 r = t; r0 + r < r1; r += 32 * nwarps) {
         float s = 0.0f;
         for (u32 wi = 0; wi < nwarps; wi++) s += red[wi * R + r];
-        mmv_store(p, out, bias, r0 + r, s * scale);
+        mm_put(p, out, bias, r0 + r, r0 + r, s * scale);
     }
 }
 // The packed 4-bit formats (QQP: Q4_0, Q5_0, Q4_1, Q5_1) with x in registers: thread t owns GGML
@@ -1058,7 +1050,7 @@ __device__ void mmv_reg_p4_impl(MatmulParams p, const void* xs, const float* xw,
     for (u32 r = t; r0 + r < r1; r += 32 * nwarps) {
         float s = 0.0f;
         for (u32 wi = 0; wi < nwarps; wi++) s += red[wi * R + r];
-        mmv_store(p, out, bias, r0 + r, s * scale);
+        mm_put(p, out, bias, r0 + r, r0 + r, s * scale);
     }
 }
 // int8 rows the same way: thread t owns elements 16t .. 16t + 16 (one uint4 of every row; k % 16
@@ -1129,7 +1121,7 @@ __device__ void mmv_reg_i8_impl(MatmulParams p, const void* xs, const float* xw,
         for (u32 wi = 0; wi < nwarps; wi++) s += red[wi * R + r];
         const u32 n = r0 + r;
         if (!P) s *= __uint_as_float(ld_u32_a1(w + (u64)p.n * p.k + 4ull * n));
-        mmv_store(p, out, bias, n, s * scale);
+        mm_put(p, out, bias, n, n, s * scale);
     }
 }
 // Each register GEMV as one template over XF and BULK (the entries below).

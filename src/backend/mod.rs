@@ -399,7 +399,7 @@ pub trait Backend: Send {
     /// never written), so the model should call it instead of the op and `matmul`. Default false.
     /// A backend that records graphs takes `matmul_prologue` only where this is true. (CPU: where
     /// made `with_fused_residual`, to run the fused layer loop in tests; CUDA: at one row, the
-    /// GEMVs that quantize x in their lanes, and the 16-bit / f32 weights' GEMV for `Rmsnorm`.)
+    /// register GEMVs of the integer-coded formats, which quantize x in their lanes.)
     fn matmul_prologue_fuses(&self, p: &MatmulParams, w: &Self::Buffer, kind: PrologueKind) -> bool {
         let _ = (p, w, kind);
         false

@@ -469,7 +469,7 @@ fn mmv(
     if xop.op != 0 {
         return Err(err(format!("matmul_prologue: no register GEMV for {:?} weights of k = {k}", w.dtype)));
     }
-    let mode = if w.packed { packed_mode(be.mmv(), w.dtype) } else { be.mmv().for_dtype(w.dtype) };
+    let mode = mmv_mode(be, w);
     let (block, rows) = mmv_shape(rows_per_warp(w), n, g.sm_count as usize);
     let grid = n.div_ceil(block / 32 * rows);
     let smem = mmv_smem_bytes(k);
@@ -499,6 +499,12 @@ fn mmv(
     }
 }
 
+/// The batch-1 GEMV mode that runs for weights `w`: the packed formats' ([`packed_mode`]) or the
+/// backend's for their dtype ([`MmvMode::for_dtype`]).
+fn mmv_mode(be: &CudaBackend, w: &CudaBuffer) -> MmvMode {
+    if w.packed { packed_mode(be.mmv(), w.dtype) } else { be.mmv().for_dtype(w.dtype) }
+}
+
 /// Which register GEMV runs a batch-1 matmul over `w` (`MmvMode::Reg` for its format, where the
 /// shape fits; with `bulk` on sm_90 the one streaming rows through shared memory), and whether
 /// its mode has the lanes quantize an f32 x; None: the `Pre` / in-block GEMVs.
@@ -509,7 +515,7 @@ enum RegGemv {
 
 fn reg_gemv(be: &CudaBackend, w: &CudaBuffer, n: usize, k: usize) -> Option<(RegGemv, bool)> {
     let g = be.gpu();
-    let mode = if w.packed { packed_mode(be.mmv(), w.dtype) } else { be.mmv().for_dtype(w.dtype) };
+    let mode = mmv_mode(be, w);
     let MmvMode::Reg { max_grid, lanes_quantize, bulk } = mode else { return None };
     if !(w.packed || REG_DTYPES.contains(&w.dtype)) {
         return None;
