@@ -1,4 +1,5 @@
-// matmul_gemv (decode, small m): out[m][n] = x[m][k] . w[n][k]^T (+ bias[n]), f32 accumulation.
+// matmul_gemv (decode, small m): out[m][n] = x[m][k] . w[n][k]^T (+ bias[n]), f32 accumulation
+// (p.accumulate, sent at m == 1 only: out += that).
 // Layout as matmul.wgsl: x [m][k] f32, w [n][k] via load_w, bias [n] f32 (unread when has_bias
 // == 0), out [m] rows of p.ldo floats from p.out_off (strided, as matmul.wgsl). One workgroup of 256 threads = 8 groups of 32 lanes covers ROWS = 16
 // weight rows; group g owns rows 16 wg + 2g and + 1 (clamped to n - 1 for loads, masked on store;
@@ -96,7 +97,13 @@ fn write(t: u32, row: u32, m0: u32, cnt: u32) {
             var b = 0.0;
             if (p.has_bias != 0u) { b = bias[nr]; }
             let v = red[256u * r + t];
-            for (var i = 0u; i < cnt; i++) { out[p.out_off + (m0 + i) * p.ldo + nr] = v[i] + b; }
+            for (var i = 0u; i < cnt; i++) {
+                let o = p.out_off + (m0 + i) * p.ldo + nr;
+                // accumulate (the host sends it at m == 1 only): out + product.
+                var prev = 0.0;
+                if (p.accumulate != 0u) { prev = out[o]; }
+                out[o] = prev + (v[i] + b);
+            }
         }
     }
 }

@@ -1,6 +1,6 @@
 // matmul_gemv_subgroup (decode, adapters with SUBGROUP; the host sends m == 1 here and batches of
 // 2..16 rows to matmul_gemv_subgroup_batch, any m works): out[m][n] = x[m][k] . w[n][k]^T
-// (+ bias[n]), f32 accumulation, for 16-bit or quantized weights with k % 8 == 0 (the host checks; else it
+// (+ bias[n]) (p.accumulate, sent at m == 1 only: out += that), f32 accumulation, for 16-bit or quantized weights with k % 8 == 0 (the host checks; else it
 // uses matmul_gemv). Same math and layout as matmul_gemv, different reduction:
 //
 // One workgroup of 256 covers ROWS = 8 weight rows (workgroup id g = wg.x + wg.y *
@@ -66,7 +66,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
             for (; j < words; j += sgs) { acc_word(&acc, w8(base + j), j * 8u, m0, nx); }
             let tot = subgroupAdd(acc);
             if (lane == 0u) {
-                for (var i = 0u; i < nx; i++) { out[p.out_off + (m0 + i) * p.ldo + row] = tot[i] + b; }
+                for (var i = 0u; i < nx; i++) {
+                    let o = p.out_off + (m0 + i) * p.ldo + row;
+                    // accumulate (the host sends it at m == 1 only): out + product.
+                    var prev = 0.0;
+                    if (p.accumulate != 0u) { prev = out[o]; }
+                    out[o] = prev + (tot[i] + b);
+                }
             }
         }
     }

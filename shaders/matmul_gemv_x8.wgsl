@@ -1,6 +1,6 @@
 // matmul_gemv_x8 (batch-1 decode on quantized weights, adapters with SUBGROUP; the host sends m
 // == 1 and k % 32 == 0 here, every format with an integer form: not fp8): out[out_off + c] =
-// x[0][k] . w[c][k]^T (+ bias[c]), with x as the two int8 digits per element in xq, written by
+// x[0][k] . w[c][k]^T (+ bias[c]) (p.accumulate: out += that), with x as the two int8 digits per element in xq, written by
 // matmul_gemv_x8_pack or by the op that produced x (shaders/x8_store.wgsl has the layout: with
 // B = m k / 32 blocks, block b's hi digits are vec4s b and B + b, its lo digits 2B + b and 3B +
 // b, its (d, code sum) pair half of vec4 4B + b / 2). The weights are read as u32 words and multiplied in integers
@@ -69,7 +69,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
             if (lane == 0u && row < p.n) {
                 var b = 0.0;
                 if (p.has_bias != 0u) { b = bias[row]; }
-                out[p.out_off + row] = tot + b;
+                let o = p.out_off + row;
+                // accumulate (a batch-1 o_proj / down into the residual stream): out + product.
+                var prev = 0.0;
+                if (p.accumulate != 0u) { prev = out[o]; }
+                out[o] = prev + (tot + b);
             }
         }
     }

@@ -11,6 +11,12 @@
 // the values again for the quantizing (norm_reload; storageBarrier makes add_rmsnorm's residual
 // stores visible to the workgroup first). The f32 result is the same expression as
 // row_norm.wgsl's, v * inv * w.
+//
+// Several workgroups (rmsnorm_x8 on rows of 2..X8_HELD rounds; the host dispatches one per round,
+// and always one for add_rmsnorm_x8, whose residual stores another workgroup would read): each
+// loads the whole row and sums its squares exactly as one workgroup would (the same inv, bit for
+// bit, in every workgroup), then quantizes round wg only. Eight workgroups' row reads come from
+// L2; what they save is the serial chain of one workgroup quantizing round after round.
 const X8_HELD: u32 = 8u;
 
 fn x8n_load(base: u32, g: u32, nv: u32) -> vec4<f32> {
@@ -42,8 +48,12 @@ fn x8n_put(l: u32, r: u32, v: vec4<f32>, w: vec4<f32>, inv: f32, nv: u32) {
 }
 
 @compute @workgroup_size(256)
-fn main(@builtin(local_invocation_id) lid: vec3<u32>) {
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wg: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
     let l = lid.x;
+    // One workgroup: every round; else round wg.x only (uniform: barriers inside x8n_put).
+    let all = nwg.x == 1u;
+    let me = wg.x;
     let d = norm_dim();
     if (norm_segs() == 0u || d == 0u) { return; }
     let base = norm_base(0u);
@@ -65,14 +75,14 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>) {
         if (rounds > 7u) { v7 = x8n_load(base, l + 1792u, nv); w7 = x8n_w(wb, l + 1792u, nv); }
         let ss = ((v0 * v0 + v1 * v1) + (v2 * v2 + v3 * v3)) + ((v4 * v4 + v5 * v5) + (v6 * v6 + v7 * v7));
         let inv = 1.0 / sqrt(row_sum((ss.x + ss.y) + (ss.z + ss.w), l) / f32(d) + norm_eps());
-        x8n_put(l, 0u, v0, w0, inv, nv);
-        if (rounds > 1u) { x8n_put(l, 1u, v1, w1, inv, nv); }
-        if (rounds > 2u) { x8n_put(l, 2u, v2, w2, inv, nv); }
-        if (rounds > 3u) { x8n_put(l, 3u, v3, w3, inv, nv); }
-        if (rounds > 4u) { x8n_put(l, 4u, v4, w4, inv, nv); }
-        if (rounds > 5u) { x8n_put(l, 5u, v5, w5, inv, nv); }
-        if (rounds > 6u) { x8n_put(l, 6u, v6, w6, inv, nv); }
-        if (rounds > 7u) { x8n_put(l, 7u, v7, w7, inv, nv); }
+        if (all || me == 0u) { x8n_put(l, 0u, v0, w0, inv, nv); }
+        if (rounds > 1u && (all || me == 1u)) { x8n_put(l, 1u, v1, w1, inv, nv); }
+        if (rounds > 2u && (all || me == 2u)) { x8n_put(l, 2u, v2, w2, inv, nv); }
+        if (rounds > 3u && (all || me == 3u)) { x8n_put(l, 3u, v3, w3, inv, nv); }
+        if (rounds > 4u && (all || me == 4u)) { x8n_put(l, 4u, v4, w4, inv, nv); }
+        if (rounds > 5u && (all || me == 5u)) { x8n_put(l, 5u, v5, w5, inv, nv); }
+        if (rounds > 6u && (all || me == 6u)) { x8n_put(l, 6u, v6, w6, inv, nv); }
+        if (rounds > 7u && (all || me == 7u)) { x8n_put(l, 7u, v7, w7, inv, nv); }
         return;
     }
     var ss = vec4(0.0);

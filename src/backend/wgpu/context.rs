@@ -88,15 +88,20 @@ pub struct WgpuOptions {
     pub coop: bool,
     /// The runtime checks wgpu adds to the shaders ([`ShaderChecks`]).
     pub checks: ShaderChecks,
+    /// A batch-1 step's o_proj and down add into the residual stream in their GEMVs' stores
+    /// (`Backend::matmul_accumulates` at one row), so each add_rmsnorm after them is an rmsnorm
+    /// (`LSERVE_WGPU_FUSE_RESIDUAL`: `1` the default, `0` keeps add_rmsnorm, for measuring).
+    pub fuse_residual: bool,
 }
 
 impl Default for WgpuOptions {
     fn default() -> Self {
-        WgpuOptions { f16: true, subgroup: true, coop: true, checks: ShaderChecks::Off }
+        WgpuOptions { f16: true, subgroup: true, coop: true, checks: ShaderChecks::Off, fuse_residual: true }
     }
 }
 
-const NO_FEATURES: WgpuOptions = WgpuOptions { f16: false, subgroup: false, coop: false, checks: ShaderChecks::Off };
+const NO_FEATURES: WgpuOptions =
+    WgpuOptions { f16: false, subgroup: false, coop: false, checks: ShaderChecks::Off, fuse_residual: true };
 
 /// The checks wgpu (naga) writes into every shader module unless told otherwise: each index into
 /// an array clamped to its length (workgroup and private arrays; storage buffers too where the
@@ -139,8 +144,8 @@ impl ShaderChecks {
 impl WgpuOptions {
     /// From `LSERVE_WGPU_FEATURES`: a comma list of `f16`, `subgroup`, `coop`, or `all` (the
     /// default) / `none`; an unknown word is an error. Then `LSERVE_WGPU_NO_COOP=1` turns `coop`
-    /// off (any other value than `1` or `0` is an error), and `LSERVE_WGPU_CHECKS` sets
-    /// [`ShaderChecks`].
+    /// off (any other value than `1` or `0` is an error), `LSERVE_WGPU_CHECKS` sets
+    /// [`ShaderChecks`] and `LSERVE_WGPU_FUSE_RESIDUAL` (`1` / `0`) `fuse_residual`.
     pub fn from_env() -> Result<Self> {
         let mut o = match std::env::var("LSERVE_WGPU_FEATURES") {
             Ok(v) => Self::parse(&v)?,
@@ -154,6 +159,13 @@ impl WgpuOptions {
             }
         }
         o.checks = ShaderChecks::parse(std::env::var("LSERVE_WGPU_CHECKS").ok().as_deref())?;
+        match std::env::var("LSERVE_WGPU_FUSE_RESIDUAL").as_deref() {
+            Err(_) | Ok("") | Ok("1") => {}
+            Ok("0") => o.fuse_residual = false,
+            Ok(other) => {
+                return Err(Error::InvalidArgument(format!("LSERVE_WGPU_FUSE_RESIDUAL: `{other}` is not 1 or 0")));
+            }
+        }
         Ok(o)
     }
 

@@ -71,6 +71,8 @@ pub struct WgpuBackend {
     scratch: RefCell<[Option<WgpuBuffer>; Scratch::COUNT]>,
     /// `[0, 1, 2, ...]` as u32 ([`WgpuBackend::iota`]), grown on demand.
     iota: RefCell<Option<WgpuBuffer>>,
+    /// [`WgpuOptions::fuse_residual`]: the batch-1 GEMVs take `accumulate`.
+    fuse_residual: bool,
 }
 
 impl WgpuBackend {
@@ -81,6 +83,7 @@ impl WgpuBackend {
     }
 
     pub fn with_options(index: Option<usize>, opts: WgpuOptions) -> Result<Self> {
+        let fuse_residual = opts.fuse_residual;
         let gpu = Gpu::open(index, opts)?;
         let info = &gpu.info;
         let caps = Caps {
@@ -105,7 +108,7 @@ impl WgpuBackend {
             act_x8_max_k: if gpu.use_subgroup { u32::MAX as usize / 4 } else { 0 },
             act_x8_k_multiple: 32,
         };
-        Ok(WgpuBackend { gpu, caps, scratch: RefCell::new(Default::default()), iota: RefCell::new(None) })
+        Ok(WgpuBackend { gpu, caps, scratch: RefCell::new(Default::default()), iota: RefCell::new(None), fuse_residual })
     }
 
     /// Whether the native-f16 shader variants are in use (SHADER_F16 present and allowed).
@@ -406,6 +409,15 @@ impl Backend for WgpuBackend {
         out: &mut WgpuBuffer,
     ) -> Result<()> {
         ops_matmul::matmul(self, p, x, w, bias, out)
+    }
+
+    /// At one row (a batch-1 decode step): every GEMV adds into out in its store where
+    /// [`WgpuOptions::fuse_residual`] (the default), so o_proj and down write the residual
+    /// stream and the norms after them read it (`rmsnorm_x8` then runs a workgroup per 1,024
+    /// elements; add_rmsnorm_x8 is one workgroup). `matmul` takes accumulate at one row whatever
+    /// this says.
+    fn matmul_accumulates(&self, _w: &WgpuBuffer, m: usize) -> bool {
+        m == 1 && self.fuse_residual
     }
 
     fn rmsnorm(&self, p: &RmsnormParams, x: &WgpuBuffer, w: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {

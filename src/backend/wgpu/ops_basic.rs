@@ -57,7 +57,7 @@ pub fn rmsnorm(
     let grid = rows_grid(be, r);
     match residual {
         None => {
-            let op = if x8 { pl::rmsnorm::X8 } else { pl::rmsnorm::OP };
+            let (op, grid) = if x8 { (pl::rmsnorm::X8, norm_x8_grid(d)) } else { (pl::rmsnorm::OP, grid) };
             pl::rmsnorm::dispatch_variant(be.gpu(), op, None, p, pl::rmsnorm::Binds { x, wn: w, out }, grid)
         }
         Some(residual) => {
@@ -67,6 +67,14 @@ pub fn rmsnorm(
             pl::add_rmsnorm::dispatch_variant(be.gpu(), op, None, p, binds, grid)
         }
     }
+}
+
+/// Workgroups of `rmsnorm_x8` over one row of `dim`: one per round of 1,024 elements where the
+/// row is held in registers (up to 8 rounds: each workgroup sums the whole row and quantizes its
+/// round, shaders/row_norm_x8.wgsl), else one.
+fn norm_x8_grid(dim: usize) -> (u32, u32, u32) {
+    let rounds = dim.div_ceil(1024);
+    (if rounds <= 8 { rounds.max(1) as u32 } else { 1 }, 1, 1)
 }
 
 /// The out of an activation op (the norms, silu_mul): `rows * dim` f32, or one row of x8 digits

@@ -148,8 +148,10 @@ pub fn matmul(
     out: &mut WgpuBuffer,
 ) -> Result<()> {
     let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
-    if p.accumulate != 0 {
-        return Err(err("matmul: accumulate is not taken by the wgpu backend (Backend::matmul_accumulates)"));
+    // At one row every kernel below is a GEMV whose store adds (`matmul_gemv_x8`,
+    // `matmul_gemv_subgroup`, `matmul_gemv`: Backend::matmul_accumulates).
+    if p.accumulate != 0 && m != 1 {
+        return Err(err(format!("matmul: accumulate is taken at one row, not {m} (Backend::matmul_accumulates)")));
     }
     if x.dtype == DType::X8 {
         need_x8(be, p, x, w)?;
