@@ -390,7 +390,9 @@ pub trait Backend: Send {
     /// runs the fused layer loop in tests; it saves no traffic there.
     /// CUDA: wherever the matmul is a cuBLAS GEMM, whose beta = 1 reads the residual in its
     /// epilogue, asked for from a prefill's row counts; and every batch-1 GEMV, which adds in its
-    /// store, asked for at one row. wgpu: never, refused.)
+    /// store, asked for at one row with `CudaOptions::fuse_decode`. wgpu: every GEMV at one row
+    /// adds in its store, asked for at one row unless `LSERVE_WGPU_FUSE_RESIDUAL=0`; refused at
+    /// more rows.)
     fn matmul_accumulates(&self, w: &Self::Buffer, m: usize) -> bool {
         let _ = (w, m);
         false

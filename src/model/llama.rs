@@ -3,7 +3,7 @@
 //! `rmsnorm -> qkv -> rope_append_kv -> attention -> o_proj -> add_rmsnorm -> gate_up -> silu_mul
 //! -> down`, then the final norm and the LM head on the rows whose logits are wanted. Where the
 //! backend folds the residual add into o_proj and down (`Backend::matmul_accumulates`: CUDA's
-//! cuBLAS GEMMs and batch-1 GEMVs), those two accumulate into the residual stream and each
+//! cuBLAS GEMMs and batch-1 GEMVs, wgpu's batch-1 GEMVs), those two accumulate into the residual stream and each
 //! add_rmsnorm is an rmsnorm; where it also folds the norms and silu_mul into the matmuls after
 //! them (`Backend::matmul_prologue`: CUDA's batch-1 GEMVs) a layer is qkv(norm) -> rope_append_kv
 //! -> attention -> o_proj (+= x) -> gate_up(norm) -> down(silu_mul) (+= x).

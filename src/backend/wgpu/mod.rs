@@ -108,7 +108,13 @@ impl WgpuBackend {
             act_x8_max_k: if gpu.use_subgroup { u32::MAX as usize / 4 } else { 0 },
             act_x8_k_multiple: 32,
         };
-        Ok(WgpuBackend { gpu, caps, scratch: RefCell::new(Default::default()), iota: RefCell::new(None), fuse_residual })
+        Ok(WgpuBackend {
+            gpu,
+            caps,
+            scratch: RefCell::new(Default::default()),
+            iota: RefCell::new(None),
+            fuse_residual,
+        })
     }
 
     /// Whether the native-f16 shader variants are in use (SHADER_F16 present and allowed).

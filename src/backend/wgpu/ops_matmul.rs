@@ -4,7 +4,10 @@
 //! through the module's `load_w`, or `w8` in the subgroup GEMVs; quantized dtypes are decoded
 //! by shaders/quant_weights.wgsl), bias `[n]` f32, out `[m]` rows of `ldo` f32 from element
 //! `out_off` (out[out_off + r * ldo + c], r < m, c < n; the rest untouched, so the parts of a
-//! fused output can be written by one matmul each). Kernels, picked per call from m (see [`pick`]):
+//! fused output can be written by one matmul each). `MatmulParams::accumulate` (out += the
+//! product) is taken at m == 1, where every kernel below is a GEMV that adds in its store
+//! (`Backend::matmul_accumulates`: a batch-1 step's o_proj and down into the residual stream).
+//! Kernels, picked per call from m (see [`pick`]):
 //! - m == 1 on quantized weights with an integer form (every GGML type; int8 rows with k % 32 ==
 //!   0; not fp8), adapters with SUBGROUP: two dispatches, llama.cpp's mmvq scheme in WGSL.
 //!   `matmul_gemv_x8_pack` quantizes x to two int8 digits per element in blocks of 32 (d = max|x|
