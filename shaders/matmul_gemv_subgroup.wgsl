@@ -48,6 +48,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         if (row >= p.n) { break; }
         var b = 0.0;
         if (p.has_bias != 0u) { b = bias[row]; }
+        // accumulate (sent at m == 1 only: a batch-1 o_proj / down into the residual stream):
+        // out's old value, loaded before the row's weights so its latency hides behind them.
+        var prev = 0.0;
+        if (p.accumulate != 0u) { prev = out[p.out_off + row]; }
         let base = row * words;
         for (var m0 = 0u; m0 < p.m; m0 += 4u) {
             let nx = min(p.m - m0, 4u);
@@ -66,13 +70,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
             for (; j < words; j += sgs) { acc_word(&acc, w8(base + j), j * 8u, m0, nx); }
             let tot = subgroupAdd(acc);
             if (lane == 0u) {
-                for (var i = 0u; i < nx; i++) {
-                    let o = p.out_off + (m0 + i) * p.ldo + row;
-                    // accumulate (the host sends it at m == 1 only): out + product.
-                    var prev = 0.0;
-                    if (p.accumulate != 0u) { prev = out[o]; }
-                    out[o] = prev + (tot[i] + b);
-                }
+                for (var i = 0u; i < nx; i++) { out[p.out_off + (m0 + i) * p.ldo + row] = prev + (tot[i] + b); }
             }
         }
     }

@@ -52,9 +52,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         // Rows past n (the last workgroup) repeat row n - 1 and are not written.
         var rows: array<u32, RPS>;
         var acc: array<f32, RPS>;
+        // accumulate (a batch-1 o_proj / down into the residual stream): out's old value, loaded
+        // before the row's weights so its latency hides behind them.
+        var prev: array<f32, RPS>;
         for (var i = 0u; i < RPS; i++) {
             rows[i] = min(row0 + rr + i, p.n - 1u);
             acc[i] = 0.0;
+            prev[i] = 0.0;
+            if (p.accumulate != 0u) { prev[i] = out[p.out_off + rows[i]]; }
         }
         var j = lane;
         for (; j + sgs < slices; j += 2u * sgs) {
@@ -69,11 +74,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
             if (lane == 0u && row < p.n) {
                 var b = 0.0;
                 if (p.has_bias != 0u) { b = bias[row]; }
-                let o = p.out_off + row;
-                // accumulate (a batch-1 o_proj / down into the residual stream): out + product.
-                var prev = 0.0;
-                if (p.accumulate != 0u) { prev = out[o]; }
-                out[o] = prev + (tot + b);
+                out[p.out_off + row] = prev[i] + (tot + b);
             }
         }
     }
