@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Session 41, GPU call 1 (s41b = this session's HEAD with both changes; s41a = the wgpu change
-# only, i.e. the Hopper prefill as at session start).
+# NOT RUN: no device machine was lent in session 41 (every start refused, then "no new device
+# machine is lent at present"). Prebuilt on the development machine (git-ignored, kept between
+# sessions): .gpu/s41c = commit 268ab95's tree (this session's HEAD: the wgpu change below), and
+# .gpu/s41p = the same with docs/data/s41-2026-12-07/wgmma-lazy-rescale-not-measured.patch applied.
+# Rebuild both if the tree has moved on (the patch applies to cuda/prefill_attention_wgmma.cu).
+# Session 41, GPU call 1 (s41p = HEAD + the lazy-rescale patch; s41c = HEAD).
 # (1) wgpu: a batch-1 step's o_proj and down add into the residual stream in their GEMVs' stores
 # (Backend::matmul_accumulates at one row), so each add_rmsnorm_x8 (one workgroup quantizing four
 # rounds one after the other at 4,096) becomes an rmsnorm_x8 of a workgroup per 1,024 elements;
@@ -8,13 +12,13 @@
 # (the accumulate cases) and the norms on NVIDIA Vulkan.
 # (2) CUDA prefill: the Hopper kernel's softmax moves its reference maximum lazily (only past
 # 2^8, FlashAttention-4's rescaling), so most tiles skip the output's rescale: 32K dense rows
-# against s41a, alternated; parity of the prefill kernels.
+# against s41c, alternated; parity of the prefill kernels first.
 # (3) CUDA decode: session 40's fused decode step (LSERVE_CUDA_FUSE_DECODE=1) with the changes
 # made after its call 1 (fast silu, the L2 prefetch before a prologue, no 16-bit prologue), never
 # measured, against the default (off), alternated.
-BINS=.gpu/s41b/bins.tgz LIMIT=${LIMIT:-500} # lserve, backend_parity
+BINS=.gpu/s41p/bins.tgz LIMIT=${LIMIT:-500} # lserve, backend_parity, cuda_e2e
 . scripts/gpu_call_lib.sh
-OLD=/root/s41a; mkdir -p $OLD; [ -x $OLD/lserve ] || tar -xzf .gpu/s41a/bins.tgz -C $OLD
+OLD=/root/s41c; mkdir -p $OLD; [ -x $OLD/lserve ] || tar -xzf .gpu/s41c/bins.tgz -C $OLD
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$L"
 S="--batch 1 --contexts 32k --sparse on --token-budget 4096 --repeats 10"
 WS="--kv-dtype f16 $S"
@@ -30,11 +34,11 @@ export LSERVE_REQUIRE_WGPU=1
 P wpar 120 wgpu::matmul wgpu::rmsnorm wgpu::add_rmsnorm --test-threads 1
 export LSERVE_REQUIRE_CUDA=1
 PF="--contexts 4k --repeats 1"
+P cpar 200 cuda_prefill_ws::prefill_attention cuda::prefill_attention --test-threads 1
 for r in 1 2; do
   C dense32_new$r $PF --prefill 32768
   LSERVE_BIN=$OLD/lserve C dense32_old$r $PF --prefill 32768
 done
-P cpar 150 cuda_prefill_ws::prefill_attention cuda::prefill_attention --test-threads 1
 for r in 1 2; do
   LSERVE_CUDA_FUSE_DECODE=1 C q4k_fuse$r --dtype q4_k $S
   C q4k_off$r --dtype q4_k $S
