@@ -6,7 +6,10 @@
 //! the pass; when profiling, each dispatch gets its own pass carrying its timestamps);
 //! a submission goes out every `SUBMIT_EVERY` dispatches (so the GPU works while the CPU records
 //! the rest) and at a read-back or `sync`, so a decode step is a handful of submissions with no
-//! CPU round trip between ops. Each dispatch's parameters get
+//! CPU round trip between ops; after a wait has left the GPU idle (a step's read-back) the first
+//! submission goes out after `WgpuOptions::first_submit` dispatches and each next one after twice
+//! as many, up to `SUBMIT_EVERY`, so the GPU starts on a step's first ops while the CPU records
+//! the rest. Each dispatch's parameters get
 //! their own 256-byte slot of the uniform arena, staged in host memory and written with one
 //! `queue.write_buffer` per submission (applied before its commands), and slots are reused only
 //! after a submit.
@@ -28,6 +31,12 @@ const ARENA_SLOTS: u64 = 512;
 /// Dispatches per submission: the GPU starts on a step's first layers while the CPU records the
 /// rest (recording a Llama-3-8B decode step takes about a millisecond and a half of CPU time).
 const SUBMIT_EVERY: u64 = 64;
+/// Dispatches in the first submission after the GPU went idle (`WgpuOptions::first_submit`'s
+/// default): a decode step's embed, norm, q|k|v GEMV and KV write. Recording a dispatch costs
+/// the CPU ~5 us on the H200 machine (docs/benchmarks.md session 21), so with 64 the GPU sat idle
+/// for the first ~0.3 ms of every step; the next submissions double (8, 16, 32, then 64), each
+/// recorded while the GPU runs the one before.
+pub const FIRST_SUBMIT: u64 = 4;
 /// Dispatches timed per submission when profiling (two timestamps each).
 const PROFILE_SLOTS: u32 = 1024;
 
@@ -48,6 +57,8 @@ pub struct Gpu {
     /// Ops whose dispatches are not recorded (`LSERVE_WGPU_SKIP_OPS`, a comma list of shader op
     /// names): for timing ablations of `lserve bench` only; their outputs are left as they were.
     skip_ops: Vec<String>,
+    /// [`WgpuOptions::first_submit`].
+    first_submit: u64,
     slot_size: u64,
     arena: wgpu::Buffer,
     state: RefCell<State>,
@@ -59,6 +70,9 @@ struct State {
     pass: Option<wgpu::ComputePass<'static>>,
     encoder: Option<wgpu::CommandEncoder>,
     next_slot: u64,
+    /// Dispatches the current submission takes before it goes out: `first_submit` after a wait,
+    /// doubling with each submission up to `SUBMIT_EVERY`.
+    batch: u64,
     /// The parameter slots of the dispatches recorded since the last submission, written to the
     /// arena with one `write_buffer` just before that submission (queue writes land before the
     /// submission's commands run, so each dispatch still reads its own slot).
@@ -92,16 +106,33 @@ pub struct WgpuOptions {
     /// (`Backend::matmul_accumulates` at one row), so each add_rmsnorm after them is an rmsnorm
     /// (`LSERVE_WGPU_FUSE_RESIDUAL`: `1` the default, `0` keeps add_rmsnorm, for measuring).
     pub fuse_residual: bool,
+    /// Dispatches in the first submission after a wait ([`FIRST_SUBMIT`] by default;
+    /// `LSERVE_WGPU_FIRST_SUBMIT`, 1..=64: 64 is one submission every 64 dispatches throughout,
+    /// as before session 41).
+    pub first_submit: u64,
 }
 
 impl Default for WgpuOptions {
     fn default() -> Self {
-        WgpuOptions { f16: true, subgroup: true, coop: true, checks: ShaderChecks::Off, fuse_residual: true }
+        WgpuOptions {
+            f16: true,
+            subgroup: true,
+            coop: true,
+            checks: ShaderChecks::Off,
+            fuse_residual: true,
+            first_submit: FIRST_SUBMIT,
+        }
     }
 }
 
-const NO_FEATURES: WgpuOptions =
-    WgpuOptions { f16: false, subgroup: false, coop: false, checks: ShaderChecks::Off, fuse_residual: true };
+const NO_FEATURES: WgpuOptions = WgpuOptions {
+    f16: false,
+    subgroup: false,
+    coop: false,
+    checks: ShaderChecks::Off,
+    fuse_residual: true,
+    first_submit: FIRST_SUBMIT,
+};
 
 /// The checks wgpu (naga) writes into every shader module unless told otherwise: each index into
 /// an array clamped to its length (workgroup and private arrays; storage buffers too where the
@@ -145,7 +176,8 @@ impl WgpuOptions {
     /// From `LSERVE_WGPU_FEATURES`: a comma list of `f16`, `subgroup`, `coop`, or `all` (the
     /// default) / `none`; an unknown word is an error. Then `LSERVE_WGPU_NO_COOP=1` turns `coop`
     /// off (any other value than `1` or `0` is an error), `LSERVE_WGPU_CHECKS` sets
-    /// [`ShaderChecks`] and `LSERVE_WGPU_FUSE_RESIDUAL` (`1` / `0`) `fuse_residual`.
+    /// [`ShaderChecks`], `LSERVE_WGPU_FUSE_RESIDUAL` (`1` / `0`) `fuse_residual` and
+    /// `LSERVE_WGPU_FIRST_SUBMIT` (1..=64) `first_submit`.
     pub fn from_env() -> Result<Self> {
         let mut o = match std::env::var("LSERVE_WGPU_FEATURES") {
             Ok(v) => Self::parse(&v)?,
@@ -165,6 +197,9 @@ impl WgpuOptions {
             Ok(other) => {
                 return Err(Error::InvalidArgument(format!("LSERVE_WGPU_FUSE_RESIDUAL: `{other}` is not 1 or 0")));
             }
+        }
+        if let Ok(v) = std::env::var("LSERVE_WGPU_FIRST_SUBMIT") {
+            o.first_submit = parse_first_submit(&v)?;
         }
         Ok(o)
     }
@@ -186,6 +221,16 @@ impl WgpuOptions {
             }
         }
         Ok(o)
+    }
+}
+
+/// `LSERVE_WGPU_FIRST_SUBMIT`'s value: a whole number of dispatches, 1..=`SUBMIT_EVERY`.
+fn parse_first_submit(v: &str) -> Result<u64> {
+    match v.trim().parse::<u64>() {
+        Ok(n) if (1..=SUBMIT_EVERY).contains(&n) => Ok(n),
+        _ => Err(Error::InvalidArgument(format!(
+            "LSERVE_WGPU_FIRST_SUBMIT: `{v}` is not a number of dispatches from 1 to {SUBMIT_EVERY}"
+        ))),
     }
 }
 
@@ -314,12 +359,14 @@ impl Gpu {
             use_coop: coop,
             checks: opts.checks,
             skip_ops: skip_ops_from_env(),
+            first_submit: opts.first_submit.clamp(1, SUBMIT_EVERY.min(ARENA_SLOTS)),
             slot_size,
             arena,
             state: RefCell::new(State {
                 pass: None,
                 encoder: None,
                 next_slot: 0,
+                batch: opts.first_submit.clamp(1, SUBMIT_EVERY.min(ARENA_SLOTS)),
                 params: vec![0; (slot_size * SUBMIT_EVERY.min(ARENA_SLOTS)) as usize],
                 pipelines: HashMap::new(),
                 profiler: None,
@@ -477,8 +524,10 @@ impl Gpu {
             )));
         }
         let pipeline = self.pipeline(op, weights)?;
-        if self.state.borrow().next_slot == SUBMIT_EVERY.min(ARENA_SLOTS) {
+        if self.state.borrow().next_slot >= self.state.borrow().batch {
             self.submit();
+            let mut st = self.state.borrow_mut();
+            st.batch = (2 * st.batch).min(SUBMIT_EVERY.min(ARENA_SLOTS));
         }
         let offset = {
             let mut st = self.state.borrow_mut();
@@ -580,8 +629,11 @@ impl Gpu {
         Ok(data[..bytes as usize].to_vec())
     }
 
+    /// Wait for everything submitted; the GPU is then idle, so the next submission goes out
+    /// after `first_submit` dispatches.
     pub fn wait(&self) -> Result<()> {
         self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| err(format!("poll: {e}")))?;
+        self.state.borrow_mut().batch = self.first_submit;
         Ok(())
     }
 }
@@ -603,6 +655,11 @@ mod tests {
         assert_eq!(ShaderChecks::parse(Some("1")).unwrap(), ShaderChecks::On);
         assert_eq!(ShaderChecks::parse(Some("on")).unwrap(), ShaderChecks::On);
         assert!(ShaderChecks::parse(Some("bounds")).is_err());
+        assert_eq!(parse_first_submit("4").unwrap(), 4);
+        assert_eq!(parse_first_submit("64").unwrap(), 64);
+        assert!(
+            parse_first_submit("0").is_err() && parse_first_submit("65").is_err() && parse_first_submit("x").is_err()
+        );
     }
 
     #[test]
