@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # NOT RUN: no device machine was lent in session 41 (every start refused, then "no new device
 # machine is lent at present"). Prebuilt on the development machine (git-ignored, kept between
-# sessions): .gpu/s41c = commit 268ab95's tree (this session's HEAD: the wgpu change below), and
+# sessions): .gpu/s41c = this session's final tree (the wgpu changes below), and
 # .gpu/s41p = the same with docs/data/s41-2026-12-07/wgmma-lazy-rescale-not-measured.patch applied.
 # Rebuild both if the tree has moved on (the patch applies to cuda/prefill_attention_wgmma.cu).
 # Session 41, GPU call 1 (s41p = HEAD + the lazy-rescale patch; s41c = HEAD).
 # (1) wgpu: a batch-1 step's o_proj and down add into the residual stream in their GEMVs' stores
 # (Backend::matmul_accumulates at one row), so each add_rmsnorm_x8 (one workgroup quantizing four
 # rounds one after the other at 4,096) becomes an rmsnorm_x8 of a workgroup per 1,024 elements;
-# LSERVE_WGPU_FUSE_RESIDUAL=0 (same binary) runs the old loop, alternated. wgpu parity of matmul
-# (the accumulate cases) and the norms on NVIDIA Vulkan.
+# LSERVE_WGPU_FUSE_RESIDUAL=0 (same binary) runs the old loop; and a step's first submission
+# after 4 dispatches, doubling to 64 (LSERVE_WGPU_FIRST_SUBMIT=64: 64 throughout, as before),
+# alternated. wgpu parity of matmul (the accumulate cases) and the norms on NVIDIA Vulkan.
 # (2) CUDA prefill: the Hopper kernel's softmax moves its reference maximum lazily (only past
 # 2^8, FlashAttention-4's rescaling), so most tiles skip the output's rescale: 32K dense rows
 # against s41c, alternated; parity of the prefill kernels first.
@@ -22,14 +23,18 @@ OLD=/root/s41c; mkdir -p $OLD; [ -x $OLD/lserve ] || tar -xzf .gpu/s41c/bins.tgz
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$L"
 S="--batch 1 --contexts 32k --sparse on --token-budget 4096 --repeats 10"
 WS="--kv-dtype f16 $S"
+# new: both; fs64: the fixed 64-dispatch submissions; nofuse: add_rmsnorm; old: neither (the
+# session's start).
 for r in 1 2 3; do
   W wq4k_new$r --dtype q4_k $WS
-  LSERVE_WGPU_FUSE_RESIDUAL=0 W wq4k_off$r --dtype q4_k $WS
+  LSERVE_WGPU_FIRST_SUBMIT=64 W wq4k_fs64_$r --dtype q4_k $WS
+  LSERVE_WGPU_FUSE_RESIDUAL=0 W wq4k_nofuse$r --dtype q4_k $WS
+  LSERVE_WGPU_FIRST_SUBMIT=64 LSERVE_WGPU_FUSE_RESIDUAL=0 W wq4k_old$r --dtype q4_k $WS
 done
 W wq8_new --dtype q8_0 $WS
-LSERVE_WGPU_FUSE_RESIDUAL=0 W wq8_off --dtype q8_0 $WS
+LSERVE_WGPU_FIRST_SUBMIT=64 LSERVE_WGPU_FUSE_RESIDUAL=0 W wq8_old --dtype q8_0 $WS
 W wq4k_prof --dtype q4_k $WS --profile
-LSERVE_WGPU_FUSE_RESIDUAL=0 W wq4k_offprof --dtype q4_k $WS --profile
+LSERVE_WGPU_FUSE_RESIDUAL=0 W wq4k_nofuseprof --dtype q4_k $WS --profile
 export LSERVE_REQUIRE_WGPU=1
 P wpar 120 wgpu::matmul wgpu::rmsnorm wgpu::add_rmsnorm --test-threads 1
 export LSERVE_REQUIRE_CUDA=1
