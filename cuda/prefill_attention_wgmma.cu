@@ -14,7 +14,7 @@
 // wgmma m64n128k16 with Q and K from shared memory (K-major descriptors); the mask on boundary
 // tiles only (one branch per tile, selects inside) and the online softmax in registers (exp2
 // domain, raw-score row max, so the scale must be positive; each thread owns two rows and reduces
-// across its quad); P rounded to the KV type stays in registers as the A operand of O += P V,
+// across its quad; the reference maximum moves lazily, PW_RESCALE_LOG2); P rounded to the KV type stays in registers as the A operand of O += P V,
 // eight wgmma m64n128k16 with V from shared memory through an MN-major descriptor (the
 // transposed-B mode, so V keeps its [key][dim] rows).
 // Three variants (the host's LSERVE_CUDA_PREFILL_WGMMA picks): `_ws` (the default;
@@ -49,6 +49,9 @@
 static_assert(128 * PW_WS_PRODUCER_REGS + PW_THREADS * PW_WS_CONSUMER_REGS == PW_WS_THREADS * 168,
               "setmaxnreg: the consumers take exactly the registers the producer frees");
 #define PW_TILE (128u * 128u * 2u)  // bytes of one 128-row, 128-dim 16-bit tile
+// The softmax's reference maximum moves only when a tile's row maximum exceeds it by more than
+// this (log2 units: P <= 256), as FlashAttention-4 does, so the output's rescale runs on few tiles.
+#define PW_RESCALE_LOG2 8.0f
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -410,6 +413,7 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
                               : k0 + BK - 1 <= t.p_lo && k0 >= wlo_hi &&
                                     (!t.streaming || k0 + BK <= p.sink || t.p_hi - k0 < p.local);
     };
+    // Tile ti's softmax. m[r] is the row's running reference maximum (see PW_RESCALE_LOG2).
     auto softmax = [&](u32 ti, float (&corr)[2], bool may_mask = true) {
         const u32 k0 = tiles.k0(ti);
         const bool virt = ti < tiles.nvt;
@@ -427,7 +431,12 @@ __device__ void prefill_wgmma_impl(AttentionParams p, const float* q, const u32*
         for (u32 r = 0; r < 2; r++) {
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            const float mn = fmaxf(m[r], mx[r] * qscale);
+            // Lazy rescaling (FlashAttention-4's): m moves only where the tile's maximum passes it
+            // by more than PW_RESCALE_LOG2, so P = exp2(s - m) stays <= 2^PW_RESCALE_LOG2 (bf16 /
+            // f16 and the f32 sums hold that) and most tiles leave corr at 1 and skip the output's
+            // rescale; the result is the same up to rounding (O and l carry the same factor).
+            const float mt = mx[r] * qscale;
+            const float mn = mt > m[r] + PW_RESCALE_LOG2 ? mt : m[r];
             // A row that has seen no key yet keeps m = -inf; 0 stands in so no inf - inf appears.
             const float mu = mn == -LS_INF ? 0.0f : mn;
             corr[r] = pm_exp2(m[r] - mu);

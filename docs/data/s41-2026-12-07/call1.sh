@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# NOT RUN: no device machine was lent in session 41 (every start refused, then "no new device
-# machine is lent at present"). Prebuilt on the development machine (git-ignored, kept between
-# sessions): .gpu/s41c = this session's final tree (the wgpu changes below), and
-# .gpu/s41p = the same with docs/data/s41-2026-12-07/wgmma-lazy-rescale-not-measured.patch applied.
-# Rebuild both if the tree has moved on (the patch applies to cuda/prefill_attention_wgmma.cu).
-# Session 41, GPU call 1 (s41p = HEAD + the lazy-rescale patch; s41c = HEAD).
+# RAN (with LIMIT=340) on an H100 at ~21:18 UTC: output in call1/; its LIMIT skipped every row after
+# the CUDA parity step (the prefill rows ran in call2.sh on the same warm machine). Binaries built
+# on the development machine (git-ignored): .gpu/s41c = this session's tree before the lazy
+# rescaling landed (the wgpu changes below), .gpu/s41p = the same with the lazy rescaling of the
+# Hopper prefill's softmax (then a patch; it landed after these calls).
+# Session 41, GPU call 1 (s41p = with the lazy rescaling; s41c = without).
 # (1) wgpu: a batch-1 step's o_proj and down add into the residual stream in their GEMVs' stores
 # (Backend::matmul_accumulates at one row), so each add_rmsnorm_x8 (one workgroup quantizing four
 # rounds one after the other at 4,096) becomes an rmsnorm_x8 of a workgroup per 1,024 elements;
