@@ -349,6 +349,7 @@ impl Gpu {
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
+        let first_submit = opts.first_submit.clamp(1, SUBMIT_EVERY.min(ARENA_SLOTS));
         Ok(Gpu {
             device,
             queue,
@@ -360,14 +361,14 @@ impl Gpu {
             use_coop: coop,
             checks: opts.checks,
             skip_ops: skip_ops_from_env(),
-            first_submit: opts.first_submit.clamp(1, SUBMIT_EVERY.min(ARENA_SLOTS)),
+            first_submit,
             slot_size,
             arena,
             state: RefCell::new(State {
                 pass: None,
                 encoder: None,
                 next_slot: 0,
-                batch: opts.first_submit.clamp(1, SUBMIT_EVERY.min(ARENA_SLOTS)),
+                batch: first_submit,
                 params: vec![0; (slot_size * SUBMIT_EVERY.min(ARENA_SLOTS)) as usize],
                 pipelines: HashMap::new(),
                 profiler: None,
