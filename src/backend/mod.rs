@@ -20,6 +20,8 @@ pub mod collective;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+pub(crate) mod env;
 pub mod params;
 pub mod probe;
 pub mod reference;

@@ -27,6 +27,7 @@ mod tma;
 
 use cudarc::driver::DeviceRepr;
 
+use crate::backend::env::{count_from_env, switch_from_env};
 use crate::backend::*;
 use crate::error::{Error, Result};
 pub use context::driver_present;
@@ -207,6 +208,11 @@ impl CudaBackend {
             Some(m) => m,
             None => MmvMode::from_env(gpu.sm_count)?,
         };
+        // Knobs read at open (backend/env.rs). LSERVE_CUDA_PACK: off stores every 32-element-format
+        // matrix in GGML blocks; on, those whose rows are whole 256-element super-blocks packed
+        // (packed.rs). LSERVE_CUDA_ACT_X8: off keeps batch-1 activations in f32 (each integer GEMV
+        // then quantizes its x itself, and the ops refuse X8 buffers); on, the norms, silu_mul and
+        // the decode attention write the digits (Caps::act_x8_dtypes).
         let pack = switch_from_env("LSERVE_CUDA_PACK")?;
         if switch_from_env("LSERVE_CUDA_ACT_X8")? {
             caps.act_x8_dtypes = ops_matmul::x8_dtypes(mmv, pack);
@@ -341,20 +347,6 @@ impl CudaBackend {
     }
 }
 
-/// An on/off switch read at open, on unless set to `0` / `off`:
-/// - `LSERVE_CUDA_ACT_X8`: off keeps batch-1 activations in f32 (each integer GEMV then quantizes
-///   its x itself, and the ops refuse X8 buffers); on, the norms, silu_mul and the decode
-///   attention write the digits (`Caps::act_x8_dtypes`).
-/// - `LSERVE_CUDA_PACK`: off stores every 32-element-format matrix in GGML blocks; on, those whose
-///   rows are whole 256-element super-blocks packed (packed.rs).
-fn switch_from_env(name: &str) -> Result<bool> {
-    match std::env::var(name).as_deref().map(str::trim) {
-        Err(_) | Ok("" | "1" | "on") => Ok(true),
-        Ok("0" | "off") => Ok(false),
-        Ok(v) => Err(Error::InvalidArgument(format!("{name}: `{v}` is not 0, 1, on or off"))),
-    }
-}
-
 /// A size in MiB read at open (`LSERVE_CUDA_DEQUANT_MB`: the quantized GEMM's dequantization
 /// scratch, a measurement knob), `default` bytes when unset; 1..=65536 MiB.
 fn mib_from_env(name: &str, default: usize) -> Result<usize> {
@@ -363,18 +355,6 @@ fn mib_from_env(name: &str, default: usize) -> Result<usize> {
         Ok(v) => match v.parse::<usize>() {
             Ok(mb @ 1..=65536) => Ok(mb << 20),
             _ => Err(Error::InvalidArgument(format!("{name}: `{v}` is not a size in MiB from 1 to 65536"))),
-        },
-    }
-}
-
-/// A count read at open (`LSERVE_CUDA_DECODE_SPLITS`: the decode attention's splits;
-/// `LSERVE_CUDA_MMV_STAGES`: the bulk GEMVs' stages; measurement knobs), `None` when unset; 1..=max.
-fn count_from_env(name: &str, max: usize) -> Result<Option<usize>> {
-    match std::env::var(name).as_deref().map(str::trim) {
-        Err(_) | Ok("") => Ok(None),
-        Ok(v) => match v.parse::<usize>() {
-            Ok(n) if (1..=max).contains(&n) => Ok(Some(n)),
-            _ => Err(Error::InvalidArgument(format!("{name}: `{v}` is not a count from 1 to {max}"))),
         },
     }
 }

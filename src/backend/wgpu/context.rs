@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::backend::DType;
+use crate::backend::env::{count_from_env, switch_from_env};
 use crate::error::{Error, Result};
 
 use super::shaders;
@@ -31,6 +32,8 @@ const ARENA_SLOTS: u64 = 512;
 /// Dispatches per submission: the GPU starts on a step's first layers while the CPU records the
 /// rest (recording a Llama-3-8B decode step takes about a millisecond and a half of CPU time).
 const SUBMIT_EVERY: u64 = 64;
+/// The most dispatches a submission takes: `SUBMIT_EVERY`, or the arena's slots if fewer.
+const BATCH_MAX: u64 = if SUBMIT_EVERY < ARENA_SLOTS { SUBMIT_EVERY } else { ARENA_SLOTS };
 /// Dispatches in the first submission after the GPU went idle (`WgpuOptions::first_submit`'s
 /// default): a decode step's embed, norm, q|k|v GEMV and KV write. Recording a dispatch costs
 /// the CPU ~5 us on the H200 machine (docs/benchmarks.md session 21), so with 64 the GPU sat idle
@@ -105,7 +108,8 @@ pub struct WgpuOptions {
     pub checks: ShaderChecks,
     /// A batch-1 step's o_proj and down add into the residual stream in their GEMVs' stores
     /// (`Backend::matmul_accumulates` at one row), so each add_rmsnorm after them is an rmsnorm
-    /// (`LSERVE_WGPU_FUSE_RESIDUAL`: `1` the default, `0` keeps add_rmsnorm, for measuring).
+    /// (`LSERVE_WGPU_FUSE_RESIDUAL`, an on/off switch, on by default; off keeps add_rmsnorm, for
+    /// measuring).
     pub fuse_residual: bool,
     /// Dispatches in the first submission after a wait ([`FIRST_SUBMIT`] by default;
     /// `LSERVE_WGPU_FIRST_SUBMIT`, 1..=64: 64 is one submission every 64 dispatches throughout,
@@ -177,8 +181,8 @@ impl WgpuOptions {
     /// From `LSERVE_WGPU_FEATURES`: a comma list of `f16`, `subgroup`, `coop`, or `all` (the
     /// default) / `none`; an unknown word is an error. Then `LSERVE_WGPU_NO_COOP=1` turns `coop`
     /// off (any other value than `1` or `0` is an error), `LSERVE_WGPU_CHECKS` sets
-    /// [`ShaderChecks`], `LSERVE_WGPU_FUSE_RESIDUAL` (`1` / `0`) `fuse_residual` and
-    /// `LSERVE_WGPU_FIRST_SUBMIT` (1..=64) `first_submit`.
+    /// [`ShaderChecks`], `LSERVE_WGPU_FUSE_RESIDUAL` (on/off) `fuse_residual` and
+    /// `LSERVE_WGPU_FIRST_SUBMIT` (1..=64) `first_submit` (backend/env.rs).
     pub fn from_env() -> Result<Self> {
         let mut o = match std::env::var("LSERVE_WGPU_FEATURES") {
             Ok(v) => Self::parse(&v)?,
@@ -192,15 +196,9 @@ impl WgpuOptions {
             }
         }
         o.checks = ShaderChecks::parse(std::env::var("LSERVE_WGPU_CHECKS").ok().as_deref())?;
-        match std::env::var("LSERVE_WGPU_FUSE_RESIDUAL").as_deref() {
-            Err(_) | Ok("") | Ok("1") => {}
-            Ok("0") => o.fuse_residual = false,
-            Ok(other) => {
-                return Err(Error::InvalidArgument(format!("LSERVE_WGPU_FUSE_RESIDUAL: `{other}` is not 1 or 0")));
-            }
-        }
-        if let Ok(v) = std::env::var("LSERVE_WGPU_FIRST_SUBMIT") {
-            o.first_submit = parse_first_submit(&v)?;
+        o.fuse_residual = switch_from_env("LSERVE_WGPU_FUSE_RESIDUAL")?;
+        if let Some(n) = count_from_env("LSERVE_WGPU_FIRST_SUBMIT", BATCH_MAX as usize)? {
+            o.first_submit = n as u64;
         }
         Ok(o)
     }
@@ -222,16 +220,6 @@ impl WgpuOptions {
             }
         }
         Ok(o)
-    }
-}
-
-/// `LSERVE_WGPU_FIRST_SUBMIT`'s value: a whole number of dispatches, 1..=`SUBMIT_EVERY`.
-fn parse_first_submit(v: &str) -> Result<u64> {
-    match v.trim().parse::<u64>() {
-        Ok(n) if (1..=SUBMIT_EVERY).contains(&n) => Ok(n),
-        _ => Err(Error::InvalidArgument(format!(
-            "LSERVE_WGPU_FIRST_SUBMIT: `{v}` is not a number of dispatches from 1 to {SUBMIT_EVERY}"
-        ))),
     }
 }
 
@@ -349,7 +337,7 @@ impl Gpu {
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let first_submit = opts.first_submit.clamp(1, SUBMIT_EVERY.min(ARENA_SLOTS));
+        let first_submit = opts.first_submit.clamp(1, BATCH_MAX);
         Ok(Gpu {
             device,
             queue,
@@ -369,7 +357,7 @@ impl Gpu {
                 encoder: None,
                 next_slot: 0,
                 batch: first_submit,
-                params: vec![0; (slot_size * SUBMIT_EVERY.min(ARENA_SLOTS)) as usize],
+                params: vec![0; (slot_size * BATCH_MAX) as usize],
                 pipelines: HashMap::new(),
                 profiler: None,
             }),
@@ -529,7 +517,7 @@ impl Gpu {
         if self.state.borrow().next_slot >= self.state.borrow().batch {
             self.submit();
             let mut st = self.state.borrow_mut();
-            st.batch = (2 * st.batch).min(SUBMIT_EVERY.min(ARENA_SLOTS));
+            st.batch = (2 * st.batch).min(BATCH_MAX);
         }
         let offset = {
             let mut st = self.state.borrow_mut();
@@ -643,6 +631,7 @@ impl Gpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::env::parse_count;
 
     #[test]
     fn feature_lists_parse() {
@@ -657,11 +646,10 @@ mod tests {
         assert_eq!(ShaderChecks::parse(Some("1")).unwrap(), ShaderChecks::On);
         assert_eq!(ShaderChecks::parse(Some("on")).unwrap(), ShaderChecks::On);
         assert!(ShaderChecks::parse(Some("bounds")).is_err());
-        assert_eq!(parse_first_submit("4").unwrap(), 4);
-        assert_eq!(parse_first_submit("64").unwrap(), 64);
-        assert!(
-            parse_first_submit("0").is_err() && parse_first_submit("65").is_err() && parse_first_submit("x").is_err()
-        );
+        let first = |v| parse_count("LSERVE_WGPU_FIRST_SUBMIT", Some(v), BATCH_MAX as usize);
+        assert_eq!(first("4").unwrap(), Some(4));
+        assert_eq!(first("64").unwrap(), Some(64));
+        assert!(first("0").is_err() && first("65").is_err() && first("x").is_err());
     }
 
     #[test]
