@@ -18,6 +18,13 @@ struct RopeAppendKvParams {
     page_size: u32, num_pages: u32, attention_scaling: f32, logical_page: u32,
     n_ret: u32, n_str: u32, num_str_pages: u32, _pad: u32,
 }
+// matmul_gemv_x8_rope: MatmulParams' fields, then RopeAppendKvParams'.
+struct MatmulRopeParams {
+    m: u32, n: u32, k: u32, has_bias: u32, ldo: u32, out_off: u32, accumulate: u32, _pad1: u32,
+    n_tokens: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32,
+    page_size: u32, num_pages: u32, attention_scaling: f32, logical_page: u32,
+    n_ret: u32, n_str: u32, num_str_pages: u32, _pad: u32,
+}
 struct AttentionParams {
     num_seqs: u32, n_tokens: u32, n_heads: u32, n_kv_heads: u32,
     head_dim: u32, page_size: u32, num_pages: u32, scale: f32,

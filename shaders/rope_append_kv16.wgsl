@@ -31,60 +31,7 @@
 @group(0) @binding(11) var<storage, read_write> sv: array<u32>;
 @group(0) @binding(12) var<storage, read_write> summary: array<f32>;
 
-// The four key values a thread stored (dims j, j + 1 in lo, hh + j, hh + j + 1 in hi), as the
-// pool holds them.
-fn stored4(lo: u32, hi: u32) -> vec4<f32> {
-    if (KV_KIND == 1u) {
-        return vec4(unpack2x16float(lo), unpack2x16float(hi));
-    }
-    return bitcast<vec4<f32>>(vec4(lo << 16u, lo & 0xffff0000u, hi << 16u, hi & 0xffff0000u));
-}
-
-// Fold key values x (dims j, j + 1, hh + j, hh + j + 1) of retrieval head r at pool slot `slot`
-// into its logical page's summary ([page][n_ret][lpp][2][head_dim]: min, max).
-fn fold_summary(slot: u32, r: u32, j: u32, hh: u32, x: vec4<f32>) {
-    let ps = p.page_size;
-    let lp = p.logical_page;
-    let hd = p.head_dim;
-    let off = slot % ps;
-    let at = (((slot / ps) * p.n_ret + r) * (ps / lp) + off / lp) * 2u * hd;
-    let d = vec4(j, j + 1u, hh + j, hh + j + 1u) + vec4(at);
-    var mn = x;
-    var mx = x;
-    if (off % lp != 0u) {
-        mn = min(vec4(summary[d.x], summary[d.y], summary[d.z], summary[d.w]), x);
-        mx = max(vec4(summary[d.x + hd], summary[d.y + hd], summary[d.z + hd], summary[d.w + hd]), x);
-    }
-    summary[d.x] = mn.x; summary[d.y] = mn.y; summary[d.z] = mn.z; summary[d.w] = mn.w;
-    summary[d.x + hd] = mx.x; summary[d.y + hd] = mx.y; summary[d.z + hd] = mx.z; summary[d.w + hd] = mx.w;
-}
-
-// Words w and w + half of a K row and a V row (kv = k_lo, k_hi, v_lo, v_hi), in the streaming
-// pools or the retrieval pools.
-fn put(streaming: bool, w: u32, half: u32, kv: vec4<u32>) {
-    if (streaming) {
-        sk[w] = kv.x;
-        sk[w + half] = kv.y;
-        sv[w] = kv.z;
-        sv[w + half] = kv.w;
-    } else {
-        k[w] = kv.x;
-        k[w + half] = kv.y;
-        v[w] = kv.z;
-        v[w + half] = kv.w;
-    }
-}
-
-// Pair (x[j], x[j + hh]) rotated by (c, s), as rope_append_kv.wgsl computes it.
-fn rot(x0: f32, x1: f32, cs: vec2<f32>) -> vec2<f32> {
-    return vec2(x0 * cs.x - x1 * cs.y, x1 * cs.x + x0 * cs.y);
-}
-
-// (c, s) of pair j at position pos, scaled by attention_scaling.
-fn angle(pos: u32, j: u32) -> vec2<f32> {
-    let sc = sin_cos(f32(pos) * inv_freq[j]);
-    return vec2(sc.y * p.attention_scaling, sc.x * p.attention_scaling);
-}
+// The rotation and the stores: shaders/rope16_quad.wgsl (one thread a quad here).
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -99,43 +46,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let t = i / (quads * heads);
     let row = t * (heads + p.n_kv_heads) * hd;
     let j = 2u * u;
-    let pos = positions[t];
-    let c0 = angle(pos, j);
-    let c1 = angle(pos, j + 1u);
-
+    // A quad's dims in a head's row of qkv (rope16_quad.wgsl's order).
+    let dims = vec4(j, j + 1u, hh + j, hh + j + 1u);
     if (h < p.n_heads) {
-        let src = row + h * hd;
-        let dst = (t * p.n_heads + h) * hd;
-        let a = rot(qkv[src + j], qkv[src + j + hh], c0);
-        let b = rot(qkv[src + j + 1u], qkv[src + j + 1u + hh], c1);
-        q[dst + j] = a.x;
-        q[dst + j + hh] = a.y;
-        q[dst + j + 1u] = b.x;
-        q[dst + j + 1u + hh] = b.y;
+        let d = dims + vec4(row + h * hd);
+        rope_q_quad(t, h, u, vec4(qkv[d.x], qkv[d.y], qkv[d.z], qkv[d.w]));
         return;
     }
-
     let kh = h - p.n_heads;
-    let m = head_map[kh];
-    let streaming = (m & STREAMING_BIT) != 0u;
-    let idx = m & ~STREAMING_BIT;
-    let ksrc = row + (p.n_heads + kh) * hd;
-    let vsrc = row + (p.n_heads + p.n_kv_heads + kh) * hd;
-    let a = rot(qkv[ksrc + j], qkv[ksrc + j + hh], c0);
-    let b = rot(qkv[ksrc + j + 1u], qkv[ksrc + j + 1u + hh], c1);
-    let k_lo = pack16(a.x, b.x);
-    let k_hi = pack16(a.y, b.y);
-    let v_lo = pack16(qkv[vsrc + j], qkv[vsrc + j + 1u]);
-    let v_hi = pack16(qkv[vsrc + j + hh], qkv[vsrc + j + 1u + hh]);
-    let ps = p.page_size;
-    if (streaming) {
-        let slot = ring_slots[t];
-        if (idx >= p.n_str || slot >= p.num_str_pages * ps) { return; }
-        put(true, (((slot / ps) * p.n_str + idx) * ps + slot % ps) * hd / 2u + u, hh / 2u, vec4(k_lo, k_hi, v_lo, v_hi));
-    } else {
-        let slot = slots[t];
-        if (idx >= p.n_ret || slot >= p.num_pages * ps) { return; }
-        put(false, (((slot / ps) * p.n_ret + idx) * ps + slot % ps) * hd / 2u + u, hh / 2u, vec4(k_lo, k_hi, v_lo, v_hi));
-        if (p.n_tokens == 1u) { fold_summary(slot, idx, j, hh, stored4(k_lo, k_hi)); }
-    }
+    let dk = dims + vec4(row + (p.n_heads + kh) * hd);
+    let dv = dims + vec4(row + (p.n_heads + p.n_kv_heads + kh) * hd);
+    rope_kv_quad(t, kh, u, vec4(qkv[dk.x], qkv[dk.y], qkv[dk.z], qkv[dk.w]),
+                 vec4(qkv[dv.x], qkv[dv.y], qkv[dv.z], qkv[dv.w]));
 }

@@ -506,6 +506,33 @@ pub trait Backend: Send {
         }
         self.matmul(p, &x, w, bias, out)
     }
+    /// Whether `matmul_rope_append_kv` of `p` over weights `w` with `r` into pools of dtype `kv`
+    /// is one kernel, so the model should call it instead of `matmul` and `rope_append_kv`.
+    /// Default false. (wgpu: a batch-1 step's q|k|v GEMV on weights with an integer form into
+    /// 16-bit pools, head_dim % 8 == 0: `matmul_gemv_x8_rope`.)
+    fn matmul_rope_fuses(&self, p: &MatmulParams, w: &Self::Buffer, r: &RopeAppendKvParams, kv: DType) -> bool {
+        let _ = (p, w, r, kv);
+        false
+    }
+    /// `matmul` of x into qkv (`p`, `w`, `bias`), then `rope_append_kv` of that qkv (`r`,
+    /// `meta`, `q`, `kv`): every buffer ends as the two ops leave it (qkv unrotated). The default
+    /// runs the two ops; `matmul_rope_fuses` says where a backend makes them one kernel.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_rope_append_kv(
+        &self,
+        p: &MatmulParams,
+        x: &Self::Buffer,
+        w: &Self::Buffer,
+        bias: Option<&Self::Buffer>,
+        qkv: &mut Self::Buffer,
+        r: &RopeAppendKvParams,
+        meta: &RopeAppendMeta<Self>,
+        q: &mut Self::Buffer,
+        kv: LayerKvMut<Self>,
+    ) -> Result<()> {
+        self.matmul(p, x, w, bias, qkv)?;
+        self.rope_append_kv(r, qkv, meta, q, kv)
+    }
     /// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w. `[rows][dim]`.
     fn rmsnorm(&self, p: &RmsnormParams, x: &Self::Buffer, w: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
     /// residual += x, then out = rmsnorm(residual) * w (the pre-norm block boundary, fused).

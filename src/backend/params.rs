@@ -44,6 +44,7 @@ pub fn all_param_layouts() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
         one::<ArgmaxParams>(),
         one::<SampleParams>(),
         one::<RopeAppendKvParams>(),
+        one::<MatmulRopeParams>(),
         one::<AttentionParams>(),
         one::<PageSelectParams>(),
         one::<LambdaMassParams>(),
@@ -116,6 +117,30 @@ params! {
         pub n_ret: u32,
         pub n_str: u32,
         /// Pages in the streaming pool.
+        pub num_str_pages: u32,
+        pub _pad: u32,
+    }
+    /// `Backend::matmul_rope_append_kv` in one kernel (wgpu's `matmul_gemv_x8_rope`): the
+    /// matmul's fields, then `rope_append_kv`'s ([`MatmulRopeParams::new`]).
+    pub struct MatmulRopeParams {
+        pub m: u32,
+        pub n: u32,
+        pub k: u32,
+        pub has_bias: u32,
+        pub ldo: u32,
+        pub out_off: u32,
+        pub accumulate: u32,
+        pub _pad1: u32,
+        pub n_tokens: u32,
+        pub n_heads: u32,
+        pub n_kv_heads: u32,
+        pub head_dim: u32,
+        pub page_size: u32,
+        pub num_pages: u32,
+        pub attention_scaling: f32,
+        pub logical_page: u32,
+        pub n_ret: u32,
+        pub n_str: u32,
         pub num_str_pages: u32,
         pub _pad: u32,
     }
@@ -337,6 +362,34 @@ impl RopeAppendKvParams {
             n_ret: g.n_ret,
             n_str: g.n_str,
             num_str_pages: g.num_str_pages,
+            _pad: 0,
+        }
+    }
+}
+
+impl MatmulRopeParams {
+    /// The two ops' parameters in one struct.
+    pub fn new(m: &MatmulParams, r: &RopeAppendKvParams) -> Self {
+        MatmulRopeParams {
+            m: m.m,
+            n: m.n,
+            k: m.k,
+            has_bias: m.has_bias,
+            ldo: m.ldo,
+            out_off: m.out_off,
+            accumulate: m.accumulate,
+            _pad1: 0,
+            n_tokens: r.n_tokens,
+            n_heads: r.n_heads,
+            n_kv_heads: r.n_kv_heads,
+            head_dim: r.head_dim,
+            page_size: r.page_size,
+            num_pages: r.num_pages,
+            attention_scaling: r.attention_scaling,
+            logical_page: r.logical_page,
+            n_ret: r.n_ret,
+            n_str: r.n_str,
+            num_str_pages: r.num_str_pages,
             _pad: 0,
         }
     }

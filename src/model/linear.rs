@@ -17,7 +17,9 @@ use std::sync::Mutex;
 
 use super::weights::{LoadOptions, RawTensor, WeightMode, WeightSource};
 use crate::backend::reference::weight_quant;
-use crate::backend::{Backend, DType, MatmulParams, Prologue, PrologueKind};
+use crate::backend::{
+    Backend, DType, LayerKvMut, MatmulParams, Prologue, PrologueKind, RopeAppendKvParams, RopeAppendMeta,
+};
 use crate::error::{Error, Result};
 
 struct Part<B: Backend> {
@@ -78,6 +80,42 @@ impl<B: Backend> Linear<B> {
         acc: bool,
     ) -> Result<()> {
         self.each(m, acc, |mp, p| be.matmul_prologue(mp, pro, src, &p.w, p.bias.as_ref(), out))
+    }
+
+    /// qkv `[m][n]` = x . w^T (+ bias), then `rope_append_kv` of it (`Backend::matmul_rope_append_kv`:
+    /// one kernel where [`Linear::rope_fuses`]; a matrix of several parts runs its matmuls, then
+    /// the op).
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_rope(
+        &self,
+        be: &B,
+        m: usize,
+        x: &B::Buffer,
+        qkv: &mut B::Buffer,
+        r: &RopeAppendKvParams,
+        meta: &RopeAppendMeta<B>,
+        q: &mut B::Buffer,
+        kv: LayerKvMut<B>,
+    ) -> Result<()> {
+        match self.parts.as_slice() {
+            [p] => {
+                let mp = MatmulParams::new(m, p.rows, self.k, p.bias.is_some());
+                be.matmul_rope_append_kv(&mp, x, &p.w, p.bias.as_ref(), qkv, r, meta, q, kv)
+            }
+            _ => {
+                self.matmul(be, m, x, qkv)?;
+                be.rope_append_kv(r, qkv, meta, q, kv)
+            }
+        }
+    }
+
+    /// Its matmul at `m` rows and `rope_append_kv` with `r` into pools of `kv` are one kernel
+    /// (`Backend::matmul_rope_fuses`; one part only).
+    pub fn rope_fuses(&self, be: &B, m: usize, r: &RopeAppendKvParams, kv: DType) -> bool {
+        match self.parts.as_slice() {
+            [p] => be.matmul_rope_fuses(&MatmulParams::new(m, p.rows, self.k, p.bias.is_some()), &p.w, r, kv),
+            _ => false,
+        }
     }
 
     fn run(&self, be: &B, m: usize, x: &B::Buffer, out: &mut B::Buffer, acc: bool) -> Result<()> {

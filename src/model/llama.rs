@@ -6,7 +6,9 @@
 //! cuBLAS GEMMs and batch-1 GEMVs, wgpu's batch-1 GEMVs), those two accumulate into the residual stream and each
 //! add_rmsnorm is an rmsnorm; where it also folds the norms and silu_mul into the matmuls after
 //! them (`Backend::matmul_prologue`: CUDA's batch-1 GEMVs) a layer is qkv(norm) -> rope_append_kv
-//! -> attention -> o_proj (+= x) -> gate_up(norm) -> down(silu_mul) (+= x).
+//! -> attention -> o_proj (+= x) -> gate_up(norm) -> down(silu_mul) (+= x). Where it makes qkv
+//! and rope_append_kv one kernel (`Backend::matmul_rope_append_kv`: wgpu's batch-1 GEMV into
+//! 16-bit pools) the model calls that instead of the two.
 //!
 //! Weights are fused at load: q|k|v into one `[qkv_dim][hidden]` matrix (and bias), gate|up into one
 //! `[2*ffn][hidden]` matrix, so a decode step is four matmuls per layer (more where a file's
@@ -518,6 +520,10 @@ impl<B: Backend> Llama<B> {
                     && l.w_gate_up.prologue_fuses(be, n, PrologueKind::Rmsnorm)
             });
         let pro_silu = fuse && self.layers.iter().all(|l| l.w_down.prologue_fuses(be, n, PrologueKind::SiluMul));
+        // A block's norm into xn: of x alone (layer 0's attention norm, `first`), or after a branch.
+        let norm_into = |x: &mut B::Buffer, o: &B::Buffer, w: &B::Buffer, xn: &mut B::Buffer, first: bool| {
+            if first { be.rmsnorm(&norm, x, w, xn) } else { renorm(x, o, w, xn) }
+        };
         // A block's norm and the matmul after it: one matmul_prologue, or the norm into xn
         // (layer 0's attention norm: of x alone) and the matmul of xn.
         let norm_matmul = |lin: &Linear<B>,
@@ -531,17 +537,21 @@ impl<B: Backend> Llama<B> {
             if pro_norm {
                 return lin.matmul_prologue(be, n, Prologue::Rmsnorm { w, eps: c.rms_norm_eps }, x, out, false);
             }
-            if first {
-                be.rmsnorm(&norm, x, w, xn)?
-            } else {
-                renorm(x, o, w, xn)?
-            }
+            norm_into(x, o, w, xn, first)?;
             lin.matmul(be, n, xn, out)
         };
         for (i, l) in self.layers.iter().enumerate() {
-            norm_matmul(&l.w_qkv, &mut x, &o, &l.attn_norm, &mut xn, &mut qkv, i == 0)?;
             let rp = m.rope_params(cache, i, attention_scaling);
-            be.rope_append_kv(&rp, &qkv, &rmeta, &mut q, cache.layers[i].view_mut())?;
+            // q|k|v and its rotation into the cache: one kernel where the backend makes them one
+            // (`Backend::matmul_rope_fuses`: wgpu's batch-1 GEMV into 16-bit pools), after the
+            // norm; else the matmul (with the norm folded in where pro_norm) and the op.
+            if !pro_norm && l.w_qkv.rope_fuses(be, n, &rp, cache.shape.kv_dtype) {
+                norm_into(&mut x, &o, &l.attn_norm, &mut xn, i == 0)?;
+                l.w_qkv.matmul_rope(be, n, &xn, &mut qkv, &rp, &rmeta, &mut q, cache.layers[i].view_mut())?;
+            } else {
+                norm_matmul(&l.w_qkv, &mut x, &o, &l.attn_norm, &mut xn, &mut qkv, i == 0)?;
+                be.rope_append_kv(&rp, &qkv, &rmeta, &mut q, cache.layers[i].view_mut())?;
+            }
             let ap = m.attention_params(cache, i, attn);
             let sp = m.select_params(cache, &ap, attn);
             let store = &mut cache.layers[i];

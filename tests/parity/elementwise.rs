@@ -13,7 +13,7 @@ use lserve::backend::*;
 /// (`weight_quant::random_weights`, seeded from the pair's printed seed) uploaded as the model
 /// loader does (`upload_weight`: CUDA packs Q8_0 rows of whole 256-element super-blocks), float
 /// types as values.
-fn weights<B: Backend>(
+pub fn weights<B: Backend>(
     t: &mut super::Pair<'_, B>,
     dtype: DType,
     n: usize,

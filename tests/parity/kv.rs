@@ -1,12 +1,15 @@
 //! The KV-side ops against the CPU reference, each with a KV-dtype axis: `rope_append_kv` (q, the
 //! four pools and the page summaries; 8-bit pools bit for bit, with quantizer edge rows),
+//! `matmul_rope_append_kv` (the q|k|v matmul with it),
 //! `lambda_mass`, and the KV swap round trip (download_raw / write_raw_at). Instantiated per
 //! backend by `parity_tests!` in tests/backend_parity.rs.
 
+use super::elementwise::weights;
 use super::{
-    Pair, TOL_ELEMENTWISE, append, append_data, close, download_pool, download_raw_all, has_kv, kv_pair, kv_tols,
-    out16_dtypes, paged, pair,
+    KvPair, Pair, TOL_ELEMENTWISE, TOL_REDUCTION, append, append_data, close, download_pool, download_raw_all, has_kv,
+    has_weights, kv_pair, kv_tols, out16_dtypes, paged, pair,
 };
+use lserve::backend::reference::weight_quant;
 use lserve::backend::*;
 
 /// Rows `[head_dim]` that probe the 8-bit quantizers' edges: zeros; int8 ties (amax 127, values
@@ -64,7 +67,6 @@ pub fn test_rope_append_kv<B: Backend>(gpu: &B, kvd: DType) {
 
 /// One geometry of [`test_rope_append_kv`], qkv given to the backend in `qd`.
 fn rope_case<B: Backend>(t: &mut Pair<'_, B>, kvd: DType, (ps, lp, hd): (usize, usize, usize), nh: usize, qd: DType) {
-    let (tol_pool, _) = kv_tols(kvd);
     let mut kv = kv_pair(t, vec![false, true, false], (ps, lp, hd), kvd);
     kv.qkv_dtype = qd;
     // The ring holds 32 tokens, 4 of them sink: chunks of up to 28 never wrap onto themselves.
@@ -85,6 +87,84 @@ fn rope_case<B: Backend>(t: &mut Pair<'_, B>, kvd: DType, (ps, lp, hd): (usize, 
         append_data(t, &mut kv, 14, nh, &data);
         kv.rope_identity = rotated;
     }
+    check_kv(t, "rope_append_kv", &kv, kvd, (ps, lp, hd));
+    if kvd.is_kv8() && qd == DType::F32 {
+        rope_kv8_near(t, kvd, (ps, lp, hd), nh);
+    }
+}
+
+/// `matmul_rope_append_kv` (wgpu: one kernel, `matmul_gemv_x8_rope`, where the pools are 16-bit
+/// and head_dim % 8 == 0; every other backend and case: the two ops) one token a call, on
+/// quantized q|k|v weights (Q4_K, Q8_0; with and without bias) at head_dim 16, 64 (fused on wgpu)
+/// and 12 (not), after a prefix the plain op appended. Each call is checked in two independent
+/// halves: the backend's qkv against the CPU's matmul (x snapped to the two-digit grid, so the
+/// integer dots must agree to summation order), and its q, pools and page summaries against the
+/// CPU's `rope_append_kv` of the backend's own qkv (so a rounding of qkv that differs by an ulp
+/// cannot flip a 16-bit store and make the comparison flaky). Positions cross logical and
+/// physical page starts and the streaming ring's wrap.
+pub fn test_matmul_rope_append_kv<B: Backend>(gpu: &B, kvd: DType) {
+    if !has_kv(gpu, kvd) {
+        return;
+    }
+    let mut t = pair(gpu);
+    for (wd, k) in [(DType::Ggml(GgmlType::Q4_K), 256), (DType::Ggml(GgmlType::Q8_0), 96)] {
+        if !has_weights(gpu, wd) {
+            continue;
+        }
+        for geom in [(16, 4, 16), (32, 32, 64), (16, 4, 12)] {
+            matmul_rope_case(&mut t, kvd, (wd, k), geom);
+        }
+    }
+}
+
+fn matmul_rope_case<B: Backend>(
+    t: &mut Pair<'_, B>,
+    kvd: DType,
+    (wd, k): (DType, usize),
+    (ps, lp, hd): (usize, usize, usize),
+) {
+    let nh = 6;
+    let mut kv = kv_pair(t, vec![false, true, false], (ps, lp, hd), kvd);
+    let n = (nh + 6) * hd;
+    let w = weights(t, wd, n, k, 0.1);
+    let bias = t.rand(DType::F32, n, 1.0);
+    append(t, &mut kv, 5, nh);
+    let r = RopeAppendKvParams::new(&kv.gpu.geometry(0), 1, nh, 1.25);
+    let fused = t.gpu.matmul_rope_fuses(&MatmulParams::new(1, n, k, false), &w.0, &r, kvd);
+    eprintln!("matmul_rope_append_kv {wd:?} k {k} ps {ps} lp {lp} hd {hd} {kvd:?}: fused {fused}");
+    let inv: Vec<f32> = (0..hd / 2).map(|i| 10000f32.powf(-2.0 * i as f32 / hd as f32)).collect();
+    let inv = t.up(DType::F32, &inv);
+    for step in 0..2 * ps + 3 {
+        let p = MatmulParams::new(1, n, k, step % 2 == 0);
+        let xv = t.f32s(k, 1.0);
+        let x = t.up(DType::F32, &weight_quant::x8_blocks(&xv, k));
+        kv.gpu.reserve(&mut kv.seq, 1).unwrap();
+        let at = kv.seq.len;
+        let pos = t.up_u32(&[at as u32]);
+        let slots = t.up_u32(&kv.gpu.slots(&kv.seq, at, 1));
+        let ring = t.up_u32(&kv.gpu.ring_slots(&kv.seq, at, 1));
+        let mg = RopeAppendMeta { positions: &pos.0, slots: &slots.0, ring_slots: &ring.0, inv_freq: &inv.0 };
+        let mc = RopeAppendMeta { positions: &pos.1, slots: &slots.1, ring_slots: &ring.1, inv_freq: &inv.1 };
+        let (mut qkv, mut q) = (t.out(n), t.out(nh * hd));
+        let b = (p.has_bias != 0).then_some(&bias);
+        let kvg = kv.gpu.layers[0].view_mut();
+        t.gpu.matmul_rope_append_kv(&p, &x.0, &w.0, b.map(|b| &b.0), &mut qkv.0, &r, &mg, &mut q.0, kvg).unwrap();
+        t.cpu.matmul(&p, &x.1, &w.1, b.map(|b| &b.1), &mut qkv.1).unwrap();
+        let name = format!("matmul_rope_append_kv {wd:?} hd {hd} step {step}");
+        t.check(&format!("{name} qkv"), &qkv, n, TOL_REDUCTION);
+        let got = t.gpu.download_f32(&qkv.0, 0, n).unwrap();
+        let qkv_ref = t.cpu.upload_f32(DType::F32, got).unwrap();
+        t.cpu.rope_append_kv(&r, &qkv_ref, &mc, &mut q.1, kv.cpu.layers[0].view_mut()).unwrap();
+        t.check(&format!("{name} q"), &q, nh * hd, TOL_ELEMENTWISE);
+        kv.seq.len += 1;
+    }
+    check_kv(t, "matmul_rope_append_kv", &kv, kvd, (ps, lp, hd));
+}
+
+/// The four pools of `kv`'s layer (8-bit: bit for bit) and the page summaries of its logical
+/// pages that hold tokens, backend against reference.
+fn check_kv<B: Backend>(t: &Pair<'_, B>, op: &str, kv: &KvPair<B>, kvd: DType, (ps, lp, hd): (usize, usize, usize)) {
+    let (tol_pool, _) = kv_tols(kvd);
     let (g, c) = (&kv.gpu.layers[0], &kv.cpu.layers[0]);
     for (name, gb, cb) in [("k", &g.k, &c.k), ("v", &g.v, &c.v), ("sk", &g.sk, &c.sk), ("sv", &g.sv, &c.sv)] {
         if kvd.is_kv8() {
@@ -95,19 +175,11 @@ fn rope_case<B: Backend>(t: &mut Pair<'_, B>, kvd: DType, (ps, lp, hd): (usize, 
             // (NVIDIA's Vulkan driver) may lose its sign in the identity rotation.
             let zeros = |i: usize| kvd == DType::F8E4M3 && i % (ps * (hd + 4)) < ps * hd && (gr[i] | cr[i]) == 0x80;
             if let Some(i) = (0..gr.len()).find(|&i| gr[i] != cr[i] && !zeros(i)) {
-                panic!("rope_append_kv {name} pool ({kvd:?}): byte {i} is {:#04x}, want {:#04x}", gr[i], cr[i]);
+                panic!("{op} {name} pool ({kvd:?}): byte {i} is {:#04x}, want {:#04x}", gr[i], cr[i]);
             }
             continue;
         }
-        close(
-            &format!("rope_append_kv {name} pool ({kvd:?})"),
-            &download_pool(t.gpu, gb),
-            &download_pool(&t.cpu, cb),
-            tol_pool,
-        );
-    }
-    if kvd.is_kv8() && qd == DType::F32 {
-        rope_kv8_near(t, kvd, (ps, lp, hd), nh);
+        close(&format!("{op} {name} pool ({kvd:?})"), &download_pool(t.gpu, gb), &download_pool(&t.cpu, cb), tol_pool);
     }
     // Summaries of logical pages that hold tokens (the rest are never read).
     let (gs, cs) = (download_pool(t.gpu, &g.summary), download_pool(&t.cpu, &c.summary));
@@ -116,7 +188,7 @@ fn rope_case<B: Backend>(t: &mut Pair<'_, B>, kvd: DType, (ps, lp, hd): (usize, 
         let page = kv.seq.pages[lpage * lp / ps] as usize;
         for r in 0..2 {
             let at = ((page * 2 + r) * lpp + (lpage * lp % ps) / lp) * hd2;
-            close(&format!("rope_append_kv summary ({kvd:?})"), &gs[at..at + hd2], &cs[at..at + hd2], tol_pool);
+            close(&format!("{op} summary ({kvd:?})"), &gs[at..at + hd2], &cs[at..at + hd2], tol_pool);
         }
     }
 }

@@ -119,6 +119,9 @@ macro_rules! parity_tests {
             mod rope_append_kv {
                 axes!(dtype test_rope_append_kv: F32 => kv_f32, F16 => kv_f16, BF16 => kv_bf16, I8 => kv_int8, F8E4M3 => kv_fp8);
             }
+            mod matmul_rope_append_kv {
+                axes!(dtype test_matmul_rope_append_kv: F32 => kv_f32, F16 => kv_f16, BF16 => kv_bf16);
+            }
             mod lambda_mass {
                 axes!(dtype test_lambda_mass: F32 => kv_f32, F16 => kv_f16, BF16 => kv_bf16, I8 => kv_int8, F8E4M3 => kv_fp8);
             }

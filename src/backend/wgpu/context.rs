@@ -111,6 +111,10 @@ pub struct WgpuOptions {
     /// (`LSERVE_WGPU_FUSE_RESIDUAL`, an on/off switch, on by default; off keeps add_rmsnorm, for
     /// measuring).
     pub fuse_residual: bool,
+    /// A batch-1 step's q|k|v GEMV runs rope_append_kv16 in its epilogue
+    /// (`Backend::matmul_rope_append_kv`, ops_fused.rs; `LSERVE_WGPU_FUSE_ROPE`, an on/off switch,
+    /// on by default; off dispatches the rotation separately, for measuring).
+    pub fuse_rope: bool,
     /// Dispatches in the first submission after a wait ([`FIRST_SUBMIT`] by default;
     /// `LSERVE_WGPU_FIRST_SUBMIT`, 1..=64: 64 is one submission every 64 dispatches throughout,
     /// as before session 41).
@@ -125,6 +129,7 @@ impl Default for WgpuOptions {
             coop: true,
             checks: ShaderChecks::Off,
             fuse_residual: true,
+            fuse_rope: true,
             first_submit: FIRST_SUBMIT,
         }
     }
@@ -136,6 +141,7 @@ const NO_FEATURES: WgpuOptions = WgpuOptions {
     coop: false,
     checks: ShaderChecks::Off,
     fuse_residual: true,
+    fuse_rope: true,
     first_submit: FIRST_SUBMIT,
 };
 
@@ -181,7 +187,8 @@ impl WgpuOptions {
     /// From `LSERVE_WGPU_FEATURES`: a comma list of `f16`, `subgroup`, `coop`, or `all` (the
     /// default) / `none`; an unknown word is an error. Then `LSERVE_WGPU_NO_COOP=1` turns `coop`
     /// off (any other value than `1` or `0` is an error), `LSERVE_WGPU_CHECKS` sets
-    /// [`ShaderChecks`], `LSERVE_WGPU_FUSE_RESIDUAL` (on/off) `fuse_residual` and
+    /// [`ShaderChecks`], `LSERVE_WGPU_FUSE_RESIDUAL` (on/off) `fuse_residual`,
+    /// `LSERVE_WGPU_FUSE_ROPE` (on/off) `fuse_rope` and
     /// `LSERVE_WGPU_FIRST_SUBMIT` (1..=64) `first_submit` (backend/env.rs).
     pub fn from_env() -> Result<Self> {
         let mut o = match std::env::var("LSERVE_WGPU_FEATURES") {
@@ -197,6 +204,7 @@ impl WgpuOptions {
         }
         o.checks = ShaderChecks::parse(std::env::var("LSERVE_WGPU_CHECKS").ok().as_deref())?;
         o.fuse_residual = switch_from_env("LSERVE_WGPU_FUSE_RESIDUAL")?;
+        o.fuse_rope = switch_from_env("LSERVE_WGPU_FUSE_ROPE")?;
         if let Some(n) = count_from_env("LSERVE_WGPU_FIRST_SUBMIT", BATCH_MAX as usize)? {
             o.first_submit = n as u64;
         }

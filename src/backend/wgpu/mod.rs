@@ -13,6 +13,7 @@ mod context;
 mod ops_attention;
 mod ops_basic;
 mod ops_blocks;
+mod ops_fused;
 mod ops_kv;
 mod ops_matmul;
 pub mod pipelines;
@@ -73,6 +74,8 @@ pub struct WgpuBackend {
     iota: RefCell<Option<WgpuBuffer>>,
     /// [`WgpuOptions::fuse_residual`]: the batch-1 GEMVs take `accumulate`.
     fuse_residual: bool,
+    /// [`WgpuOptions::fuse_rope`]: `matmul_rope_append_kv` is one dispatch where it can be.
+    fuse_rope: bool,
 }
 
 impl WgpuBackend {
@@ -83,7 +86,7 @@ impl WgpuBackend {
     }
 
     pub fn with_options(index: Option<usize>, opts: WgpuOptions) -> Result<Self> {
-        let fuse_residual = opts.fuse_residual;
+        let (fuse_residual, fuse_rope) = (opts.fuse_residual, opts.fuse_rope);
         let gpu = Gpu::open(index, opts)?;
         let info = &gpu.info;
         let caps = Caps {
@@ -114,6 +117,7 @@ impl WgpuBackend {
             scratch: RefCell::new(Default::default()),
             iota: RefCell::new(None),
             fuse_residual,
+            fuse_rope,
         })
     }
 
@@ -424,6 +428,27 @@ impl Backend for WgpuBackend {
     /// this says.
     fn matmul_accumulates(&self, _w: &WgpuBuffer, m: usize) -> bool {
         m == 1 && self.fuse_residual
+    }
+
+    /// A batch-1 step's q|k|v GEMV on weights with an integer form into 16-bit pools
+    /// (ops_fused.rs `fuses`): `matmul_gemv_x8_rope`, rope_append_kv16 in its epilogue.
+    fn matmul_rope_fuses(&self, p: &MatmulParams, w: &WgpuBuffer, r: &RopeAppendKvParams, kv: DType) -> bool {
+        ops_fused::fuses(self, p, w, r, kv)
+    }
+
+    fn matmul_rope_append_kv(
+        &self,
+        p: &MatmulParams,
+        x: &WgpuBuffer,
+        w: &WgpuBuffer,
+        bias: Option<&WgpuBuffer>,
+        qkv: &mut WgpuBuffer,
+        r: &RopeAppendKvParams,
+        meta: &RopeAppendMeta<Self>,
+        q: &mut WgpuBuffer,
+        kv: LayerKvMut<Self>,
+    ) -> Result<()> {
+        ops_fused::matmul_rope_append_kv(self, p, x, w, bias, qkv, r, meta, q, kv)
     }
 
     fn rmsnorm(&self, p: &RmsnormParams, x: &WgpuBuffer, w: &WgpuBuffer, out: &mut WgpuBuffer) -> Result<()> {

@@ -52,27 +52,9 @@ pub fn rope_append_kv(
     q: &mut WgpuBuffer,
     kv: LayerKvMut<WgpuBackend>,
 ) -> Result<()> {
-    let (n, nh, nkv, hd, ps) = (u(p.n_tokens), u(p.n_heads), u(p.n_kv_heads), u(p.head_dim), u(p.page_size));
-    let (n_ret, n_str, lp) = (u(p.n_ret), u(p.n_str), u(p.logical_page));
-    if n_ret + n_str != nkv || lp == 0 || ps % lp != 0 {
-        return Err(err("rope_append_kv: bad head split or logical page"));
-    }
-    need(qkv, DType::F32, n * (nh + 2 * nkv) * hd, "rope_append_kv qkv")?;
-    need(m.positions, DType::U32, n, "rope_append_kv positions")?;
-    need(m.slots, DType::U32, n, "rope_append_kv slots")?;
-    need(m.ring_slots, DType::U32, n, "rope_append_kv ring_slots")?;
-    need(m.inv_freq, DType::F32, hd / 2, "rope_append_kv inv_freq")?;
-    need(kv.head_map, DType::U32, nkv, "rope_append_kv head_map")?;
-    need(q, DType::F32, n * nh * hd, "rope_append_kv q")?;
-    let (rrows, srows, kt) = (u(p.num_pages) * n_ret * ps, u(p.num_str_pages) * n_str * ps, kv.k.dtype);
-    need_kv(kv.k, kt, rrows, hd, "k pool")?;
-    need_kv(kv.v, kt, rrows, hd, "v pool")?;
-    need_kv(kv.sk, kt, srows, hd, "streaming k pool")?;
-    need_kv(kv.sv, kt, srows, hd, "streaming v pool")?;
-    if kt != DType::F32 && (!hd.is_multiple_of(2) || (kt.is_kv8() && !ps.is_multiple_of(4))) {
-        return Err(err("rope_append_kv: packed KV needs an even head_dim (8-bit: page_size % 4 == 0)"));
-    }
-    need(kv.summary, DType::F32, u(p.num_pages) * n_ret * (ps / lp) * 2 * hd, "summary")?;
+    check_rope(p, qkv, m, q, &kv)?;
+    let (n, nh, nkv, hd) = (u(p.n_tokens), u(p.n_heads), u(p.n_kv_heads), u(p.head_dim));
+    let (n_ret, kt) = (u(p.n_ret), kv.k.dtype);
     if n == 0 || hd == 0 {
         return Ok(());
     }
@@ -124,6 +106,37 @@ pub fn rope_append_kv(
     }
     let binds = pl::rope_append_kv_summary::Binds { slots: m.slots, k_pool: kv.k, summary: kv.summary };
     pl::rope_append_kv_summary::dispatch(be.gpu(), Some(kt), p, binds, rows_grid(be, n))
+}
+
+/// `rope_append_kv`'s checks of its operands (shared by `matmul_rope_append_kv`, ops_fused.rs).
+pub fn check_rope(
+    p: &RopeAppendKvParams,
+    qkv: &WgpuBuffer,
+    m: &RopeAppendMeta<WgpuBackend>,
+    q: &WgpuBuffer,
+    kv: &LayerKvMut<WgpuBackend>,
+) -> Result<()> {
+    let (n, nh, nkv, hd, ps) = (u(p.n_tokens), u(p.n_heads), u(p.n_kv_heads), u(p.head_dim), u(p.page_size));
+    let (n_ret, n_str, lp) = (u(p.n_ret), u(p.n_str), u(p.logical_page));
+    if n_ret + n_str != nkv || lp == 0 || ps % lp != 0 {
+        return Err(err("rope_append_kv: bad head split or logical page"));
+    }
+    need(qkv, DType::F32, n * (nh + 2 * nkv) * hd, "rope_append_kv qkv")?;
+    need(m.positions, DType::U32, n, "rope_append_kv positions")?;
+    need(m.slots, DType::U32, n, "rope_append_kv slots")?;
+    need(m.ring_slots, DType::U32, n, "rope_append_kv ring_slots")?;
+    need(m.inv_freq, DType::F32, hd / 2, "rope_append_kv inv_freq")?;
+    need(kv.head_map, DType::U32, nkv, "rope_append_kv head_map")?;
+    need(q, DType::F32, n * nh * hd, "rope_append_kv q")?;
+    let (rrows, srows, kt) = (u(p.num_pages) * n_ret * ps, u(p.num_str_pages) * n_str * ps, kv.k.dtype);
+    need_kv(kv.k, kt, rrows, hd, "k pool")?;
+    need_kv(kv.v, kt, rrows, hd, "v pool")?;
+    need_kv(kv.sk, kt, srows, hd, "streaming k pool")?;
+    need_kv(kv.sv, kt, srows, hd, "streaming v pool")?;
+    if kt != DType::F32 && (!hd.is_multiple_of(2) || (kt.is_kv8() && !ps.is_multiple_of(4))) {
+        return Err(err("rope_append_kv: packed KV needs an even head_dim (8-bit: page_size % 4 == 0)"));
+    }
+    need(kv.summary, DType::F32, u(p.num_pages) * n_ret * (ps / lp) * 2 * hd, "summary")
 }
 
 /// Pass 1 for a packed KV dtype: rotate into f32 staging rows through the identity layout, then

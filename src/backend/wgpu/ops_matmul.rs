@@ -151,6 +151,39 @@ pub fn matmul(
     out: &mut WgpuBuffer,
 ) -> Result<()> {
     let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
+    let bias = check(be, p, x, w, bias, out)?;
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if x.dtype == DType::X8 || (m == 1 && k % 32 == 0 && be.has_subgroup() && shaders::has_x8(w.dtype)) {
+        return with_x8(be, p, x, |xq| gemv_x8(be, p, (xq, w, bias), out));
+    }
+    if m >= COOP_FROM_M && be.has_coop() && w.dtype != DType::F32 {
+        if m > COOP_TILE && coop128_fits(be, m, k) {
+            return coop_128(be, p, x, w, bias, out);
+        }
+        let tiles = m.div_ceil(COOP_TILE) * n.div_ceil(COOP_TILE);
+        let binds = pl::matmul::Binds { x, w, bias, out };
+        return pl::matmul::dispatch_variant(be.gpu(), pl::matmul::COOP, Some(w.dtype), p, binds, rows_grid(be, tiles));
+    }
+    let pairs =
+        (matches!(w.dtype, DType::F16 | DType::BF16) || w.dtype.is_weight_quant()) && k % 8 == 0 && be.has_subgroup();
+    let (op, groups) = pick(m, n, pairs, be.gpu().info.subgroup_min_size >= 8);
+    let binds = pl::matmul::Binds { x, w, bias, out };
+    pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups))
+}
+
+/// `matmul`'s checks of its operands (shared by `matmul_rope_append_kv`); the buffer bound as the
+/// bias (x itself where there is none: the shaders then never read it).
+pub fn check<'a>(
+    be: &WgpuBackend,
+    p: &MatmulParams,
+    x: &'a WgpuBuffer,
+    w: &WgpuBuffer,
+    bias: Option<&'a WgpuBuffer>,
+    out: &WgpuBuffer,
+) -> Result<&'a WgpuBuffer> {
+    let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
     // At one row every kernel below is a GEMV whose store adds (`matmul_gemv_x8`,
     // `matmul_gemv_subgroup`, `matmul_gemv`: Backend::matmul_accumulates).
     if p.accumulate != 0 && m != 1 {
@@ -178,25 +211,7 @@ pub fn matmul(
     if [m * k, n * k, p.out_len()].iter().any(|&e| e > u32::MAX as usize) {
         return Err(err(format!("matmul: {m}x{n}x{k} exceeds 32-bit indexing")));
     }
-    if m == 0 || n == 0 {
-        return Ok(());
-    }
-    if x.dtype == DType::X8 || (m == 1 && k % 32 == 0 && be.has_subgroup() && shaders::has_x8(w.dtype)) {
-        return gemv_x8(be, p, (x, w, bias), out);
-    }
-    if m >= COOP_FROM_M && be.has_coop() && w.dtype != DType::F32 {
-        if m > COOP_TILE && coop128_fits(be, m, k) {
-            return coop_128(be, p, x, w, bias, out);
-        }
-        let tiles = m.div_ceil(COOP_TILE) * n.div_ceil(COOP_TILE);
-        let binds = pl::matmul::Binds { x, w, bias, out };
-        return pl::matmul::dispatch_variant(be.gpu(), pl::matmul::COOP, Some(w.dtype), p, binds, rows_grid(be, tiles));
-    }
-    let pairs =
-        (matches!(w.dtype, DType::F16 | DType::BF16) || w.dtype.is_weight_quant()) && k % 8 == 0 && be.has_subgroup();
-    let (op, groups) = pick(m, n, pairs, be.gpu().info.subgroup_min_size >= 8);
-    let binds = pl::matmul::Binds { x, w, bias, out };
-    pl::matmul::dispatch_variant(be.gpu(), op, Some(w.dtype), p, binds, rows_grid(be, groups))
+    Ok(bias)
 }
 
 /// Output tile of `matmul_coop_128` (`BM`, `BN` there) and threads per workgroup of
@@ -274,9 +289,9 @@ pub fn x8_words(m: usize, k: usize) -> usize {
     m * (k / 32) * 19
 }
 
-/// m == 1 on quantized weights with an integer form (module header): x to int8 blocks in the
-/// backend's scratch buffer (pass 1; not where x already comes as [`DType::X8`]), then the
-/// integer-dot GEMV (pass 2; wgpu orders the two dispatches and puts a barrier between them). On the H200 (Llama-3-8B, 32K sparse, warm
+/// m == 1 on quantized weights with an integer form (module header): the integer-dot GEMV of x's
+/// digits ([`with_x8`] makes them where x is not [`DType::X8`]: pass 1; wgpu orders the two
+/// dispatches and puts a barrier between them). On the H200 (Llama-3-8B, 32K sparse, warm
 /// clocks; docs/data/wq-h200-2026-12-02) a q4_k step took 9.25-9.44 ms with one weight row per
 /// subgroup, 9.48 / 10.0 with 2 / 4 rows sharing a slice's x loads (removed: the shared loads did
 /// not pay for the fewer warps) and 14.5 with f32 x through `matmul_gemv_subgroup`, which serves
@@ -284,21 +299,29 @@ pub fn x8_words(m: usize, k: usize) -> usize {
 fn gemv_x8(
     be: &WgpuBackend,
     p: &MatmulParams,
-    (x, w, bias): (&WgpuBuffer, &WgpuBuffer, &WgpuBuffer),
+    (xq, w, bias): (&WgpuBuffer, &WgpuBuffer, &WgpuBuffer),
     out: &mut WgpuBuffer,
 ) -> Result<()> {
-    let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
-    let packed;
-    let xq = if x.dtype == DType::X8 {
-        x
-    } else {
-        let mut xq = be.scratch(x8_words(m, k))?;
-        let pack = pl::matmul_gemv_x8_pack::Binds { x, xq: &mut xq };
-        let blocks = m * (k / 32);
-        pl::matmul_gemv_x8_pack::dispatch(be.gpu(), None, p, pack, rows_grid(be, blocks.div_ceil(X8_PACK_BLOCKS)))?;
-        packed = xq;
-        &packed
-    };
     let binds = pl::matmul_gemv_x8::Binds { xq, w, bias, out };
+    let n = p.n as usize;
     pl::matmul_gemv_x8::dispatch(be.gpu(), Some(w.dtype), p, binds, rows_grid(be, n.div_ceil(GEMV_SUBGROUP_ROWS)))
+}
+
+/// `f` of x as the batch-1 GEMVs read it: x itself where it comes as [`DType::X8`], else its
+/// digits made by `matmul_gemv_x8_pack` in the backend's scratch buffer (a dispatch of its own).
+pub fn with_x8<R>(
+    be: &WgpuBackend,
+    p: &MatmulParams,
+    x: &WgpuBuffer,
+    f: impl FnOnce(&WgpuBuffer) -> Result<R>,
+) -> Result<R> {
+    if x.dtype == DType::X8 {
+        return f(x);
+    }
+    let (m, k) = (p.m as usize, p.k as usize);
+    let mut xq = be.scratch(x8_words(m, k))?;
+    let pack = pl::matmul_gemv_x8_pack::Binds { x, xq: &mut xq };
+    let blocks = m * (k / 32);
+    pl::matmul_gemv_x8_pack::dispatch(be.gpu(), None, p, pack, rows_grid(be, blocks.div_ceil(X8_PACK_BLOCKS)))?;
+    f(&xq)
 }

@@ -123,6 +123,13 @@ pipelines! {
     matmul_coop_x16(MatmulParams) [X16_BF16 = matmul_coop_x16_bf16] { x: read, xh: read_write }
     /// The batch-1 GEMV on quantized weights with two-digit int8 x (pass 2; ops_matmul.rs).
     matmul_gemv_x8(MatmulParams) { xq: read, w: read, bias: read, out: read_write }
+    /// `matmul_gemv_x8` of q|k|v with `rope_append_kv16` in its epilogue (ops_fused.rs): f16
+    /// pools; the `_bf16` variant bf16 pools.
+    matmul_gemv_x8_rope(MatmulRopeParams) [BF16 = matmul_gemv_x8_rope_bf16] {
+        xq: read, w: read, bias: read, out: read_write, positions: read, slots: read, ring_slots: read,
+        inv_freq: read, head_map: read, q: read_write, k: read_write, v: read_write, sk: read_write,
+        sv: read_write, summary: read_write,
+    }
     /// Pass 1 of `matmul_gemv_x8`: x to int8 blocks of 32.
     matmul_gemv_x8_pack(MatmulParams) { x: read, xq: read_write }
     /// The row norms; `_x8`: one row's out as x8 digits (DType::X8).

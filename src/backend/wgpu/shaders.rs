@@ -188,6 +188,23 @@ macro_rules! x8_store {
     };
 }
 
+/// `matmul_gemv_x8_rope` for one 16-bit KV type (`KV_KIND` 1 = f16, 2 = bf16): the GEMV row of
+/// shaders/gemv_x8_row.wgsl, the rotation and stores of shaders/rope16_quad.wgsl (rope_append_kv16's).
+macro_rules! gemv_rope_src {
+    ($kind:literal) => {
+        concat!(
+            "const KV_KIND: u32 = ",
+            $kind,
+            ";\n",
+            include_str!("../../../shaders/matmul_gemv_x8_rope.wgsl"),
+            include_str!("../../../shaders/gemv_x8_row.wgsl"),
+            include_str!("../../../shaders/rope16_quad.wgsl"),
+            include_str!("../../../shaders/rope_sincos.wgsl"),
+            include_str!("../../../shaders/kv_round16.wgsl")
+        )
+    };
+}
+
 /// The row norms (`rmsnorm`, `add_rmsnorm`, `head_rmsnorm`): the op's hooks, the workgroup sum
 /// and the f32 body (shaders/row_norm.wgsl); `_x8` (`rmsnorm_x8`, `add_rmsnorm_x8`): the same
 /// hooks with the X8 body (shaders/row_norm_x8.wgsl) and the quantizer.
@@ -322,14 +339,18 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         Reads::Nothing,
         false,
     ),
-    // One weight row per subgroup (the source also takes 2 or 4: measured slower on the H200
-    // and removed, ops_matmul.rs `gemv_x8`).
     (
         "matmul_gemv_x8",
-        concat!("const RPS: u32 = 1u;\n", include_str!("../../../shaders/matmul_gemv_x8.wgsl")),
+        concat!(
+            include_str!("../../../shaders/matmul_gemv_x8.wgsl"),
+            include_str!("../../../shaders/gemv_x8_row.wgsl")
+        ),
         Reads::X8,
         true,
     ),
+    // The q|k|v GEMV with rope_append_kv16 in its epilogue, per 16-bit KV type (ops_fused.rs).
+    ("matmul_gemv_x8_rope", gemv_rope_src!("1u"), Reads::X8, true),
+    ("matmul_gemv_x8_rope_bf16", gemv_rope_src!("2u"), Reads::X8, true),
     (
         "matmul_gemv_x8_pack",
         concat!(include_str!("../../../shaders/matmul_gemv_x8_pack.wgsl"), x8_store!()),
@@ -375,6 +396,7 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
         "rope_append_kv16",
         concat!(
             include_str!("../../../shaders/rope_append_kv16.wgsl"),
+            include_str!("../../../shaders/rope16_quad.wgsl"),
             include_str!("../../../shaders/rope_sincos.wgsl"),
             include_str!("../../../shaders/kv_round16.wgsl")
         ),
