@@ -533,6 +533,30 @@ pub trait Backend: Send {
         self.matmul(p, x, w, bias, qkv)?;
         self.rope_append_kv(r, qkv, meta, q, kv)
     }
+    /// Whether `matmul_silu_mul` of `p` over weights `w` into an act of dtype `act` is one
+    /// kernel, so the model should call it instead of `matmul` and `silu_mul`. Default false.
+    /// (wgpu: a batch-1 step's gate|up GEMV on weights with an integer form into an X8 act:
+    /// `matmul_gemv_x8_silu_mul`.)
+    fn matmul_silu_mul_fuses(&self, p: &MatmulParams, w: &Self::Buffer, act: DType) -> bool {
+        let _ = (p, w, act);
+        false
+    }
+    /// `matmul` of x into gate_up (`p`, `w`, `bias`; n = 2 dim, gate | up), then `silu_mul` of
+    /// it into act (`[m][dim]`, a dtype `silu_mul` writes): both buffers end as the two ops leave
+    /// them. The default runs the two ops; `matmul_silu_mul_fuses` says where a backend makes
+    /// them one kernel.
+    fn matmul_silu_mul(
+        &self,
+        p: &MatmulParams,
+        x: &Self::Buffer,
+        w: &Self::Buffer,
+        bias: Option<&Self::Buffer>,
+        gate_up: &mut Self::Buffer,
+        act: &mut Self::Buffer,
+    ) -> Result<()> {
+        self.matmul(p, x, w, bias, gate_up)?;
+        self.silu_mul(&SiluMulParams { rows: p.m, dim: p.n / 2, ..Default::default() }, gate_up, act)
+    }
     /// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w. `[rows][dim]`.
     fn rmsnorm(&self, p: &RmsnormParams, x: &Self::Buffer, w: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
     /// residual += x, then out = rmsnorm(residual) * w (the pre-norm block boundary, fused).

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use super::weights::{LoadOptions, RawTensor, WeightMode, WeightSource};
 use crate::backend::reference::weight_quant;
 use crate::backend::{
-    Backend, DType, LayerKvMut, MatmulParams, Prologue, PrologueKind, RopeAppendKvParams, RopeAppendMeta,
+    Backend, DType, LayerKvMut, MatmulParams, Prologue, PrologueKind, RopeAppendKvParams, RopeAppendMeta, SiluMulParams,
 };
 use crate::error::{Error, Result};
 
@@ -114,6 +114,39 @@ impl<B: Backend> Linear<B> {
     pub fn rope_fuses(&self, be: &B, m: usize, r: &RopeAppendKvParams, kv: DType) -> bool {
         match self.parts.as_slice() {
             [p] => be.matmul_rope_fuses(&MatmulParams::new(m, p.rows, self.k, p.bias.is_some()), &p.w, r, kv),
+            _ => false,
+        }
+    }
+
+    /// gate_up `[m][n]` = x . w^T (+ bias), then act = `silu_mul` of it
+    /// (`Backend::matmul_silu_mul`: one kernel where [`Linear::silu_fuses`]; a matrix of several
+    /// parts runs its matmuls, then the op).
+    pub fn matmul_silu(
+        &self,
+        be: &B,
+        m: usize,
+        x: &B::Buffer,
+        gate_up: &mut B::Buffer,
+        act: &mut B::Buffer,
+    ) -> Result<()> {
+        match self.parts.as_slice() {
+            [p] => {
+                let mp = MatmulParams::new(m, p.rows, self.k, p.bias.is_some());
+                be.matmul_silu_mul(&mp, x, &p.w, p.bias.as_ref(), gate_up, act)
+            }
+            _ => {
+                self.matmul(be, m, x, gate_up)?;
+                let sp = SiluMulParams { rows: m as u32, dim: (self.n / 2) as u32, ..Default::default() };
+                be.silu_mul(&sp, gate_up, act)
+            }
+        }
+    }
+
+    /// Its matmul at `m` rows and `silu_mul` into an act of dtype `act` are one kernel
+    /// (`Backend::matmul_silu_mul_fuses`; one part only).
+    pub fn silu_fuses(&self, be: &B, m: usize, act: DType) -> bool {
+        match self.parts.as_slice() {
+            [p] => be.matmul_silu_mul_fuses(&MatmulParams::new(m, p.rows, self.k, p.bias.is_some()), &p.w, act),
             _ => false,
         }
     }

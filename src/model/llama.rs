@@ -8,7 +8,8 @@
 //! them (`Backend::matmul_prologue`: CUDA's batch-1 GEMVs) a layer is qkv(norm) -> rope_append_kv
 //! -> attention -> o_proj (+= x) -> gate_up(norm) -> down(silu_mul) (+= x). Where it makes qkv
 //! and rope_append_kv one kernel (`Backend::matmul_rope_append_kv`: wgpu's batch-1 GEMV into
-//! 16-bit pools) the model calls that instead of the two.
+//! 16-bit pools) the model calls that instead of the two, and likewise gate_up and silu_mul
+//! (`Backend::matmul_silu_mul`: wgpu's batch-1 GEMV into x8 digits).
 //!
 //! Weights are fused at load: q|k|v into one `[qkv_dim][hidden]` matrix (and bias), gate|up into one
 //! `[2*ffn][hidden]` matrix, so a decode step is four matmuls per layer (more where a file's
@@ -579,11 +580,24 @@ impl<B: Backend> Llama<B> {
                 hook(be, i, &q, store.view(), &paged)?;
             }
             project(&l.w_o, &attn_out, &mut x, &mut o)?;
-            norm_matmul(&l.w_gate_up, &mut x, &o, &l.ffn_norm, &mut xn, &mut gu, false)?;
+            // gate|up and silu_mul: one kernel where the backend makes them one
+            // (`Backend::matmul_silu_mul_fuses`: wgpu's batch-1 GEMV into X8 digits), after the
+            // norm; else the matmul (with the norm folded in where pro_norm) and, unless down
+            // takes it as its prologue, the op.
+            let glu = !pro_norm && !pro_silu && l.w_gate_up.silu_fuses(be, n, be.dtype(&act));
+            if glu {
+                norm_into(&mut x, &o, &l.ffn_norm, &mut xn, false)?;
+                l.w_gate_up.matmul_silu(be, n, &xn, &mut gu, &mut act)?;
+            } else {
+                norm_matmul(&l.w_gate_up, &mut x, &o, &l.ffn_norm, &mut xn, &mut gu, false)?;
+            }
             if pro_silu {
                 l.w_down.matmul_prologue(be, n, Prologue::SiluMul, &gu, &mut x, true)?;
             } else {
-                be.silu_mul(&SiluMulParams { rows: n as u32, dim: ffn as u32, ..Default::default() }, &gu, &mut act)?;
+                if !glu {
+                    let sp = SiluMulParams { rows: n as u32, dim: ffn as u32, ..Default::default() };
+                    be.silu_mul(&sp, &gu, &mut act)?;
+                }
                 project(&l.w_down, &act, &mut x, &mut o)?;
             }
         }

@@ -681,6 +681,49 @@ pub fn test_silu_mul<B: Backend>(gpu: &B) {
     }
 }
 
+/// `matmul_silu_mul` (wgpu: one kernel, `matmul_gemv_x8_silu_mul`, into an X8 act; every other
+/// backend and case: the two ops) at one row on quantized gate|up weights (Q4_K, Q8_0; dims 32,
+/// 96 and 1,056, i.e. 1, 3 and 33 blocks of act; with and without bias), into an X8 act where the
+/// backend writes them and into an f32 one. Each call is checked in two independent halves:
+/// gate_up against the CPU's matmul (x snapped to the two-digit grid, so the integer dots must
+/// agree to summation order), and act against the CPU's `silu_mul` of the backend's own gate_up.
+pub fn test_matmul_silu_mul<B: Backend>(gpu: &B) {
+    let mut t = pair(gpu);
+    for (wd, k) in [(DType::Ggml(GgmlType::Q4_K), 256), (DType::Ggml(GgmlType::Q8_0), 96)] {
+        if !has_weights(gpu, wd) {
+            continue;
+        }
+        for (dim, bias) in [(32, true), (96, false), (1056, true)] {
+            let (n, sp) = (2 * dim, SiluMulParams { rows: 1, dim: dim as u32, ..Default::default() });
+            let p = MatmulParams::new(1, n, k, bias);
+            let w = weights(&mut t, wd, n, k, 0.1);
+            let b = t.rand(DType::F32, n, 1.0);
+            let xv = t.f32s(k, 1.0);
+            let x = t.up(DType::F32, &weight_quant::x8_blocks(&xv, k));
+            let acts: Vec<_> = x8_out(&t, dim).into_iter().chain([t.out(dim)]).collect();
+            for mut act in acts {
+                let ad = gpu.dtype(&act.0);
+                let fused = gpu.matmul_silu_mul_fuses(&p, &w.0, ad);
+                let name = format!("matmul_silu_mul {wd:?} k {k} dim {dim} bias {bias} act {ad:?} (fused {fused})");
+                eprintln!("{name}");
+                let mut gu = t.out(n);
+                let bb = bias.then_some(&b);
+                t.gpu.matmul_silu_mul(&p, &x.0, &w.0, bb.map(|b| &b.0), &mut gu.0, &mut act.0).unwrap();
+                t.cpu.matmul(&p, &x.1, &w.1, bb.map(|b| &b.1), &mut gu.1).unwrap();
+                t.check(&format!("{name} gate_up"), &gu, n, TOL_REDUCTION);
+                let got = t.gpu.download_f32(&gu.0, 0, n).unwrap();
+                let gu_ref = t.cpu.upload_f32(DType::F32, got).unwrap();
+                t.cpu.silu_mul(&sp, &gu_ref, &mut act.1).unwrap();
+                if ad == DType::X8 {
+                    check_x8(&t, &name, &act, dim, TOL_ELEMENTWISE);
+                } else {
+                    t.check(&name, &act, dim, TOL_ELEMENTWISE);
+                }
+            }
+        }
+    }
+}
+
 pub fn test_gather_rows<B: Backend>(gpu: &B) {
     let mut t = pair(gpu);
     let src = t.rand(DType::F32, 20 * 33, 1.0);

@@ -59,6 +59,11 @@ macro_rules! parity_tests {
                 backend().map(|b| super::test_add(&b));
             }
             #[test]
+            fn matmul_silu_mul() {
+                let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+                backend().map(|b| super::test_matmul_silu_mul(&b));
+            }
+            #[test]
             fn silu_mul() {
                 let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 backend().map(|b| super::test_silu_mul(&b));

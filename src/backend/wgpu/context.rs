@@ -115,6 +115,10 @@ pub struct WgpuOptions {
     /// (`Backend::matmul_rope_append_kv`, ops_fused.rs; `LSERVE_WGPU_FUSE_ROPE`, an on/off switch,
     /// on by default; off dispatches the rotation separately, for measuring).
     pub fuse_rope: bool,
+    /// A batch-1 step's gate|up GEMV runs silu_mul_x8 in its epilogue (`Backend::matmul_silu_mul`,
+    /// ops_fused.rs; `LSERVE_WGPU_FUSE_SILU`, an on/off switch, on by default; off dispatches
+    /// silu_mul separately, for measuring).
+    pub fuse_silu: bool,
     /// Dispatches in the first submission after a wait ([`FIRST_SUBMIT`] by default;
     /// `LSERVE_WGPU_FIRST_SUBMIT`, 1..=64: 64 is one submission every 64 dispatches throughout,
     /// as before session 41).
@@ -130,6 +134,7 @@ impl Default for WgpuOptions {
             checks: ShaderChecks::Off,
             fuse_residual: true,
             fuse_rope: true,
+            fuse_silu: true,
             first_submit: FIRST_SUBMIT,
         }
     }
@@ -142,6 +147,7 @@ const NO_FEATURES: WgpuOptions = WgpuOptions {
     checks: ShaderChecks::Off,
     fuse_residual: true,
     fuse_rope: true,
+    fuse_silu: true,
     first_submit: FIRST_SUBMIT,
 };
 
@@ -188,7 +194,7 @@ impl WgpuOptions {
     /// default) / `none`; an unknown word is an error. Then `LSERVE_WGPU_NO_COOP=1` turns `coop`
     /// off (any other value than `1` or `0` is an error), `LSERVE_WGPU_CHECKS` sets
     /// [`ShaderChecks`], `LSERVE_WGPU_FUSE_RESIDUAL` (on/off) `fuse_residual`,
-    /// `LSERVE_WGPU_FUSE_ROPE` (on/off) `fuse_rope` and
+    /// `LSERVE_WGPU_FUSE_ROPE` (on/off) `fuse_rope`, `LSERVE_WGPU_FUSE_SILU` (on/off) `fuse_silu` and
     /// `LSERVE_WGPU_FIRST_SUBMIT` (1..=64) `first_submit` (backend/env.rs).
     pub fn from_env() -> Result<Self> {
         let mut o = match std::env::var("LSERVE_WGPU_FEATURES") {
@@ -205,6 +211,7 @@ impl WgpuOptions {
         o.checks = ShaderChecks::parse(std::env::var("LSERVE_WGPU_CHECKS").ok().as_deref())?;
         o.fuse_residual = switch_from_env("LSERVE_WGPU_FUSE_RESIDUAL")?;
         o.fuse_rope = switch_from_env("LSERVE_WGPU_FUSE_ROPE")?;
+        o.fuse_silu = switch_from_env("LSERVE_WGPU_FUSE_SILU")?;
         if let Some(n) = count_from_env("LSERVE_WGPU_FIRST_SUBMIT", BATCH_MAX as usize)? {
             o.first_submit = n as u64;
         }

@@ -76,6 +76,8 @@ pub struct WgpuBackend {
     fuse_residual: bool,
     /// [`WgpuOptions::fuse_rope`]: `matmul_rope_append_kv` is one dispatch where it can be.
     fuse_rope: bool,
+    /// [`WgpuOptions::fuse_silu`]: `matmul_silu_mul` is one dispatch where it can be.
+    fuse_silu: bool,
 }
 
 impl WgpuBackend {
@@ -86,7 +88,7 @@ impl WgpuBackend {
     }
 
     pub fn with_options(index: Option<usize>, opts: WgpuOptions) -> Result<Self> {
-        let (fuse_residual, fuse_rope) = (opts.fuse_residual, opts.fuse_rope);
+        let (fuse_residual, fuse_rope, fuse_silu) = (opts.fuse_residual, opts.fuse_rope, opts.fuse_silu);
         let gpu = Gpu::open(index, opts)?;
         let info = &gpu.info;
         let caps = Caps {
@@ -118,6 +120,7 @@ impl WgpuBackend {
             iota: RefCell::new(None),
             fuse_residual,
             fuse_rope,
+            fuse_silu,
         })
     }
 
@@ -434,6 +437,24 @@ impl Backend for WgpuBackend {
     /// (ops_fused.rs `fuses`): `matmul_gemv_x8_rope`, rope_append_kv16 in its epilogue.
     fn matmul_rope_fuses(&self, p: &MatmulParams, w: &WgpuBuffer, r: &RopeAppendKvParams, kv: DType) -> bool {
         ops_fused::fuses(self, p, w, r, kv)
+    }
+
+    /// A batch-1 step's gate|up GEMV on weights with an integer form into an X8 act
+    /// (ops_fused.rs `silu_fuses`): `matmul_gemv_x8_silu_mul`, silu_mul_x8 in its epilogue.
+    fn matmul_silu_mul_fuses(&self, p: &MatmulParams, w: &WgpuBuffer, act: DType) -> bool {
+        ops_fused::silu_fuses(self, p, w, act)
+    }
+
+    fn matmul_silu_mul(
+        &self,
+        p: &MatmulParams,
+        x: &WgpuBuffer,
+        w: &WgpuBuffer,
+        bias: Option<&WgpuBuffer>,
+        gate_up: &mut WgpuBuffer,
+        act: &mut WgpuBuffer,
+    ) -> Result<()> {
+        ops_fused::matmul_silu_mul(self, p, x, w, bias, gate_up, act)
     }
 
     fn matmul_rope_append_kv(

@@ -130,6 +130,8 @@ pipelines! {
         inv_freq: read, head_map: read, q: read_write, k: read_write, v: read_write, sk: read_write,
         sv: read_write, summary: read_write,
     }
+    /// `matmul_gemv_x8` of gate|up with `silu_mul_x8` in its epilogue (ops_fused.rs).
+    matmul_gemv_x8_silu_mul(MatmulParams) { xq: read, w: read, bias: read, out: read_write, act: read_write }
     /// Pass 1 of `matmul_gemv_x8`: x to int8 blocks of 32.
     matmul_gemv_x8_pack(MatmulParams) { x: read, xq: read_write }
     /// The row norms; `_x8`: one row's out as x8 digits (DType::X8).

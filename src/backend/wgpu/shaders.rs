@@ -351,6 +351,17 @@ pub const OPS: &[(&str, &str, Reads, bool)] = &[
     // The q|k|v GEMV with rope_append_kv16 in its epilogue, per 16-bit KV type (ops_fused.rs).
     ("matmul_gemv_x8_rope", gemv_rope_src!("1u"), Reads::X8, true),
     ("matmul_gemv_x8_rope_bf16", gemv_rope_src!("2u"), Reads::X8, true),
+    // The gate|up GEMV with silu_mul_x8 in its epilogue (ops_fused.rs).
+    (
+        "matmul_gemv_x8_silu_mul",
+        concat!(
+            include_str!("../../../shaders/matmul_gemv_x8_silu_mul.wgsl"),
+            include_str!("../../../shaders/gemv_x8_row.wgsl"),
+            x8_store!()
+        ),
+        Reads::X8,
+        true,
+    ),
     (
         "matmul_gemv_x8_pack",
         concat!(include_str!("../../../shaders/matmul_gemv_x8_pack.wgsl"), x8_store!()),
