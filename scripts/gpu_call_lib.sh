@@ -11,6 +11,8 @@
 #   C name args...          $B/lserve bench --device cuda --shape llama3-8b --head argmax args
 #                           (LSERVE_BIN=path runs another lserve binary instead)
 #   W name args...          $B/lserve bench --device wgpu --shape llama3-8b --head argmax args
+#                           (each bench row ends after BENCH_TIMEOUT seconds, 120 by default: a
+#                           fresh machine's first CUDA row also compiles the kernels, ~140 s)
 #   E name timeout cmd...   any command (a test binary), summary lines into $OUT/log.txt
 # Each step writes $OUT/<name>.txt, logs "== name rc N Ts" and the lines that matter, then packs.
 set -uo pipefail
@@ -30,7 +32,7 @@ P() { local name=$1 to=$2; shift 2; left || { echo "skip $name" | tee -a "$L"; r
   grep -E "test result|FAILED|panicked" "$OUT/$name.txt" | head -8 | tee -a "$L"
   grep -A6 "panicked" "$OUT/$name.txt" | head -24 | tee -a "$L"; pack; }
 bench() { local dev=$1 name=$2; shift 2; left || { echo "skip $name" | tee -a "$L"; return; }; local t0; t0=$(date +%s)
-  timeout 120 "${LSERVE_BIN:-$B/lserve}" bench --device "$dev" --shape llama3-8b --head argmax "$@" > "$OUT/$name.txt" 2>&1
+  timeout "${BENCH_TIMEOUT:-120}" "${LSERVE_BIN:-$B/lserve}" bench --device "$dev" --shape llama3-8b --head argmax "$@" > "$OUT/$name.txt" 2>&1
   step_end "$name" $? "$t0"; grep -vE "^\s*$" "$OUT/$name.txt" | grep -v "backend    mode" | head -12 | tee -a "$L"; pack; }
 C() { bench cuda "$@"; }
 W() { bench wgpu "$@"; }

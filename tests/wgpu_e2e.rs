@@ -67,13 +67,18 @@ fn cpu_dense(m: &LoadedModel) -> &'static Vec<Vec<u32>> {
 }
 
 fn compare(label: &str, dtype: Option<DType>, config: Config, sparse: bool) {
+    compare_with(label, dtype, (config.clone(), config), sparse);
+}
+
+/// [`compare`] with the CPU's config and wgpu's apart (a KV dtype the CPU does not store).
+fn compare_with(label: &str, dtype: Option<DType>, (config, gpu_config): (Config, Config), sparse: bool) {
     let Some(gpu) = common::wgpu_backend() else { return };
     let m = loader::open(&common::model_path()).unwrap();
     let r = common::reference();
     let (prompts, tokens): (&[&str], usize) =
         if sparse { (&SPARSE_PROMPTS, SPARSE_TOKENS) } else { (&DENSE_PROMPTS, DENSE_TOKENS) };
-    let mut cpu = engine(CpuBackend::new(), &m, None, config.clone());
-    let mut wg = engine(gpu, &m, dtype, config);
+    let mut cpu = engine(CpuBackend::new(), &m, None, config);
+    let mut wg = engine(gpu, &m, dtype, gpu_config);
     for (k, p) in prompts.iter().enumerate() {
         let prompt = common::ids(&r["prompts"][p]["ids"]);
         let a = if sparse { greedy(&mut cpu, &prompt, tokens) } else { cpu_dense(&m)[k].clone() };
@@ -103,4 +108,15 @@ fn sparse_f32_weights_match_cpu() {
 #[test]
 fn dense_f16_weights_match_cpu_up_to_near_ties() {
     compare("dense f16", None, Config::default(), false);
+}
+
+/// The default weights (native Q4_1 / Q8_0), sparse, with f16 KV on wgpu (the CPU, which stores
+/// no 16-bit KV, keeps f32): wgpu's batch-1 steps then run q|k|v with the rotation and the KV
+/// store, and gate|up with silu_mul, as one kernel each (`Backend::matmul_rope_append_kv`,
+/// `Backend::matmul_silu_mul`).
+#[test]
+fn sparse_native_weights_f16_kv_match_cpu_up_to_near_ties() {
+    let mut g = sparse_config();
+    g.cache.kv_dtype = "f16".into();
+    compare_with("sparse native f16 kv", None, (sparse_config(), g), true);
 }
