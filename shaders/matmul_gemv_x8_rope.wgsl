@@ -15,8 +15,7 @@
 // (head_dim / 4): its four k rows (0-3) and the same four v rows (4-7). Subgroup s computes
 // rows s, s + num_subgroups, ... of the 8 (any subgroup size), lane 0 stores each into out and
 // into workgroup memory; after a barrier, threads 0 and 1 (query workgroups) or thread 0 (KV)
-// rotate and store their quad, whose loads (position, angles, slot, head_map entry, the page
-// summary's old values) they took before the GEMV (rope16_quad.wgsl `Quad`).
+// rotate and store their quad.
 
 const ROWS: u32 = 8u;
 
@@ -62,15 +61,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let g = wg.x + wg.y * nwg.x;
     // Workgroups past the rows (a 2-D grid's padding): uniform, before the barrier.
     if (g * ROWS >= p.n) { return; }
-    // The epilogue's loads and angles, taken before the GEMV so that their latency hides behind
-    // it (rope16_quad.wgsl `Quad`): threads 0-1 of a query workgroup, thread 0 of a KV one.
-    let qw = p.head_dim / 8u;
-    let quads = p.head_dim / 4u;
-    let is_q = g < p.n_heads * qw;
-    let gk = g - p.n_heads * qw;
-    var d: Quad;
-    if (is_q && li < 2u) { d = quad_q(0u, 2u * (g % qw) + li); }
-    if (!is_q && li == 0u) { d = quad_kv(0u, gk / quads, gk % quads); }
     for (var rr = sg; rr < ROWS; rr += nsg) {
         let row = rope_row(g, rr);
         let x = gemv_x8_row(row, lane, sgs);
@@ -80,11 +70,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         }
     }
     workgroupBarrier();
+    let qw = p.head_dim / 8u;
     let v4 = vec4(vals[0], vals[1], vals[2], vals[3]);
     let w4 = vec4(vals[4], vals[5], vals[6], vals[7]);
-    if (is_q) {
-        if (li < 2u) { rope_q_store(0u, g / qw, 2u * (g % qw) + li, d, select(v4, w4, li == 1u)); }
+    if (g < p.n_heads * qw) {
+        if (li < 2u) { rope_q_quad(0u, g / qw, 2u * (g % qw) + li, select(v4, w4, li == 1u)); }
     } else if (li == 0u) {
-        rope_kv_store(d, v4, w4);
+        let gk = g - p.n_heads * qw;
+        let quads = p.head_dim / 4u;
+        rope_kv_quad(0u, gk / quads, gk % quads, v4, w4);
     }
 }

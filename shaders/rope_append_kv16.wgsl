@@ -50,12 +50,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let dims = vec4(j, j + 1u, hh + j, hh + j + 1u);
     if (h < p.n_heads) {
         let d = dims + vec4(row + h * hd);
-        rope_q_store(t, h, u, quad_q(t, u), vec4(qkv[d.x], qkv[d.y], qkv[d.z], qkv[d.w]));
+        rope_q_quad(t, h, u, vec4(qkv[d.x], qkv[d.y], qkv[d.z], qkv[d.w]));
         return;
     }
     let kh = h - p.n_heads;
     let dk = dims + vec4(row + (p.n_heads + kh) * hd);
     let dv = dims + vec4(row + (p.n_heads + p.n_kv_heads + kh) * hd);
-    rope_kv_store(quad_kv(t, kh, u), vec4(qkv[dk.x], qkv[dk.y], qkv[dk.z], qkv[dk.w]),
-                  vec4(qkv[dv.x], qkv[dv.y], qkv[dv.z], qkv[dv.w]));
+    rope_kv_quad(t, kh, u, vec4(qkv[dk.x], qkv[dk.y], qkv[dk.z], qkv[dk.w]),
+                 vec4(qkv[dv.x], qkv[dv.y], qkv[dv.z], qkv[dv.w]));
 }
