@@ -21,7 +21,7 @@ struct RopeAppendKvParams {
     u32 n_ret; u32 n_str; u32 num_str_pages; u32 _pad;
 };
 // wgpu's matmul_gemv_x8_rope (MatmulParams' fields, then RopeAppendKvParams'); no CUDA kernel
-// takes it (CUDA runs Backend::matmul_rope_append_kv as its two ops): mirrored so every struct is.
+// takes it (CUDA runs Backend::matmul_rope_append_kv as its two ops): mirrored, as all of them are.
 struct MatmulRopeParams {
     u32 m; u32 n; u32 k; u32 has_bias; u32 ldo; u32 out_off; u32 accumulate; u32 _pad1;
     u32 n_tokens; u32 n_heads; u32 n_kv_heads; u32 head_dim;
