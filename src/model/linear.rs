@@ -97,25 +97,17 @@ impl<B: Backend> Linear<B> {
         q: &mut B::Buffer,
         kv: LayerKvMut<B>,
     ) -> Result<()> {
-        match self.parts.as_slice() {
-            [p] => {
-                let mp = MatmulParams::new(m, p.rows, self.k, p.bias.is_some());
-                be.matmul_rope_append_kv(&mp, x, &p.w, p.bias.as_ref(), qkv, r, meta, q, kv)
-            }
-            _ => {
-                self.matmul(be, m, x, qkv)?;
-                be.rope_append_kv(r, qkv, meta, q, kv)
-            }
+        if let Some((mp, p)) = self.one_part(m) {
+            return be.matmul_rope_append_kv(&mp, x, &p.w, p.bias.as_ref(), qkv, r, meta, q, kv);
         }
+        self.matmul(be, m, x, qkv)?;
+        be.rope_append_kv(r, qkv, meta, q, kv)
     }
 
     /// Its matmul at `m` rows and `rope_append_kv` with `r` into pools of `kv` are one kernel
     /// (`Backend::matmul_rope_fuses`; one part only).
     pub fn rope_fuses(&self, be: &B, m: usize, r: &RopeAppendKvParams, kv: DType) -> bool {
-        match self.parts.as_slice() {
-            [p] => be.matmul_rope_fuses(&MatmulParams::new(m, p.rows, self.k, p.bias.is_some()), &p.w, r, kv),
-            _ => false,
-        }
+        self.one_part(m).is_some_and(|(mp, p)| be.matmul_rope_fuses(&mp, &p.w, r, kv))
     }
 
     /// gate_up `[m][n]` = x . w^T (+ bias), then act = `silu_mul` of it
@@ -129,25 +121,26 @@ impl<B: Backend> Linear<B> {
         gate_up: &mut B::Buffer,
         act: &mut B::Buffer,
     ) -> Result<()> {
-        match self.parts.as_slice() {
-            [p] => {
-                let mp = MatmulParams::new(m, p.rows, self.k, p.bias.is_some());
-                be.matmul_silu_mul(&mp, x, &p.w, p.bias.as_ref(), gate_up, act)
-            }
-            _ => {
-                self.matmul(be, m, x, gate_up)?;
-                let sp = SiluMulParams { rows: m as u32, dim: (self.n / 2) as u32, ..Default::default() };
-                be.silu_mul(&sp, gate_up, act)
-            }
+        if let Some((mp, p)) = self.one_part(m) {
+            return be.matmul_silu_mul(&mp, x, &p.w, p.bias.as_ref(), gate_up, act);
         }
+        self.matmul(be, m, x, gate_up)?;
+        let sp = SiluMulParams { rows: m as u32, dim: (self.n / 2) as u32, ..Default::default() };
+        be.silu_mul(&sp, gate_up, act)
     }
 
     /// Its matmul at `m` rows and `silu_mul` into an act of dtype `act` are one kernel
     /// (`Backend::matmul_silu_mul_fuses`; one part only).
     pub fn silu_fuses(&self, be: &B, m: usize, act: DType) -> bool {
+        self.one_part(m).is_some_and(|(mp, p)| be.matmul_silu_mul_fuses(&mp, &p.w, act))
+    }
+
+    /// Its one part with that part's params at `m` rows (the whole `[m][n]` out); None for a
+    /// matrix of several parts, whose fused ops run as their matmuls and then the op.
+    fn one_part(&self, m: usize) -> Option<(MatmulParams, &Part<B>)> {
         match self.parts.as_slice() {
-            [p] => be.matmul_silu_mul_fuses(&MatmulParams::new(m, p.rows, self.k, p.bias.is_some()), &p.w, act),
-            _ => false,
+            [p] => Some((MatmulParams::new(m, p.rows, self.k, p.bias.is_some()), p)),
+            _ => None,
         }
     }
 
